@@ -1,0 +1,8 @@
+"""streamtrain: Kafka-fed streaming online training with ETT-balanced batches.
+
+This package is the shared core: the wire contract (`streamtrain.wire`), the configuration
+(`streamtrain.config`), Kafka client factories (`streamtrain.kafka`), the embedded broker
+(`streamtrain.broker`) and the CLI. The services live in `producers`, `coordinator`, `trainer`.
+"""
+
+__version__ = "0.1.0"

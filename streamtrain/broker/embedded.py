@@ -1,0 +1,384 @@
+"""A real single-node Apache Kafka broker (KRaft, broker + controller in one JVM) on local Java.
+
+The jars come from Maven Central through `kafka/pom.xml` (`make kafka`). Everything about one
+broker lives in its data directory: `server.properties` (regenerated at each start), `kraft/`
+(the log and metadata), `broker.json` (pid, ports, cluster id) and `broker.log`. Starting again on
+the same directory keeps the data and, when they are free, the same ports, so clients reconnect.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from ..config import BrokerConfig
+
+__all__ = ["BrokerError", "BrokerState", "BrokerStatus", "EmbeddedBroker", "find_kafka_libs", "kafka_version"]
+
+logger = logging.getLogger(__name__)
+
+_SOURCE_LIBS = Path(__file__).resolve().parents[2] / "kafka" / "libs"
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be started, reached or stopped; the message says why and what to do."""
+
+
+@dataclass
+class BrokerState:
+    """What `broker.json` records about the broker of one data directory."""
+
+    host: str
+    port: int
+    controller_port: int
+    cluster_id: str
+    pid: int | None = None
+    started_at: float | None = None
+    version: str | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """Health of a broker as `broker status` reports it."""
+
+    data_dir: str
+    running: bool
+    healthy: bool
+    pid: int | None
+    bootstrap: str | None
+    version: str | None
+    uptime_s: float | None
+    topics: int | None
+    detail: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+def find_kafka_libs(configured: Path | None = None) -> Path:
+    """The directory of Kafka jars: configured, else $STREAMTRAIN_KAFKA_LIBS, else the source tree's."""
+    candidates = [configured, os.environ.get("STREAMTRAIN_KAFKA_LIBS"), _SOURCE_LIBS]
+    for cand in candidates:
+        if cand and any(Path(cand).glob("kafka_2.13-*.jar")):
+            return Path(cand)
+    raise BrokerError(
+        f"Kafka jars not found (looked in {', '.join(str(c) for c in candidates if c)}); "
+        "run `make kafka` to resolve them from Maven Central, or set broker.libs_dir"
+    )
+
+
+def kafka_version(libs: Path) -> str:
+    """The Kafka version of the jars in `libs` (from kafka_2.13-<version>.jar)."""
+    jar = next(libs.glob("kafka_2.13-*.jar"))
+    return jar.stem.removeprefix("kafka_2.13-")
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited; only its parent's wait is missing
+
+
+class EmbeddedBroker:
+    """One single-node KRaft broker living in `cfg.data_dir`.
+
+    Args:
+        cfg: broker settings (data directory, ports, heap, timeouts, extra properties).
+    """
+
+    def __init__(self, cfg: BrokerConfig) -> None:
+        self.cfg = cfg
+        self.data_dir = cfg.data_dir.resolve()
+        self.state_path = self.data_dir / "broker.json"
+        self.properties_path = self.data_dir / "server.properties"
+        self.log_path = (cfg.log_file or self.data_dir / "broker.log").resolve()
+        self.log_dir = self.data_dir / "kraft"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # ---- state -----------------------------------------------------------------------------
+    def read_state(self) -> BrokerState | None:
+        """The recorded state, or None when this directory never held a broker."""
+        try:
+            return BrokerState(**json.loads(self.state_path.read_text()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError) as exc:
+            raise BrokerError(f"{self.state_path} is unreadable ({exc}); remove it to start afresh") from exc
+
+    def _write_state(self, state: BrokerState) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        tmp.replace(self.state_path)
+
+    @property
+    def bootstrap(self) -> str:
+        """host:port of the broker (after it was started at least once)."""
+        state = self.read_state()
+        if state is None:
+            raise BrokerError(f"no broker has been started in {self.data_dir}")
+        return state.bootstrap
+
+    def pid(self) -> int | None:
+        """Pid of this directory's running broker, or None."""
+        state = self.read_state()
+        if state is None or state.pid is None or not _pid_alive(state.pid):
+            return None
+        try:
+            cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        # A recycled pid is some other process: only ours runs kafka.Kafka on our properties file.
+        if b"kafka.Kafka" in cmdline and str(self.properties_path).encode() in cmdline:
+            return state.pid
+        return None
+
+    # ---- start -----------------------------------------------------------------------------
+    def prepare(self) -> tuple[BrokerState, list[str]]:
+        """Choose ports, write server.properties, format storage on first use; return the java command."""
+        libs = find_kafka_libs(self.cfg.libs_dir)
+        java = self._java()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        previous = self.read_state()
+        host = self.cfg.host
+        port = self._choose_port(self.cfg.port, previous.port if previous else None, host)
+        cport = self._choose_port(self.cfg.controller_port, previous.controller_port if previous else None, host,
+                                  avoid={port})
+        cluster_id = previous.cluster_id if previous else _cluster_id()
+        state = BrokerState(host, port, cport, cluster_id, version=kafka_version(libs))
+        self.properties_path.write_text(self._properties(state))
+        log4j = resources.files("streamtrain.broker").joinpath("log4j2.properties")
+        base = [java, f"-Xmx{self.cfg.heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
+        if not (self.log_dir / "meta.properties").exists():
+            self._format(base, state)
+        return state, [*base, "kafka.Kafka", str(self.properties_path)]
+
+    def start(self) -> str:
+        """Start the broker in the background and return its bootstrap address once it answers.
+
+        Raises:
+            BrokerError: when it is already running elsewhere, dies, or does not answer in time.
+        """
+        if (pid := self.pid()) is not None:
+            logger.info("broker already running in %s (pid %d)", self.data_dir, pid)
+            return self.bootstrap
+        state, command = self.prepare()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"\n=== streamtrain: starting broker at {time.ctime()} ===\n".encode())
+            log.flush()
+            # A new session: Ctrl-C in the terminal that started it must not take the broker down.
+            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True, cwd=self.data_dir)
+        state.pid, state.started_at = self._proc.pid, time.time()
+        self._write_state(state)
+        self._wait_ready(state)
+        return state.bootstrap
+
+    def exec_foreground(self) -> None:
+        """Replace this process by the broker (for containers and supervisors); does not return."""
+        state, command = self.prepare()
+        state.pid, state.started_at = os.getpid(), time.time()
+        self._write_state(state)
+        os.execv(command[0], command)
+
+    def _wait_ready(self, state: BrokerState) -> None:
+        deadline = time.monotonic() + self.cfg.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise BrokerError(f"broker exited with status {self._proc.returncode} while starting; "
+                                  f"last lines of {self.log_path}:\n{self.log_tail()}")
+            if self.answers(state.bootstrap, timeout=2.0):
+                return
+            time.sleep(0.25)
+        raise BrokerError(f"broker did not answer on {state.bootstrap} within {self.cfg.start_timeout_s:.0f} s "
+                          f"(broker.start_timeout_s); last lines of {self.log_path}:\n{self.log_tail()}")
+
+    @staticmethod
+    def answers(bootstrap: str, timeout: float = 2.0) -> bool:
+        """Whether a broker at `bootstrap` answers a metadata request."""
+        host, _, port = bootstrap.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                pass
+        except OSError:
+            return False
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        try:
+            admin.list_topics(timeout=timeout)
+        except KafkaException:
+            return False
+        return True
+
+    # ---- stop ------------------------------------------------------------------------------
+    def stop(self, timeout: float | None = None) -> bool:
+        """Shut the broker down cleanly (SIGTERM: controlled shutdown, logs flushed).
+
+        Returns:
+            True when it stopped by itself within the timeout (or was not running), False when it
+            had to be killed after `broker.stop_timeout_s`.
+        """
+        pid = self.pid()
+        if pid is None:
+            return True
+        os.kill(pid, signal.SIGTERM)
+        clean = self._wait_exit(pid, self.cfg.stop_timeout_s if timeout is None else timeout)
+        if not clean:
+            logger.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", pid, self.cfg.stop_timeout_s)
+            os.kill(pid, signal.SIGKILL)
+            self._wait_exit(pid, 10.0)
+        self._forget_pid()
+        return clean
+
+    def kill(self) -> None:
+        """SIGKILL the broker, as a crash would (for fault tests)."""
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            self._wait_exit(pid, 10.0)
+            self._forget_pid()
+
+    def _wait_exit(self, pid: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.pid == pid:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=0.1)
+                if self._proc.returncode is not None:
+                    return True
+            elif not _pid_alive(pid):
+                return True
+            else:
+                time.sleep(0.1)
+        return False
+
+    def _forget_pid(self) -> None:
+        state = self.read_state()
+        if state is not None:
+            state.pid = None
+            self._write_state(state)
+
+    # ---- status ----------------------------------------------------------------------------
+    def status(self) -> BrokerStatus:
+        """Running? Answering? Version, uptime and topic count."""
+        state = self.read_state()
+        pid = self.pid()
+        if state is None or pid is None:
+            detail = "no broker was ever started here" if state is None else "not running"
+            return BrokerStatus(str(self.data_dir), False, False, None, state.bootstrap if state else None,
+                                state.version if state else None, None, None, detail)
+        topics: int | None = None
+        try:
+            meta = AdminClient({"bootstrap.servers": state.bootstrap, "log_level": 0}).list_topics(timeout=5)
+            topics = len([t for t in meta.topics if not t.startswith("__")])
+            healthy, detail = True, "answering"
+        except KafkaException as exc:
+            healthy, detail = False, f"process is up but does not answer: {exc}"
+        uptime = time.time() - state.started_at if state.started_at else None
+        return BrokerStatus(str(self.data_dir), True, healthy, pid, state.bootstrap, state.version, uptime,
+                            topics, detail)
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the broker log."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    # ---- helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def _java() -> str:
+        home = os.environ.get("JAVA_HOME")
+        java = str(Path(home) / "bin" / "java") if home and (Path(home) / "bin" / "java").exists() else None
+        java = java or shutil.which("java")
+        if java is None:
+            raise BrokerError("Java not found: install a Java 17+ runtime (apt-get install openjdk-17-jre-headless)")
+        return java
+
+    @staticmethod
+    def _choose_port(configured: int, previous: int | None, host: str, avoid: set[int] | None = None) -> int:
+        if configured:
+            if not _port_free(host, configured):
+                raise BrokerError(f"port {configured} on {host} is in use (broker.port / broker.controller_port)")
+            return configured
+        if previous and previous not in (avoid or set()) and _port_free(host, previous):
+            return previous  # same address as last time, so clients of the old run reconnect
+        port = _free_port(host)
+        while port in (avoid or set()):
+            port = _free_port(host)
+        return port
+
+    def _properties(self, state: BrokerState) -> str:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{state.host}:{state.controller_port}",
+            "listeners": f"PLAINTEXT://{state.host}:{state.port},CONTROLLER://{state.host}:{state.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{state.host}:{state.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.log_dir),
+            "num.partitions": "1",
+            # Topics come from one place (TopicNames + ensure_topics); a typo must fail, not create a topic.
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "8",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "log.retention.check.interval.ms": "30000",
+            **self.cfg.properties,
+        }
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _format(self, base: list[str], state: BrokerState) -> None:
+        cmd = [*base, "kafka.tools.StorageTool", "format", "-t", state.cluster_id, "-c", str(self.properties_path),
+               "--ignore-formatted"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise BrokerError(f"formatting {self.log_dir} failed:\n{(done.stdout + done.stderr)[-2000:]}")
+        logger.info("formatted KRaft storage in %s (cluster %s)", self.log_dir, state.cluster_id)
+
+
+def _cluster_id() -> str:
+    # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding (22 characters).
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -1,0 +1,75 @@
+"""What every CLI command shares: loading the config (exit 2 on a bad one), logging, the console."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+from .config import ConfigError, StreamtrainConfig, load_config, parse_assignment
+
+__all__ = ["EXIT_CONFIG", "GlobalOptions", "config_from", "console", "die", "err_console", "setup_logging"]
+
+#: Exit status for a configuration that cannot be used (the service never started).
+EXIT_CONFIG = 2
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class GlobalOptions:
+    """Options given before the subcommand (`streamtrain --config f.toml --set k=v broker start`)."""
+
+    def __init__(self, config_file: str | None = None, sets: list[str] | None = None) -> None:
+        self.config_file = config_file
+        self.sets = list(sets or [])
+
+
+def die(message: str, code: int = 1) -> NoReturn:
+    """Print an error for a person and exit with `code`."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def config_from(ctx: typer.Context, flags: Mapping[str, Any] | None = None) -> StreamtrainConfig:
+    """Load the configuration for a command: file < env < --set < the command's own flags.
+
+    Args:
+        ctx: the click context; its root holds the global `--config` and `--set` options.
+        flags: the command's own flags as dotted setting → value (None means "not given").
+    """
+    root = ctx.find_root().obj
+    opts = root if isinstance(root, GlobalOptions) else GlobalOptions()
+    try:
+        overrides: dict[str, Any] = dict(parse_assignment(s) for s in opts.sets)
+        overrides.update({k: v for k, v in (flags or {}).items() if v is not None})
+        cfg = load_config(opts.config_file, overrides=overrides)
+    except ConfigError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(EXIT_CONFIG) from None
+    setup_logging(cfg.log_level)
+    return cfg
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """Configure logging once per process: rich on a terminal, plain lines otherwise."""
+    root = logging.getLogger()
+    if getattr(root, "_streamtrain_configured", False):
+        root.setLevel(level)
+        return
+    handler: logging.Handler
+    if sys.stderr.isatty():
+        handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=True)
+        fmt = "%(message)s"
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.setFormatter(logging.Formatter(fmt))
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root._streamtrain_configured = True  # type: ignore[attr-defined]

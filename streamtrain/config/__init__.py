@@ -1,0 +1,21 @@
+"""One typed configuration shared by every service (TOML < environment < flags)."""
+
+from .coordinator import CoordinatorConfig
+from .core import BrokerConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
+from .loader import ENV_PREFIX, ConfigError, load_config, parse_assignment
+from .producer import ProducerConfig
+from .trainer import TrainerConfig
+
+__all__ = [
+    "ENV_PREFIX",
+    "BrokerConfig",
+    "ConfigError",
+    "CoordinatorConfig",
+    "KafkaConfig",
+    "MetricsConfig",
+    "ProducerConfig",
+    "StreamtrainConfig",
+    "TrainerConfig",
+    "load_config",
+    "parse_assignment",
+]

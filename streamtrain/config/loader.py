@@ -1,0 +1,155 @@
+"""Load the one configuration from a TOML file, then environment variables, then CLI flags.
+
+Precedence, lowest first: defaults < TOML file < ``STREAMTRAIN_<SECTION>__<FIELD>`` environment
+variables < flags. A bad value raises `ConfigError` naming the setting, where it came from, and
+what is allowed; the CLI turns that into exit status 2 before any service starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .core import StreamtrainConfig
+
+__all__ = ["ENV_PREFIX", "ConfigError", "load_config", "parse_assignment"]
+
+ENV_PREFIX = "STREAMTRAIN_"
+CONFIG_FILE_ENV = "STREAMTRAIN_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names every bad setting."""
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """Parse a ``--set section.field=value`` flag; the value is JSON when it parses as JSON."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. kafka.partitions=2")
+    return key.strip(), _maybe_json(raw)
+
+
+def load_config(
+    path: Path | str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> StreamtrainConfig:
+    """Build the validated configuration.
+
+    Args:
+        path: TOML file; default ``$STREAMTRAIN_CONFIG`` when set, else none.
+        env: environment to read (default `os.environ`).
+        overrides: dotted keys → values from flags, highest precedence; None values are ignored.
+
+    Raises:
+        ConfigError: naming each bad setting, its source and what is allowed.
+    """
+    env = os.environ if env is None else env
+    sources: dict[str, str] = {}
+    merged: dict[str, Any] = {}
+    path = path or env.get(CONFIG_FILE_ENV) or None
+    if path is not None:
+        file_data = _read_toml(Path(path))
+        _record_sources(file_data, (), f"file {path}", sources)
+        _deep_merge(merged, file_data)
+    for name, raw in sorted(env.items()):
+        dotted = _env_key(name)
+        if dotted is not None:
+            _set_dotted(merged, dotted, _maybe_json(raw))
+            sources[dotted] = f"environment {name}"
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(merged, dotted, value)
+            sources[dotted] = "command line"
+    try:
+        return StreamtrainConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, sources)) from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _env_key(name: str) -> str | None:
+    """`STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS` → `kafka.bootstrap_servers`; None for other variables."""
+    if not name.startswith(ENV_PREFIX) or name == CONFIG_FILE_ENV:
+        return None
+    parts = name[len(ENV_PREFIX):].lower().split("__")
+    if parts[0] in StreamtrainConfig.model_fields or len(parts) > 1:
+        return ".".join(parts)
+    return None  # e.g. STREAMTRAIN_TEST_BOOTSTRAP: not a setting
+
+
+def _maybe_json(raw: str) -> Any:
+    text = raw.strip()
+    if text[:1] in "{[":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def _set_dotted(target: dict[str, Any], dotted: str, value: Any) -> None:
+    *heads, last = dotted.split(".")
+    node = target
+    for head in heads:
+        child = node.setdefault(head, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{dotted}: {head} is a value, not a section")
+        node = child
+    node[last] = value
+
+
+def _deep_merge(target: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _deep_merge(target[key], value)
+        else:
+            target[key] = value
+
+
+def _record_sources(data: Mapping[str, Any], prefix: tuple[str, ...], source: str, out: dict[str, str]) -> None:
+    for key, value in data.items():
+        out[".".join((*prefix, key))] = source
+        if isinstance(value, Mapping):
+            _record_sources(value, (*prefix, key), source, out)
+
+
+def _describe(exc: ValidationError, sources: Mapping[str, str]) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        source = sources.get(loc, "default")
+        what = err["msg"]
+        if err["type"] == "extra_forbidden":
+            what = f"unknown setting (known here: {', '.join(_known_keys(err['loc'][:-1]))})"
+        got = "" if err["type"] in ("extra_forbidden", "missing") else f" (got {err['input']!r})"
+        lines.append(f"  {loc}: {what}{got} [from {source}]")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = StreamtrainConfig
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return sorted(model.model_fields)

@@ -1,0 +1,237 @@
+"""Kafka client factories and topic administration, built from the one `KafkaConfig`.
+
+Every producer, consumer and admin client in streamtrain comes from here, so security settings
+(`kafka.client`: SASL, TLS, ...) reach all of them and no service spells librdkafka keys itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from .config import KafkaConfig
+from .wire import DeadLetter, WireError, encode
+
+__all__ = [
+    "DeadLetterSink",
+    "TopicSpec",
+    "client_settings",
+    "ensure_topics",
+    "make_admin",
+    "make_consumer",
+    "make_producer",
+    "read_to_end",
+    "topic_config",
+]
+
+logger = logging.getLogger(__name__)
+
+REASON_HEADER = "st-reason"
+_RDKAFKA_LOG = logging.getLogger("librdkafka")
+
+
+def client_settings(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
+    """librdkafka settings shared by every client: bootstrap, security passthrough, then overrides."""
+    # librdkafka's own log lines go through Python logging instead of raw stderr.
+    settings: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers, "logger": _RDKAFKA_LOG}
+    settings.update(cfg.client)
+    settings.update(overrides)
+    return settings
+
+
+def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
+    """An idempotent producer with `acks=all`: no duplicates from retries, nothing acked and then lost."""
+    defaults: dict[str, Any] = {
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        # Retries with backoff while the broker is away; deliveries fail only after this long.
+        "delivery.timeout.ms": 120_000,
+        "retry.backoff.ms": 100,
+        "retry.backoff.max.ms": 2_000,
+    }
+    return Producer(client_settings(cfg, **{**defaults, **overrides}))
+
+
+def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> Consumer:
+    """A consumer that never auto-commits: offsets are committed only after the work they cover."""
+    defaults: dict[str, Any] = {
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+    }
+    return Consumer(client_settings(cfg, **{**defaults, **overrides}))
+
+
+def make_admin(cfg: KafkaConfig, **overrides: Any) -> AdminClient:
+    """An admin client (topics, lag, DeleteRecords)."""
+    return AdminClient(client_settings(cfg, **overrides))
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic streamtrain needs: name, partitions and topic-level configs (retention, ...)."""
+
+    name: str
+    partitions: int = 1
+    replication_factor: int = 1
+    config: Mapping[str, str] | None = None
+
+    @classmethod
+    def from_config(cls, cfg: KafkaConfig, name: str, **config: str) -> TopicSpec:
+        """A spec with the configured partitions, replication and retention."""
+        return cls(name, cfg.partitions, cfg.replication_factor, {"retention.ms": str(cfg.retention_ms), **config})
+
+
+def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float = 30.0) -> list[str]:
+    """Create the topics that do not exist yet; leave existing ones alone. Idempotent.
+
+    Returns:
+        Names of the topics this call created.
+
+    Raises:
+        KafkaException: when creation fails for a reason other than "already exists".
+    """
+    specs = list(specs)
+    if not specs:
+        return []
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    todo = [s for s in specs if s.name not in existing]
+    for spec in specs:
+        if spec.name in existing:
+            _check_partitions(admin, spec, timeout)
+    if not todo:
+        return []
+    futures = admin.create_topics(
+        [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config or {})) for s in todo],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )
+    created = []
+    for name, fut in futures.items():
+        try:
+            fut.result(timeout=timeout)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race with another service
+                raise
+    if created:
+        logger.info("created topics %s", ", ".join(sorted(created)))
+    return created
+
+
+def _check_partitions(admin: AdminClient, spec: TopicSpec, timeout: float) -> None:
+    meta = admin.list_topics(spec.name, timeout=timeout).topics[spec.name]
+    if len(meta.partitions) != spec.partitions:
+        logger.warning(
+            "topic %s has %d partitions, configuration asks for %d; keeping the existing topic as it is",
+            spec.name, len(meta.partitions), spec.partitions,
+        )
+
+
+def topic_config(admin: AdminClient, topic: str, timeout: float = 30.0) -> dict[str, str]:
+    """A topic's effective configuration (retention.ms, ...)."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout=timeout)
+    return {name: entry.value for name, entry in entries.items()}
+
+
+class DeadLetterSink:
+    """Sends records no service can use to `<prefix>.dead-letter`, with the reason in a header.
+
+    Args:
+        producer: an idempotent producer (see `make_producer`); the caller flushes and closes it.
+        topic: the dead-letter topic.
+        service: name of the rejecting service, recorded in every dead letter.
+    """
+
+    def __init__(self, producer: Producer, topic: str, service: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.service = service
+        self.sent = 0
+        self.failed = 0
+
+    def send(self, msg: Message, reason: str, detail: str) -> None:
+        """Dead-letter one consumed message; delivery failures are counted, not raised."""
+        letter = DeadLetter(
+            topic=msg.topic() or "",
+            partition=msg.partition() or 0,
+            offset=msg.offset() or 0,
+            reason=reason,
+            detail=detail,
+            service=self.service,
+            headers={k: (v or b"") for k, v in (msg.headers() or [])},
+            key=msg.key(),
+            value=msg.value(),
+        )
+        value, headers = encode(letter)
+        headers.append((REASON_HEADER, reason.encode()))
+        self.producer.produce(self.topic, value=value, headers=headers, on_delivery=self._delivered)
+        self.producer.poll(0)
+
+    def send_error(self, msg: Message, error: WireError) -> None:
+        """Dead-letter a message that failed to decode, with the error's reason code."""
+        self.send(msg, error.reason, str(error))
+
+    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is None:
+            self.sent += 1
+        else:
+            self.failed += 1
+            logger.error("dead letter could not be delivered: %s", err)
+
+
+def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0) -> Iterator[Message]:
+    """Every record now in `topics`, from the log start to the high watermark each had on entry.
+
+    Reads by manual assignment with no committed offsets (nothing is left behind in any group).
+
+    Raises:
+        TimeoutError: when the records up to the high watermarks do not arrive within `timeout`.
+        KafkaException: on a consumer error other than reaching a partition's end.
+    """
+    consumer = make_consumer(cfg, f"streamtrain-readback-{uuid.uuid4().hex[:8]}")
+    try:
+        remaining: dict[tuple[str, int], int] = {}
+        assignment = []
+        for topic in topics:
+            meta = consumer.list_topics(topic, timeout=timeout).topics[topic]
+            if meta.error is not None:
+                raise KafkaException(meta.error)
+            for pid in meta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=timeout)
+                if high > low:
+                    remaining[(topic, pid)] = high
+                    assignment.append(TopicPartition(topic, pid, OFFSET_BEGINNING))
+        consumer.assign(assignment)
+        deadline = time.monotonic() + timeout
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"records up to the high watermark did not arrive in {timeout:.0f} s: {remaining}")
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            key = (msg.topic() or "", msg.partition() or 0)
+            end = remaining.get(key)
+            if end is None:
+                continue
+            offset = msg.offset() or 0
+            if offset < end:
+                yield msg
+            if offset >= end - 1:
+                del remaining[key]
+    finally:
+        consumer.close()

@@ -1,0 +1,55 @@
+"""Typed errors for records that cannot be read; each carries the reason code dead letters use."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptRecordError",
+    "InvalidSampleError",
+    "MissingHeaderError",
+    "SchemaMismatchError",
+    "SizeMismatchError",
+    "UnknownSchemaError",
+    "WireError",
+]
+
+
+class WireError(ValueError):
+    """A record that cannot be used. `reason` is the short code written to the dead-letter topic."""
+
+    reason = "invalid"
+
+
+class MissingHeaderError(WireError):
+    """A required header (schema fingerprint, sample size) is absent."""
+
+    reason = "missing-header"
+
+
+class UnknownSchemaError(WireError):
+    """The schema fingerprint is not one this build can read."""
+
+    reason = "unknown-schema"
+
+
+class SchemaMismatchError(WireError):
+    """A known schema, but not the record type expected on this topic."""
+
+    reason = "wrong-schema"
+
+
+class CorruptRecordError(WireError):
+    """The body is not a valid Avro encoding of the schema its header names."""
+
+    reason = "corrupt"
+
+
+class SizeMismatchError(WireError):
+    """The ``st-size`` header disagrees with the record's size (or is not a number)."""
+
+    reason = "size-mismatch"
+
+
+class InvalidSampleError(WireError):
+    """A well-formed sample that cannot be trained: bad size, shape ≠ data length, NaN/inf payload."""
+
+    reason = "invalid-sample"

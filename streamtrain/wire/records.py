@@ -1,0 +1,242 @@
+"""Typed records of the wire contract, one per `.avsc` schema, with `to_dict`/`from_dict`.
+
+The schemas in `schemas/` are the source of truth; these dataclasses are their Python face.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "DTYPES",
+    "Assignment",
+    "DeadLetter",
+    "DevicePlan",
+    "PendingSample",
+    "Record",
+    "Sample",
+    "StepFeedback",
+    "now_ms",
+]
+
+#: Payload element types a Sample may carry (the `DType` enum of Sample.avsc).
+DTYPES: tuple[str, ...] = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8")
+
+
+def now_ms() -> int:
+    """Wall-clock time in milliseconds since the Unix epoch, as every record stores it."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One variable-size training sample of one device's stream."""
+
+    SCHEMA: ClassVar[str] = "Sample"
+
+    device_id: str
+    seq: int
+    produced_at: int
+    size: int
+    shape: tuple[int, ...]
+    dtype: str
+    data: bytes
+    label: int | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_array(
+        cls,
+        device_id: str,
+        seq: int,
+        array: np.ndarray,
+        label: int | None = None,
+        produced_at: int | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> Sample:
+        """Build a sample from an array whose first axis is the variable-length one (size = shape[0])."""
+        if np.ndim(array) == 0:
+            raise ValueError("a sample's payload needs at least one axis (its size axis)")
+        arr = np.ascontiguousarray(array)
+        if arr.dtype.name not in DTYPES:
+            raise ValueError(f"dtype {arr.dtype.name!r} is not one of {', '.join(DTYPES)}")
+        little = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+        return cls(
+            device_id=device_id,
+            seq=seq,
+            produced_at=now_ms() if produced_at is None else produced_at,
+            size=int(arr.shape[0]),
+            shape=tuple(int(d) for d in arr.shape),
+            dtype=arr.dtype.name,
+            data=little.tobytes(),
+            label=label,
+            metadata=dict(metadata or {}),
+        )
+
+    def array(self) -> np.ndarray:
+        """The payload as a read-only numpy array of `shape` and `dtype`."""
+        return np.frombuffer(self.data, dtype=np.dtype(self.dtype).newbyteorder("<")).reshape(self.shape)
+
+    def problems(self) -> list[str]:
+        """Why this sample cannot be trained, or an empty list when it can."""
+        found: list[str] = []
+        if self.size < 1:
+            found.append(f"size {self.size} < 1")
+        if self.dtype not in DTYPES:
+            found.append(f"dtype {self.dtype!r} unknown")
+            return found
+        if not self.shape:
+            found.append("shape is empty (a payload needs its size axis)")
+            return found
+        if any(d < 0 for d in self.shape):
+            found.append(f"shape {list(self.shape)} has a negative dimension")
+            return found
+        if self.shape[0] != self.size:
+            found.append(f"size {self.size} != shape[0] {self.shape[0]}")
+        expected = math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        if expected != len(self.data):
+            found.append(f"data is {len(self.data)} bytes but shape {list(self.shape)} of {self.dtype} needs {expected}")
+        elif self.dtype.startswith("float") and not np.isfinite(self.array()).all():
+            found.append("payload holds NaN or infinity")
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Sample:
+        return cls(
+            device_id=d["device_id"],
+            seq=d["seq"],
+            produced_at=d["produced_at"],
+            size=d["size"],
+            shape=tuple(d["shape"]),
+            dtype=d["dtype"],
+            data=bytes(d["data"]),
+            label=d.get("label"),
+            metadata=dict(d.get("metadata") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class PendingSample:
+    """A sample a trainer has buffered: where it is and how big it is."""
+
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class StepFeedback:
+    """What one rank did in one step."""
+
+    SCHEMA: ClassVar[str] = "StepFeedback"
+
+    job: str
+    step: int
+    device_id: str
+    rank: int
+    plan_step: int
+    samples: int
+    total_size: int
+    compute_seconds: float
+    data_wait_seconds: float
+    comm_seconds: float
+    step_seconds: float
+    memory_bytes: int
+    lowest_unprocessed_offset: int
+    buffer_depth: int
+    loss: float | None = None
+    dropped: int = 0
+    new_samples: tuple[PendingSample, ...] = ()
+    sent_at: int = field(default_factory=now_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["new_samples"] = [asdict(p) for p in self.new_samples]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepFeedback:
+        d = dict(d)
+        d["new_samples"] = tuple(PendingSample(**p) for p in d.get("new_samples", ()))
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """One device's part of a step plan."""
+
+    device_id: str
+    predicted_seconds: float
+    weight: float
+    offsets: tuple[int, ...] = ()
+    count: int | None = None
+    size_budget: int | None = None
+    truncate_before: int | None = None
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The coordinator's plan for one step."""
+
+    SCHEMA: ClassVar[str] = "Assignment"
+
+    job: str
+    step: int
+    policy: str
+    step_time_target: float
+    global_batch: int
+    lr_scale: float
+    devices: tuple[DevicePlan, ...]
+    created_at: int = field(default_factory=now_ms)
+
+    def for_device(self, device_id: str) -> DevicePlan | None:
+        """This plan's part for one device, or None when the device is not in it."""
+        return next((d for d in self.devices if d.device_id == device_id), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["devices"] = [{**asdict(p), "offsets": list(p.offsets)} for p in self.devices]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Assignment:
+        d = dict(d)
+        d["devices"] = tuple(DevicePlan(**{**p, "offsets": tuple(p.get("offsets", ()))}) for p in d["devices"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record that could not be used, with why."""
+
+    SCHEMA: ClassVar[str] = "DeadLetter"
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    detail: str
+    service: str
+    failed_at: int = field(default_factory=now_ms)
+    headers: dict[str, bytes] = field(default_factory=dict)
+    key: bytes | None = None
+    value: bytes | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DeadLetter:
+        return cls(**d)
+
+
+Record = Sample | StepFeedback | Assignment | DeadLetter

@@ -1,0 +1,53 @@
+"""Topic names: the one place that knows how streamtrain names its Kafka topics."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["TopicNames", "validate_name_part"]
+
+_LEGAL = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+_MAX_TOPIC = 249  # Kafka's limit on topic name length
+
+
+def validate_name_part(what: str, value: str) -> str:
+    """Return `value` if it can be part of a topic name, else raise ValueError naming `what`."""
+    if not value or not _LEGAL.match(value):
+        raise ValueError(f"{what} {value!r} must be letters, digits, '_', '-' and single dots")
+    return value
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """Topic names under one prefix: `<prefix>.device.<id>`, `.feedback`, `.assignments`, `.dead-letter`."""
+
+    prefix: str = "streamtrain"
+
+    def __post_init__(self) -> None:
+        validate_name_part("topic prefix", self.prefix)
+
+    def device(self, device_id: str) -> str:
+        """The topic of one device's sample stream."""
+        validate_name_part("device id", device_id)
+        name = f"{self.prefix}.device.{device_id}"
+        if len(name) > _MAX_TOPIC:
+            raise ValueError(f"topic {name[:40]}... is longer than Kafka's {_MAX_TOPIC} characters")
+        return name
+
+    def device_of(self, topic: str) -> str | None:
+        """The device id of a device topic under this prefix, or None for any other topic."""
+        head = f"{self.prefix}.device."
+        return topic[len(head):] if topic.startswith(head) and len(topic) > len(head) else None
+
+    @property
+    def feedback(self) -> str:
+        return f"{self.prefix}.feedback"
+
+    @property
+    def assignments(self) -> str:
+        return f"{self.prefix}.assignments"
+
+    @property
+    def dead_letter(self) -> str:
+        return f"{self.prefix}.dead-letter"

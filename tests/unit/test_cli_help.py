@@ -1,0 +1,46 @@
+"""`streamtrain --help` and every subcommand's --help explain themselves."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+import typer.main
+from typer.testing import CliRunner
+
+from streamtrain.cli import app
+
+
+def _commands(group: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for name, cmd in getattr(group, "commands", {}).items():
+        path = (*prefix, name)
+        found.append(path)
+        found.extend(_commands(cmd, path))
+    return found
+
+
+COMMANDS = _commands(typer.main.get_command(app))
+
+
+def test_root_help_lists_the_commands() -> None:
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for name in ("broker", "config", "bench", "demo"):
+        assert name in result.output
+    assert "STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS" in result.output
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
+def test_every_command_has_help(path: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(app, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+    # A command's help says something beyond its usage line.
+    body = result.output.split("Usage:", 1)[1]
+    assert len(body.split()) > 8
+
+
+def test_broker_start_documents_its_settings() -> None:
+    result = CliRunner().invoke(app, ["broker", "start", "--help"], env={"COLUMNS": "200"})
+    for option in ("--data-dir", "--port", "--controller-port", "--heap", "--log-file", "broker.data_dir"):
+        assert option in result.output

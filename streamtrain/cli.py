@@ -51,6 +51,7 @@ def _register_commands() -> None:
     from producers.cli import register as register_producers
     from trainer.cli import register as register_trainer
 
+    from .bench_kafka import register as register_kafka_bench
     from .broker.cli import app as broker_app
     from .config_cli import app as config_app
     from .demo import register as register_demo
@@ -59,6 +60,7 @@ def _register_commands() -> None:
     app.add_typer(bench_app, name="bench")
     app.add_typer(config_app, name="config")
     register_demo(app)
+    register_kafka_bench(bench_app)
     register_producers(app, bench_app)
     register_coordinator(app, bench_app)
     register_trainer(app, bench_app)

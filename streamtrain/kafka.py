@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from .config import KafkaConfig
 from .wire import DeadLetter, WireError, encode
+from .wire.codec import header_items
 
 __all__ = [
     "DeadLetterSink",
@@ -171,7 +172,7 @@ class DeadLetterSink:
             reason=reason,
             detail=detail,
             service=self.service,
-            headers={k: (v or b"") for k, v in (msg.headers() or [])},
+            headers={k: v or b"" for k, v in header_items(msg.headers())},
             key=msg.key(),
             value=msg.value(),
         )

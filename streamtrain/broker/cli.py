@@ -22,13 +22,17 @@ app = typer.Typer(
 DataDir = Annotated[
     Path | None, typer.Option("--data-dir", "-d", help="Broker data directory (setting broker.data_dir).")
 ]
-Port = Annotated[int | None, typer.Option(help="Client port; 0 = a free one, kept across restarts (setting broker.port).")]
+Port = Annotated[
+    int | None, typer.Option(help="Client port; 0 = a free one, kept across restarts (setting broker.port).")
+]
 ControllerPort = Annotated[
     int | None, typer.Option(help="KRaft controller port; 0 = a free one (setting broker.controller_port).")
 ]
 Host = Annotated[str | None, typer.Option(help="Listen and advertised address (setting broker.host).")]
 Heap = Annotated[str | None, typer.Option(help="Java heap, e.g. 768m or 2g (setting broker.heap).")]
-LogFile = Annotated[Path | None, typer.Option(help="Broker log file; default DATA_DIR/broker.log (setting broker.log_file).")]
+LogFile = Annotated[
+    Path | None, typer.Option(help="Broker log file; default DATA_DIR/broker.log (setting broker.log_file).")
+]
 
 
 def _broker(ctx: typer.Context, **flags: object) -> EmbeddedBroker:
@@ -71,7 +75,8 @@ def stop(
     ctx: typer.Context,
     data_dir: DataDir = None,
     timeout: Annotated[
-        float | None, typer.Option(help="Seconds to wait for a clean shutdown before SIGKILL (setting broker.stop_timeout_s).")
+        float | None,
+        typer.Option(help="Seconds to wait for a clean shutdown before SIGKILL (setting broker.stop_timeout_s)."),
     ] = None,
 ) -> None:
     """Shut the broker down cleanly (SIGTERM, controlled shutdown); kill it only after the timeout."""

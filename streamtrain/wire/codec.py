@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -31,10 +31,12 @@ from .records import Assignment, DeadLetter, Record, Sample, StepFeedback
 __all__ = [
     "SCHEMA_HEADER",
     "SIZE_HEADER",
+    "HeaderList",
     "Headers",
     "decode",
     "encode",
     "fingerprint_of",
+    "header_items",
     "header_value",
     "known_fingerprints",
     "load_schema",
@@ -44,7 +46,8 @@ SCHEMA_HEADER = "st-schema"
 SIZE_HEADER = "st-size"
 
 #: Kafka record headers as confluent-kafka takes and returns them.
-Headers = Sequence[tuple[str, bytes | None]]
+HeaderList = list[tuple[str, str | bytes | None]]
+Headers = Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]]
 
 _RECORD_TYPES: dict[str, type[Any]] = {
     "Sample": Sample,
@@ -81,21 +84,27 @@ def fingerprint_of(record_type: type[Any]) -> str:
     return load_schema(record_type.SCHEMA).fingerprint
 
 
-def header_value(headers: Iterable[tuple[str, bytes | None]] | None, name: str) -> bytes | None:
-    """The last value of header `name`, or None when absent."""
-    found = None
-    for key, value in headers or ():
+def header_items(headers: Headers | None) -> list[tuple[str, bytes | None]]:
+    """Headers in either confluent-kafka form as a list of (name, bytes or None)."""
+    items = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in items]
+
+
+def header_value(headers: Headers | None, name: str) -> bytes | None:
+    """The last value of header `name` as bytes, or None when absent."""
+    found: bytes | None = None
+    for key, value in header_items(headers):
         if key == name:
             found = value
     return found
 
 
-def encode(record: Record) -> tuple[bytes, list[tuple[str, bytes]]]:
+def encode(record: Record) -> tuple[bytes, HeaderList]:
     """Serialize a record to (value, headers) ready for `Producer.produce(value=..., headers=...)`."""
     schema = load_schema(record.SCHEMA)
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, schema.parsed, record.to_dict())
-    headers = [(SCHEMA_HEADER, schema.fingerprint.encode())]
+    headers: HeaderList = [(SCHEMA_HEADER, schema.fingerprint.encode())]
     if isinstance(record, Sample):
         headers.append((SIZE_HEADER, str(record.size).encode()))
     return buf.getvalue(), headers

@@ -100,7 +100,8 @@ class Sample:
             found.append(f"size {self.size} != shape[0] {self.shape[0]}")
         expected = math.prod(self.shape) * np.dtype(self.dtype).itemsize
         if expected != len(self.data):
-            found.append(f"data is {len(self.data)} bytes but shape {list(self.shape)} of {self.dtype} needs {expected}")
+            found.append(f"data is {len(self.data)} bytes but shape {list(self.shape)} of {self.dtype} "
+                         f"needs {expected}")
         elif self.dtype.startswith("float") and not np.isfinite(self.array()).all():
             found.append("payload holds NaN or infinity")
         return found

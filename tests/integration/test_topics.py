@@ -1,0 +1,66 @@
+"""Topic creation is idempotent and applies partitions and retention; dead letters keep their reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamtrain.config import KafkaConfig
+from streamtrain.kafka import (
+    REASON_HEADER,
+    DeadLetterSink,
+    TopicSpec,
+    ensure_topics,
+    make_admin,
+    make_producer,
+    read_to_end,
+    topic_config,
+)
+from streamtrain.wire import DeadLetter, Sample, WireError, decode, encode
+
+pytestmark = pytest.mark.integration
+
+
+def test_creating_topics_is_idempotent_with_partitions_and_retention(kafka_cfg: KafkaConfig) -> None:
+    cfg = kafka_cfg.model_copy(update={"partitions": 3, "retention_ms": 3_600_000})
+    names = cfg.topics
+    specs = [TopicSpec.from_config(cfg, t) for t in (names.device("a"), names.feedback, names.assignments,
+                                                       names.dead_letter)]
+    admin = make_admin(cfg)
+    assert sorted(ensure_topics(admin, specs)) == sorted(s.name for s in specs)
+    assert ensure_topics(admin, specs) == []  # second call: nothing to do, no error
+    meta = admin.list_topics(timeout=10).topics
+    assert len(meta[names.device("a")].partitions) == 3
+    assert topic_config(admin, names.feedback)["retention.ms"] == "3600000"
+
+
+def test_broker_refuses_to_invent_topics(kafka_cfg: KafkaConfig) -> None:
+    """Topics come from one place: producing to a misspelt topic fails instead of creating it."""
+    producer = make_producer(kafka_cfg, **{"delivery.timeout.ms": 3000, "message.timeout.ms": 3000})
+    errors = []
+    producer.produce(kafka_cfg.topics.device("typo"), value=b"x", on_delivery=lambda err, _m: errors.append(err))
+    producer.flush(10)
+    assert errors and errors[0] is not None
+    assert kafka_cfg.topics.device("typo") not in make_admin(kafka_cfg).list_topics(timeout=10).topics
+
+
+def test_dead_letter_sink_keeps_the_record_and_the_reason(kafka_cfg: KafkaConfig) -> None:
+    names = kafka_cfg.topics
+    admin = make_admin(kafka_cfg)
+    ensure_topics(admin, [TopicSpec.from_config(kafka_cfg, t) for t in (names.device("d"), names.dead_letter)])
+    producer = make_producer(kafka_cfg)
+    _, headers = encode(Sample.from_array("d", 0, np.ones((3, 2), "float32")))
+    producer.produce(names.device("d"), value=b"\x00garbage", headers=headers)
+    producer.flush(10)
+    (msg,) = list(read_to_end(kafka_cfg, [names.device("d")]))
+    sink = DeadLetterSink(producer, names.dead_letter, service="trainer")
+    with pytest.raises(WireError) as rejected:
+        decode(msg.value(), msg.headers(), Sample)
+    sink.send_error(msg, rejected.value)
+    assert producer.flush(10) == 0 and sink.sent == 1
+    (letter_msg,) = list(read_to_end(kafka_cfg, [names.dead_letter]))
+    assert dict(letter_msg.headers() or [])[REASON_HEADER] == b"corrupt"
+    letter = decode(letter_msg.value(), letter_msg.headers(), DeadLetter)
+    assert (letter.topic, letter.offset, letter.reason, letter.service) == (names.device("d"), 0, "corrupt", "trainer")
+    assert letter.value == b"\x00garbage" and letter.headers["st-size"] == b"3"
+    assert "not valid Avro" in letter.detail

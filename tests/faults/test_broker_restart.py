@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +18,7 @@ from typer.testing import CliRunner
 from streamtrain.accounting import SeqLedger
 from streamtrain.broker import BrokerError, EmbeddedBroker
 from streamtrain.cli import app
-from streamtrain.config import KafkaConfig
+from streamtrain.config import BrokerConfig, KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
 from streamtrain.wire import Sample, decode, encode
 
@@ -103,3 +106,26 @@ def test_start_failure_names_the_problem(broker_factory: Callable[..., EmbeddedB
     clash = broker_factory(port=port)
     with pytest.raises(BrokerError, match=r"port .* in use \(broker.port"):
         clash.start()
+
+
+def test_broker_run_stays_in_the_foreground_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """`broker run` is the process a container supervisor sees: it answers, and SIGTERM ends it cleanly."""
+    data_dir = tmp_path / "fg"
+    log = tmp_path / "fg.log"
+    with log.open("wb") as out:  # a file, not a pipe: an unread pipe would block the broker's logging
+        proc = subprocess.Popen([sys.executable, "-m", "streamtrain.cli", "broker", "run", "--data-dir", str(data_dir)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        broker = EmbeddedBroker(BrokerConfig(data_dir=data_dir))
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (broker.read_state() and broker.answers(broker.bootstrap)):
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.3)
+        assert broker.pid() == proc.pid  # exec'd in place: the supervisor's pid is the broker's
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) in (0, 143)
+        output = log.read_text()
+        assert "Kafka Server started" in output and "shut down completed" in output.lower()
+    finally:
+        if proc.poll() is None:
+            proc.kill()

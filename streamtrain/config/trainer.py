@@ -1,0 +1,119 @@
+"""Trainer settings (`[trainer]` in the TOML file, STREAMTRAIN_TRAINER__* in the environment)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ["DOTTED_PATH", "TrainerConfig"]
+
+#: `package.module:attribute`, the form of `model` and `collate`.
+DOTTED_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+class TrainerConfig(BaseModel):
+    """How each trainer rank builds its model, trains a batch and aggregates gradients."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    num_features: int = Field(default=16, ge=1, le=65536)
+    """Features per frame: every sample's payload has shape (size, num_features)."""
+
+    num_classes: int = Field(default=10, ge=2, le=1_000_000)
+    """Classes of the label; the model emits this many logits per sample."""
+
+    hidden_size: int = Field(default=64, ge=1, le=65536)
+    """Channels of the default packed temporal conv net."""
+
+    num_layers: int = Field(default=2, ge=1, le=64)
+    """Masked conv blocks of the default model."""
+
+    kernel_size: int = Field(default=5, ge=1, le=63)
+    """Temporal kernel width of the default model (odd, so 'same' padding is symmetric)."""
+
+    model: str | None = None
+    """Dotted path `module:attr` of a factory `(TrainerConfig) -> torch.nn.Module` replacing the default
+    model; the module must accept what `collate` returns, including an empty batch."""
+
+    collate: str | None = None
+    """Dotted path `module:attr` of `(Sequence[Sample], TrainerConfig) -> batch` replacing the default
+    packing; the batch needs `labels`, `num_samples`, `total_size` and `to(device)`."""
+
+    precision: Literal["float32", "float64"] = "float32"
+    """Dtype of parameters and inputs (float64 for exactness checks)."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where a rank trains: auto picks cuda:LOCAL_RANK when CUDA is present, else the CPU."""
+
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """torch.distributed backend: auto picks NCCL for CUDA and gloo for the CPU."""
+
+    torch_threads: int = Field(default=0, ge=0, le=1024)
+    """Intra-op CPU threads per rank (0 keeps torch's default; set 1-2 when many ranks share a host)."""
+
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    """Optimizer of every rank."""
+
+    lr: float = Field(default=0.05, gt=0, le=100)
+    """Learning rate at the base batch (the rate actually used when lr_scaling is off)."""
+
+    momentum: float = Field(default=0.9, ge=0, lt=1)
+    """SGD momentum (ignored by adamw)."""
+
+    weight_decay: float = Field(default=0.0, ge=0, le=1)
+    """Weight decay of the optimizer."""
+
+    aggregation: Literal["weighted", "mean"] = "weighted"
+    """How gradients combine: weighted gives rank i the share lambda_i / sum(lambda) (CHRONICA Eq. 7,
+    ScaDLES Eq. 4); mean is the plain average of conventional DDP (biased for uneven batches)."""
+
+    weight_by: Literal["samples", "size"] = "samples"
+    """What lambda counts: samples trained (exact against SGD on the union when the loss is a per-rank
+    mean) or their total size (CHRONICA's data-amount weighting)."""
+
+    lr_scaling: bool = True
+    """Scale the learning rate linearly with the global batch: lr * global_batch / base_batch."""
+
+    base_batch: int = Field(default=64, ge=1)
+    """Global batch (samples over all ranks) at which the learning rate is exactly `lr`."""
+
+    max_lr_scale: float = Field(default=16.0, gt=0)
+    """Upper bound of the linear learning-rate scale, so one huge global batch cannot blow up a step."""
+
+    compression: bool = False
+    """Adaptive Top-k compression of each gradient bucket (ScaDLES section IV)."""
+
+    topk_ratio: float = Field(default=0.1, gt=0, le=1)
+    """Fraction of a bucket's entries Top-k keeps."""
+
+    compression_delta: float = Field(default=0.3, ge=0)
+    """Threshold delta on the relative energy loss |‖g‖² - ‖Topk(g)‖²| / ‖g‖²: a bucket is sent sparse
+    only when every rank's loss is within it, dense otherwise."""
+
+    bucket_cap_mb: float = Field(default=25.0, gt=0, le=4096)
+    """DDP gradient bucket size in MiB (each bucket is one hook call and one collective)."""
+
+    seed: int = Field(default=0, ge=0)
+    """Seed of the model's initial parameters (rank 0's are broadcast to the others)."""
+
+    @field_validator("kernel_size")
+    @classmethod
+    def _kernel_is_odd(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise ValueError(f"kernel_size must be odd for symmetric 'same' padding, got {value}")
+        return value
+
+    @field_validator("model", "collate")
+    @classmethod
+    def _is_dotted_path(cls, value: str | None) -> str | None:
+        if value is not None and not DOTTED_PATH.match(value):
+            raise ValueError(f"{value!r} is not a dotted path of the form package.module:attribute")
+        return value
+
+    @model_validator(mode="after")
+    def _device_fits_backend(self) -> TrainerConfig:
+        if self.device == "cpu" and self.backend == "nccl":
+            raise ValueError("backend 'nccl' needs device 'cuda' or 'auto', not 'cpu'")
+        return self

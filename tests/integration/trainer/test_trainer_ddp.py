@@ -1,0 +1,132 @@
+"""Multi-rank DDP on gloo: weighted aggregation is exact, plain averaging is biased, Top-k agrees.
+
+One spawn of three ranks runs every scenario (see `trainer_ranks.py`), because starting ranks is
+the expensive part; each test then checks one scenario against a single-process reference.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from trainer_ranks import BASE, COUNTS, reference_sgd, reference_size_weighted_grads, run_ranks, step_samples
+
+from trainer.compression import topk
+
+pytestmark = pytest.mark.integration
+
+WORLD = 3
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    out: Path = tmp_path_factory.mktemp("ranks")
+    return run_ranks(WORLD, out)
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def _ranks_agree(per_rank: list[dict[str, Any]]) -> None:
+    for other in per_rank[1:]:
+        assert _max_diff(per_rank[0]["params"], other["params"]) == 0.0
+
+
+def test_weighted_hook_equals_sgd_on_the_union(observed: dict[str, list[dict[str, Any]]]) -> None:
+    runs = observed["weighted"]
+    _ranks_agree(runs)
+    expected, _ = reference_sgd(BASE, WORLD)
+    assert _max_diff(runs[0]["params"], expected) < 1e-9
+
+
+def test_idle_ranks_report_no_loss_and_weight_zero(observed: dict[str, list[dict[str, Any]]]) -> None:
+    for rank, run in enumerate(observed["weighted"]):
+        for step, result in enumerate(run["results"]):
+            own = COUNTS[step][rank]
+            assert result.samples == own and result.weight == own
+            assert (result.loss is None) == (own == 0)
+            assert result.global_samples == sum(COUNTS[step]) == result.global_weight
+            assert result.stepped == (sum(COUNTS[step]) > 0)
+            assert result.comm_seconds >= 0 and result.compute_seconds >= 0 and result.memory_bytes > 0
+
+
+def test_plain_average_is_biased(observed: dict[str, list[dict[str, Any]]]) -> None:
+    runs = observed["mean"]
+    _ranks_agree(runs)
+    expected, _ = reference_sgd(BASE, WORLD)
+    assert _max_diff(runs[0]["params"], expected) > 1e-3
+
+
+def test_learning_rate_scales_linearly_with_the_global_batch(observed: dict[str, list[dict[str, Any]]]) -> None:
+    _, lrs = reference_sgd(BASE, WORLD)
+    for run in observed["weighted"]:
+        got = [r.lr for r in run["results"]]
+        assert got == pytest.approx([BASE.lr * sum(c) / BASE.base_batch for c in COUNTS])
+        assert got == pytest.approx(lrs)
+    unscaled = BASE.model_copy(update={"lr_scaling": False})
+    expected, _ = reference_sgd(unscaled, WORLD)
+    runs = observed["no_lr_scaling"]
+    assert all(r.lr == BASE.lr for r in runs[0]["results"])
+    assert _max_diff(runs[0]["params"], expected) < 1e-9
+
+
+def test_topk_with_large_delta_compresses_every_bucket(observed: dict[str, list[dict[str, Any]]]) -> None:
+    runs = observed["topk_always"]
+    _ranks_agree(runs)
+    buckets, compressed = runs[0]["decisions"]
+    assert buckets > len(COUNTS) and compressed == buckets
+    assert runs[0]["compressed_step_ratio"] == 1.0
+    dense, _ = reference_sgd(BASE, WORLD)
+    assert _max_diff(runs[0]["params"], dense) > 1e-6  # sparsified updates really differ
+
+
+def test_topk_with_zero_delta_stays_dense_and_exact(observed: dict[str, list[dict[str, Any]]]) -> None:
+    runs = observed["topk_never"]
+    _ranks_agree(runs)
+    # delta = 0 sends sparse only what Top-k keeps losslessly: here just the all-idle step's zeros.
+    for run in runs:
+        for step, result in enumerate(run["results"]):
+            idle = sum(COUNTS[step]) == 0
+            assert result.compressed_buckets == (result.buckets if idle else 0)
+    idle_steps = sum(1 for c in COUNTS if sum(c) == 0)
+    assert runs[0]["compressed_step_ratio"] == pytest.approx(idle_steps / len(COUNTS))
+    expected, _ = reference_sgd(BASE, WORLD)
+    assert _max_diff(runs[0]["params"], expected) < 1e-9
+
+
+def test_sparse_reduction_sums_each_ranks_topk(observed: dict[str, list[dict[str, Any]]]) -> None:
+    per_rank = observed["compressor_votes"]
+    k = math.ceil(0.1 * 200)
+    expected = torch.zeros(200, dtype=torch.float64)
+    for run in per_rank:
+        index, values = topk(run["input"], k)
+        expected.index_add_(0, index, values)
+    for run in per_rank:
+        torch.testing.assert_close(run["sparse"], expected, rtol=0, atol=1e-12)
+
+
+def test_ranks_agree_on_dense_when_any_rank_would_lose_energy(observed: dict[str, list[dict[str, Any]]]) -> None:
+    per_rank = observed["compressor_votes"]
+    dense_sum = sum(run["mixed_input"] for run in per_rank)
+    for run in per_rank:
+        assert run["mixed_decisions"] == [False]
+        torch.testing.assert_close(run["mixed"], dense_sum, rtol=0, atol=1e-12)
+
+
+def test_size_weighting_uses_each_ranks_total_size(observed: dict[str, list[dict[str, Any]]]) -> None:
+    expected = reference_size_weighted_grads(WORLD)
+    sizes = [sum(s.size for s in step_samples(0, rank)) for rank in range(WORLD)]
+    for rank, run in enumerate(observed["size_weighted"]):
+        assert run["result"].weight == sizes[rank] and run["result"].global_weight == sum(sizes)
+        assert _max_diff(run["grads"], expected) < 1e-12
+
+
+def test_four_ranks_with_idle_ones_match_sgd_on_the_union(tmp_path: Path) -> None:
+    runs = run_ranks(4, tmp_path, ["weighted"])["weighted"]
+    _ranks_agree(runs)
+    expected, _ = reference_sgd(BASE, 4)
+    assert _max_diff(runs[0]["params"], expected) < 1e-9

@@ -1,0 +1,173 @@
+"""Rank programs for the multi-rank trainer tests (spawned with torch.multiprocessing, gloo on CPU).
+
+Each rank writes what it observed to `<out>/<scenario>.rank<r>.pt`; the tests compare those files
+with a single-process reference computed in the pytest process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.wire import Sample
+from trainer.batching import collate_packed
+from trainer.compression import TopKCompressor
+from trainer.distributed import destroy_distributed, free_port, init_distributed
+from trainer.plugins import build_model
+from trainer.step import build_step_runner, linear_lr_scale
+from trainer.synthetic import synthetic_samples
+
+#: Tiny float64 model: fast, and exact enough to compare at 1e-9.
+BASE = TrainerConfig(
+    num_features=4,
+    num_classes=3,
+    hidden_size=8,
+    num_layers=1,
+    kernel_size=3,
+    precision="float64",
+    device="cpu",
+    torch_threads=1,
+    lr=0.1,
+    momentum=0.9,
+    base_batch=8,
+    bucket_cap_mb=0.001,  # several buckets, so the hook runs more than once per step
+    seed=11,
+)
+
+#: Samples per rank per step: uneven, with idle ranks (step 1: rank 2; step 3: rank 0), one empty step.
+COUNTS = ((3, 1, 6), (5, 2, 0), (0, 0, 0), (0, 4, 1))
+
+
+def step_samples(step: int, rank: int) -> list[Sample]:
+    """The samples `rank` trains in `step` (deterministic, so the reference can rebuild them)."""
+    count = COUNTS[step][rank % len(COUNTS[step])]
+    sizes = [1 + (7 * step + 3 * rank + 5 * i) % 9 for i in range(count)]
+    return synthetic_samples(sizes, BASE.num_features, BASE.num_classes, seed=100 * step + rank, device_id=f"d{rank}")
+
+
+def reference_sgd(config: TrainerConfig, world: int) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """Single-process SGD on the union of every rank's samples, per step: parameters and learning rates."""
+    model = build_model(config)
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    lrs: list[float] = []
+    for step in range(len(COUNTS)):
+        union = [s for rank in range(world) for s in step_samples(step, rank)]
+        scale = linear_lr_scale(len(union), config.base_batch, config.max_lr_scale) if config.lr_scaling else 1.0
+        lrs.append(config.lr * scale)
+        if not union:
+            continue
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * scale
+        batch = collate_packed(union, config)
+        optimizer.zero_grad()
+        F.cross_entropy(model(batch), batch.labels).backward()
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, lrs
+
+
+def _train(config: TrainerConfig, rank: int, world: int) -> dict[str, Any]:
+    ctx = init_distributed(config)
+    runner = build_step_runner(config, ctx)
+    results = [runner.run_step(step_samples(step, rank)) for step in range(len(COUNTS))]
+    stats = runner.compression_stats
+    return {
+        "params": {k: v.detach().cpu().clone() for k, v in runner.model.module.state_dict().items()},
+        "results": results,
+        "compressed_step_ratio": None if stats is None else stats.compressed_step_ratio,
+        "decisions": None if stats is None else (stats.buckets, stats.compressed_buckets),
+    }
+
+
+def _size_weighted_grads(rank: int, world: int) -> dict[str, Any]:
+    """One step with lambda = total size: the aggregated gradient each rank ends up holding."""
+    config = BASE.model_copy(update={"weight_by": "size"})
+    runner = build_step_runner(config, init_distributed(config))
+    result = runner.run_step(step_samples(0, rank))
+    grads = {name: p.grad.detach().clone() for name, p in runner.model.module.named_parameters() if p.grad is not None}
+    return {"grads": grads, "result": result}
+
+
+def reference_size_weighted_grads(world: int) -> dict[str, torch.Tensor]:
+    """Sum over ranks of (total size_i / total size) * grad of rank i's mean loss, from the initial model."""
+    model = build_model(BASE)
+    total = sum(s.size for rank in range(world) for s in step_samples(0, rank))
+    out = {name: torch.zeros_like(p) for name, p in model.named_parameters()}
+    for rank in range(world):
+        samples = step_samples(0, rank)
+        if not samples:
+            continue
+        model.zero_grad()
+        batch = collate_packed(samples, BASE)
+        F.cross_entropy(model(batch), batch.labels).backward()
+        share = sum(s.size for s in samples) / total
+        for name, p in model.named_parameters():
+            assert p.grad is not None
+            out[name] += share * p.grad
+    return out
+
+
+def _compressor_votes(rank: int, world: int) -> dict[str, Any]:
+    """Reduce known tensors with the Top-k compressor directly, where ranks disagree on compressing."""
+    flat = torch.randn(200, dtype=torch.float64, generator=torch.Generator().manual_seed(rank))
+    out: dict[str, Any] = {"input": flat.clone()}
+    # Every rank's energy loss is far below 1e9: all vote sparse.
+    out["sparse"] = TopKCompressor(0.1, 1e9).reduce(flat.clone()).wait()
+    # Rank 0 offers a tensor Top-k keeps losslessly; the others offer dense noise: all must go dense.
+    mixed = flat.clone()
+    if rank == 0:
+        mixed[20:] = 0.0
+    compressor = TopKCompressor(0.1, 0.01)
+    out["mixed_input"] = mixed.clone()
+    out["mixed"] = compressor.reduce(mixed).wait()
+    out["mixed_decisions"] = list(compressor.decisions)
+    return out
+
+
+SCENARIOS: dict[str, Callable[[int, int], dict[str, Any]]] = {
+    "weighted": lambda rank, world: _train(BASE, rank, world),
+    "mean": lambda rank, world: _train(BASE.model_copy(update={"aggregation": "mean"}), rank, world),
+    "no_lr_scaling": lambda rank, world: _train(BASE.model_copy(update={"lr_scaling": False}), rank, world),
+    "topk_always": lambda rank, world: _train(
+        BASE.model_copy(update={"compression": True, "compression_delta": 1e9}), rank, world
+    ),
+    "topk_never": lambda rank, world: _train(
+        BASE.model_copy(update={"compression": True, "compression_delta": 0.0}), rank, world
+    ),
+    "compressor_votes": _compressor_votes,
+    "size_weighted": _size_weighted_grads,
+}
+
+#: Scenarios `run_ranks` runs by default (everything that needs no GPU).
+CPU_SCENARIOS = tuple(SCENARIOS)
+
+SCENARIOS |= {
+    # GPU only (tests marked gpu): CUDA tensors over NCCL, and over gloo for ranks sharing one GPU.
+    "cuda_nccl": lambda rank, world: _train(BASE.model_copy(update={"device": "cuda", "backend": "nccl"}), rank, world),
+    "cuda_gloo": lambda rank, world: _train(BASE.model_copy(update={"device": "cuda", "backend": "gloo"}), rank, world),
+}
+
+
+def _rank_main(rank: int, world: int, port: int, out: str, names: list[str]) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        for name in names:
+            scenario = SCENARIOS[name]
+            torch.save(scenario(rank, world), Path(out) / f"{name}.rank{rank}.pt")
+            dist.barrier()
+    finally:
+        destroy_distributed()
+
+
+def run_ranks(world: int, out: Path, names: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Spawn `world` ranks running the named scenarios (default: the CPU ones); return per-rank observations."""
+    names = list(CPU_SCENARIOS) if names is None else names
+    mp.spawn(_rank_main, args=(world, free_port(), str(out), names), nprocs=world, join=True)
+    return {name: [torch.load(out / f"{name}.rank{r}.pt", weights_only=False) for r in range(world)] for name in names}

@@ -1,0 +1,75 @@
+"""Packing variable-length samples: layout, boundaries, empty batches and bad samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.wire import Sample
+from trainer.batching import collate_packed, pack_samples, sample_problems
+from trainer.synthetic import synthetic_samples
+
+
+def test_pack_concatenates_without_padding() -> None:
+    samples = synthetic_samples([3, 1, 5], num_features=4, num_classes=3, seed=7)
+    batch = pack_samples(samples, num_features=4)
+    assert batch.values.shape == (9, 4)
+    assert batch.total_size == 9 and batch.num_samples == 3 and batch.num_features == 4
+    assert batch.segment_ids.tolist() == [0, 0, 0, 1, 2, 2, 2, 2, 2]
+    assert batch.cu_seqlens.tolist() == [0, 3, 4, 9]
+    assert batch.lengths.tolist() == [3, 1, 5]
+    assert batch.labels.tolist() == [s.label for s in samples]
+    for i, sample in enumerate(samples):
+        lo, hi = batch.cu_seqlens[i], batch.cu_seqlens[i + 1]
+        np.testing.assert_array_equal(batch.values[lo:hi].numpy(), sample.array())
+
+
+def test_empty_batch_is_well_shaped() -> None:
+    batch = pack_samples([], num_features=6)
+    assert batch.values.shape == (0, 6)
+    assert batch.segment_ids.shape == (0,) and batch.lengths.shape == (0,) and batch.labels.shape == (0,)
+    assert batch.cu_seqlens.tolist() == [0]
+    assert batch.num_samples == 0 and batch.total_size == 0
+
+
+def test_collate_follows_config_precision() -> None:
+    samples = synthetic_samples([2, 2], num_features=16)
+    assert collate_packed(samples, TrainerConfig()).values.dtype == torch.float32
+    assert collate_packed(samples, TrainerConfig(precision="float64")).values.dtype == torch.float64
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=40), max_size=12))
+def test_packing_round_trips_any_sizes(sizes: list[int]) -> None:
+    samples = synthetic_samples(sizes, num_features=3, num_classes=5, seed=len(sizes))
+    batch = pack_samples(samples, num_features=3)
+    assert batch.total_size == sum(sizes)
+    assert torch.equal(torch.bincount(batch.segment_ids, minlength=len(sizes)), torch.tensor(sizes, dtype=torch.long))
+    assert torch.equal(batch.cu_seqlens[1:] - batch.cu_seqlens[:-1], batch.lengths)
+    for i, sample in enumerate(samples):
+        np.testing.assert_array_equal(batch.values[batch.segment_ids == i].numpy(), sample.array())
+
+
+def test_wrong_feature_count_is_refused() -> None:
+    samples = synthetic_samples([2], num_features=5)
+    with pytest.raises(ValueError, match=r"not \(size, 4\)"):
+        pack_samples(samples, num_features=4)
+    assert any("not (size, 4)" in p for p in sample_problems(samples[0], 4))
+
+
+def test_missing_or_out_of_range_label_is_refused() -> None:
+    unlabeled = Sample.from_array("d", 0, np.zeros((2, 4), np.float32), label=None)
+    with pytest.raises(ValueError, match="label None"):
+        pack_samples([unlabeled], num_features=4)
+    assert sample_problems(unlabeled, 4) == ["label is missing"]
+    big = Sample.from_array("d", 1, np.zeros((2, 4), np.float32), label=9)
+    with pytest.raises(ValueError, match="label 9"):
+        pack_samples([big], num_features=4, num_classes=3)
+
+
+def test_good_sample_has_no_problems() -> None:
+    assert sample_problems(synthetic_samples([3], num_features=4)[0], 4) == []

@@ -1,0 +1,124 @@
+"""Weighted gradient aggregation as a DDP communication hook (CHRONICA Eq. 7, ScaDLES Eq. 4, LB-BSP §3.4).
+
+Rank i holds g_i, the gradient of the *mean* loss over its own λ_i samples. The hook scales its
+bucket by λ_i / Σλ and all-reduces with SUM, so every rank ends with Σ_i (λ_i / Σλ) g_i. With
+λ = samples trained this is exactly the gradient of the mean loss over the union of all ranks'
+samples, whatever the split, including ranks with zero samples (g_i = 0, λ_i = 0: they add
+nothing and the other weights renormalise through Σλ).
+
+Σλ must be known before the first bucket is scaled: `AggregationState.begin_step` starts an
+async all-reduce of (λ_i, samples_i) before the forward pass, and the first hook of the step waits
+on it, so that collective overlaps the whole forward and most of the backward.
+"""
+
+# No `from __future__ import annotations`: DDP checks the hook's annotations as live objects.
+import logging
+import time
+
+import torch
+import torch.distributed as dist
+
+from .compression import TopKCompressor
+
+__all__ = ["AggregationState", "aggregation_hook"]
+
+logger = logging.getLogger(__name__)
+
+
+class AggregationState:
+    """State of `aggregation_hook`: this step's weights, their global sums, and comm timings.
+
+    Args:
+        device: Device of the gradients (where the weight tensors live).
+        process_group: Group to reduce over (None: the default group).
+        compressor: Adaptive Top-k compressor, or None to always all-reduce dense.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        process_group: dist.ProcessGroup | None = None,
+        compressor: TopKCompressor | None = None,
+    ) -> None:
+        self.device = device
+        self.process_group = process_group
+        self.compressor = compressor
+        self._weight = 0.0
+        self._sums = torch.zeros(2, dtype=torch.float64, device=device)
+        self._sums_work: dist.Work | None = None
+        self._scale: torch.Tensor | None = None
+        self.hook_calls = 0
+        """Buckets reduced this step."""
+        self.blocking_seconds = 0.0
+        """Time this step's hooks blocked backward (waiting for Σλ, compression votes)."""
+        self.last_hook_left_at: float | None = None
+        """perf_counter when the last hook of this step returned: local gradients were all ready."""
+
+    def begin_step(self, weight: float, samples: int) -> None:
+        """Start the step: publish this rank's λ and sample count (async all-reduce, no wait).
+
+        Every rank must call this once per step, before the forward pass, in the same order
+        relative to other collectives.
+
+        Args:
+            weight: λ_i, this rank's aggregation weight (0 when it trains nothing).
+            samples: Samples this rank trains this step (summed into the global batch).
+        """
+        if weight < 0:
+            raise ValueError(f"aggregation weight must be >= 0, got {weight}")
+        self._weight = float(weight)
+        self._sums = torch.tensor([float(weight), float(samples)], dtype=torch.float64, device=self.device)
+        self._sums_work = dist.all_reduce(self._sums, group=self.process_group, async_op=True)
+        self._scale = None
+        self.hook_calls = 0
+        self.blocking_seconds = 0.0
+        self.last_hook_left_at = None
+        if self.compressor is not None:
+            self.compressor.begin_step()
+
+    def _wait_sums(self) -> None:
+        if self._sums_work is not None:
+            self._sums_work.wait()
+            self._sums_work = None
+
+    def scale(self) -> torch.Tensor:
+        """λ_i / Σλ as a device scalar (0 when Σλ = 0); waits for the weight all-reduce once."""
+        if self._scale is None:
+            self._wait_sums()
+            # Stays on the device: no host sync is needed to scale buckets, even on CUDA.
+            self._scale = self._weight / self._sums[0].clamp_min(torch.finfo(torch.float64).tiny)
+        return self._scale
+
+    def global_totals(self) -> tuple[float, int]:
+        """(Σλ, Σ samples) over all ranks for this step; waits for the weight all-reduce (host sync)."""
+        self._wait_sums()
+        total_weight, total_samples = self._sums.tolist()
+        return float(total_weight), round(total_samples)
+
+    def end_step(self) -> None:
+        """Close the step's compression statistics (call after backward)."""
+        if self.compressor is not None:
+            self.compressor.end_step()
+
+
+def aggregation_hook(state: AggregationState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: reduce λ_i/Σλ · g_i over the group (dense all-reduce, or adaptive Top-k).
+
+    Registered with `DistributedDataParallel.register_comm_hook(state, aggregation_hook)`. Unlike
+    the default hook it does not divide by the world size: the weights already sum to one.
+    """
+    entered = time.perf_counter()
+    buffer = bucket.buffer()
+    buffer.mul_(state.scale().to(buffer.dtype))
+    future: torch.futures.Future[torch.Tensor]
+    if state.compressor is not None:
+        future = state.compressor.reduce(buffer)
+    else:
+        work = dist.all_reduce(buffer, group=state.process_group, async_op=True)
+        assert work is not None
+        future = work.get_future().then(lambda fut: fut.value()[0])
+    left = time.perf_counter()
+    state.hook_calls += 1
+    state.blocking_seconds += left - entered
+    state.last_hook_left_at = left
+    return future

@@ -1,0 +1,153 @@
+"""Packing variable-length samples into one tensor, so compute follows the batch's total size.
+
+A packed batch concatenates every sequence along the time axis into `values` of shape
+(total_size, F) with no padding at all; `segment_ids` names the sample each row belongs to and
+`cu_seqlens` holds the cumulative boundaries (FlashAttention's varlen convention). A batch of one
+long and many short samples therefore costs its total size, not count x longest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.wire import Sample
+
+__all__ = ["Batch", "PackedBatch", "collate_packed", "pack_samples", "sample_problems"]
+
+logger = logging.getLogger(__name__)
+
+
+class Batch(Protocol):
+    """What the step runner needs from any collated batch (the default or a plugged-in one)."""
+
+    @property
+    def labels(self) -> torch.Tensor: ...
+
+    @property
+    def num_samples(self) -> int: ...
+
+    @property
+    def total_size(self) -> int: ...
+
+    def to(self, device: torch.device) -> Batch: ...
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """Variable-length sequences concatenated along time, with their boundaries.
+
+    Attributes:
+        values: (total_size, F) frames of every sample, back to back.
+        segment_ids: (total_size,) int64 index of the sample each frame belongs to.
+        cu_seqlens: (num_samples + 1,) int64 cumulative lengths; sample i is rows cu[i]:cu[i+1].
+        lengths: (num_samples,) int64 frames per sample.
+        labels: (num_samples,) int64 class of each sample.
+    """
+
+    values: torch.Tensor
+    segment_ids: torch.Tensor
+    cu_seqlens: torch.Tensor
+    lengths: torch.Tensor
+    labels: torch.Tensor
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @property
+    def total_size(self) -> int:
+        return int(self.values.shape[0])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.values.shape[1])
+
+    def to(self, device: torch.device) -> PackedBatch:
+        """This batch on `device` (copies are non-blocking where the source is pinned)."""
+        return PackedBatch(
+            values=self.values.to(device, non_blocking=True),
+            segment_ids=self.segment_ids.to(device, non_blocking=True),
+            cu_seqlens=self.cu_seqlens.to(device, non_blocking=True),
+            lengths=self.lengths.to(device, non_blocking=True),
+            labels=self.labels.to(device, non_blocking=True),
+        )
+
+
+def sample_problems(sample: Sample, num_features: int) -> list[str]:
+    """Why the default packing cannot train `sample` (empty when it can), for dead-lettering upstream.
+
+    Args:
+        sample: A decoded record.
+        num_features: The configured features per frame.
+
+    Returns:
+        Human-readable reasons; the wire-level checks of `Sample.problems` come first.
+    """
+    found = sample.problems()
+    if found:
+        return found
+    if len(sample.shape) != 2 or sample.shape[1] != num_features:
+        found.append(f"shape {list(sample.shape)} is not (size, {num_features})")
+    if sample.label is None:
+        found.append("label is missing")
+    elif sample.label < 0:
+        found.append(f"label {sample.label} is negative")
+    return found
+
+
+def pack_samples(
+    samples: Sequence[Sample],
+    num_features: int,
+    dtype: torch.dtype = torch.float32,
+    num_classes: int | None = None,
+) -> PackedBatch:
+    """Concatenate samples into one packed batch (an empty list gives an empty, well-shaped batch).
+
+    Args:
+        samples: Samples whose payload has shape (size, num_features) and an integer label.
+        num_features: Features per frame.
+        dtype: Dtype of `values`.
+        num_classes: When given, labels must lie in [0, num_classes).
+
+    Returns:
+        The packed batch on the CPU.
+
+    Raises:
+        ValueError: A sample has the wrong shape or a missing / out-of-range label.
+    """
+    lengths = np.fromiter((s.size for s in samples), dtype=np.int64, count=len(samples))
+    labels = np.empty(len(samples), dtype=np.int64)
+    frames: list[np.ndarray] = []
+    for i, sample in enumerate(samples):
+        if len(sample.shape) != 2 or sample.shape[1] != num_features:
+            raise ValueError(f"sample seq={sample.seq}: shape {list(sample.shape)} is not (size, {num_features})")
+        if sample.label is None or sample.label < 0 or (num_classes is not None and sample.label >= num_classes):
+            raise ValueError(f"sample seq={sample.seq}: label {sample.label} is not a class in [0, {num_classes})")
+        labels[i] = sample.label
+        frames.append(sample.array())
+    np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+    # One concatenate into a fresh buffer: the only copy of the payload on the way to the tensor.
+    values = np.concatenate(frames, axis=0, dtype=np_dtype) if frames else np.empty((0, num_features), np_dtype)
+    cu = np.zeros(len(samples) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=cu[1:])
+    segment_ids = np.repeat(np.arange(len(samples), dtype=np.int64), lengths)
+    return PackedBatch(
+        values=torch.from_numpy(values),
+        segment_ids=torch.from_numpy(segment_ids),
+        cu_seqlens=torch.from_numpy(cu),
+        lengths=torch.from_numpy(lengths),
+        labels=torch.from_numpy(labels),
+    )
+
+
+def collate_packed(samples: Sequence[Sample], config: TrainerConfig) -> PackedBatch:
+    """The default collate function: `pack_samples` with the configured features, classes and dtype."""
+    dtype = torch.float64 if config.precision == "float64" else torch.float32
+    return pack_samples(samples, config.num_features, dtype=dtype, num_classes=config.num_classes)

@@ -1,0 +1,180 @@
+"""Process-group set-up, device choice and memory probes for one trainer rank.
+
+`init_distributed` reads the same environment as `torchrun` (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT), so a rank runs unchanged under `torchrun --nproc-per-node N` or from
+`streamtrain train --local-ranks N`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import resource
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from streamtrain.config.trainer import TrainerConfig
+
+__all__ = [
+    "DistContext",
+    "destroy_distributed",
+    "free_port",
+    "init_distributed",
+    "peak_memory_bytes",
+    "reset_peak_memory",
+    "select_device",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this rank sits in the group and what it computes on."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one that logs summaries and writes checkpoints."""
+        return self.rank == 0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` right now (for single-machine rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def select_device(config: TrainerConfig, local_rank: int) -> tuple[torch.device, str]:
+    """The device and backend `config` asks for on this host.
+
+    Raises:
+        ValueError: CUDA or NCCL is requested on a host without CUDA.
+    """
+    has_cuda = torch.cuda.is_available()
+    if config.device == "cuda" and not has_cuda:
+        raise ValueError("trainer.device is 'cuda' but CUDA is not available on this host")
+    if config.backend == "nccl" and not has_cuda:
+        raise ValueError("trainer.backend is 'nccl' but CUDA is not available on this host")
+    use_cuda = config.device == "cuda" or (config.device == "auto" and has_cuda)
+    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
+    backend = config.backend if config.backend != "auto" else ("nccl" if use_cuda else "gloo")
+    return device, backend
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def init_distributed(
+    config: TrainerConfig,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    local_rank: int | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    timeout_s: float = 300.0,
+) -> DistContext:
+    """Join (or create) the default process group; arguments override the torchrun environment.
+
+    With neither arguments nor environment this is a group of one on a free local port.
+
+    Args:
+        config: Trainer settings (device, backend, CPU threads).
+        rank: Global rank (default $RANK, else 0).
+        world_size: Ranks in the group (default $WORLD_SIZE, else 1).
+        local_rank: Rank on this host, picks the GPU (default $LOCAL_RANK, else `rank`).
+        master_addr: Rendezvous host (default $MASTER_ADDR, else 127.0.0.1).
+        master_port: Rendezvous port (default $MASTER_PORT; required when world_size > 1).
+        timeout_s: Collective and rendezvous timeout.
+
+    Returns:
+        This rank's context.
+
+    Raises:
+        ValueError: Inconsistent rank / world size, a missing port, or an unavailable device.
+    """
+    rank = _env_int("RANK", 0) if rank is None else rank
+    world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
+    local_rank = _env_int("LOCAL_RANK", rank) if local_rank is None else local_rank
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in a group of {world_size} (RANK / WORLD_SIZE)")
+    device, backend = select_device(config, local_rank)
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    addr = master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    port = master_port if master_port is not None else _env_int("MASTER_PORT", 0)
+    if port == 0 and world_size > 1:
+        raise ValueError("MASTER_PORT (or master_port) is required when WORLD_SIZE > 1")
+    if dist.is_initialized():
+        if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
+            raise ValueError(
+                f"a process group of rank {dist.get_rank()}/{dist.get_world_size()} already exists; "
+                f"cannot join as rank {rank}/{world_size}"
+            )
+        return DistContext(rank, world_size, local_rank, device, str(dist.get_backend()))
+    port = port or free_port(addr)
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{addr}:{port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    logger.info("rank %d/%d joined %s:%d on %s with %s", rank, world_size, addr, port, device, backend)
+    return DistContext(rank, world_size, local_rank, device, backend)
+
+
+def destroy_distributed() -> None:
+    """Leave the process group, if any."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Restart peak-memory tracking so the next `peak_memory_bytes` covers one step."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    # Linux: writing 5 resets VmHWM (peak RSS) of this process to its current RSS. Without /proc or
+    # permission, peak_memory_bytes falls back to the process-lifetime peak.
+    with contextlib.suppress(OSError):
+        _CLEAR_REFS.write_text("5")
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory since the last reset: CUDA max allocated bytes, or peak RSS (VmHWM) on the CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux

@@ -1,0 +1,244 @@
+"""One DDP step of one rank over the samples it was given: collate, forward, backward, optimizer step.
+
+The Kafka-facing rank loop builds a `StepRunner` once (`build_step_runner`) and calls `run_step`
+every step with whatever samples the plan gave this rank, possibly none:
+
+    ctx = init_distributed(config.trainer)             # RANK / WORLD_SIZE / MASTER_* as torchrun
+    runner = build_step_runner(config.trainer, ctx)
+    result = runner.run_step(samples)                  # StepResult: timings, loss, memory, ...
+
+Every rank must call `run_step` the same number of times: each call is a set of collectives.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.wire import Sample
+
+from .aggregation import AggregationState, aggregation_hook
+from .compression import CompressionStats, TopKCompressor
+from .distributed import DistContext, peak_memory_bytes, reset_peak_memory
+from .plugins import CollateFn, build_collate, build_model
+
+__all__ = ["StepResult", "StepRunner", "build_optimizer", "build_step_runner", "linear_lr_scale"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one rank did in one step (the measured half of `StepFeedback`)."""
+
+    samples: int
+    total_size: int
+    loss: float | None
+    """Mean loss over this rank's samples; None when it trained none."""
+    weight: float
+    """λ_i this rank contributed with."""
+    global_weight: float
+    """Σλ over all ranks."""
+    global_samples: int
+    """Samples over all ranks: the global batch."""
+    lr: float
+    """Learning rate the optimizer step used (of the first parameter group)."""
+    stepped: bool
+    """False when the whole group trained nothing, so the optimizer was not stepped."""
+    collate_seconds: float
+    compute_seconds: float
+    """Collate, forward, backward and optimizer time, less the exposed communication."""
+    comm_seconds: float
+    """Communication backward waited for: blocking in hooks plus the tail after the last hook."""
+    step_seconds: float
+    memory_bytes: int
+    """Peak memory of the step: CUDA max allocated, or peak RSS on the CPU."""
+    compressed_buckets: int = 0
+    buckets: int = 0
+
+
+def linear_lr_scale(global_batch: int, base_batch: int, max_scale: float) -> float:
+    """Linear scaling rule: global_batch / base_batch, capped at `max_scale` (0 for an empty batch)."""
+    return min(global_batch / base_batch, max_scale)
+
+
+def build_optimizer(model: nn.Module, config: TrainerConfig) -> torch.optim.Optimizer:
+    """The configured optimizer over `model`'s trainable parameters at the base learning rate."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+
+
+def _zero_loss(logits: torch.Tensor, model: nn.Module) -> torch.Tensor:
+    """An exact zero that reaches every parameter, for a rank with no samples.
+
+    DDP all-reduces a bucket only once every parameter in it has a gradient, and every rank must
+    run the same collectives, so an idle rank still runs forward and backward (`no_sync` would
+    skip its all-reduces while the others wait in theirs). The forward output keeps DDP's
+    bookkeeping right; the 0·Σp term guarantees a (zero) gradient for parameters an empty forward
+    might not touch. The hook then gives this rank weight 0 anyway.
+    """
+    touch = sum((p.sum() for p in model.parameters() if p.requires_grad), logits.new_zeros(()))
+    return (logits.sum() + touch) * 0.0
+
+
+class StepRunner:
+    """Runs DDP steps of one rank with weighted aggregation and optional Top-k compression.
+
+    Args:
+        model: The model wrapped in DDP with `aggregation_hook` registered on `state`.
+        optimizer: Optimizer over the model's parameters; its current learning rates are the base.
+        state: The hook's state.
+        config: Trainer settings (loss weighting, learning-rate scaling).
+        collate: Samples → batch.
+        device: Device the model lives on.
+    """
+
+    def __init__(
+        self,
+        model: DistributedDataParallel,
+        optimizer: torch.optim.Optimizer,
+        state: AggregationState,
+        config: TrainerConfig,
+        collate: CollateFn,
+        device: torch.device,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.state = state
+        self.config = config
+        self.collate = collate
+        self.device = device
+        self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
+        self.steps = 0
+
+    @property
+    def compression_stats(self) -> CompressionStats | None:
+        """Counts of sparse and dense buckets and steps, when compression is on."""
+        return self.state.compressor.stats if self.state.compressor is not None else None
+
+    def _weight_of(self, samples: Sequence[Sample]) -> float:
+        if self.config.aggregation == "mean":
+            return 1.0  # conventional DDP: every rank counts the same, even an idle one
+        if self.config.weight_by == "size":
+            return float(sum(s.size for s in samples))
+        return float(len(samples))
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # host timers only mean something after the kernels ran
+
+    def run_step(
+        self, samples: Sequence[Sample], weight: float | None = None, lr_scale: float | None = None
+    ) -> StepResult:
+        """Train one step on `samples` (possibly none) together with the other ranks.
+
+        Args:
+            samples: This rank's samples for the step.
+            weight: λ_i override (e.g. the plan's aggregation weight); default from
+                `config.aggregation` / `config.weight_by` and the samples themselves.
+            lr_scale: Learning-rate scale override (e.g. the plan's); default the linear rule on
+                the measured global batch. Ignored when `config.lr_scaling` is off.
+
+        Returns:
+            Timings, loss, sizes and memory of the step.
+        """
+        reset_peak_memory(self.device)
+        started = time.perf_counter()
+        batch = self.collate(samples, self.config).to(self.device)
+        collated = time.perf_counter()
+        own_weight = self._weight_of(samples) if weight is None else float(weight)
+        self.state.begin_step(own_weight, batch.num_samples)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.train()
+        logits = self.model(batch)
+        has_samples = batch.num_samples > 0
+        loss = F.cross_entropy(logits, batch.labels) if has_samples else _zero_loss(logits, self.model.module)
+        loss.backward()  # returns once every bucket's hook future has completed
+        self._sync()
+        backward_done = time.perf_counter()
+        self.state.end_step()
+        comm = self.state.blocking_seconds
+        if self.state.last_hook_left_at is not None:
+            comm += backward_done - self.state.last_hook_left_at
+        global_weight, global_samples = self.state.global_totals()
+        lr = self._apply_lr(global_samples, lr_scale)
+        # An empty global batch has all-zero gradients; stepping would still apply momentum and decay.
+        stepped = global_samples > 0
+        if stepped:
+            self.optimizer.step()
+        loss_value = float(loss.detach()) if batch.num_samples > 0 else None
+        self._sync()
+        finished = time.perf_counter()
+        self.steps += 1
+        decisions = self.state.compressor.decisions if self.state.compressor is not None else []
+        return StepResult(
+            samples=batch.num_samples,
+            total_size=batch.total_size,
+            loss=loss_value,
+            weight=own_weight,
+            global_weight=global_weight,
+            global_samples=global_samples,
+            lr=lr,
+            stepped=stepped,
+            collate_seconds=collated - started,
+            compute_seconds=max(0.0, finished - started - comm),
+            comm_seconds=comm,
+            step_seconds=finished - started,
+            memory_bytes=peak_memory_bytes(self.device),
+            compressed_buckets=sum(decisions),
+            buckets=self.state.hook_calls,
+        )
+
+    def _apply_lr(self, global_samples: int, lr_scale: float | None) -> float:
+        if not self.config.lr_scaling:
+            scale = 1.0
+        elif lr_scale is not None:
+            scale = lr_scale
+        else:
+            scale = linear_lr_scale(global_samples, self.config.base_batch, self.config.max_lr_scale)
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = base * scale
+        return float(self.optimizer.param_groups[0]["lr"])
+
+
+def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
+    """Model, DDP wrapper with the aggregation hook, optimizer and collate function of one rank.
+
+    Args:
+        config: Trainer settings.
+        ctx: This rank's process group context (`init_distributed`).
+
+    Raises:
+        ValueError: `config.model` or `config.collate` cannot be resolved.
+    """
+    collate = build_collate(config)  # resolve plug-ins first: a bad path fails before any collective
+    model = build_model(config).to(ctx.device)
+    ddp = DistributedDataParallel(
+        model,
+        device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+        bucket_cap_mb=config.bucket_cap_mb,
+        gradient_as_bucket_view=True,
+    )
+    compressor = TopKCompressor(config.topk_ratio, config.compression_delta) if config.compression else None
+    state = AggregationState(ctx.device, compressor=compressor)
+    ddp.register_comm_hook(state, aggregation_hook)
+    optimizer = build_optimizer(ddp.module, config)
+    logger.info(
+        "rank %d: %s aggregation (lambda = %s), compression %s, lr scaling %s",
+        ctx.rank,
+        config.aggregation,
+        config.weight_by,
+        f"top-{config.topk_ratio:g} delta {config.compression_delta:g}" if config.compression else "off",
+        f"on (base batch {config.base_batch})" if config.lr_scaling else "off",
+    )
+    return StepRunner(ddp, optimizer, state, config, collate, ctx.device)

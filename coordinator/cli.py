@@ -1,0 +1,129 @@
+"""Commands of the coordinator service, added to the `streamtrain` CLI by `register`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
+
+__all__ = ["register"]
+
+_SIM_HELP = """Run planning policies on a simulated fleet and write DIR/sim.json and PNG plots.
+
+The policies are the coordinator's own functions (truncation, then the policy), fed by simulated
+buffers, stream arrivals and fitted performance models. Scenarios:
+
+[bold]stream[/]: 8 devices, half twice as fast, streams of 30-150 samples/s, 60 simulated seconds.
+[bold]table-iv[/]: CHRONICA Table IV — one epoch of 1500 samples per device, sizes mean 45; sweep
+  the imbalance with --dif 0 --dif 16 --dif 64 and compare epoch times (epoch_vs_dif.png).
+[bold]lbb-disturbance[/]: LBB §4.4 — +50 ms on one device at a time, moving every 30 steps;
+  the summary gives the steps until SE is back under 0.1 after each move.
+
+Examples:
+  streamtrain sim --scenario table-iv -p static -p ett-stream --dif 0 --dif 16 --dif 64 --global-batch 64 --out out/t4
+  streamtrain sim --scenario stream --devices 2000 --duration 30 -p ett-stream --out out/big
+"""
+
+
+def _floats(text: str | None, name: str) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        die(f"{name} {text!r}: expected comma-separated numbers, e.g. 1,2", EXIT_CONFIG)
+    if not values:
+        die(f"{name} {text!r}: no values", EXIT_CONFIG)
+    return values
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    """Add `streamtrain sim` to the root CLI and `streamtrain bench scheduler` to the benchmarks."""
+
+    @app.command("sim", help=_SIM_HELP)
+    def sim(
+        ctx: typer.Context,
+        out: Annotated[Path, typer.Option("--out", help="Directory for sim.json and plots.", metavar="DIR")] = Path(
+            "sim-out"),
+        scenario: Annotated[str, typer.Option(help="stream, table-iv or lbb-disturbance.")] = "stream",
+        policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="Policy to run (repeatable); "
+                          "default static and ett-stream.")] = None,
+        devices: Annotated[int | None, typer.Option(min=1, help="Number of devices.")] = None,
+        steps: Annotated[int | None, typer.Option(min=1, help="Most steps per run.")] = None,
+        duration: Annotated[float | None, typer.Option(min=0.0, help="Simulated seconds per run.")] = None,
+        dif: Annotated[list[float] | None, typer.Option(help="Sample-size std (repeatable: one run each).")] = None,
+        speed: Annotated[str | None, typer.Option(help="Speed factors, cycled over devices, e.g. 1,2.")] = None,
+        rate: Annotated[str | None, typer.Option(help="Arrival rates in samples/s, cycled, e.g. 30,90.")] = None,
+        disturb_seconds: Annotated[float | None, typer.Option(min=0.0, help="Seconds added to one device at a "
+                                   "time (LBB disturbance).")] = None,
+        seed: Annotated[int | None, typer.Option(help="Random seed of the workload.")] = None,
+        global_batch: Annotated[int | None, typer.Option(min=1, help="coordinator.global_batch.")] = None,
+        series: Annotated[bool, typer.Option(help="Include per-step series in sim.json.")] = True,
+    ) -> None:
+        cfg = config_from(ctx, {"coordinator.global_batch": global_batch}).coordinator
+        from rich.progress import Progress, TaskID
+
+        from .policies import POLICIES
+        from .sim import build_scenario, simulate
+        from .sim.report import plot_runs, write_report
+
+        policies = policy or ["static", "ett-stream"]
+        unknown = [p for p in policies if p not in POLICIES]
+        if unknown:
+            die(f"--policy {', '.join(unknown)}: unknown; choose from {', '.join(POLICIES)}", EXIT_CONFIG)
+        overrides = dict(devices=devices, steps=steps, duration=duration, seed=seed, disturb_seconds=disturb_seconds,
+                         speed=_floats(speed, "--speed"), rate=_floats(rate, "--rate"))
+        difs: list[float | None] = list(dif) if dif else [None]
+        try:
+            grid = [build_scenario(scenario, **overrides, size_dif=d) for d in difs]
+        except (ValueError, TypeError) as exc:
+            die(f"scenario: {exc}", EXIT_CONFIG)
+        out.mkdir(parents=True, exist_ok=True)
+        runs = []
+        with Progress(console=console, transient=True) as bar:
+            for sc in grid:
+                for name in policies:
+                    task = bar.add_task(f"{name} DIF {sc.size_dif:g}", total=1.0)
+
+                    def advance(done: float, task: TaskID = task) -> None:
+                        bar.update(task, completed=done)
+
+                    result = simulate(sc, cfg, name, progress=advance)
+                    bar.update(task, completed=1.0)
+                    runs.append(({"dif": sc.size_dif} if dif else {}, result))
+        write_report(out / "sim.json", {"name": scenario, **{k: v for k, v in vars(grid[0]).items()
+                                                             if k != "size_dif"}}, runs, series)
+        plots = plot_runs(out, runs)
+        for labels, r in runs:
+            s = r.summary
+            label = "".join(f" {k}={v:g}" for k, v in labels.items())
+            line = (f"{r.policy}{label}: median step {s['median_step_seconds']:.3f}s, median SE "
+                    f"{s['median_straggler_effect']:.3f}, {s['samples_per_second']:.0f} samples/s, "
+                    f"backlog {s['final_backlog']}, truncated {s['samples_truncated']}")
+            if "epoch_seconds" in s:
+                line += f", epoch {s['epoch_seconds']:.2f}s"
+            if "disturbance_recovery_steps" in s:
+                line += f", recovery ≤ {s['disturbance_recovery_steps']['max']} steps"
+            console.print(line, highlight=False)
+        console.print(f"wrote {out / 'sim.json'} and {', '.join(str(p) for p in plots)}", highlight=False)
+
+    @bench.command("scheduler")
+    def scheduler(
+        ctx: typer.Context,
+        out: Annotated[Path, typer.Option("--out", help="Directory for scheduler.json.", metavar="DIR")] = Path(
+            "bench-out"),
+        repeats: Annotated[int, typer.Option(min=3, help="Plans timed per cell.")] = 30,
+    ) -> None:
+        """Plan latency (median, p99) of ett-stream and chronica for 8-1024 devices x 256/4096 pending."""
+        cfg = config_from(ctx).coordinator
+        from .bench import measure_scheduler
+
+        out.mkdir(parents=True, exist_ok=True)
+        cells = measure_scheduler(cfg, repeats=repeats, progress=lambda text: console.print(text, highlight=False))
+        import json
+
+        (out / "scheduler.json").write_text(json.dumps({"cells": cells}, indent=1) + "\n")
+        console.print(f"wrote {out / 'scheduler.json'}", highlight=False)

@@ -1,0 +1,208 @@
+"""Step-synchronous simulation of a fleet running any policy through the service's own functions.
+
+Each step: build a `PlanningState` from the simulated buffers and the fitted models, call
+`plan_step` (truncation + policy), train what the plan says (compute time from the scenario's true
+speeds, noise and disturbances), advance the clock by the slowest device plus the all-reduce, feed
+the compute times back into the `ModelBank`, and let the streams deliver what arrived meanwhile.
+A device with too little data trains what it has (no one waits for data).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from streamtrain.config import CoordinatorConfig
+
+from ..metrics import dif, straggler_effect
+from ..perfmodel import ModelBank
+from ..policies import plan_step
+from ..state import DeviceState, PendingIndex, PlanningState
+from .scenario import Scenario, draw_sizes
+
+__all__ = ["SimResult", "simulate"]
+
+logger = logging.getLogger(__name__)
+
+SERIES = ("time", "step_seconds", "predicted_seconds", "straggler_effect", "global_batch", "batch_size_dif",
+          "samples", "backlog", "lag_seconds", "truncated", "step_target", "disturbed")
+
+
+@dataclass
+class SimResult:
+    """Per-step series (equal-length lists) and the run's summary."""
+
+    policy: str
+    series: dict[str, list[float]]
+    summary: dict[str, Any]
+
+
+class _Buffers:
+    """Each device's pending samples: offsets, sizes, arrival times (oldest first)."""
+
+    def __init__(self, n: int) -> None:
+        self.offsets = [np.empty(0, np.int64) for _ in range(n)]
+        self.sizes = [np.empty(0) for _ in range(n)]
+        self.arrivals = [np.empty(0) for _ in range(n)]
+        self.next_offset = np.zeros(n, dtype=np.int64)
+
+    def add(self, i: int, sizes: np.ndarray, arrivals: np.ndarray) -> None:
+        k = len(sizes)
+        if k == 0:
+            return
+        start = self.next_offset[i]
+        self.offsets[i] = np.concatenate([self.offsets[i], np.arange(start, start + k, dtype=np.int64)])
+        self.sizes[i] = np.concatenate([self.sizes[i], sizes])
+        self.arrivals[i] = np.concatenate([self.arrivals[i], np.sort(arrivals)])
+        self.next_offset[i] += k
+
+    def remove(self, i: int, offsets: np.ndarray | None, truncate_before: int | None) -> int:
+        """Drop trained offsets and everything below truncate_before; returns the truncated count."""
+        keep = np.ones(len(self.offsets[i]), dtype=bool)
+        dropped = 0
+        if truncate_before is not None:
+            below = self.offsets[i] < truncate_before
+            dropped = int(below.sum())
+            keep &= ~below
+        if offsets is not None and len(offsets):
+            keep &= ~np.isin(self.offsets[i], offsets, assume_unique=True)
+        self.offsets[i] = self.offsets[i][keep]
+        self.sizes[i] = self.sizes[i][keep]
+        self.arrivals[i] = self.arrivals[i][keep]
+        return dropped
+
+
+def simulate(
+    scenario: Scenario,
+    config: CoordinatorConfig,
+    policy: str,
+    progress: Callable[[float], None] | None = None,
+) -> SimResult:
+    """Run `policy` on `scenario`.
+
+    Args:
+        scenario: the fleet and workload.
+        config: coordinator settings (global batch, bounds, truncation, model fitting).
+        policy: policy name.
+        progress: called after each step with the fraction of the run done (by steps or by duration).
+    """
+    rng = np.random.default_rng(scenario.seed)
+    n = scenario.devices
+    speed = scenario.per_device(scenario.speed)
+    rate = scenario.per_device(scenario.rate)
+    true_a = scenario.a / speed
+    ids = [f"d{i:04d}" for i in range(n)]
+    buffers = _Buffers(n)
+    for i in range(n):
+        buffers.add(i, draw_sizes(rng, scenario.initial, scenario.size_kind, scenario.size_mean, scenario.size_dif),
+                     np.zeros(scenario.initial))
+    bank = ModelBank.create(n, config)
+    mean_size = np.full(n, scenario.size_mean)
+    series: dict[str, list[float]] = {k: [] for k in SERIES}
+    now, last_step, carry = 0.0, None, None
+    last_samples = np.zeros(n, dtype=np.int64)
+    last_size = np.zeros(n)
+    last_seconds: list[float | None] = [None] * n
+    trained_total, truncated_total = 0, 0
+    for step in range(scenario.steps):
+        devices = tuple(
+            DeviceState(
+                device_id=ids[i], model=bank.model(i),
+                pending=PendingIndex(buffers.offsets[i], buffers.sizes[i], buffers.arrivals[i]),
+                arrival_rate=float(rate[i]), mean_size=float(mean_size[i]), lag=len(buffers.offsets[i]),
+                end_offset=int(buffers.next_offset[i]), size_limit=scenario.size_limit,
+                last_samples=int(last_samples[i]), last_size=float(last_size[i]), last_seconds=last_seconds[i],
+            )
+            for i in range(n)
+        )
+        plan = plan_step(PlanningState(step, now, devices, last_step, carry), config, policy)
+        carry = plan.carry
+        counts = np.array([b.count for b in plan.devices], dtype=np.int64)
+        sizes = np.array([b.total_size for b in plan.devices])
+        truncated = sum(buffers.remove(i, b.offsets, b.truncate_before) for i, b in enumerate(plan.devices))
+        disturbed = (step // scenario.disturb_period) % n if scenario.disturb_seconds > 0 else -1
+        slow = np.ones(n)
+        for s in scenario.slowdowns:
+            if s.start <= step < s.end and 0 <= s.device < n:
+                slow[s.device] *= s.factor
+        noise = rng.lognormal(0.0, scenario.noise, n) if scenario.noise > 0 else np.ones(n)
+        compute = (true_a * sizes + scenario.b) * slow * noise
+        if disturbed >= 0:
+            compute[disturbed] += scenario.disturb_seconds
+        compute = np.where(counts > 0, compute, 0.0)
+        step_seconds = float(compute.max()) + scenario.comm_seconds
+        busy = counts > 0
+        bank = bank.update(sizes, compute, busy, step, config)
+        last_samples, last_size = counts, sizes
+        last_seconds = [float(c) if c > 0 else None for c in compute]
+        # Arrivals during the step, spread uniformly over it.
+        arrivals = rng.poisson(rate * step_seconds)
+        for dev in np.flatnonzero(arrivals):
+            k = int(arrivals[dev])
+            new_sizes = draw_sizes(rng, k, scenario.size_kind, scenario.size_mean, scenario.size_dif)
+            buffers.add(int(dev), new_sizes, now + rng.uniform(0.0, step_seconds, k))
+            mean_size[dev] = 0.95 * mean_size[dev] + 0.05 * float(new_sizes.mean())
+        now += step_seconds
+        last_step = step_seconds
+        trained_total += int(counts.sum())
+        truncated_total += truncated
+        backlog = np.array([len(o) for o in buffers.offsets])
+        oldest = [now - float(a[0]) for a in buffers.arrivals if len(a)]
+        _record(series, now, step_seconds, plan.predicted_step_seconds, straggler_effect(compute[busy]),
+                int(counts.sum()), dif(sizes), int(counts.sum()), int(backlog.sum()), max(oldest, default=0.0),
+                truncated, plan.step_time_target, disturbed)
+        if progress is not None:
+            progress(max((step + 1) / scenario.steps, now / scenario.duration if scenario.duration else 0.0))
+        if (scenario.is_epoch and backlog.sum() == 0) or (scenario.duration is not None and now >= scenario.duration):
+            break
+    summary = summarize(series, scenario, trained_total, truncated_total, bank)
+    return SimResult(policy, series, summary)
+
+
+def _record(series: dict[str, list[float]], *values: float) -> None:
+    for key, value in zip(SERIES, values, strict=True):
+        series[key].append(float(value))
+
+
+def summarize(
+    series: dict[str, list[float]], scenario: Scenario, trained: int, truncated: int, bank: ModelBank
+) -> dict[str, Any]:
+    """Headline numbers of a run: medians, throughput, lag, truncation, disturbance recovery."""
+    t = np.asarray(series["step_seconds"])
+    se = np.asarray(series["straggler_effect"])
+    elapsed = float(series["time"][-1]) if series["time"] else 0.0
+    out: dict[str, Any] = {
+        "steps": len(t),
+        "elapsed_seconds": elapsed,
+        "median_step_seconds": float(np.median(t)) if len(t) else 0.0,
+        "median_straggler_effect": float(np.median(se)) if len(se) else 0.0,
+        "p90_straggler_effect": float(np.percentile(se, 90)) if len(se) else 0.0,
+        "samples_per_second": trained / elapsed if elapsed > 0 else 0.0,
+        "samples_trained": trained,
+        "samples_truncated": truncated,
+        "final_backlog": int(series["backlog"][-1]) if series["backlog"] else 0,
+        "max_lag_seconds": float(max(series["lag_seconds"], default=0.0)),
+        "median_batch_size_dif": float(np.median(series["batch_size_dif"])) if len(t) else 0.0,
+        "median_prediction_error": float(np.nanmedian(bank.rel_error)) if np.isfinite(bank.rel_error).any() else None,
+    }
+    if scenario.is_epoch:
+        out["epoch_seconds"] = elapsed
+    if scenario.disturb_seconds > 0:
+        out["disturbance_recovery_steps"] = recovery_steps(se, scenario.disturb_period, threshold=0.1)
+    return out
+
+
+def recovery_steps(se: np.ndarray, period: int, threshold: float = 0.1) -> dict[str, float | None]:
+    """Steps after each disturbance move until SE first drops under `threshold` (max and median)."""
+    waits: list[int] = []
+    for start in range(period, len(se), period):
+        window = se[start : start + period]
+        below = np.flatnonzero(window < threshold)
+        waits.append(int(below[0]) if len(below) else period)
+    if not waits:
+        return {"max": None, "median": None, "events": 0}
+    return {"max": float(max(waits)), "median": float(np.median(waits)), "events": len(waits)}

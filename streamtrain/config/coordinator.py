@@ -1,0 +1,147 @@
+"""Coordinator settings (`[coordinator]` in the TOML file, STREAMTRAIN_COORDINATOR__* in the environment)."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["POLICY_NAMES", "CoordinatorConfig", "PolicyName", "TruncationName"]
+
+PolicyName = Literal["static", "lbbsp", "lbb", "scadles", "chronica", "ett-stream"]
+TruncationName = Literal["persist", "truncate", "bounded"]
+
+#: Every planning policy the coordinator knows, in the order benchmarks list them.
+POLICY_NAMES: tuple[str, ...] = ("static", "lbbsp", "lbb", "scadles", "chronica", "ett-stream")
+
+
+class CoordinatorConfig(BaseModel):
+    """How the coordinator models devices, plans each step and truncates backlog."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    policy: PolicyName = "ett-stream"
+    """Planning policy: static, lbbsp, lbb, scadles, chronica or ett-stream (equal ETT at line rate)."""
+
+    global_batch: int = Field(default=256, ge=1)
+    """Samples per step for fixed-global-batch policies (static, lbbsp, lbb, chronica); the base batch
+    B of the linear learning-rate scaling rule for every policy."""
+
+    b_min: int = Field(default=1, ge=0)
+    """Fewest samples a device is given per step while it has that many pending (ScaDLES b_min)."""
+
+    b_max: int = Field(default=4096, ge=1)
+    """Most samples a device is given per step (ScaDLES b_max)."""
+
+    weight_by: Literal["samples", "size"] = "samples"
+    """What an ett-stream rank's aggregation weight counts: samples trained, or their total size
+    (CHRONICA Eq. 7). chronica always weighs by size, lbbsp/lbb by samples, scadles by stream rate."""
+
+    memory_headroom: float = Field(default=0.95, gt=0.0, le=1.0)
+    """Fraction of a device's memory-derived size limit a plan may fill (LB-BSP's 95% guard)."""
+
+    target_step_seconds: float | None = Field(default=None, gt=0.0)
+    """ett-stream: a fixed step-time target; unset lets it choose the shortest step that trains at line rate."""
+
+    min_step_seconds: float = Field(default=0.01, gt=0.0)
+    """ett-stream: shortest step-time target it will choose."""
+
+    max_step_seconds: float = Field(default=60.0, gt=0.0)
+    """ett-stream: longest step-time target it will choose."""
+
+    line_rate_headroom: float = Field(default=0.1, ge=0.0, le=1.0)
+    """ett-stream: spare capacity kept above a device's arrival rate so its backlog drains (0.1 = 10%)."""
+
+    max_overhead_fraction: float = Field(default=0.2, gt=0.0, le=1.0)
+    """ett-stream, while streams are keeping up: a step is at least long enough that each device's fixed
+    per-step cost b is at most this fraction of it (short steps waste time on overhead). With only
+    backlog (no stream a device keeps up with), T is instead the time the fleet needs for global_batch."""
+
+    best_fit_rounds: int = Field(default=4, ge=0, le=64)
+    """ett-stream: samples added by best fit after the oldest-first prefix, to close the gap to the target."""
+
+    warm_start_a: float = Field(default=1e-3, gt=0.0)
+    """Seconds per unit of sample size assumed for a device before it has reported enough feedback."""
+
+    warm_start_b: float = Field(default=0.05, ge=0.0)
+    """Fixed seconds per step assumed for a device before it has reported enough feedback."""
+
+    min_observations: int = Field(default=3, ge=2)
+    """Feedback records needed before a device's model is fitted rather than scaled from the warm start."""
+
+    model_window: int = Field(default=64, ge=4, le=4096)
+    """Feedback records kept per device for the fit."""
+
+    recency_halflife_steps: float = Field(default=20.0, gt=0.0)
+    """Age in steps at which a feedback record weighs half as much in the fit."""
+
+    huber_delta: float = Field(default=1.345, gt=0.0)
+    """Huber threshold in robust standard deviations: larger residuals are down-weighted as outliers."""
+
+    change_points: int = Field(default=2, ge=1, le=16)
+    """Consecutive same-sign large residuals that mean the device changed (not an outlier): older
+    feedback is then dropped and the model rescaled at once."""
+
+    change_threshold: float = Field(default=0.05, gt=0.0)
+    """Relative residual above which a record counts towards a change (0.05 = 5% off the model); raised
+    to three robust standard deviations of the device's own relative residuals when it is noisier."""
+
+    error_ewma_alpha: float = Field(default=0.1, gt=0.0, le=1.0)
+    """Smoothing of the exported relative prediction error (weight of the newest step)."""
+
+    lbb_rapid_threshold: float = Field(default=0.3, gt=0.0)
+    """lbb: straggler effect above which batch sizes are re-solved from a fresh linear model."""
+
+    lbb_fine_threshold: float = Field(default=0.05, ge=0.0)
+    """lbb: straggler effect below which batch sizes are left alone; between the two, fine-tune."""
+
+    lbb_fine_step: int = Field(default=1, ge=1)
+    """lbb: samples moved from the straggler to the leader per fine-tuning step (LBB: usually 1)."""
+
+    lbb_observation_window: int = Field(default=5, ge=0)
+    """lbb: steps after a rapid re-solve during which only fine-tuning is allowed (stops oscillation)."""
+
+    scadles_window_seconds: float = Field(default=1.0, gt=0.0)
+    """scadles: a device's batch is its arrivals over this many seconds (b_i = S_i), within [b_min, b_max]."""
+
+    truncation: TruncationName = "persist"
+    """What happens to backlog: persist (keep all), truncate (keep about one step's worth of the newest
+    samples, ScaDLES) or bounded (keep at most max_lag_*; drop oldest first)."""
+
+    truncate_keep_steps: float = Field(default=1.0, gt=0.0)
+    """truncate: steps' worth of arrivals kept."""
+
+    max_lag_samples: int | None = Field(default=None, ge=0)
+    """bounded: most pending samples kept per device."""
+
+    max_lag_seconds: float | None = Field(default=None, ge=0.0)
+    """bounded: oldest pending sample age kept, in seconds."""
+
+    max_lag_size: int | None = Field(default=None, ge=0)
+    """bounded: most pending total size kept per device, in sample size units (bytes when sizes are bytes)."""
+
+    delete_records: bool = False
+    """Also delete truncated records on the broker (DeleteRecords) so retained storage stays bounded."""
+
+    seed: int = 0
+    """Seed for the few random choices a policy makes (ties), so a plan is reproducible."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.b_min > self.b_max:
+            raise ValueError(f"b_min ({self.b_min}) must not exceed b_max ({self.b_max})")
+        if self.min_step_seconds > self.max_step_seconds:
+            raise ValueError(
+                f"min_step_seconds ({self.min_step_seconds}) must not exceed max_step_seconds "
+                f"({self.max_step_seconds})"
+            )
+        if self.lbb_fine_threshold >= self.lbb_rapid_threshold:
+            raise ValueError(
+                f"lbb_fine_threshold ({self.lbb_fine_threshold}) must be below lbb_rapid_threshold "
+                f"({self.lbb_rapid_threshold})"
+            )
+        if self.truncation == "bounded" and (
+            self.max_lag_samples is None and self.max_lag_seconds is None and self.max_lag_size is None
+        ):
+            raise ValueError("truncation 'bounded' needs max_lag_samples, max_lag_seconds or max_lag_size")
+        return self

@@ -1,0 +1,109 @@
+"""ett-stream: step-time choice, equal-ETT fill, and properties over random fleets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from coordinator_helpers import device, state
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.policies import POLICIES, plan_step
+from coordinator.policies.ett_stream import choose_step_time
+from coordinator.state import DeviceState, PlanningState
+from streamtrain.config import CoordinatorConfig
+
+
+def test_backlogged_devices_get_equal_ett_whatever_their_speed() -> None:
+    rng = np.random.default_rng(0)
+    devs = [device(f"d{i}", rng.integers(5, 120, 400).astype(float), a=a, b=0.02)
+            for i, a in enumerate([1e-3, 5e-4, 2.5e-4, 1e-4])]
+    plan = plan_step(state(*devs), CoordinatorConfig(global_batch=200), "ett-stream")
+    predicted = np.array([d.predicted_seconds for d in plan.devices])
+    assert predicted.max() <= plan.step_time_target + 1e-9
+    assert (predicted.max() - predicted.min()) / predicted.mean() < 0.02
+    # Faster devices train proportionally more.
+    assert [d.count for d in plan.devices] == sorted(d.count for d in plan.devices)
+
+
+def test_oldest_samples_go_first_and_best_fit_closes_the_gap() -> None:
+    # Budget 10 (T fixed at 10 s, a = 1): oldest-first takes 4 + 3, then 5 does not fit, best fit adds 2.
+    d = device("d", [4.0, 3.0, 5.0, 1.0, 2.0, 9.0], a=1.0)
+    plan = plan_step(state(d), CoordinatorConfig(target_step_seconds=10.0), "ett-stream")
+    assert list(plan.devices[0].offsets) == [0, 1, 3, 4]  # in offset order, as a trainer reads them
+    assert plan.devices[0].total_size == 10.0
+
+
+def test_step_time_trains_at_line_rate() -> None:
+    # a·r·m = 0.001·100·5 = 0.5, headroom 10%: T = b / (1 - 0.55) = 0.1 / 0.45.
+    keeps_up = device("k", [5.0] * 10, a=1e-3, b=0.1, arrival_rate=100.0, mean_size=5.0)
+    # This one cannot keep up at any step time (rho = 2): it fills T and does not set it.
+    saturated = device("s", [5.0] * 10_000, a=1e-3, b=0.1, arrival_rate=400.0, mean_size=5.0)
+    cfg = CoordinatorConfig(max_overhead_fraction=1.0)
+    target, bounds = choose_step_time((keeps_up, saturated), cfg)
+    assert bounds["line_rate"] == pytest.approx(0.1 / 0.45)
+    assert target == pytest.approx(0.1 / 0.45)
+    plan = plan_step(state(keeps_up, saturated), cfg, "ett-stream")
+    # Enough for what arrives in a step plus the 10% headroom.
+    assert plan.devices[1].predicted_seconds == pytest.approx(target, abs=5e-3)
+
+
+def test_unknown_index_gives_count_and_size_budget() -> None:
+    blind = DeviceState(device_id="b", model=device("x", [1.0]).model, pending=None, lag=1000, mean_size=10.0,
+                        end_offset=5000)
+    plan = plan_step(PlanningState(step=0, now=0.0, devices=(blind,)),
+                     CoordinatorConfig(target_step_seconds=101.0), "ett-stream")
+    only = plan.devices[0]
+    assert only.offsets is None and only.count == 10 and only.total_size == pytest.approx(101.0)
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[PlanningState, CoordinatorConfig]:
+    n = draw(st.integers(1, 6))
+    devs = []
+    for i in range(n):
+        sizes = draw(st.lists(st.integers(1, 60), min_size=0, max_size=40))
+        limit = draw(st.one_of(st.none(), st.floats(5.0, 400.0)))
+        devs.append(device(
+            f"d{i}", [float(s) for s in sizes], a=draw(st.floats(1e-4, 1e-1)), b=draw(st.floats(0.0, 0.5)),
+            first_offset=draw(st.integers(0, 10_000)), arrival_rate=draw(st.floats(0.0, 200.0)),
+            mean_size=draw(st.floats(1.0, 60.0)), size_limit=limit,
+        ))
+    cfg = CoordinatorConfig(
+        b_min=draw(st.integers(0, 5)), b_max=draw(st.integers(5, 30)), global_batch=draw(st.integers(1, 100)),
+        target_step_seconds=draw(st.one_of(st.none(), st.floats(0.01, 5.0))),
+    )
+    return state(*devs), cfg
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleets(), st.sampled_from(sorted(POLICIES)))
+def test_no_plan_repeats_a_sample_or_breaks_memory(fleet: tuple[PlanningState, CoordinatorConfig],
+                                                    policy: str) -> None:
+    st_, cfg = fleet
+    plan = plan_step(st_, cfg, policy)
+    for dev, batch in zip(st_.devices, plan.devices, strict=True):
+        assert dev.pending is not None and batch.offsets is not None
+        offsets = list(batch.offsets)
+        assert len(set(offsets)) == len(offsets) == batch.count
+        assert set(offsets) <= set(dev.pending.offsets.tolist())
+        if dev.size_limit is not None:
+            assert batch.total_size <= dev.size_limit * cfg.memory_headroom + 1e-9
+        assert batch.count <= cfg.b_max or policy in ("static",)
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleets())
+def test_ett_stream_never_idles_a_device_with_trainable_samples(fleet: tuple[PlanningState, CoordinatorConfig]) -> None:
+    st_, cfg = fleet
+    plan = plan_step(st_, cfg, "ett-stream")
+    for dev, batch in zip(st_.devices, plan.devices, strict=True):
+        assert dev.pending is not None
+        limit = np.inf if dev.size_limit is None else dev.size_limit * cfg.memory_headroom
+        if (dev.pending.sizes <= limit).any():
+            assert batch.count >= 1
+            # The oldest trainable sample is always in the batch: nothing starves.
+            oldest = dev.pending.offsets[np.flatnonzero(dev.pending.sizes <= limit)[0]]
+            assert oldest in set(batch.offsets.tolist())
+        else:
+            assert batch.count == 0

@@ -1,0 +1,82 @@
+"""Performance models: robust fit, warm start, change detection, profiling and memory limits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coordinator.perfmodel import (
+    ModelBank,
+    PerfTracker,
+    fit_linear_robust,
+    fit_profile,
+    size_limit_from_memory,
+)
+from streamtrain.config import CoordinatorConfig
+
+CFG = CoordinatorConfig()
+
+
+def test_robust_fit_recovers_a_b_despite_outliers() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.uniform(100, 2000, (3, 200))
+    y = 0.002 * x + 0.1
+    y *= rng.lognormal(0, 0.02, y.shape)
+    outliers = rng.random(y.shape) < 0.1
+    y = np.where(outliers, y * 3.0, y)
+    a, b = fit_linear_robust(x, y, np.ones_like(x), prior_a=np.full(3, 1e-3))
+    np.testing.assert_allclose(a, 0.002, rtol=0.03)
+    np.testing.assert_allclose(b, 0.1, rtol=0.15)
+    # Plain least squares is dragged far off by the same outliers: the robustness is doing work.
+    a_ls = np.polyfit(x[0], y[0], 1)[0]
+    assert abs(a_ls - 0.002) / 0.002 > 0.1
+
+
+def test_tracker_scales_warm_start_then_fits() -> None:
+    tracker = PerfTracker.create(CFG)
+    assert tracker.model.a == CFG.warm_start_a and not tracker.model.fitted
+    rng = np.random.default_rng(2)
+    tracker = tracker.update(1000.0, 0.5 * (CFG.warm_start_a * 1000 + CFG.warm_start_b), 0, CFG)
+    # One record: the warm start keeps its shape, scaled to what the device reported.
+    assert tracker.model.a == pytest.approx(0.5 * CFG.warm_start_a)
+    for step in range(1, 40):
+        size = float(rng.uniform(200, 3000))
+        tracker = tracker.update(size, 3e-4 * size + 0.03, step, CFG)
+    assert tracker.model.a == pytest.approx(3e-4, rel=0.02)
+    assert tracker.model.b == pytest.approx(0.03, rel=0.1)
+    assert tracker.model.rel_error is not None and tracker.model.rel_error < 0.2
+
+
+def test_level_shift_is_a_change_not_an_outlier() -> None:
+    bank = ModelBank.create(2, CFG)
+    rng = np.random.default_rng(3)
+    for step in range(30):
+        sizes = rng.uniform(800, 1200, 2)
+        bank = bank.update(sizes, 4e-4 * sizes + 0.05, np.ones(2, bool), step, CFG)
+    # Device 0 slows down by 40% for good; device 1 has one wild outlier.
+    for step in range(30, 33):
+        sizes = rng.uniform(800, 1200, 2)
+        secs = 4e-4 * sizes + 0.05
+        secs[0] *= 1.4
+        if step == 30:
+            secs[1] *= 5.0
+        bank = bank.update(sizes, secs, np.ones(2, bool), step, CFG)
+    pred = bank.predict(np.array([1000.0, 1000.0]))
+    assert pred[0] == pytest.approx(1.4 * 0.45, rel=0.05)
+    assert pred[1] == pytest.approx(0.45, rel=0.05)
+
+
+def test_profile_fit_is_cubic_with_oom_limit() -> None:
+    sizes = np.array([4, 8, 16, 32, 64, 128, 256], dtype=float)
+    secs = 1e-7 * sizes**3 + 1e-4 * sizes**2 + 0.01 * sizes + 0.2
+    fit = fit_profile(sizes, secs, oom_size=512)
+    np.testing.assert_allclose(fit.coefficients, [1e-7, 1e-4, 0.01, 0.2], rtol=1e-4, atol=1e-9)
+    assert fit.size_limit == 256
+    assert fit.predict(100.0) == pytest.approx(1e-7 * 1e6 + 1.0 + 1.0 + 0.2)
+
+
+def test_size_limit_from_memory_respects_headroom() -> None:
+    sizes = np.array([100.0, 200.0, 400.0])
+    mem = 1e9 + 1e6 * sizes
+    limit = size_limit_from_memory(sizes, mem, capacity_bytes=2e9, headroom=0.95)
+    assert limit == pytest.approx((0.95 * 2e9 - 1e9) / 1e6)

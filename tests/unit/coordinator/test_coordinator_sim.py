@@ -1,0 +1,71 @@
+"""Simulator smoke tests and the `streamtrain sim` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from coordinator.sim import build_scenario, simulate
+from streamtrain.cli import app
+from streamtrain.config import CoordinatorConfig
+
+
+def test_ett_stream_beats_static_on_straggler_effect() -> None:
+    sc = build_scenario("lbb-disturbance", steps=60, disturb_seconds=0.0, devices=4, initial=3000)
+    cfg = CoordinatorConfig(global_batch=128)
+    ours = simulate(sc, cfg, "ett-stream").summary
+    static = simulate(sc, cfg, "static").summary
+    assert ours["median_straggler_effect"] < 0.1 < static["median_straggler_effect"]
+    assert ours["samples_per_second"] > static["samples_per_second"]
+
+
+def test_se_recovers_within_five_steps_of_each_disturbance() -> None:
+    sc = build_scenario("lbb-disturbance", steps=150)
+    summary = simulate(sc, CoordinatorConfig(global_batch=256), "ett-stream").summary
+    recovery = summary["disturbance_recovery_steps"]
+    assert recovery["events"] == 4 and recovery["max"] <= 5
+
+
+def test_epoch_time_stays_flat_with_imbalance_under_ett_stream() -> None:
+    cfg = CoordinatorConfig(global_batch=64)
+    times = {}
+    for dif in (0.0, 64.0):
+        sc = build_scenario("table-iv", size_dif=dif, initial=400)
+        times[dif] = (simulate(sc, cfg, "ett-stream").summary["epoch_seconds"],
+                      simulate(sc, cfg, "static").summary["epoch_seconds"])
+    assert times[64.0][0] <= 1.1 * times[0.0][0]
+    assert times[64.0][1] > 1.2 * times[0.0][1]
+
+
+def test_truncation_bounds_backlog_of_a_saturated_stream() -> None:
+    sc = build_scenario("stream", duration=10.0, devices=2, speed=(1.0,), rate=(300.0,))
+    kept = simulate(sc, CoordinatorConfig(), "ett-stream").summary
+    cut = simulate(sc, CoordinatorConfig(truncation="bounded", max_lag_samples=100), "ett-stream").summary
+    assert cut["samples_truncated"] > 0 and cut["final_backlog"] <= 2 * 100 + 2 * 300
+    assert kept["samples_truncated"] == 0 and kept["final_backlog"] > cut["final_backlog"]
+
+
+def test_sim_command_writes_json_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["sim", "--scenario", "table-iv", "-p", "static", "-p", "ett-stream",
+                                      "--dif", "0", "--dif", "32", "--devices", "4", "--steps", "40",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "sim.json").read_text())
+    assert {(r["policy"], r["dif"]) for r in data["runs"]} == {
+        (p, d) for p in ("static", "ett-stream") for d in (0.0, 32.0)}
+    assert len(data["runs"][0]["series"]["step_seconds"]) == data["runs"][0]["summary"]["steps"]
+    assert (out / "steps.png").stat().st_size > 0 and (out / "epoch_vs_dif.png").stat().st_size > 0
+
+
+def test_sim_command_rejects_bad_arguments(tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad_policy = runner.invoke(app, ["sim", "-p", "fastest", "--out", str(tmp_path)])
+    assert bad_policy.exit_code == 2 and "fastest" in bad_policy.output
+    bad_speed = runner.invoke(app, ["sim", "--speed", "fast", "--out", str(tmp_path)])
+    assert bad_speed.exit_code == 2 and "--speed" in bad_speed.output
+    bad_setting = runner.invoke(app, ["--set", "coordinator.b_min=9", "--set", "coordinator.b_max=3", "sim",
+                                      "--out", str(tmp_path)])
+    assert bad_setting.exit_code == 2 and "b_min" in bad_setting.output

@@ -23,7 +23,7 @@ import typer
 from .broker import EmbeddedBroker, find_kafka_libs, kafka_version
 from .cli_support import config_from, console
 from .config import BrokerConfig, KafkaConfig
-from .kafka import TopicSpec, ensure_topics, make_admin, make_producer
+from .kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce
 from .wire import Sample, encode
 
 __all__ = ["register"]
@@ -54,13 +54,7 @@ def _python_producer(cfg: KafkaConfig, topic: str, records: int, payload: bytes)
     producer = make_producer(cfg, **_SETTINGS)
     began = time.perf_counter()
     for _ in range(records):
-        while True:
-            try:
-                producer.produce(topic, value=payload)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        producer.poll(0)
+        produce(producer, topic, payload)
     if producer.flush(120) != 0:
         raise RuntimeError("python producer could not deliver every record")
     return records / (time.perf_counter() - began)
@@ -75,13 +69,7 @@ def _python_sample_producer(cfg: KafkaConfig, topic: str, records: int, record_s
     began = time.perf_counter()
     for seq in range(records):
         value, headers = encode(Sample.from_array("bench", seq, arr))
-        while True:
-            try:
-                producer.produce(topic, value=value, headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        producer.poll(0)
+        produce(producer, topic, value, headers)
     if producer.flush(120) != 0:
         raise RuntimeError("python producer could not deliver every record")
     return records / (time.perf_counter() - began)

@@ -21,7 +21,7 @@ from .accounting import SeqLedger
 from .broker import BrokerError, EmbeddedBroker
 from .cli_support import config_from, console, die
 from .config import KafkaConfig
-from .kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
+from .kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce, read_to_end
 from .wire import Sample, WireError, decode, encode
 
 __all__ = ["RoundTrip", "register", "run_round_trip"]
@@ -77,13 +77,7 @@ def run_round_trip(cfg: KafkaConfig, devices: list[str], per_device: int, mean_s
             payload = rng.standard_normal((size, features)).astype(np.float32) + label
             value, headers = encode(Sample.from_array(device, seq, payload, label=label))
             expected[(device, seq)] = size
-            while True:
-                try:
-                    producer.produce(topics[device], value=value, headers=headers, on_delivery=delivered)
-                    break
-                except BufferError:  # local queue full: let deliveries drain (backpressure), then retry
-                    producer.poll(0.05)
-            producer.poll(0)
+            produce(producer, topics[device], value, headers, delivered)
             result.produced_bytes += len(value)
         if progress and bar is not None:
             progress.update(bar, advance=len(devices))

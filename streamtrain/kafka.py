@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from .config import KafkaConfig
 from .wire import DeadLetter, WireError, encode
-from .wire.codec import header_items
+from .wire.codec import HeaderList, header_items
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 __all__ = [
     "DeadLetterSink",
@@ -28,6 +30,7 @@ __all__ = [
     "make_admin",
     "make_consumer",
     "make_producer",
+    "produce",
     "read_to_end",
     "topic_config",
 ]
@@ -60,6 +63,18 @@ def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
         "retry.backoff.max.ms": 2_000,
     }
     return Producer(client_settings(cfg, **{**defaults, **overrides}))
+
+
+def produce(producer: Producer, topic: str, value: bytes, headers: HeaderList | None = None,
+            on_delivery: DeliveryCallback | None = None, key: bytes | None = None) -> None:
+    """Produce one record, waiting for room when the local queue is full (backpressure, never a drop)."""
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+            break
+        except BufferError:
+            producer.poll(0.05)  # serve delivery callbacks until the queue has room again
+    producer.poll(0)
 
 
 def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> Consumer:

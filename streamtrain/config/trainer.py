@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -97,6 +98,48 @@ class TrainerConfig(BaseModel):
 
     seed: int = Field(default=0, ge=0)
     """Seed of the model's initial parameters (rank 0's are broadcast to the others)."""
+
+    group_id: str | None = Field(default=None, min_length=1, max_length=200)
+    """Kafka consumer group every rank commits its device offsets under (default `<job>.trainers`), so the
+    coordinator reads each device's lag as high watermark - committed offset."""
+
+    buffer_max_samples: int = Field(default=4096, ge=1)
+    """Samples a rank buffers before it pauses fetching its device topic."""
+
+    buffer_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    """Record bytes a rank buffers before it pauses fetching; a single record larger than this is
+    dead-lettered as oversize."""
+
+    buffer_resume_ratio: float = Field(default=0.8, gt=0, lt=1)
+    """Fetching resumes once the buffer is below this fraction of both bounds (hysteresis)."""
+
+    plan_wait_s: float = Field(default=2.0, ge=0, le=600)
+    """Seconds a rank waits for the coordinator's Assignment of a step before it falls back to a local plan."""
+
+    data_wait_s: float = Field(default=1.0, ge=0, le=600)
+    """Seconds a rank waits for planned offsets (or, on a local plan, for any sample) to arrive from Kafka."""
+
+    local_batch: int = Field(default=32, ge=1)
+    """Samples of a local plan before any Assignment or time model exists."""
+
+    max_steps: int = Field(default=0, ge=0)
+    """Stop after this global step (0: run until SIGTERM)."""
+
+    checkpoint_dir: Path | None = None
+    """Directory of rank 0's atomic checkpoints (model, optimizer, step, per-device offsets); none: no checkpoints."""
+
+    checkpoint_every: int = Field(default=10, ge=1)
+    """Steps between checkpoints (a final one is always written on SIGTERM or max_steps)."""
+
+    commit_after_checkpoint: bool = True
+    """With checkpoints on, commit device offsets only once a checkpoint holds the steps that trained them
+    (DESIGN section 5: a crash then retrains nothing committed); off commits after every step."""
+
+    log_every: int = Field(default=10, ge=1)
+    """Steps between a rank's one-line progress log."""
+
+    metrics: bool = True
+    """Serve Prometheus /metrics per rank on metrics.port + rank (a free port when metrics.port is 0)."""
 
     @field_validator("kernel_size")
     @classmethod

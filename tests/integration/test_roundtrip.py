@@ -8,7 +8,7 @@ from confluent_kafka import KafkaError, Message
 
 from streamtrain.accounting import SeqLedger
 from streamtrain.config import KafkaConfig
-from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
+from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce, read_to_end
 from streamtrain.wire import SIZE_HEADER, Sample, decode, encode
 
 pytestmark = pytest.mark.integration
@@ -34,13 +34,7 @@ def test_10k_variable_size_samples_round_trip_with_every_seq_and_size(kafka_cfg:
         for i, device in enumerate(DEVICES):
             arr = rng.integers(0, 100, size=(int(sizes[device][seq]), 1 + i)).astype(dtypes[i])
             value, headers = encode(Sample.from_array(device, seq, arr, label=seq % 7))
-            while True:
-                try:
-                    producer.produce(topics[device], value=value, headers=headers, on_delivery=delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            producer.poll(0)
+            produce(producer, topics[device], value, headers, delivered)
     assert producer.flush(60) == 0
     assert failures == []
 

@@ -1,0 +1,333 @@
+"""Producer settings (`[producer]` in the TOML file, STREAMTRAIN_PRODUCER__* in the environment)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "RATE_PRESETS",
+    "BurstConfig",
+    "DatasetConfig",
+    "InjectionConfig",
+    "ProducerConfig",
+    "RateChange",
+    "RateConfig",
+    "SizeConfig",
+    "SyntheticConfig",
+]
+
+#: ScaDLES Table I: stream-rate sets as (distribution, mean, std) in samples/s.
+RATE_PRESETS: dict[str, tuple[Literal["uniform", "normal"], float, float]] = {
+    "S1": ("uniform", 38.0, 24.0),
+    "S2": ("uniform", 300.0, 112.0),
+    "S1'": ("normal", 64.0, 24.0),
+    "S2'": ("normal", 256.0, 28.0),
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class RateChange(_Model):
+    """One step of a rate schedule: from `at_s` on, every device runs at `factor` x its base rate."""
+
+    at_s: float = Field(ge=0)
+    """Seconds since the start of the run at which this factor takes effect."""
+
+    factor: float = Field(ge=0)
+    """Multiplier of each device's base rate (0 pauses the stream)."""
+
+
+class BurstConfig(_Model):
+    """Periodic bursts: every `every_s` seconds the rate is multiplied by `factor` for `duration_s`."""
+
+    every_s: float = Field(gt=0)
+    """Period of the bursts in seconds."""
+
+    duration_s: float = Field(gt=0)
+    """Length of each burst in seconds (shorter than `every_s`)."""
+
+    factor: float = Field(default=4.0, ge=0)
+    """Rate multiplier during a burst."""
+
+    stagger: bool = True
+    """Shift each device's bursts by a share of the period so the devices do not all burst at once."""
+
+    @model_validator(mode="after")
+    def _burst_fits_period(self) -> BurstConfig:
+        if self.duration_s >= self.every_s:
+            raise ValueError(f"duration_s ({self.duration_s}) must be shorter than every_s ({self.every_s})")
+        return self
+
+
+class RateConfig(_Model):
+    """How many samples per second each device publishes, and how that changes over time."""
+
+    kind: Literal["constant", "uniform", "normal", "unlimited"] = "constant"
+    """constant: every device at `mean`; uniform / normal: each device's base rate drawn once from
+    that distribution with `mean` and `std`; unlimited: as fast as the broker takes them (benchmarks)."""
+
+    preset: Literal["S1", "S2", "S1'", "S2'"] | None = None
+    """A ScaDLES stream-rate set (Table I) that sets kind, mean and std: S1 uniform 38/24,
+    S2 uniform 300/112, S1' normal 64/24, S2' normal 256/28 ("S1p"/"S2p" also accepted)."""
+
+    mean: float = Field(default=100.0, gt=0, le=1_000_000)
+    """Mean base rate in samples/s."""
+
+    std: float = Field(default=0.0, ge=0)
+    """Standard deviation of the per-device base rates in samples/s (uniform and normal)."""
+
+    min_rate: float = Field(default=1.0, gt=0)
+    """Floor of a sampled base rate in samples/s: uniform and normal draws can fall to or below 0."""
+
+    rates: list[float] | None = None
+    """Explicit per-device base rates in samples/s, one per device; overrides kind/mean/std."""
+
+    schedule: list[RateChange] = Field(default_factory=list)
+    """Step changes of every device's rate over time, as factors of its base rate, ordered by at_s."""
+
+    schedule_period_s: float | None = Field(default=None, gt=0)
+    """Repeat the schedule with this period in seconds (default: hold the last factor)."""
+
+    bursts: BurstConfig | None = None
+    """Periodic bursts on top of the base rate and the schedule."""
+
+    trace: Path | None = None
+    """A rate trace to replay: a text/CSV file with one factor per line (or `seconds,factor`), applied
+    to each device's base rate and looped. Use kind=constant, mean=1 to replay absolute rates."""
+
+    trace_step_s: float = Field(default=1.0, gt=0)
+    """Seconds each line of a one-column trace lasts."""
+
+    catch_up_s: float = Field(default=1.0, ge=0)
+    """After a stall (full queue, paused process), a device may burst to catch up at most this many
+    seconds of its stream; older deficit is given up, so the rate never spikes without bound."""
+
+    @field_validator("preset", mode="before")
+    @classmethod
+    def _prime_aliases(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip().upper().replace("\u2019", "'").replace("\u2032", "'")
+            value = text[:-1] + "'" if text.endswith("P") else text
+        return value
+
+    @field_validator("rates")
+    @classmethod
+    def _rates_positive(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (not value or any(not r > 0 for r in value)):
+            raise ValueError("every explicit rate must be > 0 samples/s")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule_ordered(cls, value: list[RateChange]) -> list[RateChange]:
+        times = [c.at_s for c in value]
+        if times != sorted(times) or len(set(times)) != len(times):
+            raise ValueError("schedule entries must have strictly increasing at_s")
+        return value
+
+    @model_validator(mode="after")
+    def _distribution_is_usable(self) -> RateConfig:
+        if self.kind == "constant" and self.std > 0 and self.preset is None and self.rates is None:
+            raise ValueError("std > 0 needs kind 'uniform' or 'normal' (kind 'constant' has no spread)")
+        if self.schedule_period_s is not None and self.schedule and self.schedule[-1].at_s >= self.schedule_period_s:
+            raise ValueError("schedule_period_s must be longer than the last schedule entry's at_s")
+        return self
+
+    def resolved(self) -> tuple[str, float, float]:
+        """(kind, mean, std) after applying the preset, if any."""
+        if self.preset is not None:
+            return RATE_PRESETS[self.preset]
+        return self.kind, self.mean, self.std
+
+
+class SizeConfig(_Model):
+    """Distribution of sample sizes (frames, tokens: the sample's relative cost, = payload shape[0])."""
+
+    kind: Literal["fixed", "normal", "lognormal", "replay"] = "fixed"
+    """fixed: every sample has size `mean`; normal: mean and DIF, never below `min_size` (the
+    distribution is truncated there and its parameters solved so the sizes still have the requested
+    mean and DIF); lognormal: shifted lognormal with that mean and DIF (any DIF); replay: sizes drawn
+    from the file or dataset at `path`."""
+
+    mean: float = Field(default=45.0, gt=0, le=1_000_000)
+    """Mean sample size."""
+
+    dif: float = Field(default=0.0, ge=0)
+    """Data imbalance factor: the standard deviation of sample sizes (CHRONICA)."""
+
+    min_size: int = Field(default=1, ge=1)
+    """Smallest size produced."""
+
+    max_size: int = Field(default=1_000_000, ge=1)
+    """Largest size produced (a guard against heavy lognormal tails filling memory)."""
+
+    path: Path | None = None
+    """For kind=replay: a text/.npy file of sizes, or a dataset (directory/.npz/.csv) whose sample sizes are used."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SizeConfig:
+        if self.max_size < self.min_size:
+            raise ValueError(f"max_size ({self.max_size}) is below min_size ({self.min_size})")
+        if self.kind == "replay" and self.path is None:
+            raise ValueError("kind 'replay' needs path (a sizes file or a dataset)")
+        if self.kind in ("normal", "lognormal", "fixed") and self.mean < self.min_size:
+            raise ValueError(f"mean ({self.mean}) is below min_size ({self.min_size})")
+        if self.kind == "fixed" and self.dif > 0:
+            raise ValueError("dif > 0 needs kind 'normal' or 'lognormal' (kind 'fixed' has no spread)")
+        return self
+
+
+class SyntheticConfig(_Model):
+    """The synthetic task: labels learnable from the payload (class prototype + noise per step)."""
+
+    features: int = Field(default=16, ge=1, le=65_536)
+    """Features per step of a sample: payloads are float32 arrays of shape (size, features)."""
+
+    classes: int = Field(default=10, ge=2, le=100_000)
+    """Number of classes."""
+
+    labels_per_device: int | None = Field(default=None, ge=1)
+    """Non-IID: each device sees only this many classes (device i gets classes i*k .. i*k+k-1 mod
+    classes). Unset: IID, every device draws from every class."""
+
+    signal: float = Field(default=0.5, gt=0)
+    """Length of each class prototype relative to unit per-feature noise: higher is easier to learn."""
+
+    task_seed: int = 0
+    """Seed of the class prototypes; trainers and evaluators that share it share the task."""
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> SyntheticConfig:
+        if self.labels_per_device is not None and self.labels_per_device > self.classes:
+            raise ValueError(f"labels_per_device ({self.labels_per_device}) exceeds classes ({self.classes})")
+        return self
+
+
+class DatasetConfig(_Model):
+    """Replay a real dataset from disk instead of the synthetic task."""
+
+    path: Path | None = None
+    """A directory of .npy/.npz/.csv files (class subdirectories label .npy files), or one .npz/.csv file."""
+
+    sharding: Literal["random", "stratified", "distribution-aware"] = "random"
+    """How samples are assigned to devices: random; stratified (round-robin within each class);
+    distribution-aware (PCA + k-means neighbourhoods, round-robin within each, neighbourhoods with
+    fewer samples than devices broadcast to every device)."""
+
+    neighbourhoods: int | None = Field(default=None, ge=1)
+    """k of k-means for distribution-aware sharding (default twice the number of classes, as the paper recommends)."""
+
+    pca_components: int = Field(default=8, ge=1)
+    """Principal components kept before k-means."""
+
+    loop: bool = True
+    """Start a device's shard again when it is exhausted (else the device's stream ends)."""
+
+    shuffle: bool = True
+    """Shuffle each device's shard (once per pass) instead of replaying it in file order."""
+
+    label_column: str = "label"
+    """CSV column holding the label."""
+
+    sample_column: str | None = "sample"
+    """CSV column whose consecutive equal values group rows into one sample (size = rows); rows are
+    samples of size 1 when the column is absent."""
+
+
+class InjectionConfig(_Model):
+    """ScaDLES data injection (alpha, beta).
+
+    Each round a device shares a fraction beta of its samples with a fraction alpha of the other devices.
+    """
+
+    alpha: float = Field(default=0.0, ge=0, le=1)
+    """Fraction of the other devices that receive a device's shared samples each round."""
+
+    beta: float = Field(default=0.0, ge=0, le=1)
+    """Fraction of a device's samples of the round that it shares."""
+
+    round_samples: int = Field(default=64, ge=1)
+    """Samples of a device's own stream per injection round (ScaDLES: one training step's batch)."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any sample is injected."""
+        return self.alpha > 0 and self.beta > 0
+
+
+class ProducerConfig(_Model):
+    """How the producers publish device streams."""
+
+    devices: int = Field(default=4, ge=1, le=100_000)
+    """Number of device streams (topics <prefix>.device.<id>)."""
+
+    device_ids: list[str] | None = None
+    """Explicit device ids, one per device (default "0", "1", ...)."""
+
+    duration_s: float | None = Field(default=60.0, gt=0)
+    """Seconds to run; unset runs until max_samples or Ctrl-C."""
+
+    max_samples: int | None = Field(default=None, ge=1)
+    """Stop each device after this many samples of its own stream."""
+
+    seed: int = 0
+    """Seed of every random choice (rates, sizes, labels, sharding, injection): a run is reproducible."""
+
+    rate: RateConfig = Field(default_factory=RateConfig)
+    size: SizeConfig = Field(default_factory=SizeConfig)
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    injection: InjectionConfig = Field(default_factory=InjectionConfig)
+
+    create_topics: bool = True
+    """Create missing device topics (with the [kafka] partitions, replication and retention)."""
+
+    tick_s: float = Field(default=0.002, gt=0, le=1.0)
+    """Period of the pacing loop in seconds (all devices are paced from one loop)."""
+
+    flush_timeout_s: float = Field(default=300.0, gt=0)
+    """Seconds to wait at exit for outstanding deliveries; what is still undelivered then counts as failed."""
+
+    delivery_timeout_s: float = Field(default=300.0, gt=0)
+    """Seconds librdkafka keeps retrying a record while the broker is away before reporting it failed."""
+
+    metrics_port: int | None = Field(default=None, ge=0, le=65_535)
+    """Port of the /metrics endpoint (0 picks one; default [metrics] port; unset with metrics=false)."""
+
+    metrics: bool = True
+    """Serve Prometheus /metrics while running."""
+
+    client: dict[str, str] = Field(default_factory=dict)
+    """Extra librdkafka producer settings (linger.ms, queue.buffering.max.kbytes, ...); idempotence and acks stay."""
+
+    @field_validator("device_ids")
+    @classmethod
+    def _ids_unique(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("device ids must be unique")
+        return value
+
+    @field_validator("client")
+    @classmethod
+    def _keeps_guarantees(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in ("enable.idempotence", "acks"):
+            if key in value:
+                raise ValueError(f"{key} cannot be overridden: producers are always idempotent with acks=all")
+        return value
+
+    @model_validator(mode="after")
+    def _ids_match_devices(self) -> ProducerConfig:
+        if self.device_ids is not None and len(self.device_ids) != self.devices:
+            raise ValueError(f"device_ids has {len(self.device_ids)} ids but devices is {self.devices}")
+        if self.rate.rates is not None and len(self.rate.rates) != self.devices:
+            raise ValueError(f"rate.rates has {len(self.rate.rates)} rates but devices is {self.devices}")
+        return self
+
+    def ids(self) -> list[str]:
+        """The device ids in use."""
+        return list(self.device_ids) if self.device_ids is not None else [str(i) for i in range(self.devices)]

@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +27,7 @@ from .config import BrokerConfig, KafkaConfig
 from .kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce
 from .wire import Sample, encode
 
-__all__ = ["register"]
+__all__ = ["kafka_perf_tool", "register"]
 
 _SETTINGS = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", "compression.type": "none",
              "batch.size": "262144"}
@@ -75,17 +76,36 @@ def _python_sample_producer(cfg: KafkaConfig, topic: str, records: int, record_s
     return records / (time.perf_counter() - began)
 
 
-def _kafka_perf_tool(cfg: KafkaConfig, topic: str, records: int, record_size: int) -> float:
-    libs = find_kafka_libs()
+def kafka_perf_tool(bootstrap: str, topic: str, records: int, record_size: int,
+                    settings: Mapping[str, str] | None = None, libs: Path | None = None,
+                    timeout_s: float = 600.0) -> float:
+    """Records/s of Kafka's own `kafka-producer-perf-test` (ProducerPerformance) from the same jars.
+
+    Args:
+        bootstrap: the broker.
+        topic: an existing topic to write to.
+        records: records to send, unpaced.
+        record_size: bytes per record.
+        settings: producer properties (default: acks=all, idempotence, linger 5 ms, no compression).
+        libs: Kafka jars (default `find_kafka_libs()`).
+        timeout_s: how long the tool may run.
+
+    Raises:
+        RuntimeError: when Java or the tool fails, with its output.
+    """
+    jars = libs or find_kafka_libs()
     java = shutil.which("java") or "java"
-    props = [f"bootstrap.servers={cfg.bootstrap_servers}", *(f"{k}={v}" for k, v in _SETTINGS.items())]
-    cmd = [java, "-Xmx512m", "-cp", f"{libs}/*", "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+    props = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in (settings or _SETTINGS).items())]
+    cmd = [java, "-Xmx512m", "-cp", f"{jars}/*", "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
            "--num-records", str(records), "--record-size", str(record_size), "--throughput", "-1",
            "--producer-props", *props]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True).stdout
-    match = _PERF_LINE.findall(out)
-    if not match:
-        raise RuntimeError(f"could not read kafka-producer-perf-test output:\n{out[-1000:]}")
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"kafka perf tool did not run: {exc}") from None
+    match = _PERF_LINE.findall(done.stdout)
+    if done.returncode != 0 or not match:
+        raise RuntimeError(f"kafka perf tool failed ({done.returncode}): {(done.stderr or done.stdout)[-2000:]}")
     return float(match[-1][1])
 
 
@@ -124,7 +144,7 @@ def register(bench: typer.Typer) -> None:
                             elif kind == "python_sample":
                                 rate = _python_sample_producer(cfg, topic, records, record_size)
                             else:
-                                rate = _kafka_perf_tool(cfg, topic, records, record_size)
+                                rate = kafka_perf_tool(cfg.bootstrap_servers, topic, records, record_size)
                         runs[kind].append(rate)
                         console.print(f"  {kind:<16} {rate:>10,.0f} records/s")
             finally:

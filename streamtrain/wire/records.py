@@ -6,6 +6,7 @@ The schemas in `schemas/` are the source of truth; these dataclasses are their P
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -60,20 +61,23 @@ class Sample:
         metadata: dict[str, str] | None = None,
     ) -> Sample:
         """Build a sample from an array whose first axis is the variable-length one (size = shape[0])."""
-        if np.ndim(array) == 0:
+        arr = np.asarray(array)
+        if arr.ndim == 0:
             raise ValueError("a sample's payload needs at least one axis (its size axis)")
-        arr = np.ascontiguousarray(array)
-        if arr.dtype.name not in DTYPES:
-            raise ValueError(f"dtype {arr.dtype.name!r} is not one of {', '.join(DTYPES)}")
-        little = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+        dtype = arr.dtype
+        name = dtype.name
+        if name not in DTYPES:
+            raise ValueError(f"dtype {name!r} is not one of {', '.join(DTYPES)}")
+        if dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big"):
+            arr = arr.astype(dtype.newbyteorder("<"))  # the wire is little-endian
         return cls(
             device_id=device_id,
             seq=seq,
             produced_at=now_ms() if produced_at is None else produced_at,
-            size=int(arr.shape[0]),
-            shape=tuple(int(d) for d in arr.shape),
-            dtype=arr.dtype.name,
-            data=little.tobytes(),
+            size=arr.shape[0],
+            shape=arr.shape,
+            dtype=name,
+            data=arr.tobytes(),  # C order whatever the input's layout
             label=label,
             metadata=dict(metadata or {}),
         )
@@ -107,9 +111,18 @@ class Sample:
         return found
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["shape"] = list(self.shape)
-        return d
+        # Built field by field: dataclasses.asdict deep-copies the payload, and this is the producers' hot path.
+        return {
+            "device_id": self.device_id,
+            "seq": self.seq,
+            "produced_at": self.produced_at,
+            "size": self.size,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "data": self.data,
+            "label": self.label,
+            "metadata": self.metadata,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Sample:

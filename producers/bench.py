@@ -1,0 +1,131 @@
+"""`streamtrain bench ingest`: how well the producers keep to their rates, and how fast they go.
+
+Measured in one run against one broker: (a) for each count of concurrent device streams and each
+target rate, every device's achieved rate (acknowledged samples over a window after a warm-up);
+(b) the producers' aggregate records/s with pacing off, next to Kafka's own producer performance
+tool (`ProducerPerformance`, the engine of kafka-producer-perf-test.sh) at the same record size
+and producer settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streamtrain.bench_kafka import kafka_perf_tool
+from streamtrain.config import KafkaConfig, ProducerConfig
+from streamtrain.kafka import TopicSpec, ensure_topics, make_admin
+
+from .service import StreamProducer
+
+__all__ = ["IngestBench"]
+
+logger = logging.getLogger(__name__)
+
+#: The producers' own settings (`streamtrain.kafka.make_producer`), given to Kafka's tool for a fair match.
+_PERF_SETTINGS = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", "compression.type": "lz4"}
+
+
+@dataclass
+class IngestBench:
+    """The ingest benchmark against the broker at `kafka`.
+
+    Args:
+        kafka: where the broker is; each measurement uses its own topic prefix under it.
+        streams: counts of concurrent device streams.
+        rates: target rates (samples/s per device).
+        seconds: measuring window per cell.
+        warmup_s: seconds run before each window (topic creation, producer id, first batches).
+        size: sample size (rows of `features` float32) of every record.
+        features: features per row.
+        throughput_s: seconds of unpaced publishing for the aggregate throughput.
+        libs: Kafka jars for the perf tool (None skips it).
+        progress: called with a line of text after each measurement.
+    """
+
+    kafka: KafkaConfig
+    streams: Sequence[int] = (1, 4, 8, 16, 32)
+    rates: Sequence[float] = (100.0, 600.0)
+    seconds: float = 30.0
+    warmup_s: float = 3.0
+    size: int = 45
+    features: int = 16
+    throughput_s: float = 15.0
+    libs: Path | None = None
+    progress: Callable[[str], None] = logger.info
+
+    def _producer_cfg(self, devices: int, rate: dict[str, Any], duration: float) -> ProducerConfig:
+        return ProducerConfig.model_validate({
+            "devices": devices, "duration_s": duration, "rate": rate, "metrics": False,
+            "size": {"kind": "fixed", "mean": self.size}, "synthetic": {"features": self.features},
+        })
+
+    def _kafka(self, tag: str) -> KafkaConfig:
+        prefix = f"{self.kafka.topic_prefix}.bench-{tag}-{int(time.time())}"
+        return self.kafka.model_copy(update={"topic_prefix": prefix})
+
+    def rate_cell(self, streams: int, rate: float) -> dict[str, Any]:
+        """Each device's achieved rate over the window, for `streams` devices at `rate`."""
+        cfg = self._producer_cfg(streams, {"kind": "constant", "mean": rate}, self.warmup_s + self.seconds + 1.0)
+        producer = StreamProducer(self._kafka(f"s{streams}r{int(rate)}"), cfg)
+        producer.ensure_topics()
+        result: dict[str, Any] = {}
+        worker = threading.Thread(target=lambda: result.setdefault("summary", producer.run()), daemon=True)
+        worker.start()
+        if not producer.wait_started():
+            raise RuntimeError("the producer did not start within 60 s")
+        time.sleep(self.warmup_s)
+        first = producer.snapshot()
+        time.sleep(self.seconds)
+        last = producer.snapshot()
+        worker.join()
+        window = last.elapsed_s - first.elapsed_s
+        achieved = (last.sent_own - first.sent_own) / window
+        failed = int(result["summary"].final.failed.sum()) if "summary" in result else -1
+        self.progress(f"{streams:>3} streams at {rate:g}/s: achieved min {achieved.min():.1f} "
+                      f"median {np.median(achieved):.1f} max {achieved.max():.1f} (failed {failed})")
+        return {"streams": streams, "target_rate": float(rate), "window_s": round(window, 3),
+                "achieved_rates": [round(float(a), 2) for a in achieved], "failed": failed}
+
+    def throughput(self, devices: int = 4) -> tuple[float, int]:
+        """(records/s with pacing off, mean record value bytes)."""
+        cfg = self._producer_cfg(devices, {"kind": "unlimited"}, self.throughput_s)
+        producer = StreamProducer(self._kafka("max"), cfg)
+        producer.ensure_topics()
+        summary = producer.run()
+        sent = int(summary.final.sent.sum())
+        record_bytes = round(int(summary.final.bytes_sent.sum()) / max(sent, 1))
+        rate = float(summary.mean_rates.sum())
+        self.progress(f"producers, pacing off: {rate:,.0f} records/s of {record_bytes} bytes")
+        return rate, record_bytes
+
+    def run(self) -> dict[str, Any]:
+        """Every measurement, as the `ingest.json` document."""
+        cells = [self.rate_cell(s, r) for r in self.rates for s in self.streams]
+        records_per_s, record_bytes = self.throughput()
+        perf: float | None = None
+        if self.libs is not None:
+            topic = f"{self._kafka('perf').topic_prefix}.perf"
+            ensure_topics(make_admin(self.kafka), [TopicSpec.from_config(self.kafka, topic)])
+            perf = kafka_perf_tool(self.kafka.bootstrap_servers, topic,
+                                   max(10_000, int(records_per_s * self.throughput_s)), record_bytes,
+                                   settings=_PERF_SETTINGS, libs=self.libs)
+            self.progress(f"kafka perf tool: {perf:,.0f} records/s of {record_bytes} bytes")
+        return {
+            "record_bytes": record_bytes,
+            "producer_records_per_s": round(records_per_s, 1),
+            "kafka_perf_tool_records_per_s": perf,
+            "producer_vs_kafka_tool": round(records_per_s / perf, 3) if perf else None,
+            "trainer_samples_per_s": None,
+            "rate_cells": cells,
+            "window_s": self.seconds,
+            "sample_size": self.size,
+            "features": self.features,
+        }

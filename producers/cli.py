@@ -1,0 +1,119 @@
+"""Commands of the producers service, added to the `streamtrain` CLI by `register`."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    """Add `streamtrain produce` to the root CLI and `streamtrain bench ingest` to the benchmarks."""
+    app.command("produce")(produce)
+    bench.command("ingest")(ingest)
+
+
+def produce(
+    ctx: typer.Context,
+    devices: Annotated[int | None, typer.Option(help="Number of device streams.")] = None,
+    duration: Annotated[float | None, typer.Option(help="Seconds to run.")] = None,
+    max_samples: Annotated[int | None, typer.Option(help="Stop each device after this many samples.")] = None,
+    rate: Annotated[float | None, typer.Option(help="Mean rate per device, samples/s.")] = None,
+    rate_kind: Annotated[str | None, typer.Option(help="constant | uniform | normal | unlimited.")] = None,
+    rate_std: Annotated[float | None, typer.Option(help="Std of per-device rates (uniform, normal).")] = None,
+    preset: Annotated[str | None, typer.Option(help="ScaDLES rate set: S1, S2, S1' (S1p), S2' (S2p).")] = None,
+    size_kind: Annotated[str | None, typer.Option(help="fixed | normal | lognormal | replay.")] = None,
+    size: Annotated[float | None, typer.Option(help="Mean sample size (frames, tokens).")] = None,
+    dif: Annotated[float | None, typer.Option(help="DIF: std of sample sizes.")] = None,
+    labels_per_device: Annotated[int | None, typer.Option(help="Non-IID: classes per device.")] = None,
+    dataset: Annotated[Path | None, typer.Option(help="Replay this dataset (.npy/.npz/.csv dir or file).")] = None,
+    sharding: Annotated[str | None, typer.Option(help="random | stratified | distribution-aware.")] = None,
+    alpha: Annotated[float | None, typer.Option(help="Injection: fraction of other devices receiving.")] = None,
+    beta: Annotated[float | None, typer.Option(help="Injection: fraction of samples shared per round.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of every random choice.")] = None,
+    progress: Annotated[bool, typer.Option(help="Live progress table.")] = True,
+) -> None:
+    """Publish one stream of samples per device to <prefix>.device.<id> at controlled rates."""
+    from prometheus_client import start_http_server
+    from rich.live import Live
+
+    from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
+
+    from .dataset import DatasetError
+    from .display import progress_view, summary_view
+    from .service import ProducerError, StreamProducer
+
+    flags: dict[str, Any] = {
+        "producer.devices": devices, "producer.duration_s": duration, "producer.max_samples": max_samples,
+        "producer.rate.mean": rate, "producer.rate.kind": rate_kind, "producer.rate.std": rate_std,
+        "producer.rate.preset": preset, "producer.size.kind": size_kind, "producer.size.mean": size,
+        "producer.size.dif": dif, "producer.synthetic.labels_per_device": labels_per_device,
+        "producer.dataset.path": str(dataset) if dataset else None, "producer.dataset.sharding": sharding,
+        "producer.injection.alpha": alpha, "producer.injection.beta": beta, "producer.seed": seed,
+    }
+    cfg = config_from(ctx, flags)
+    try:
+        service = StreamProducer(cfg.kafka, cfg.producer)
+    except (DatasetError, ValueError) as exc:
+        die(str(exc), EXIT_CONFIG)
+    if cfg.producer.metrics:
+        port = cfg.producer.metrics_port if cfg.producer.metrics_port is not None else cfg.metrics.port
+        server, _thread = start_http_server(port, cfg.metrics.bind_address, registry=service.metrics.registry)
+        console.print(f"metrics on http://{cfg.metrics.bind_address}:{server.server_port}/metrics")
+    try:
+        if progress and console.is_terminal:
+            with Live(get_renderable=lambda: progress_view(service.snapshot()), console=console, refresh_per_second=2):
+                summary = service.run()
+        else:
+            summary = service.run()
+    except ProducerError as exc:
+        die(str(exc))
+    console.print(summary_view(summary))
+    if not summary.ok:
+        raise typer.Exit(1)
+
+
+def ingest(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option(help="Directory for ingest.json.")],
+    seconds: Annotated[float, typer.Option(help="Measuring window per cell.")] = 30.0,
+    streams: Annotated[str, typer.Option(help="Comma-separated stream counts.")] = "1,4,8,16,32",
+    rates: Annotated[str, typer.Option(help="Comma-separated rates, samples/s per device.")] = "100,600",
+    external: Annotated[
+        bool, typer.Option(help="Use the configured Kafka instead of a private embedded broker.")
+    ] = False,
+) -> None:
+    """Achieved per-device rates for 1-32 streams at 100 and 600 samples/s, and throughput vs Kafka's perf tool."""
+    from streamtrain.broker import EmbeddedBroker, find_kafka_libs
+    from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
+
+    from .bench import IngestBench
+
+    cfg = config_from(ctx)
+    try:
+        stream_counts = [int(s) for s in streams.split(",")]
+        rate_values = [float(r) for r in rates.split(",")]
+    except ValueError:
+        die("--streams and --rates take comma-separated numbers", EXIT_CONFIG)
+    libs = find_kafka_libs(cfg.broker.libs_dir)
+    broker = None
+    kafka = cfg.kafka
+    with tempfile.TemporaryDirectory(prefix="st-ingest-") as tmp:
+        if not external:
+            broker = EmbeddedBroker(cfg.broker.model_copy(update={"data_dir": Path(tmp) / "kafka", "port": 0,
+                                                                   "controller_port": 0, "heap": "1g"}))
+            kafka = kafka.model_copy(update={"bootstrap_servers": broker.start()})
+        try:
+            bench = IngestBench(kafka, stream_counts, rate_values, seconds, libs=libs, progress=console.print)
+            result = bench.run()
+        finally:
+            if broker is not None:
+                broker.stop()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ingest.json").write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {out / 'ingest.json'}")

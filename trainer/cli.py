@@ -2,11 +2,81 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
 __all__ = ["register"]
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add this service's commands to the root CLI and its benchmarks to `streamtrain bench` (none yet)."""
-    del app, bench
+    """Add `streamtrain train` to the root CLI (no trainer benchmarks yet)."""
+    del bench
+    app.command("train")(train)
+
+
+def train(
+    ctx: typer.Context,
+    device_id: Annotated[str | None, typer.Option(help="Device this rank trains (its topic <prefix>.device.<id>).")]
+    = None,
+    devices: Annotated[
+        str | None, typer.Option(help="Comma-separated devices, one per rank: rank r trains the r-th (torchrun).")
+    ] = None,
+    local_ranks: Annotated[
+        int | None, typer.Option(help="Launch this many ranks here (devices default to 0..N-1).", min=1)
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Stop after this many global steps (0: until SIGTERM).")] = None,
+    checkpoint_dir: Annotated[Path | None, typer.Option(help="Directory of atomic checkpoints.")] = None,
+    plan_wait: Annotated[float | None, typer.Option(help="Seconds to wait for a plan before a local one.")] = None,
+) -> None:
+    """Train one DDP rank per device on its Kafka stream, following the coordinator's plans.
+
+    One rank per process with the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+
+    --local-ranks N starts N ranks on this machine.
+
+    SIGTERM finishes the step, commits, checkpoints and exits 0.
+    """
+    from confluent_kafka import KafkaException
+
+    from streamtrain.cli_support import EXIT_CONFIG, config_from, die
+    from streamtrain.wire import TopicNames
+
+    flags: dict[str, Any] = {
+        "trainer.max_steps": steps,
+        "trainer.checkpoint_dir": str(checkpoint_dir) if checkpoint_dir is not None else None,
+        "trainer.plan_wait_s": plan_wait,
+    }
+    cfg = config_from(ctx, flags)
+    names = [d.strip() for d in devices.split(",")] if devices else []
+    if local_ranks is not None and not names:
+        names = [str(i) for i in range(local_ranks)]
+    try:
+        for name in [*names, *([device_id] if device_id else [])]:
+            TopicNames(cfg.kafka.topic_prefix).device(name)
+    except ValueError as exc:
+        die(str(exc), EXIT_CONFIG)
+    if local_ranks is not None:
+        if len(names) != local_ranks:
+            die(f"--local-ranks {local_ranks} needs {local_ranks} devices, --devices names {len(names)}", EXIT_CONFIG)
+        from .launch import launch_local_ranks
+
+        raise typer.Exit(launch_local_ranks(cfg, names))
+    if device_id is None:
+        rank = int(os.environ.get("RANK", "0") or 0)
+        if not names:
+            die("say which device this rank trains: --device-id ID, or --devices with RANK set", EXIT_CONFIG)
+        if rank >= len(names):
+            die(f"RANK {rank} has no device in --devices ({len(names)} named)", EXIT_CONFIG)
+        device_id = names[rank]
+    from .rank import run_rank
+
+    try:
+        code = run_rank(cfg, device_id)
+    except ValueError as exc:  # devices, backends, topic layout: the setting is named in the message
+        die(str(exc), EXIT_CONFIG)
+    except KafkaException as exc:
+        die(f"Kafka: {exc}")
+    raise typer.Exit(code)

@@ -131,3 +131,8 @@ class StreamtrainConfig(_Section):
     @classmethod
     def _job_is_legal(cls, value: str) -> str:
         return validate_name_part("job", value)
+
+    @property
+    def trainer_group_id(self) -> str:
+        """The trainers' consumer group (whose committed offsets are the lag the coordinator reads)."""
+        return self.trainer.group_id or f"{self.job}.trainers"

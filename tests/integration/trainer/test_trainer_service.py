@@ -1,0 +1,177 @@
+"""`streamtrain train --local-ranks 2` on the real broker: plans, local fallback, feedback, offsets,
+dead letters, SIGTERM with a checkpoint, and a restart that trains nothing twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from confluent_kafka import Producer, TopicPartition
+
+from streamtrain.config import KafkaConfig
+from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, read_to_end
+from streamtrain.wire import Assignment, DeadLetter, DevicePlan, Sample, StepFeedback, decode, encode
+from trainer.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.integration
+
+DEVICES = ("d0", "d1")
+JOB = "svc"
+
+
+def _setup(kafka: KafkaConfig) -> Producer:
+    t = kafka.topics
+    names = [*(t.device(d) for d in DEVICES), t.feedback, t.assignments, t.dead_letter]
+    ensure_topics(make_admin(kafka), [TopicSpec.from_config(kafka, n) for n in names])
+    return make_producer(kafka)
+
+
+def _sizes(device: str, n: int) -> list[int]:
+    return [2 + (3 * i + 5 * DEVICES.index(device)) % 7 for i in range(n)]
+
+
+def _produce_samples(producer: Producer, kafka: KafkaConfig, device: str, n: int) -> None:
+    rng = np.random.default_rng(DEVICES.index(device))
+    for seq, size in enumerate(_sizes(device, n)):
+        label = seq % 3
+        array = (rng.normal(size=(size, 16)) + label).astype(np.float32)
+        value, headers = encode(Sample.from_array(device, seq, array, label=label))
+        producer.produce(kafka.topics.device(device), value=value, headers=headers)
+    assert producer.flush(30) == 0
+
+
+def _publish(producer: Producer, kafka: KafkaConfig, plan: Assignment) -> None:
+    value, headers = encode(plan)
+    producer.produce(kafka.topics.assignments, value=value, headers=headers)
+    assert producer.flush(30) == 0
+
+
+def _train(kafka: KafkaConfig, tmp: Path, *args: str, plan_wait: float = 0.5) -> subprocess.Popen[bytes]:
+    sets = {
+        "job": JOB, "kafka.bootstrap_servers": kafka.bootstrap_servers, "kafka.topic_prefix": kafka.topic_prefix,
+        "trainer.device": "cpu", "trainer.torch_threads": 1, "trainer.hidden_size": 16, "trainer.num_layers": 1,
+        "trainer.num_classes": 3, "trainer.local_batch": 3, "trainer.data_wait_s": 0.5, "trainer.log_every": 1,
+        "trainer.checkpoint_every": 2, "trainer.checkpoint_dir": str(tmp / "ckpt"), "metrics.port": 0,
+    }
+    cmd = [sys.executable, "-m", "streamtrain.cli", *(x for k, v in sets.items() for x in ("--set", f"{k}={v}")),
+           "train", "--local-ranks", "2", "--devices", ",".join(DEVICES), "--plan-wait", str(plan_wait), *args]
+    log = (tmp / f"train-{time.monotonic_ns()}.log").open("wb")
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _finish(proc: subprocess.Popen[bytes], tmp: Path, timeout: float = 90) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    finally:
+        if proc.returncode not in (0, None):
+            for log in sorted(tmp.glob("train-*.log")):
+                print(log.read_text()[-6000:])
+
+
+def _feedback(kafka: KafkaConfig) -> list[StepFeedback]:
+    return [decode(m.value(), m.headers(), StepFeedback) for m in read_to_end(kafka, [kafka.topics.feedback])]
+
+
+def _committed(kafka: KafkaConfig) -> dict[str, int]:
+    consumer = make_consumer(kafka, f"{JOB}.trainers")
+    try:
+        parts = consumer.committed([TopicPartition(kafka.topics.device(d), 0) for d in DEVICES], timeout=30)
+    finally:
+        consumer.close()
+    return {DEVICES[i]: tp.offset for i, tp in enumerate(parts)}
+
+
+def test_ranks_follow_plans_fall_back_and_account_for_every_offset(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
+    producer = _setup(kafka_cfg)
+    for device in DEVICES:
+        _produce_samples(producer, kafka_cfg, device, 30)
+    d0 = kafka_cfg.topics.device("d0")
+    producer.produce(d0, value=b"not avro at all")  # offset 30: no schema header
+    bad_label = Sample.from_array("d0", 30, np.zeros((3, 16), np.float32), label=7)  # 7 >= num_classes
+    value, headers = encode(bad_label)
+    producer.produce(d0, value=value, headers=headers)  # offset 31
+    assert producer.flush(30) == 0
+    _publish(producer, kafka_cfg, Assignment("other-job", 0, "x", 0.0, 1, 1.0, (DevicePlan("d0", 0.0, 1.0, count=9),)))
+    _publish(producer, kafka_cfg, Assignment(JOB, 0, "test", 0.0, 7, 1.0, (
+        DevicePlan("d0", 0.0, 1.0, offsets=(0, 1, 2)), DevicePlan("d1", 0.0, 1.0, count=4))))
+    _publish(producer, kafka_cfg, Assignment(JOB, 1, "test", 0.0, 4, 1.0, (
+        DevicePlan("d0", 0.0, 1.0, offsets=(5, 6), truncate_before=5), DevicePlan("d1", 0.0, 1.0, size_budget=10))))
+
+    proc = _train(kafka_cfg, tmp_path, "--steps", "4", plan_wait=3.0)
+    assert _finish(proc, tmp_path) == 0
+
+    feedback = {(f.device_id, f.step): f for f in _feedback(kafka_cfg)}
+    assert sorted(feedback) == [(d, s) for d in DEVICES for s in range(4)]
+    assert all(f.job == JOB for f in feedback.values())
+    assert [feedback["d0", s].plan_step for s in range(4)] == [0, 1, -1, -1]
+    # d0: plan 0 trains 0-2; plan 1 drops 3-4 and trains 5-6; local plans repeat the last count (2).
+    assert [feedback["d0", s].samples for s in range(4)] == [3, 2, 2, 2]
+    assert [feedback["d0", s].dropped for s in range(4)] == [0, 2, 0, 0]
+    assert [feedback["d0", s].lowest_unprocessed_offset for s in range(4)] == [3, 7, 9, 11]
+    sizes = _sizes("d0", 30)
+    assert feedback["d0", 0].total_size == sum(sizes[:3])
+    # d1: 4 by count, then the oldest within a size budget of 10, then that count again.
+    d1_sizes = _sizes("d1", 30)
+    budget_count = next(k for k in range(1, 30) if sum(d1_sizes[4:4 + k + 1]) > 10)
+    assert [feedback["d1", s].samples for s in range(4)] == [4, budget_count, budget_count, budget_count]
+    for f in feedback.values():
+        assert f.step_seconds > 0 and f.compute_seconds >= 0 and f.memory_bytes > 0 and f.rank == DEVICES.index(
+            f.device_id)
+        assert f.loss is not None and np.isfinite(f.loss)
+        assert f.buffer_depth == len([p for p in range(f.lowest_unprocessed_offset, 30)])
+    first_new = feedback["d0", 0].new_samples
+    assert [p.offset for p in first_new] == list(range(3, 30)) and first_new[0].size == sizes[3]
+
+    committed = _committed(kafka_cfg)
+    for device in DEVICES:
+        trained = sum(feedback[device, s].samples + feedback[device, s].dropped for s in range(4))
+        assert committed[device] == feedback[device, 3].lowest_unprocessed_offset == trained
+    checkpoint = load_checkpoint(tmp_path / "ckpt")
+    assert checkpoint is not None and checkpoint.step == 4 and checkpoint.offsets == committed
+
+    records = read_to_end(kafka_cfg, [kafka_cfg.topics.dead_letter])
+    letters = [decode(m.value(), m.headers(), DeadLetter) for m in records]
+    assert sorted((dl.offset, dl.reason) for dl in letters) == [(30, "missing-header"), (31, "untrainable")]
+    assert all(dl.topic == d0 and dl.service == "trainer" for dl in letters)
+
+
+def test_sigterm_checkpoints_and_a_restart_trains_nothing_twice(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
+    producer = _setup(kafka_cfg)
+    for device in DEVICES:
+        _produce_samples(producer, kafka_cfg, device, 60)
+    proc = _train(kafka_cfg, tmp_path, "--steps", "0", plan_wait=0.05)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and len(_feedback(kafka_cfg)) < 6:
+        assert proc.poll() is None
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert _finish(proc, tmp_path) == 0
+
+    first = _feedback(kafka_cfg)
+    checkpoint = load_checkpoint(tmp_path / "ckpt")
+    assert checkpoint is not None
+    assert checkpoint.step == 1 + max(f.step for f in first)
+    committed = _committed(kafka_cfg)
+    assert checkpoint.offsets == committed
+    for device in DEVICES:
+        assert committed[device] == sum(f.samples for f in first if f.device_id == device) > 0
+
+    proc = _train(kafka_cfg, tmp_path, "--steps", str(checkpoint.step + 3), plan_wait=0.05)
+    assert _finish(proc, tmp_path) == 0
+    later = [f for f in _feedback(kafka_cfg) if f not in first]
+    assert sorted({f.step for f in later}) == list(range(checkpoint.step, checkpoint.step + 3))
+    final = _committed(kafka_cfg)
+    for device in DEVICES:
+        # Every offset below the final commit was trained exactly once over both runs.
+        assert final[device] == sum(f.samples for f in [*first, *later] if f.device_id == device)
+        assert final[device] > committed[device]

@@ -1,0 +1,58 @@
+"""Checkpoints are atomic: a crash mid-save leaves the previous checkpoint whole; resume offset rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trainer import checkpoint as ckpt
+from trainer.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint, resume_offset, save_checkpoint
+
+
+def _checkpoint(step: int) -> Checkpoint:
+    return Checkpoint(step=step, model={"w": torch.full((3,), float(step))}, optimizer={"state": {}},
+                      offsets={"d0": 10 * step, "d1": step}, job="job", world_size=2)
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    assert load_checkpoint(tmp_path) is None and load_checkpoint(None) is None
+    save_checkpoint(tmp_path / "ck", _checkpoint(3))
+    loaded = load_checkpoint(tmp_path / "ck")
+    assert loaded is not None
+    assert (loaded.step, loaded.offsets, loaded.job, loaded.world_size) == (3, {"d0": 30, "d1": 3}, "job", 2)
+    assert torch.equal(loaded.model["w"], torch.full((3,), 3.0))
+
+
+def test_crash_mid_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    save_checkpoint(tmp_path, _checkpoint(1))
+
+    def torn_save(obj: Any, fh: Any) -> None:
+        fh.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ckpt.torch, "save", torn_save)
+    with pytest.raises(OSError):
+        save_checkpoint(tmp_path, _checkpoint(2))
+    monkeypatch.undo()
+    loaded = load_checkpoint(tmp_path)
+    assert loaded is not None and loaded.step == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_NAME]  # no temporary left behind
+
+
+def test_stale_temporaries_are_removed_and_replaced_atomically(tmp_path: Path) -> None:
+    (tmp_path / ".checkpoint-crashed").write_bytes(b"junk")
+    save_checkpoint(tmp_path, _checkpoint(1))
+    save_checkpoint(tmp_path, _checkpoint(2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_NAME]
+    loaded = load_checkpoint(tmp_path)
+    assert loaded is not None and loaded.step == 2
+
+
+def test_resume_offset_prefers_the_checkpoint() -> None:
+    assert resume_offset(None, None) is None
+    assert resume_offset(None, 7) == 7
+    assert resume_offset(5, 7) == 5  # the restored model has not trained 5 and 6
+    assert resume_offset(9, 7) == 9  # a commit lost after the checkpoint

@@ -1,0 +1,188 @@
+"""A rank's bounded buffer of decoded samples and the offset arithmetic of what may be committed.
+
+Offsets are those of the rank's one device-topic partition. An offset is *unprocessed* while its
+sample sits in the buffer or in the step now running; everything below the position that is
+neither was trained, dropped (truncated) or dead-lettered. The committable offset is therefore
+the lowest unprocessed one, which stays put when a plan trains samples out of order:
+
+    buffer.add(5, s5); buffer.add(6, s6); buffer.add(7, s7)
+    buffer.take([5, 7]); buffer.complete_step()
+    buffer.lowest_unprocessed()  # 6: committing 8 would lose sample 6 on a restart
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from streamtrain.wire import PendingSample, Sample
+
+__all__ = ["BufferedSample", "SampleBuffer"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BufferedSample:
+    """A buffered sample with its offset and record size in bytes."""
+
+    offset: int
+    sample: Sample
+    nbytes: int
+
+
+class SampleBuffer:
+    """Samples waiting to be trained, oldest offset first, bounded in samples and bytes.
+
+    `add` always accepts; `full` / `can_resume` tell the consumer when to pause and resume fetching
+    (it stops adding as soon as the buffer is full, so the bounds hold to within one record).
+
+    Args:
+        max_samples: Pause fetching at this many buffered samples.
+        max_bytes: Pause fetching at this many buffered record bytes.
+        resume_ratio: Resume once below this fraction of both bounds.
+        position: First offset expected from Kafka (where consumption starts).
+    """
+
+    def __init__(self, max_samples: int, max_bytes: int, resume_ratio: float = 0.8, position: int = 0) -> None:
+        self.max_samples = max_samples
+        self.max_bytes = max_bytes
+        self.resume_ratio = resume_ratio
+        self.position = position
+        """Every offset below this one has been seen (buffered, dropped or dead-lettered)."""
+        self.floor = 0
+        """Samples below this offset are dropped on sight (the latest truncate-before)."""
+        self._entries: dict[int, BufferedSample] = {}  # insertion order == offset order
+        self._in_flight: dict[int, BufferedSample] = {}
+        self._bytes = 0
+        self._new: list[PendingSample] = []
+        self.dropped_since_report = 0
+        self.dropped_total = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        """Record bytes of the buffered samples."""
+        return self._bytes
+
+    @property
+    def full(self) -> bool:
+        """At or above either bound: stop fetching."""
+        return len(self._entries) >= self.max_samples or self._bytes >= self.max_bytes
+
+    @property
+    def can_resume(self) -> bool:
+        """Below the low-water mark of both bounds: fetching may resume."""
+        return (len(self._entries) < self.max_samples * self.resume_ratio
+                and self._bytes < self.max_bytes * self.resume_ratio)
+
+    def offsets(self) -> list[int]:
+        """Buffered offsets, oldest first."""
+        return list(self._entries)
+
+    def seen(self, offset: int) -> bool:
+        """True when `offset` is a re-delivery of something already seen (e.g. after pause/resume)."""
+        return offset < self.position
+
+    def skip(self, offset: int) -> None:
+        """Account for an offset that holds no trainable sample (dead-lettered): it counts as processed."""
+        self.position = max(self.position, offset + 1)
+
+    def add(self, offset: int, sample: Sample, nbytes: int) -> bool:
+        """Buffer the sample at `offset`; returns False when it was dropped (below the truncation floor).
+
+        Raises:
+            ValueError: `offset` was already seen (the caller must filter re-deliveries with `seen`).
+        """
+        if offset < self.position:
+            raise ValueError(f"offset {offset} is below the position {self.position}: already seen")
+        self.position = offset + 1
+        if offset < self.floor:
+            self._count_dropped(1)
+            return False
+        self._entries[offset] = BufferedSample(offset, sample, nbytes)
+        self._bytes += nbytes
+        self._new.append(PendingSample(offset, sample.size))
+        return True
+
+    def truncate_before(self, offset: int) -> int:
+        """Drop every buffered sample below `offset`, and any that arrives later below it.
+
+        Returns:
+            How many buffered samples were dropped now.
+        """
+        self.floor = max(self.floor, offset)
+        doomed = [o for o in self._entries if o < offset]
+        for o in doomed:
+            self._bytes -= self._entries.pop(o).nbytes
+        self._count_dropped(len(doomed))
+        return len(doomed)
+
+    def _count_dropped(self, n: int) -> None:
+        self.dropped_since_report += n
+        self.dropped_total += n
+
+    def select_oldest(self, count: int | None = None, size_budget: int | None = None) -> list[int]:
+        """Offsets of the oldest samples within `count` and a total `size_budget` (None: no bound).
+
+        The oldest sample is taken even when it alone exceeds the size budget, so a large sample
+        cannot starve at the head of the buffer.
+        """
+        if size_budget is not None and size_budget <= 0:
+            return []
+        chosen: list[int] = []
+        total = 0
+        for offset, entry in self._entries.items():
+            if count is not None and len(chosen) >= count:
+                break
+            size = entry.sample.size
+            if size_budget is not None and chosen and total + size > size_budget:
+                break
+            chosen.append(offset)
+            total += size
+        return chosen
+
+    def take(self, offsets: Iterable[int]) -> list[Sample]:
+        """Move the buffered samples at `offsets` into the running step (absent offsets are skipped).
+
+        Raises:
+            RuntimeError: the previous step was not completed.
+        """
+        if self._in_flight:
+            raise RuntimeError("take() before complete_step() of the previous step")
+        samples: list[Sample] = []
+        for offset in sorted(set(offsets)):
+            entry = self._entries.pop(offset, None)
+            if entry is None:
+                continue
+            self._bytes -= entry.nbytes
+            self._in_flight[offset] = entry
+            samples.append(entry.sample)
+        return samples
+
+    def complete_step(self) -> None:
+        """The running step finished its optimizer step: its samples are processed."""
+        self._in_flight.clear()
+
+    def lowest_unprocessed(self) -> int:
+        """The offset to commit: every offset below it was trained, dropped or dead-lettered."""
+        lowest = self.position
+        if self._entries:
+            lowest = min(lowest, next(iter(self._entries)))
+        if self._in_flight:
+            lowest = min(lowest, min(self._in_flight))
+        return lowest
+
+    def drain_new(self) -> tuple[PendingSample, ...]:
+        """(offset, size) of samples buffered since the last call that are still buffered (for feedback)."""
+        new = tuple(p for p in self._new if p.offset in self._entries or p.offset in self._in_flight)
+        self._new.clear()
+        return new
+
+    def drain_dropped(self) -> int:
+        """Samples dropped since the last call."""
+        n, self.dropped_since_report = self.dropped_since_report, 0
+        return n

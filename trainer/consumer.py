@@ -1,0 +1,222 @@
+"""The Kafka side of one rank: its device topic into a bounded buffer, and the job's Assignments.
+
+One consumer, manually assigned (no group rebalancing) to partition 0 of the rank's own device
+topic and to every partition of `<prefix>.assignments`. Offsets are committed under the trainers'
+group id for the device partition only, so the coordinator sees each device's lag as
+high watermark - committed. Records that cannot be trained go to the dead-letter topic with a
+reason; nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from streamtrain.config import KafkaConfig, TrainerConfig
+from streamtrain.kafka import DeadLetterSink, make_consumer
+from streamtrain.wire import Assignment, Sample, WireError, decode
+
+from .batching import sample_problems
+from .buffer import SampleBuffer
+from .plans import PlanBook
+
+__all__ = ["RankConsumer"]
+
+logger = logging.getLogger(__name__)
+
+#: Errors of a group coordinator that is still starting (librdkafka does not flag them all retriable).
+_COORDINATOR_STARTING = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD,
+})
+
+#: Assignment records read back on start, so a plan published just before this rank came up counts.
+PLAN_LOOKBACK = 64
+
+
+class RankConsumer:
+    """Consumes one device's samples into a `SampleBuffer` and the job's plans into a `PlanBook`.
+
+    Args:
+        kafka: Kafka settings (topic names come from its prefix).
+        trainer: Trainer settings (buffer bounds, features, classes).
+        device_id: The device this rank trains.
+        group_id: Consumer group the device offsets are committed under.
+        plans: Where decoded Assignments go.
+        producer: Producer the dead letters are sent with (the caller flushes it).
+        dead_letter_plans: Also dead-letter bad Assignment records (one rank should, not all).
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        trainer: TrainerConfig,
+        device_id: str,
+        group_id: str,
+        plans: PlanBook,
+        producer: Producer,
+        dead_letter_plans: bool = False,
+    ) -> None:
+        self.config = trainer
+        self.topic = kafka.topics.device(device_id)
+        self.assignments_topic = kafka.topics.assignments
+        self.partition = TopicPartition(self.topic, 0)
+        self.plans = plans
+        self.dead_letter_plans = dead_letter_plans
+        self.sink = DeadLetterSink(producer, kafka.topics.dead_letter, "trainer")
+        self.dead_lettered = 0
+        self.dead_letter_reasons: dict[str, int] = {}
+        self.paused = False
+        # librdkafka prefetches up to this much per partition on top of the buffer: keep it in proportion.
+        queued_kb = max(1024, min(65536, trainer.buffer_max_bytes // 4096))
+        self.consumer: Consumer = make_consumer(kafka, group_id, **{"queued.max.messages.kbytes": queued_kb})
+        self.buffer = SampleBuffer(trainer.buffer_max_samples, trainer.buffer_max_bytes, trainer.buffer_resume_ratio)
+        meta = self.consumer.list_topics(self.topic, timeout=30).topics[self.topic]
+        if meta.error is not None:
+            raise KafkaException(meta.error)
+        if len(meta.partitions) != 1:
+            raise ValueError(f"device topic {self.topic} has {len(meta.partitions)} partitions; a rank trains a "
+                             "device's stream in order from exactly one (create it with kafka.partitions=1)")
+
+    def committed_offset(self, timeout: float = 30.0) -> int | None:
+        """The group's committed offset of the device partition, or None when nothing was committed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                (tp,) = self.consumer.committed([TopicPartition(self.topic, 0)], timeout=timeout)
+                return None if tp.offset == OFFSET_INVALID or tp.offset < 0 else int(tp.offset)
+            except KafkaException as exc:
+                # A fresh broker answers "not coordinator" / "load in progress" until __consumer_offsets is up.
+                err = exc.args[0]
+                if not (err.retriable() or err.code() in _COORDINATOR_STARTING) or time.monotonic() > deadline:
+                    raise
+                logger.info("committed offset of %s not available yet (%s); retrying", self.topic, err.str())
+                time.sleep(0.5)
+
+    def start(self, offset: int | None) -> int:
+        """Assign the partitions: the device topic from `offset` (None: its log start), plans near their end.
+
+        Returns:
+            The offset consumption of the device topic starts at.
+        """
+        low, high = self.consumer.get_watermark_offsets(self.partition, timeout=30)
+        start = low if offset is None else min(max(offset, low), high)
+        if offset is not None and offset < low:
+            logger.warning("%s: resume offset %d was deleted by retention; starting at %d", self.topic, offset, low)
+        self.buffer.position = start
+        assignment = [TopicPartition(self.topic, 0, start)]
+        plan_meta = self.consumer.list_topics(self.assignments_topic, timeout=30).topics[self.assignments_topic]
+        for pid in plan_meta.partitions:
+            p_low, p_high = self.consumer.get_watermark_offsets(TopicPartition(self.assignments_topic, pid), timeout=30)
+            assignment.append(TopicPartition(self.assignments_topic, pid, max(p_low, p_high - PLAN_LOOKBACK)))
+        self.consumer.assign(assignment)
+        logger.info("consuming %s from offset %d (log %d..%d)", self.topic, start, low, high)
+        return start
+
+    def poll(self, timeout: float, max_records: int = 500) -> int:
+        """Fetch and route what is available (waiting at most `timeout`); returns records handled."""
+        messages = self.consumer.consume(num_messages=max_records, timeout=timeout)
+        rewind: int | None = None
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    raise KafkaException(err)
+                if err.code() != KafkaError._PARTITION_EOF:
+                    logger.warning("consumer error (retrying): %s", err)
+                continue
+            if msg.topic() != self.topic:
+                self._on_plan(msg)
+            elif self.paused:
+                # Full in the middle of a fetched batch: leave the rest in Kafka, not in memory.
+                rewind = int(msg.offset() or 0) if rewind is None else rewind
+            else:
+                self._on_sample(msg)
+                self._flow_control()
+        if rewind is not None:
+            self.consumer.seek(TopicPartition(self.topic, 0, rewind))
+        self._flow_control()
+        return len(messages)
+
+    def _flow_control(self) -> None:
+        if not self.paused and self.buffer.full:
+            self.consumer.pause([self.partition])
+            self.paused = True
+            logger.debug("%s: buffer full (%d samples, %d bytes), fetching paused",
+                         self.topic, len(self.buffer), self.buffer.nbytes)
+        elif self.paused and self.buffer.can_resume:
+            self.consumer.resume([self.partition])
+            self.paused = False
+
+    def _on_sample(self, msg: Message) -> None:
+        offset = int(msg.offset() or 0)
+        if self.buffer.seen(offset):
+            return  # re-delivered after pause/resume: already buffered or processed
+        value = msg.value()
+        nbytes = len(value) if value is not None else 0
+        if nbytes > self.config.buffer_max_bytes:
+            self._dead_letter(msg, "oversize", f"record of {nbytes} bytes exceeds trainer.buffer_max_bytes")
+            self.buffer.skip(offset)
+            return
+        try:
+            sample = decode(value, msg.headers(), Sample)
+        except WireError as exc:
+            self._dead_letter(msg, exc.reason, str(exc))
+            self.buffer.skip(offset)
+            return
+        problems = sample_problems(sample, self.config.num_features)
+        if sample.label is not None and sample.label >= self.config.num_classes:
+            problems.append(f"label {sample.label} is not below trainer.num_classes={self.config.num_classes}")
+        if problems:
+            self._dead_letter(msg, "untrainable", f"sample {sample.device_id}#{sample.seq}: " + "; ".join(problems))
+            self.buffer.skip(offset)
+            return
+        self.buffer.add(offset, sample, nbytes)
+
+    def _on_plan(self, msg: Message) -> None:
+        try:
+            plan = decode(msg.value(), msg.headers(), Assignment)
+        except WireError as exc:
+            if self.dead_letter_plans:
+                self._dead_letter(msg, exc.reason, str(exc))
+            else:
+                logger.debug("skipping a bad assignment record: %s", exc)
+            return
+        self.plans.add(plan)
+
+    def _dead_letter(self, msg: Message, reason: str, detail: str) -> None:
+        self.sink.send(msg, reason, detail)
+        self.dead_lettered += 1
+        self.dead_letter_reasons[reason] = self.dead_letter_reasons.get(reason, 0) + 1
+        logger.warning("dead-lettered %s@%s: %s (%s)", msg.topic(), msg.offset(), reason, detail)
+
+    def wait_until(self, done: Callable[[], bool], deadline: float, slice_s: float = 0.05) -> bool:
+        """Poll until `done()` is true or `deadline` (perf_counter) passes; returns whether it became true."""
+        while True:
+            if done():
+                return True
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return done()
+            self.poll(min(slice_s, left))
+
+    def commit(self, offset: int) -> bool:
+        """Commit `offset` (the next one to process) for the device partition; False when the commit failed."""
+        try:
+            self.consumer.commit(offsets=[TopicPartition(self.topic, 0, offset)], asynchronous=False)
+        except KafkaException as exc:
+            logger.warning("commit of %s@%d failed (retried at the next commit): %s", self.topic, offset, exc)
+            return False
+        return True
+
+    def lag(self) -> int:
+        """High watermark minus the lowest unprocessed offset (records not yet trained or dropped)."""
+        _low, high = self.consumer.get_watermark_offsets(self.partition, cached=True)
+        return max(0, int(high) - self.buffer.lowest_unprocessed()) if high >= 0 else 0
+
+    def close(self) -> None:
+        """Leave without committing anything (commits are explicit)."""
+        self.consumer.close()

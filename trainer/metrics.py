@@ -1,0 +1,91 @@
+"""Prometheus metrics of one trainer rank, declared once (labels `device`, `job`; one endpoint per rank)."""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from streamtrain.wire import StepFeedback
+
+__all__ = ["TrainerMetrics", "serve_metrics"]
+
+logger = logging.getLogger(__name__)
+
+_NS = "streamtrain_trainer"
+
+
+class TrainerMetrics:
+    """One rank's metrics on its own registry, with its single label set bound up front.
+
+    Args:
+        registry: Where to register (tests pass a fresh `CollectorRegistry()`).
+        device_id: Value of the `device` label.
+        job: Value of the `job` label.
+    """
+
+    def __init__(self, registry: CollectorRegistry, device_id: str, job: str) -> None:
+        self.registry = registry
+        labels = {"device": device_id, "job": job}
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(f"{_NS}_{name}", doc, list(labels), registry=registry)
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(f"{_NS}_{name}", doc, list(labels), registry=registry)
+
+        self.batch_samples = gauge("batch_samples", "Samples this rank trained in the last step.").labels(**labels)
+        self.batch_size = gauge("batch_size_total", "Total size of the samples trained in the last step.").labels(
+            **labels)
+        self.compute = gauge("compute_seconds", "Compute time of the last step, less exposed communication.").labels(
+            **labels)
+        self.step = gauge("step_seconds", "Collate-to-optimizer time of the last step.").labels(**labels)
+        self.data_wait = gauge("data_wait_seconds", "Time the last step waited for its plan and data.").labels(
+            **labels)
+        self.comm = gauge("comm_seconds", "Communication time the last step's backward waited for.").labels(**labels)
+        self.buffer_depth = gauge("buffer_depth_samples", "Samples buffered and not yet trained.").labels(**labels)
+        self.buffer_bytes = gauge("buffer_bytes", "Record bytes buffered.").labels(**labels)
+        self.loss = gauge("loss", "Mean loss of the last step with samples.").labels(**labels)
+        self.samples_per_second = gauge("samples_per_second", "Samples trained per second of the last step, "
+                                        "waiting included.").labels(**labels)
+        self.global_step = gauge("step", "Steps completed.").labels(**labels)
+        self.committed_offset = gauge("committed_offset", "Last offset committed for the device topic.").labels(
+            **labels)
+        self.memory = gauge("memory_bytes", "Peak memory of the last step.").labels(**labels)
+        self.samples = counter("samples", "Samples trained.").labels(**labels)
+        self.dead_lettered = counter("dead_lettered", "Records sent to the dead-letter topic.").labels(**labels)
+        self.truncated = counter("truncated", "Samples dropped by truncation.").labels(**labels)
+        self.plans_late = counter("plans_late", "Steps run on a local plan because the Assignment was late.").labels(
+            **labels)
+        self.compressed_steps = counter("compressed_steps", "Steps whose every gradient bucket went Top-k.").labels(
+            **labels)
+
+    def record_step(self, feedback: StepFeedback, *, late: bool, compressed: bool, dead_lettered: int) -> None:
+        """Update every metric from one step's feedback and counters."""
+        self.batch_samples.set(feedback.samples)
+        self.batch_size.set(feedback.total_size)
+        self.compute.set(feedback.compute_seconds)
+        self.step.set(feedback.step_seconds)
+        self.data_wait.set(feedback.data_wait_seconds)
+        self.comm.set(feedback.comm_seconds)
+        self.buffer_depth.set(feedback.buffer_depth)
+        self.memory.set(feedback.memory_bytes)
+        self.global_step.set(feedback.step + 1)
+        if feedback.loss is not None:
+            self.loss.set(feedback.loss)
+        wall = feedback.step_seconds + feedback.data_wait_seconds
+        self.samples_per_second.set(feedback.samples / wall if wall > 0 else 0.0)
+        self.samples.inc(feedback.samples)
+        self.truncated.inc(feedback.dropped)
+        if dead_lettered:
+            self.dead_lettered.inc(dead_lettered)
+        if late:
+            self.plans_late.inc()
+        if compressed:
+            self.compressed_steps.inc()
+
+
+def serve_metrics(registry: CollectorRegistry, bind_address: str, port: int) -> int:
+    """Serve `registry` on http://bind_address:port/metrics in a daemon thread; returns the bound port (0: free)."""
+    server, _thread = start_http_server(port, bind_address, registry=registry)
+    return int(server.server_port)

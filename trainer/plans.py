@@ -1,0 +1,142 @@
+"""Step plans of one rank: the coordinator's Assignments by step, and the local fallback when one is late.
+
+A late plan must not stall training (DESIGN section 5). The fallback repeats the last time budget
+the coordinator gave this device, turned into a size budget by a local fit of T = a*size + b over
+the rank's own recent steps; without a usable fit it repeats the last planned count, and before
+any plan at all it trains `local_batch` samples. Either way the oldest samples go first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamtrain.wire import Assignment, DevicePlan
+
+__all__ = ["LocalPlanner", "PlanBook", "Selection", "selection_from"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a rank trains this step, before the offsets are looked up in its buffer.
+
+    Attributes:
+        plan_step: The Assignment's step, or -1 for a local plan.
+        offsets: Exact offsets to train (a coordinator plan with a buffer index).
+        count: At most this many of the oldest samples (when no offsets are listed).
+        size_budget: At most this total size of the oldest samples (when no offsets are listed).
+        truncate_before: Drop buffered samples below this offset first.
+    """
+
+    plan_step: int
+    offsets: tuple[int, ...] = ()
+    count: int | None = None
+    size_budget: int | None = None
+    truncate_before: int | None = None
+
+    @property
+    def local(self) -> bool:
+        return self.plan_step < 0
+
+
+class PlanBook:
+    """Assignments of one job received so far, by step (other jobs' plans are ignored).
+
+    Args:
+        job: This training job's name.
+        keep: Plans kept at most (the newest), so a coordinator far ahead cannot grow memory.
+    """
+
+    def __init__(self, job: str, keep: int = 256) -> None:
+        self.job = job
+        self.keep = keep
+        self._plans: dict[int, Assignment] = {}
+        self.ignored_other_jobs = 0
+
+    def add(self, plan: Assignment) -> None:
+        """Remember `plan` (a later plan for the same step replaces an earlier one)."""
+        if plan.job != self.job:
+            self.ignored_other_jobs += 1
+            return
+        self._plans[plan.step] = plan
+        if len(self._plans) > self.keep:
+            del self._plans[min(self._plans)]
+
+    def get(self, step: int) -> Assignment | None:
+        """The plan for `step`, if it has arrived."""
+        return self._plans.get(step)
+
+    def has_newer(self, step: int) -> bool:
+        """A plan for a later step exists, so the one for `step` is not coming."""
+        return any(s > step for s in self._plans)
+
+    def forget_before(self, step: int) -> None:
+        """Drop plans of steps already run."""
+        for s in [s for s in self._plans if s < step]:
+            del self._plans[s]
+
+
+class LocalPlanner:
+    """The fallback plan: last time budget via a local T = a*size + b fit, else last count.
+
+    Args:
+        default_count: Samples per step before any plan was seen.
+        window: Recent steps the fit uses.
+    """
+
+    def __init__(self, default_count: int, window: int = 32) -> None:
+        self.default_count = default_count
+        self._points: deque[tuple[float, float]] = deque(maxlen=window)
+        self.last_target_s: float | None = None
+        self.last_count: int | None = None
+
+    def observe(self, total_size: int, compute_seconds: float) -> None:
+        """Record one completed step of this rank (steps with no samples say nothing about a)."""
+        if total_size > 0:
+            self._points.append((float(total_size), float(compute_seconds)))
+
+    def remember(self, plan: Assignment, device: DevicePlan | None, trained: int) -> None:
+        """Keep the time budget and sample count of the last coordinator plan this rank followed."""
+        target = device.predicted_seconds if device is not None and device.predicted_seconds > 0 else None
+        self.last_target_s = target if target is not None else (plan.step_time_target or None)
+        self.last_count = trained
+
+    def fit(self) -> tuple[float, float] | None:
+        """(a, b) of T = a*size + b by least squares, or None without two distinct sizes or with a <= 0."""
+        if len(self._points) < 2:
+            return None
+        sizes = np.array([p[0] for p in self._points])
+        times = np.array([p[1] for p in self._points])
+        if np.ptp(sizes) == 0:
+            return None
+        a, b = np.polyfit(sizes, times, 1)
+        return (float(a), float(b)) if a > 0 else None
+
+    def selection(self) -> Selection:
+        """A local plan for the next step."""
+        fit = self.fit()
+        if self.last_target_s is not None and fit is not None:
+            a, b = fit
+            budget = max(1, int((self.last_target_s - b) / a))
+            return Selection(plan_step=-1, size_budget=budget)
+        count = self.last_count if self.last_count else self.default_count
+        return Selection(plan_step=-1, count=count)
+
+
+def selection_from(plan: Assignment, device_id: str) -> Selection:
+    """This device's part of a coordinator plan (a device left out of the plan trains nothing)."""
+    part = plan.for_device(device_id)
+    if part is None:
+        return Selection(plan_step=plan.step, count=0)
+    if part.offsets or (part.count is None and part.size_budget is None):
+        # An empty offset list with no budget is a plan to train nothing, not "everything buffered".
+        count = None if part.offsets else 0
+        return Selection(plan.step, offsets=part.offsets, count=count, truncate_before=part.truncate_before)
+    return Selection(
+        plan_step=plan.step, count=part.count, size_budget=part.size_budget, truncate_before=part.truncate_before
+    )

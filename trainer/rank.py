@@ -1,0 +1,277 @@
+"""One trainer rank: its device's stream in, one DDP step per plan, feedback, commits and checkpoints out.
+
+Run one rank per device, e.g. under torchrun (each rank picks `--devices`[RANK]):
+
+    torchrun --nproc-per-node 2 -m streamtrain.cli train --devices cam0,cam1
+
+or `streamtrain train --local-ranks 2 --devices cam0,cam1`. Every rank runs the same global step
+numbers and calls `run_step` once per step, with however many samples its plan gives it (possibly
+none), so the DDP collectives always line up; the only thing ranks must agree on explicitly is
+when to stop, which one small all-reduce at the top of each step settles.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from types import FrameType
+
+import torch
+import torch.distributed as dist
+from confluent_kafka import KafkaError, Message
+from prometheus_client import CollectorRegistry
+
+from streamtrain.config import StreamtrainConfig
+from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce
+from streamtrain.wire import Assignment, StepFeedback, encode
+
+from .checkpoint import Checkpoint, load_checkpoint, resume_offset, save_checkpoint
+from .consumer import RankConsumer
+from .distributed import DistContext, destroy_distributed, init_distributed
+from .metrics import TrainerMetrics, serve_metrics
+from .plans import LocalPlanner, PlanBook, Selection, selection_from
+from .step import build_step_runner
+
+__all__ = ["TrainerRank", "run_rank"]
+
+logger = logging.getLogger(__name__)
+
+
+class TrainerRank:
+    """The rank loop of one device: plan, gather, train, report, commit, checkpoint.
+
+    Args:
+        config: The whole configuration (job, Kafka, trainer).
+        device_id: The device whose topic this rank consumes.
+        ctx: This rank's process group (`init_distributed`).
+        registry: Prometheus registry of this rank's metrics (a fresh one when not given).
+    """
+
+    def __init__(
+        self, config: StreamtrainConfig, device_id: str, ctx: DistContext, registry: CollectorRegistry | None = None
+    ) -> None:
+        self.config = config
+        self.trainer = config.trainer
+        self.device_id = device_id
+        self.ctx = ctx
+        self.group_id = config.trainer_group_id
+        topics = config.kafka.topics
+        self.feedback_topic = topics.feedback
+        ensure_topics(make_admin(config.kafka), [TopicSpec.from_config(config.kafka, name) for name in (
+            topics.device(device_id), topics.feedback, topics.assignments, topics.dead_letter)])
+        self.runner = build_step_runner(self.trainer, ctx)
+        self.producer = make_producer(config.kafka)
+        self.plans = PlanBook(config.job)
+        self.consumer = RankConsumer(config.kafka, self.trainer, device_id, self.group_id, self.plans,
+                                     self.producer, dead_letter_plans=ctx.is_main)
+        self.buffer = self.consumer.buffer
+        self.local = LocalPlanner(self.trainer.local_batch)
+        self.metrics = TrainerMetrics(registry if registry is not None else CollectorRegistry(), device_id, config.job)
+        self.step = 0
+        self.plans_late = 0
+        self.committed: int | None = None
+        self.feedback_failed = 0
+        self.stop_requested = False
+        self._offsets: dict[str, int] = {}
+        self._checkpointed_step: int | None = None
+        self._dead_lettered_seen = 0
+
+    # ---- start-up -------------------------------------------------------------------------------------
+
+    def resume(self) -> int:
+        """Restore the newest checkpoint (rank 0 reads it, everyone receives it) and start consuming.
+
+        Returns:
+            The step training resumes at.
+        """
+        box: list[Checkpoint | None] = [load_checkpoint(self.trainer.checkpoint_dir) if self.ctx.is_main else None]
+        dist.broadcast_object_list(box, src=0)  # no shared filesystem needed across nodes
+        checkpoint = box[0]
+        own: int | None = None
+        if checkpoint is not None:
+            self.runner.model.module.load_state_dict(checkpoint.model)
+            self.runner.optimizer.load_state_dict(checkpoint.optimizer)
+            self.step = self._checkpointed_step = checkpoint.step
+            self._offsets = dict(checkpoint.offsets)
+            own = checkpoint.offsets.get(self.device_id)
+        committed = self.consumer.committed_offset()
+        start = self.consumer.start(resume_offset(own, committed))
+        self.committed = committed
+        logger.info("rank %d (%s): resuming at step %d from offset %d (committed %s)",
+                    self.ctx.rank, self.device_id, self.step, start, committed)
+        return self.step
+
+    # ---- the loop -------------------------------------------------------------------------------------
+
+    def request_stop(self, *_: object) -> None:
+        """Finish the current step, then commit, checkpoint and return from `run` (signal-handler safe)."""
+        self.stop_requested = True
+
+    def _agree_stop(self) -> bool:
+        flag = torch.tensor([1.0 if self.stop_requested else 0.0], device=self.ctx.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # one rank's SIGTERM stops the whole group at the same step
+        limit = self.trainer.max_steps
+        return bool(flag.item() > 0) or (limit > 0 and self.step >= limit)
+
+    def run(self) -> int:
+        """Train until SIGTERM on any rank or `trainer.max_steps`; returns the steps run in this call."""
+        first = self.step
+        while not self._agree_stop():
+            self.run_step()
+            self._after_step()
+        self._finish()
+        return self.step - first
+
+    def run_step(self) -> StepFeedback:
+        """One step: wait (bounded) for the plan, gather its samples, train, report the feedback."""
+        started = time.perf_counter()
+        step = self.step
+        plan = self._wait_for_plan(step, started + self.trainer.plan_wait_s)
+        selection = selection_from(plan, self.device_id) if plan is not None else self.local.selection()
+        if plan is None:
+            self.plans_late += 1
+        if selection.truncate_before is not None:
+            self.buffer.truncate_before(selection.truncate_before)
+        offsets = self._gather(selection, time.perf_counter() + self.trainer.data_wait_s)
+        data_wait = time.perf_counter() - started
+        samples = self.buffer.take(offsets)
+        result = self.runner.run_step(samples)
+        self.buffer.complete_step()  # the optimizer step is done: these offsets are processed
+        self.local.observe(result.total_size, result.compute_seconds)
+        if plan is not None:
+            self.local.remember(plan, plan.for_device(self.device_id), result.samples)
+        feedback = StepFeedback(
+            job=self.config.job, step=step, device_id=self.device_id, rank=self.ctx.rank,
+            plan_step=selection.plan_step, samples=result.samples, total_size=result.total_size,
+            compute_seconds=result.compute_seconds, data_wait_seconds=data_wait, comm_seconds=result.comm_seconds,
+            step_seconds=result.step_seconds, memory_bytes=result.memory_bytes,
+            lowest_unprocessed_offset=self.buffer.lowest_unprocessed(), buffer_depth=len(self.buffer),
+            loss=result.loss, dropped=self.buffer.drain_dropped(), new_samples=self.buffer.drain_new(),
+        )
+        value, headers = encode(feedback)
+        produce(self.producer, self.feedback_topic, value, headers, self._feedback_delivered, self.device_id.encode())
+        self.step += 1
+        self.plans.forget_before(self.step)
+        dead = self.consumer.dead_lettered - self._dead_lettered_seen
+        self._dead_lettered_seen = self.consumer.dead_lettered
+        compressed = result.buckets > 0 and result.compressed_buckets == result.buckets
+        self.metrics.record_step(feedback, late=plan is None, compressed=compressed, dead_lettered=dead)
+        self.metrics.buffer_bytes.set(self.buffer.nbytes)
+        if self.step % self.trainer.log_every == 0:
+            self._log(feedback)
+        return feedback
+
+    def _wait_for_plan(self, step: int, deadline: float) -> Assignment | None:
+        # A plan for a later step means this step's plan is never coming: fall back at once.
+        self.consumer.wait_until(lambda: self.plans.get(step) is not None or self.plans.has_newer(step), deadline)
+        return self.plans.get(step)
+
+    def _gather(self, selection: Selection, deadline: float) -> list[int]:
+        """Wait (bounded) for the selection's samples to be fetched, then name the offsets to train."""
+        if selection.offsets:
+            wanted = selection.offsets
+            self.consumer.wait_until(lambda: max(wanted) < self.buffer.position, deadline)
+            return list(wanted)  # planned offsets that never arrived (or were dead-lettered) are skipped
+        if selection.count != 0:
+            self.consumer.wait_until(lambda: len(self.buffer) > 0, deadline)
+        return self.buffer.select_oldest(selection.count, selection.size_budget)
+
+    def _feedback_delivered(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self.feedback_failed += 1
+            logger.error("feedback could not be delivered: %s", err)
+
+    # ---- offsets and checkpoints --------------------------------------------------------------------------
+
+    def _after_step(self) -> None:
+        if self.trainer.checkpoint_dir is not None and self.step % self.trainer.checkpoint_every == 0:
+            self.checkpoint()
+        elif self.trainer.checkpoint_dir is None or not self.trainer.commit_after_checkpoint:
+            self._commit(self.buffer.lowest_unprocessed())
+
+    def _commit(self, offset: int) -> None:
+        if offset != self.committed and self.consumer.commit(offset):
+            self.committed = offset
+            self.metrics.committed_offset.set(offset)
+
+    def checkpoint(self) -> bool:
+        """Collective: rank 0 writes the group's checkpoint, then every rank commits the offset it holds.
+
+        Returns:
+            Whether the checkpoint was written (offsets are committed only then).
+        """
+        offset = self.buffer.lowest_unprocessed()
+        gathered: list[tuple[str, int] | None] = [None] * self.ctx.world_size
+        dist.all_gather_object(gathered, (self.device_id, offset))
+        ok: list[bool] = [True]
+        if self.ctx.is_main and self.trainer.checkpoint_dir is not None:
+            self._offsets.update(dict(g for g in gathered if g is not None))
+            state = Checkpoint(step=self.step, model=self.runner.model.module.state_dict(),
+                               optimizer=self.runner.optimizer.state_dict(), offsets=dict(self._offsets),
+                               job=self.config.job, world_size=self.ctx.world_size)
+            try:
+                save_checkpoint(self.trainer.checkpoint_dir, state)
+            except OSError as exc:
+                logger.error("checkpoint of step %d failed, offsets stay uncommitted: %s", self.step, exc)
+                ok = [False]
+        dist.broadcast_object_list(ok, src=0)
+        if ok[0]:
+            self._checkpointed_step = self.step
+            self._commit(offset)
+        return bool(ok[0])
+
+    def _finish(self) -> None:
+        if self.trainer.checkpoint_dir is not None:
+            if self._checkpointed_step != self.step:
+                self.checkpoint()
+        else:
+            self._commit(self.buffer.lowest_unprocessed())
+        logger.info("rank %d (%s) stopped after step %d: committed offset %s, %d plans late, %d dead-lettered, "
+                    "%d truncated", self.ctx.rank, self.device_id, self.step, self.committed, self.plans_late,
+                    self.consumer.dead_lettered, self.buffer.dropped_total)
+
+    def _log(self, fb: StepFeedback) -> None:
+        loss = f"{fb.loss:.4f}" if fb.loss is not None else "-"
+        logger.info("%s step %d: %d samples (size %d) loss %s | compute %.3fs wait %.3fs comm %.3fs | buffer %d "
+                    "next %d | %s, %d late, %d dropped, %d dead-lettered", self.device_id, fb.step, fb.samples,
+                    fb.total_size, loss, fb.compute_seconds, fb.data_wait_seconds, fb.comm_seconds, fb.buffer_depth,
+                    fb.lowest_unprocessed_offset, "local plan" if fb.plan_step < 0 else f"plan {fb.plan_step}",
+                    self.plans_late, self.buffer.dropped_total, self.consumer.dead_lettered)
+
+    def close(self) -> None:
+        """Flush feedback and dead letters, leave Kafka."""
+        self.consumer.close()
+        left = self.producer.flush(30)
+        if left:
+            logger.error("%d feedback / dead-letter records were not delivered", left)
+
+
+def run_rank(config: StreamtrainConfig, device_id: str) -> int:
+    """Run one rank to completion in this process (torchrun environment); returns the exit status.
+
+    SIGTERM and SIGINT finish the current step, then commit, checkpoint and return 0.
+    """
+    ctx = init_distributed(config.trainer)
+    try:
+        rank = TrainerRank(config, device_id, ctx)
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            logger.info("rank %d: %s, stopping after this step", ctx.rank, signal.Signals(signum).name)
+            rank.request_stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        if config.trainer.metrics:
+            base = config.metrics.port
+            port = serve_metrics(rank.metrics.registry, config.metrics.bind_address, base + ctx.rank if base else 0)
+            logger.info("rank %d (%s): metrics on http://%s:%d/metrics", ctx.rank, device_id,
+                        config.metrics.bind_address, port)
+        try:
+            rank.resume()
+            rank.run()
+        finally:
+            rank.close()
+    finally:
+        destroy_distributed()
+    return 0

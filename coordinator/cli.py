@@ -110,6 +110,39 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             console.print(line, highlight=False)
         console.print(f"wrote {out / 'sim.json'} and {', '.join(str(p) for p in plots)}", highlight=False)
 
+    @app.command("coordinate")
+    def coordinate(
+        ctx: typer.Context,
+        policy: Annotated[str | None, typer.Option(help="coordinator.policy: static, lbbsp, lbb, scadles, "
+                                                   "chronica or ett-stream.")] = None,
+        truncation: Annotated[str | None, typer.Option(help="coordinator.truncation: persist, truncate or "
+                                                       "bounded.")] = None,
+        delete_records: Annotated[bool | None, typer.Option("--delete-records/--keep-records",
+                                                            help="coordinator.delete_records.")] = None,
+        port: Annotated[int | None, typer.Option(help="metrics.port of /status and /metrics (0: any free).")] = None,
+    ) -> None:
+        """Run the coordinator: feedback and lag in, the next step's plan out, /status and /metrics served."""
+        cfg = config_from(ctx, {"coordinator.policy": policy, "coordinator.truncation": truncation,
+                                "coordinator.delete_records": delete_records, "metrics.port": port})
+        import signal
+
+        from confluent_kafka import KafkaException
+
+        from .service import Coordinator
+
+        service = Coordinator(cfg)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda _sig, _frame: service.stop())
+        try:
+            service.start()
+            console.print(f"coordinating job {cfg.job} ({cfg.coordinator.policy}, truncation "
+                          f"{cfg.coordinator.truncation}); status on http://{cfg.metrics.bind_address}:"
+                          f"{service.port}/status", highlight=False)
+            service.run()
+        except (KafkaException, TimeoutError) as exc:
+            service.close()
+            die(f"Kafka at {cfg.kafka.bootstrap_servers}: {exc}")
+
     @bench.command("scheduler")
     def scheduler(
         ctx: typer.Context,

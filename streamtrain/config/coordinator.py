@@ -6,6 +6,8 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..wire.topics import validate_name_part
+
 __all__ = ["POLICY_NAMES", "CoordinatorConfig", "PolicyName", "TruncationName"]
 
 PolicyName = Literal["static", "lbbsp", "lbb", "scadles", "chronica", "ett-stream"]
@@ -126,6 +128,26 @@ class CoordinatorConfig(BaseModel):
     seed: int = 0
     """Seed for the few random choices a policy makes (ties), so a plan is reproducible."""
 
+    devices: tuple[str, ...] = ()
+    """Devices the service plans for, in rank order; empty plans for every device that has sent feedback
+    (ordered by rank) and waits for exactly those before planning the next step."""
+
+    plan_wait_seconds: float = Field(default=1.0, gt=0.0, le=600.0)
+    """Service: longest wait, after the first feedback of a step, for the other devices' feedback; the
+    plan for the next step is then published with what has arrived (trainers never block on it)."""
+
+    poll_interval_seconds: float = Field(default=1.0, gt=0.0, le=60.0)
+    """Service: how often watermarks, committed offsets (lag) and arrival rates are polled."""
+
+    rate_halflife_seconds: float = Field(default=5.0, gt=0.0)
+    """Service: age at which a watermark-growth observation weighs half in the arrival-rate EWMA."""
+
+    recovery_records: int = Field(default=10_000, ge=0)
+    """Service: feedback and assignment records re-read per partition on start to rebuild state."""
+
+    kafka_timeout_seconds: float = Field(default=10.0, gt=0.0)
+    """Service: timeout of each admin request (offsets, lag, DeleteRecords) and of start-up reads."""
+
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         if self.b_min > self.b_max:
@@ -140,6 +162,10 @@ class CoordinatorConfig(BaseModel):
                 f"lbb_fine_threshold ({self.lbb_fine_threshold}) must be below lbb_rapid_threshold "
                 f"({self.lbb_rapid_threshold})"
             )
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"devices {list(self.devices)} name a device more than once")
+        for device in self.devices:
+            validate_name_part("device id", device)
         if self.truncation == "bounded" and (
             self.max_lag_samples is None and self.max_lag_seconds is None and self.max_lag_size is None
         ):

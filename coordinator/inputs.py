@@ -1,0 +1,239 @@
+"""The coordinator's Kafka inputs: feedback, recent history on start, and offsets (lag, DeleteRecords).
+
+Nothing here commits an offset: the coordinator keeps no consumer-group state of its own. On start
+it re-reads the tail of the feedback and assignments topics (`read_tail`) and then follows the
+feedback topic from where that read stopped (`FeedbackReader`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from streamtrain.config import KafkaConfig
+from streamtrain.kafka import DeadLetterSink, make_consumer
+from streamtrain.wire import StepFeedback, WireError, decode
+
+__all__ = ["FeedbackReader", "OffsetProbe", "TopicOffsets", "read_tail"]
+
+logger = logging.getLogger(__name__)
+
+_BATCH = 500
+
+
+def _tail_assignment(consumer: object, topic: str, count: int, timeout: float) -> dict[int, tuple[int, int]]:
+    """Per partition of `topic`: (first offset of its last `count` records, high watermark)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = consumer.list_topics(topic, timeout=timeout).topics[topic]  # type: ignore[attr-defined]
+        if meta.error is None and meta.partitions:
+            break
+        # A topic created a moment ago may not be in every broker's metadata yet.
+        if time.monotonic() > deadline:
+            raise KafkaException(meta.error)
+        time.sleep(0.2)
+    spans = {}
+    for pid in meta.partitions:
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(  # type: ignore[attr-defined]
+                    TopicPartition(topic, pid), timeout=max(0.1, deadline - time.monotonic()))
+                break
+            except KafkaException as exc:
+                # Leadership of a new partition can take a moment to settle.
+                if time.monotonic() > deadline:
+                    raise
+                logger.debug("watermarks of %s[%d] not yet available: %s", topic, pid, exc)
+                time.sleep(0.2)
+        spans[pid] = (max(low, high - count), high)
+    return spans
+
+
+def read_tail(cfg: KafkaConfig, topic: str, count: int, timeout: float = 30.0) -> list[Message]:
+    """The last `count` records of each partition of `topic` (as they are now), oldest first per partition.
+
+    Raises:
+        TimeoutError: when those records do not arrive within `timeout`.
+    """
+    consumer = make_consumer(cfg, f"streamtrain-tail-{uuid.uuid4().hex[:8]}")
+    try:
+        spans = _tail_assignment(consumer, topic, count, timeout)
+        remaining = {pid: high for pid, (start, high) in spans.items() if high > start}
+        consumer.assign([TopicPartition(topic, pid, spans[pid][0]) for pid in remaining])
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: the last records did not arrive in {timeout:.0f} s")
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    raise KafkaException(err)
+                logger.debug("reading the tail of %s: %s", topic, err)  # transient: retried until the deadline
+                continue
+            pid, offset = msg.partition() or 0, msg.offset() or 0
+            end = remaining.get(pid)
+            if end is not None and offset < end:
+                out.append(msg)
+            if end is not None and offset >= end - 1:
+                del remaining[pid]
+        return out
+    finally:
+        consumer.close()
+
+
+class FeedbackReader:
+    """Follows the feedback topic, decoding records; undecodable ones go to the dead-letter topic.
+
+    Args:
+        cfg: Kafka settings.
+        topic: the feedback topic.
+        job: only this job's feedback is returned (others share the topic legitimately).
+        dead_letters: where undecodable records go.
+        on_dead_letter: called with the reason of each dead-lettered record (metrics).
+    """
+
+    def __init__(self, cfg: KafkaConfig, topic: str, job: str, dead_letters: DeadLetterSink,
+                 on_dead_letter: Callable[[str], None] | None = None) -> None:
+        self.topic = topic
+        self.job = job
+        self.dead_letters = dead_letters
+        self.on_dead_letter = on_dead_letter
+        self._consumer = make_consumer(cfg, f"{job}.coordinator")
+        self._replay_end: dict[int, int] = {}
+
+    def start(self, recent: int, timeout: float) -> None:
+        """Assign every partition at its last `recent` records; those are replayed first (`replaying`)."""
+        spans = _tail_assignment(self._consumer, self.topic, recent, timeout)
+        self._replay_end = {pid: high for pid, (start, high) in spans.items() if high > start}
+        self._consumer.assign([TopicPartition(self.topic, pid, start) for pid, (start, _high) in spans.items()])
+
+    @property
+    def replaying(self) -> bool:
+        """True until the records present at `start` have all been read."""
+        return bool(self._replay_end)
+
+    def poll(self, timeout: float) -> list[StepFeedback]:
+        """Feedback that arrived: waits up to `timeout` for the first record, then takes what is ready."""
+        out: list[StepFeedback] = []
+        msg = self._consumer.poll(timeout)
+        while msg is not None and len(out) < _BATCH:
+            self._handle(msg, out)
+            msg = self._consumer.poll(0)
+        if msg is not None:
+            self._handle(msg, out)
+        return out
+
+    def _handle(self, msg: Message, out: list[StepFeedback]) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                logger.warning("feedback consumer error: %s", err)
+            return
+        pid, offset = msg.partition() or 0, msg.offset() or 0
+        replay = pid in self._replay_end
+        if replay and offset >= self._replay_end[pid] - 1:
+            del self._replay_end[pid]
+        try:
+            fb = decode(msg.value(), msg.headers(), StepFeedback)
+        except WireError as exc:
+            if replay:
+                return  # dead-lettered by the run that first read it
+            logger.warning("feedback at %s[%d]@%d dead-lettered (%s): %s", self.topic, pid, offset, exc.reason, exc)
+            self.dead_letters.send_error(msg, exc)
+            if self.on_dead_letter is not None:
+                self.on_dead_letter(exc.reason)
+            return
+        if fb.job == self.job:
+            out.append(fb)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+@dataclass(frozen=True)
+class TopicOffsets:
+    """Partition 0 of a device topic: log start, high watermark, and the trainers' committed offset."""
+
+    log_start: int
+    end: int
+    committed: int | None
+
+
+class OffsetProbe:
+    """Watermarks of device topics and the trainers' committed offsets, through the admin API.
+
+    Device topics have one partition (per-device order); only partition 0 is read and truncated.
+
+    Args:
+        admin: an admin client (see `streamtrain.kafka.make_admin`).
+        group: the trainers' consumer group (`StreamtrainConfig.trainer_group_id`).
+        timeout: seconds per admin request.
+    """
+
+    def __init__(self, admin: AdminClient, group: str, timeout: float) -> None:
+        self.admin = admin
+        self.group = group
+        self.timeout = timeout
+
+    def device_topics(self, prefix_filter: Callable[[str], str | None]) -> dict[str, str]:
+        """Existing topics that `prefix_filter` maps to a device id, as device -> topic."""
+        topics = self.admin.list_topics(timeout=self.timeout).topics
+        found = {}
+        for name in topics:
+            device = prefix_filter(name)
+            if device is not None:
+                found[device] = name
+        return found
+
+    def offsets(self, topics: dict[str, str]) -> dict[str, TopicOffsets]:
+        """Log start, high watermark and committed offset of each device's topic (by device id)."""
+        if not topics:
+            return {}
+        parts = {device: TopicPartition(topic, 0) for device, topic in topics.items()}
+        ends = self._list({TopicPartition(tp.topic, 0): OffsetSpec.latest() for tp in parts.values()})
+        starts = self._list({TopicPartition(tp.topic, 0): OffsetSpec.earliest() for tp in parts.values()})
+        committed = self._committed(list(parts.values()))
+        out = {}
+        for device, tp in parts.items():
+            if tp.topic in ends and tp.topic in starts:
+                out[device] = TopicOffsets(starts[tp.topic], ends[tp.topic], committed.get(tp.topic))
+        return out
+
+    def _list(self, specs: dict[TopicPartition, OffsetSpec]) -> dict[str, int]:
+        futures = self.admin.list_offsets(specs, request_timeout=self.timeout)
+        out = {}
+        for tp, fut in futures.items():
+            try:
+                out[tp.topic] = int(fut.result(timeout=self.timeout).offset)
+            except (KafkaException, TimeoutError) as exc:
+                logger.warning("offsets of %s unavailable: %s", tp.topic, exc)
+        return out
+
+    def _committed(self, parts: list[TopicPartition]) -> dict[str, int]:
+        request = [ConsumerGroupTopicPartitions(self.group, parts)]
+        try:
+            result = self.admin.list_consumer_group_offsets(request, request_timeout=self.timeout)[self.group]
+            found = result.result(timeout=self.timeout)
+        except (KafkaException, TimeoutError) as exc:
+            logger.warning("committed offsets of group %s unavailable: %s", self.group, exc)
+            return {}
+        # A partition with no commit reports a negative offset (OFFSET_INVALID).
+        return {tp.topic: tp.offset for tp in found.topic_partitions if tp.error is None and tp.offset >= 0}
+
+    def delete_before(self, topic: str, offset: int) -> int:
+        """Delete partition 0's records below `offset` on the broker (DeleteRecords); returns the new log start."""
+        futures = self.admin.delete_records([TopicPartition(topic, 0, offset)], request_timeout=self.timeout,
+                                            operation_timeout=self.timeout)
+        (fut,) = futures.values()
+        result = fut.result(timeout=self.timeout)
+        return int(getattr(result, "low_watermark", offset))

@@ -1,0 +1,316 @@
+"""`Coordinator`: the live service that turns trainers' feedback into the next step's plan.
+
+One loop (confluent-kafka style: poll, check the error, process): feedback in, offsets and
+arrival rates polled every `poll_interval_seconds`, and as soon as every device reported step t
+(or `plan_wait_seconds` after the first did) the plan for step t+1 is built by the same
+`plan_step` the simulator runs and published on the assignments topic. Trainers never wait for
+it beyond their own bounded wait.
+
+It keeps no state that Kafka cannot give back: on start it re-reads the tail of the assignments
+and feedback topics, replays them in step order, and resumes at the step after the last feedback.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+from confluent_kafka import KafkaError, KafkaException, Message
+from prometheus_client import CollectorRegistry
+
+from streamtrain.config import StreamtrainConfig
+from streamtrain.kafka import DeadLetterSink, TopicSpec, ensure_topics, make_admin, make_producer
+from streamtrain.wire import Assignment, StepFeedback, WireError, decode, encode
+
+from .fleet import FleetTracker
+from .inputs import FeedbackReader, OffsetProbe, read_tail
+from .metrics import dif, straggler_effect
+from .policies import plan_step
+from .service_metrics import CoordinatorMetrics
+from .state import plan_to_assignment
+from .status import StatusServer
+
+__all__ = ["Coordinator"]
+
+logger = logging.getLogger(__name__)
+
+_STATUS_EVERY_S = 0.5
+
+
+class Coordinator:
+    """The coordinator service.
+
+    Args:
+        cfg: the whole configuration (`job`, `kafka`, `metrics`, `coordinator`).
+        registry: Prometheus registry; default a fresh one for this instance.
+        serve_http: start the `/status` and `/metrics` endpoint on `metrics.bind_address:metrics.port`.
+    """
+
+    def __init__(self, cfg: StreamtrainConfig, registry: CollectorRegistry | None = None,
+                 serve_http: bool = True) -> None:
+        self.cfg = cfg
+        self.ccfg = cfg.coordinator
+        self.topics = cfg.kafka.topics
+        self.metrics = CoordinatorMetrics(registry or CollectorRegistry(), cfg.job)
+        self.fleet = FleetTracker(self.ccfg)
+        self.serve_http = serve_http
+        self.server: StatusServer | None = None
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        self._carry: Any = None
+        self._last_plan: dict[str, Any] | None = None
+        self._status: dict[str, Any] = {}
+        self._status_at = 0.0
+        self._next_probe = 0.0
+        self._device_topics: dict[str, str] = {}
+        self._delivery_failures = 0
+        self._latencies: deque[float] = deque(maxlen=1000)
+        self._producer: Any = None
+        self._reader: FeedbackReader | None = None
+        self._probe: OffsetProbe | None = None
+        for device in self.ccfg.devices:
+            self.metrics.add_device(device)
+
+    @property
+    def port(self) -> int | None:
+        """Port of the status endpoint once started."""
+        return self.server.port if self.server is not None else None
+
+    def stop(self) -> None:
+        """Ask `run` to finish (safe from any thread or a signal handler)."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Start (unless `start` already ran), then plan until `stop()`; every client is closed on the way out."""
+        try:
+            if not self.ready.is_set():
+                self.start()
+            while not self._stop.is_set():
+                self.run_once(0.1)
+        finally:
+            self.close()
+
+    def start(self) -> None:
+        """Create the topics, the clients and the endpoint, and rebuild state from Kafka."""
+        kcfg = self.cfg.kafka
+        admin = make_admin(kcfg)
+        ensure_topics(admin, [TopicSpec.from_config(kcfg, t) for t in
+                              (self.topics.feedback, self.topics.assignments, self.topics.dead_letter)])
+        self._producer = make_producer(kcfg)
+        sink = DeadLetterSink(self._producer, self.topics.dead_letter, "coordinator")
+        self._probe = OffsetProbe(admin, self.cfg.trainer_group_id, self.ccfg.kafka_timeout_seconds)
+        self._reader = FeedbackReader(kcfg, self.topics.feedback, self.cfg.job, sink,
+                                      lambda reason: self.metrics.dead_lettered.labels(self.cfg.job, reason).inc())
+        self._recover()
+        if self.serve_http:
+            self.server = StatusServer(self.cfg.metrics.bind_address, self.cfg.metrics.port, lambda: self._status,
+                                       self.metrics.registry)
+            self.server.start()
+        self._refresh_status(force=True)
+        self.ready.set()
+
+    def _recover(self) -> None:
+        assert self._reader is not None
+        n, timeout = self.ccfg.recovery_records, self.ccfg.kafka_timeout_seconds
+        plans: list[Assignment] = []
+        for msg in read_tail(self.cfg.kafka, self.topics.assignments, n, timeout):
+            try:
+                plan = decode(msg.value(), msg.headers(), Assignment)
+            except WireError as exc:
+                logger.warning("skipping an unreadable assignment at offset %s: %s", msg.offset(), exc)
+                continue
+            if plan.job == self.cfg.job:
+                plans.append(plan)
+        self._reader.start(n, timeout)
+        feedback: list[StepFeedback] = []
+        deadline = time.monotonic() + timeout
+        while self._reader.replaying and time.monotonic() < deadline:
+            feedback.extend(self._reader.poll(0.2))
+        # A plan for step s follows the feedback of step s-1 and precedes that of step s.
+        events: list[tuple[int, int, int, Assignment | StepFeedback]] = [
+            (fb.step, 0, i, fb) for i, fb in enumerate(feedback)]
+        events += [(p.step - 1, 1, i, p) for i, p in enumerate(plans)]
+        now = time.monotonic()
+        for _s, _kind, _i, record in sorted(events, key=lambda e: e[:3]):
+            if isinstance(record, Assignment):
+                self.fleet.record_plan(record)
+            else:
+                self.fleet.ingest_feedback(record, now)
+        for device in self.fleet.devices:
+            self.metrics.add_device(device)
+        if feedback or plans:
+            logger.info("rebuilt state from %d feedback and %d plan records; next plan is for step %s",
+                        len(feedback), len(plans), self._upcoming_step())
+
+    def _upcoming_step(self) -> int | None:
+        last = max((r.last_feedback.step for r in self.fleet.devices.values() if r.last_feedback), default=None)
+        candidates = [s for s in (self.fleet.next_plan_step, None if last is None else last + 1) if s is not None]
+        return max(candidates, default=None)
+
+    def run_once(self, timeout: float) -> None:
+        """One turn of the loop: take feedback, poll offsets when due, publish a plan when one is due."""
+        assert self._reader is not None and self._producer is not None
+        for fb in self._reader.poll(timeout):
+            self._on_feedback(fb)
+        now = time.monotonic()
+        if now >= self._next_probe:
+            self._next_probe = now + self.ccfg.poll_interval_seconds
+            self._poll_offsets()
+        due = self.fleet.due_step(time.monotonic())
+        if due is not None:
+            self._publish(*due)
+        self._producer.poll(0)
+        self._refresh_status()
+
+    def _on_feedback(self, fb: StepFeedback) -> None:
+        if fb.device_id not in self.fleet.devices:
+            self.metrics.add_device(fb.device_id)
+        self.fleet.ingest_feedback(fb, time.monotonic())
+        rec = self.fleet.devices[fb.device_id]
+        labels = (self.cfg.job, fb.device_id)
+        self.metrics.feedback.labels(*labels).inc()
+        self.metrics.actual.labels(*labels).set(fb.compute_seconds)
+        model = rec.tracker.model
+        self.metrics.model_a.labels(*labels).set(model.a)
+        self.metrics.model_b.labels(*labels).set(model.b)
+        if model.rel_error is not None:
+            self.metrics.pred_error.labels(*labels).set(model.rel_error)
+        self.metrics.pending.labels(*labels).set(len(rec.book))
+
+    def _publish(self, step: int, complete: bool) -> None:
+        started = time.perf_counter()
+        state = self.fleet.planning_state(step, time.time(), self._carry)
+        plan = plan_step(state, self.ccfg)
+        assignment = plan_to_assignment(plan, self.cfg.job)
+        value, headers = encode(assignment)
+        self._producer.produce(self.topics.assignments, key=self.cfg.job.encode(), value=value, headers=headers,
+                               on_delivery=self._delivered)
+        latency = time.perf_counter() - started
+        self._carry = plan.carry
+        dropped = self.fleet.record_plan(assignment)
+        job = self.cfg.job
+        m = self.metrics
+        m.plan_latency.labels(job).observe(latency)
+        self._latencies.append(latency)
+        m.plans.labels(job).inc()
+        if not complete:
+            m.plans_partial.labels(job).inc()
+            logger.info("plan for step %d published without feedback from %s", step,
+                        ", ".join(sorted(set(self.fleet.expected) - self.fleet.reporters(step - 1))) or "nobody")
+        times = [r.last_feedback.compute_seconds for r in self.fleet.devices.values()
+                 if r.last_feedback is not None and r.last_feedback.step == step - 1]
+        m.straggler_effect.labels(job).set(straggler_effect(times))
+        m.batch_dif.labels(job).set(dif([b.count for b in plan.devices]))
+        m.global_batch.labels(job).set(plan.global_batch)
+        m.lr_scale.labels(job).set(plan.lr_scale)
+        m.step_target.labels(job).set(plan.step_time_target)
+        m.next_step.labels(job).set(step + 1)
+        for b in plan.devices:
+            labels = (job, b.device_id)
+            m.predicted.labels(*labels).set(b.predicted_seconds)
+            m.batch.labels(*labels).set(b.count)
+            m.batch_size.labels(*labels).set(b.total_size)
+            m.truncated.labels(*labels).inc(dropped.get(b.device_id, 0))
+            m.pending.labels(*labels).set(len(self.fleet.devices[b.device_id].book))
+        self._last_plan = {
+            "step": step, "policy": plan.policy, "complete": complete, "latency_ms": latency * 1e3,
+            "step_time_target": plan.step_time_target, "global_batch": plan.global_batch, "lr_scale": plan.lr_scale,
+            "created_at": assignment.created_at,
+            "devices": [{"device": b.device_id, "count": b.count, "total_size": b.total_size,
+                         "predicted_seconds": b.predicted_seconds, "weight": b.weight,
+                         "truncate_before": b.truncate_before, "dropped": b.dropped,
+                         "first_offset": None if b.offsets is None or not len(b.offsets) else int(b.offsets[0])}
+                        for b in plan.devices],
+        }
+        logger.debug("plan for step %d: %d samples over %d devices in %.2f ms", step, plan.global_batch,
+                     len(plan.devices), latency * 1e3)
+        self._refresh_status(force=True)
+
+    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self._delivery_failures += 1
+            logger.error("a plan could not be delivered (trainers fall back to local plans): %s", err)
+
+    def _poll_offsets(self) -> None:
+        assert self._probe is not None
+        try:
+            self._device_topics = self._probe.device_topics(self.topics.device_of)
+            offsets = self._probe.offsets(self._device_topics)
+        except (KafkaException, TimeoutError) as exc:
+            logger.warning("offsets unavailable this round (%s); lag and rates keep their last values", exc)
+            return
+        at, wall = time.monotonic(), time.time()
+        job = self.cfg.job
+        for device, o in offsets.items():
+            if device not in self.fleet.devices:
+                self.metrics.add_device(device)
+            self.fleet.observe_offsets(device, o.log_start, o.end, o.committed, at)
+            rec = self.fleet.devices[device]
+            if self.ccfg.delete_records:
+                self._delete_truncated(device)
+            self.metrics.lag.labels(job, device).set(max(0, o.end - (o.committed or 0)))
+            self.metrics.lag_seconds.labels(job, device).set(rec.lag_seconds(wall))
+            self.metrics.rate.labels(job, device).set(rec.rate.rate)
+
+    def _delete_truncated(self, device: str) -> None:
+        assert self._probe is not None
+        rec = self.fleet.devices[device]
+        # Never past what the trainers committed: records they have not yet skipped stay readable.
+        target = min(rec.delete_before, rec.committed or 0)
+        if rec.log_start is None or target <= rec.log_start:
+            return
+        try:
+            new_start = self._probe.delete_before(self._device_topics[device], target)
+        except (KafkaException, TimeoutError) as exc:
+            logger.warning("DeleteRecords on %s failed (retried next round): %s", device, exc)
+            return
+        self.metrics.deleted.labels(self.cfg.job, device).inc(max(0, new_start - rec.log_start))
+        logger.info("deleted %s records below offset %d", device, new_start)
+        rec.log_start = new_start
+
+    def _refresh_status(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._status_at < _STATUS_EVERY_S:
+            return
+        self._status_at = now
+        wall = time.time()
+        devices = []
+        for device_id, rec in self.fleet.devices.items():
+            model = rec.tracker.model
+            devices.append({
+                "device": device_id, "rank": rec.rank,
+                "model": {"a": model.a, "b": model.b, "fitted": model.fitted, "observations": model.n_obs,
+                          "rel_error": model.rel_error},
+                "lag_records": rec.lag, "lag_seconds": rec.lag_seconds(wall), "arrival_rate": rec.rate.rate,
+                "pending": len(rec.book), "in_flight": rec.book.inflight, "index_complete": rec.book.complete,
+                "buffer_depth": rec.book.buffer_depth, "lowest_unprocessed": rec.book.floor,
+                "end_offset": rec.end_offset, "log_start_offset": rec.log_start, "committed_offset": rec.committed,
+                "last_step": rec.last_feedback.step if rec.last_feedback else None, "mean_size": rec.mean_size,
+            })
+        self._status = {
+            "job": self.cfg.job, "policy": self.ccfg.policy, "truncation": self.ccfg.truncation,
+            "delete_records": self.ccfg.delete_records, "topic_prefix": self.cfg.kafka.topic_prefix,
+            "next_plan_step": self._upcoming_step(), "expected_devices": self.fleet.expected,
+            "devices": devices, "last_plan": self._last_plan,
+            "plan_latency_ms_median": float(np.median(self._latencies)) * 1e3 if self._latencies else None,
+            "plan_delivery_failures": self._delivery_failures,
+        }
+
+    def close(self) -> None:
+        """Stop the endpoint and close every client (pending plans are flushed first)."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._producer is not None:
+            left = self._producer.flush(10)
+            if left:
+                logger.warning("%d records were not delivered before shutdown", left)
+            self._producer = None
+

@@ -1,0 +1,76 @@
+"""The coordinator's small HTTP endpoint: `/status` (JSON) and `/metrics` (Prometheus text).
+
+The status document is built by the service loop and swapped in whole, so the server thread only
+ever reads a finished snapshot. It carries no client settings at all, so no secret can leak.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+__all__ = ["StatusServer"]
+
+logger = logging.getLogger(__name__)
+
+
+class StatusServer:
+    """Serves `/status` from `snapshot()` and `/metrics` from `registry` on a daemon thread.
+
+    Args:
+        host: address to bind (`metrics.bind_address`).
+        port: port to bind; 0 picks a free one (see `port`).
+        snapshot: returns the current status document.
+        registry: the service's Prometheus registry.
+    """
+
+    def __init__(self, host: str, port: int, snapshot: Callable[[], dict[str, Any]],
+                 registry: CollectorRegistry) -> None:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/status":
+                    body = json.dumps(owner.snapshot(), default=str).encode()
+                    self._send(200, "application/json", body)
+                elif path == "/metrics":
+                    self._send(200, CONTENT_TYPE_LATEST, generate_latest(owner.registry))
+                else:
+                    self._send(404, "text/plain", b"not found: try /status or /metrics\n")
+
+            def _send(self, code: int, ctype: str, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                logger.debug("status %s", format % args)
+
+        self.snapshot = snapshot
+        self.registry = registry
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="coordinator-status", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+        logger.info("coordinator status on http://%s:%d/status and /metrics", self._server.server_address[0],
+                    self.port)
+
+    def close(self) -> None:
+        if self._thread.is_alive():  # shutdown() waits for serve_forever, which never ran otherwise
+            self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,152 @@
+"""The coordinator service on the real broker; the test plays the trainers (feedback, offset commits).
+
+Device topics hold real samples; feedback goes in by hand; plans are read back from the
+assignments topic. Covers: plans for the next step from the reported index, truncation per policy
+with DeleteRecords moving the log start offset, dead-lettered feedback, /status and /metrics, and a
+restart that rebuilds state from Kafka and continues with the next step.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from coordinator_it_helpers import JOB, Plans, Trainers, config, get, low_watermark, produce_samples
+
+from coordinator.service import Coordinator
+from streamtrain.config import KafkaConfig, StreamtrainConfig
+from streamtrain.kafka import (
+    REASON_HEADER,
+    read_to_end,
+)
+from streamtrain.wire import Assignment
+
+pytestmark = pytest.mark.integration
+
+FAST = 15  # per report, within the bounded policy's 20: never truncated
+
+@contextmanager
+def running(cfg: StreamtrainConfig) -> Iterator[Coordinator]:
+    service = Coordinator(cfg)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except BaseException as exc:  # handed to the test, which fails with it
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="coordinator-under-test")
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not service.ready.wait(0.2):
+            assert not errors, f"coordinator failed to start: {errors[0]!r}"
+            assert time.monotonic() < deadline, "coordinator did not start in 30 s"
+        yield service
+    finally:
+        service.stop()
+        thread.join(30)
+        assert not thread.is_alive()
+    assert not errors, f"coordinator failed: {errors[0]!r}"
+
+
+def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConfig) -> None:
+    # "slow" holds 100 samples but trains few per step: bounded truncation keeps its newest 20.
+    sizes = produce_samples(kafka_cfg, {"fast": 2 * FAST, "slow": 100})
+    cfg = config(kafka_cfg, devices=("fast", "slow"), truncation="bounded", max_lag_samples=20,
+                 delete_records=True, policy="ett-stream")
+    trainers, plans = Trainers(kafka_cfg), Plans(kafka_cfg)
+    slow_topic = kafka_cfg.topics.device("slow")
+    # What each trainer holds (reported, not trained, not dropped): lowest offset and depth follow.
+    held = {"fast": set(range(FAST)), "slow": set(range(100))}
+    ranks = {"fast": 0, "slow": 1}
+
+    def train(step: int, plan: Assignment | None, new: dict[str, range]) -> None:
+        for device, rank in ranks.items():
+            part = plan.for_device(device) if plan else None
+            if part is not None:
+                held[device] -= set(part.offsets) | {o for o in held[device] if o < (part.truncate_before or 0)}
+            held[device] |= set(new.get(device, ()))
+            trainers.report(step, device, rank, [(o, sizes[device][o]) for o in new.get(device, ())],
+                            lowest=min(held[device], default=100), depth=len(held[device]),
+                            seconds=0.1 if device == "fast" else 0.4)
+
+    try:
+        with running(cfg) as service:
+            train(0, None, {"fast": range(FAST), "slow": range(100)})
+            p1 = plans.wait(1)
+            fast, slow = p1.for_device("fast"), p1.for_device("slow")
+            assert fast is not None and slow is not None and p1.job == JOB and p1.policy == "ett-stream"
+            assert fast.offsets and set(fast.offsets) <= set(range(FAST)) and fast.truncate_before is None
+            assert slow.truncate_before == 80 and slow.offsets and min(slow.offsets) >= 80
+
+            # The trainers skip the truncated records and commit past them: DeleteRecords follows.
+            trainers.commit("slow", 80)
+            deadline = time.monotonic() + 15
+            while low_watermark(kafka_cfg, slow_topic) < 80:
+                assert time.monotonic() < deadline, "log start offset did not move"
+                time.sleep(0.2)
+            assert low_watermark(kafka_cfg, slow_topic) == 80  # never past the committed offset
+
+            # A record no one can read goes to the dead-letter topic; the service carries on.
+            trainers.producer.produce(kafka_cfg.topics.feedback, value=b"\x00garbage", headers=[])
+            train(1, p1, {"fast": range(FAST, 2 * FAST)})
+            p2 = plans.wait(2)
+            for d in ranks:
+                part = p2.for_device(d)
+                assert part is not None and set(part.offsets) <= held[d]  # only what is held: nothing twice
+
+            _ctype, body = get(service.port, "/status")
+            status = json.loads(body)
+            by_id = {d["device"]: d for d in status["devices"]}
+            assert set(by_id) == {"fast", "slow"} and status["last_plan"]["step"] == 2
+            assert by_id["slow"]["model"]["a"] > 0 and by_id["slow"]["log_start_offset"] == 80
+            assert {"lag_records", "arrival_rate", "pending"} <= set(by_id["fast"])
+            ctype, metrics = get(service.port, "/metrics")
+            assert ctype.startswith("text/plain")
+            assert "streamtrain_coordinator_plan_latency_seconds_count" in metrics.decode()
+            reg = service.metrics.registry
+            assert reg.get_sample_value("streamtrain_coordinator_truncated_samples_total",
+                                        {"job": JOB, "device": "slow"}) == 80
+            assert reg.get_sample_value("streamtrain_coordinator_deleted_records_total",
+                                        {"job": JOB, "device": "slow"}) == 80
+            assert reg.get_sample_value("streamtrain_coordinator_dead_lettered_total",
+                                        {"job": JOB, "reason": "missing-header"}) == 1
+        letters = list(read_to_end(kafka_cfg, [kafka_cfg.topics.dead_letter]))
+        assert [dict(m.headers() or [])[REASON_HEADER] for m in letters] == [b"missing-header"]
+
+        # Restart: state comes back from Kafka; the next plan is for step 3, from what is still held.
+        with running(cfg) as service:
+            assert service.fleet.next_plan_step == 3
+            train(2, p2, {})
+            p3 = plans.wait(3)
+            for d in ranks:
+                part = p3.for_device(d)
+                assert part is not None and set(part.offsets) <= held[d]
+                if held[d]:
+                    assert part.offsets  # ett-stream never leaves a device with pending samples idle
+    finally:
+        trainers.close()
+        plans.close()
+
+
+def test_truncate_policy_keeps_about_one_step_of_the_newest(kafka_cfg: KafkaConfig) -> None:
+    sizes = produce_samples(kafka_cfg, {"cam": 60})
+    cfg = config(kafka_cfg, truncation="truncate", plan_wait_seconds=0.5)
+    trainers, plans = Trainers(kafka_cfg), Plans(kafka_cfg)
+    try:
+        with running(cfg):
+            trainers.report(4, "cam", 0, list(enumerate(sizes["cam"])), lowest=0, depth=60)
+            plan = plans.wait(5)
+            part = plan.for_device("cam")
+            assert part is not None and part.truncate_before is not None
+            # Nothing new arrives (rate ~0): about one step's worth of the newest samples is kept.
+            assert 50 <= part.truncate_before <= 59 and part.offsets and min(part.offsets) >= part.truncate_before
+    finally:
+        trainers.close()
+        plans.close()

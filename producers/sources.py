@@ -15,11 +15,12 @@ from typing import Protocol
 import numpy as np
 
 from streamtrain.config.producer import ProducerConfig
+from streamtrain.synthetic import make_batch
 
 from .dataset import Dataset, load_dataset, load_sizes
 from .sharding import ShardPlan, shard
 from .sizes import SizeSampler, make_size_sampler
-from .synthetic import device_label_sets, draw_labels, make_batch, task_from_config
+from .synthetic import device_label_sets, draw_labels, task_from_config
 
 __all__ = ["DatasetSource", "Draft", "SampleSource", "SyntheticSource", "build_source"]
 

@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.synthetic import synthetic_samples
 
 from .plugins import build_collate, build_model
-from .synthetic import synthetic_samples
 
 __all__ = ["SizeTimeFit", "fit_linear", "profile_size_time", "sizes_summing_to", "time_forward_backward"]
 

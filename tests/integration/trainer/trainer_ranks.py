@@ -17,13 +17,13 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import Sample
 from trainer.batching import collate_packed
 from trainer.compression import TopKCompressor
 from trainer.distributed import destroy_distributed, free_port, init_distributed
 from trainer.plugins import build_model
 from trainer.step import build_step_runner, linear_lr_scale
-from trainer.synthetic import synthetic_samples
 
 #: Tiny float64 model: fast, and exact enough to compare at 1e-9.
 BASE = TrainerConfig(

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 from producers.encoding import encode_sample
 from producers.injection import InjectionPlanner, injection_counts
 from producers.sources import SyntheticSource
-from producers.synthetic import class_prototypes, device_label_sets, make_batch
+from producers.synthetic import device_label_sets
 from streamtrain.config import ProducerConfig
 from streamtrain.config.producer import InjectionConfig
+from streamtrain.synthetic import class_prototypes, make_batch
 from streamtrain.wire import Sample, decode, encode
 
 

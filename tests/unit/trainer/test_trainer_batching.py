@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import Sample
 from trainer.batching import collate_packed, pack_samples, sample_problems
-from trainer.synthetic import synthetic_samples
 
 
 def test_pack_concatenates_without_padding() -> None:

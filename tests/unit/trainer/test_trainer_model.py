@@ -6,10 +6,10 @@ import torch
 import torch.nn.functional as F
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.synthetic import synthetic_samples
 from trainer.batching import PackedBatch, pack_samples
 from trainer.model import MaskedConv1d, PackedConvNet
 from trainer.plugins import build_model
-from trainer.synthetic import synthetic_samples
 
 
 def _reference_logits(model: PackedConvNet, frames: torch.Tensor) -> torch.Tensor:
@@ -68,7 +68,7 @@ def test_default_model_learns_the_synthetic_task_quickly() -> None:
     losses: list[float] = []
     for step in range(40):
         sizes = torch.randint(4, 48, (16,), generator=generator).tolist()
-        batch = pack_samples(synthetic_samples(sizes, 16, 10, seed=step, noise=2.0), 16)
+        batch = pack_samples(synthetic_samples(sizes, 16, 10, seed=step, signal=0.5), 16)
         loss = F.cross_entropy(model(batch), batch.labels)
         optimizer.zero_grad()
         loss.backward()
@@ -77,7 +77,7 @@ def test_default_model_learns_the_synthetic_task_quickly() -> None:
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert first > 1.5  # chance level is ln(10) = 2.30
     assert last < 0.3 * first
-    held_out = pack_samples(synthetic_samples([10, 30, 60] * 20, 16, 10, seed=999, noise=2.0), 16)
+    held_out = pack_samples(synthetic_samples([10, 30, 60] * 20, 16, 10, seed=999, signal=0.5), 16)
     with torch.no_grad():
         accuracy = (model(held_out).argmax(dim=1) == held_out.labels).float().mean()
     assert accuracy > 0.75

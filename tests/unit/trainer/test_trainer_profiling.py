@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.synthetic import synthetic_samples
 from trainer.batching import pack_samples
 from trainer.plugins import build_model
 from trainer.profiling import fit_linear, profile_size_time, sizes_summing_to, time_forward_backward
-from trainer.synthetic import synthetic_samples
 
 CONFIG = TrainerConfig(hidden_size=32)
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.synthetic import synthetic_samples
 from trainer.compression import CompressionStats, TopKCompressor, energy_loss, topk
 from trainer.distributed import (
     DistContext,
@@ -18,7 +19,6 @@ from trainer.distributed import (
     select_device,
 )
 from trainer.step import StepRunner, build_step_runner, linear_lr_scale
-from trainer.synthetic import synthetic_samples
 
 CONFIG = TrainerConfig(num_features=4, num_classes=3, hidden_size=8, num_layers=1, kernel_size=3, device="cpu")
 

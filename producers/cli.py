@@ -39,10 +39,10 @@ def produce(
     progress: Annotated[bool, typer.Option(help="Live progress table.")] = True,
 ) -> None:
     """Publish one stream of samples per device to <prefix>.device.<id> at controlled rates."""
-    from prometheus_client import start_http_server
     from rich.live import Live
 
     from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
+    from streamtrain.metrics import serve_metrics
 
     from .dataset import DatasetError
     from .display import progress_view, summary_view
@@ -63,8 +63,8 @@ def produce(
         die(str(exc), EXIT_CONFIG)
     if cfg.producer.metrics:
         port = cfg.producer.metrics_port if cfg.producer.metrics_port is not None else cfg.metrics.port
-        server, _thread = start_http_server(port, cfg.metrics.bind_address, registry=service.metrics.registry)
-        console.print(f"metrics on http://{cfg.metrics.bind_address}:{server.server_port}/metrics")
+        bound = serve_metrics(service.metrics.registry, cfg.metrics.bind_address, port)
+        console.print(f"metrics on http://{cfg.metrics.bind_address}:{bound}/metrics")
     try:
         if progress and console.is_terminal:
             with Live(get_renderable=lambda: progress_view(service.snapshot()), console=console, refresh_per_second=2):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
+
+from streamtrain.metrics import MetricSet
 
 __all__ = ["ProducerMetrics"]
-
-_NS = "streamtrain_producer"
 
 
 class ProducerMetrics:
@@ -21,29 +21,21 @@ class ProducerMetrics:
 
     def __init__(self, registry: CollectorRegistry, devices: Sequence[str]) -> None:
         self.registry = registry
-        def device_counter(name: str, doc: str) -> Counter:
-            return Counter(f"{_NS}_{name}", doc, ["device"], registry=registry)
-
-        def device_gauge(name: str, doc: str) -> Gauge:
-            return Gauge(f"{_NS}_{name}", doc, ["device"], registry=registry)
-
-        self.sent = device_counter("samples_sent", "Samples acknowledged by the broker (acks=all).")
-        self.failed = device_counter("samples_failed", "Samples whose delivery failed for good (each one reported).")
-        self.injected = device_counter("samples_injected", "Samples received from other devices by data injection.")
-        self.bytes_sent = device_counter("sent_bytes", "Record value bytes acknowledged by the broker.")
-        self.size_sent = device_counter("sample_size_sent", "Sum of acknowledged samples' sizes.")
-        self.target_rate = device_gauge("target_rate_samples_per_second", "Rate the device is paced at now.")
-        self.achieved_rate = device_gauge("achieved_rate_samples_per_second",
+        device = MetricSet(registry, "producer", ("device",))
+        process = MetricSet(registry, "producer")
+        self.sent = device.counter("samples_sent", "Samples acknowledged by the broker (acks=all).")
+        self.failed = device.counter("samples_failed", "Samples whose delivery failed for good (each one reported).")
+        self.injected = device.counter("samples_injected", "Samples received from other devices by data injection.")
+        self.bytes_sent = device.counter("sent_bytes", "Record value bytes acknowledged by the broker.")
+        self.size_sent = device.counter("sample_size_sent", "Sum of acknowledged samples' sizes.")
+        self.target_rate = device.gauge("target_rate_samples_per_second", "Rate the device is paced at now.")
+        self.achieved_rate = device.gauge("achieved_rate_samples_per_second",
                                           "Acknowledged own samples per second over the last 5 s.")
-        self.backpressure = Counter(f"{_NS}_backpressure_waits",
-                                    "Times the local queue was full and publishing waited for deliveries.",
-                                    registry=registry)
-        self.queued = Gauge(f"{_NS}_queued_records", "Records waiting in the local queue for the broker.",
-                            registry=registry)
-        self.broker_up = Gauge(f"{_NS}_broker_up", "1 while the broker is reachable, 0 while it is reported down.",
-                               registry=registry)
-        self.skipped_files = Gauge(f"{_NS}_dataset_files_skipped", "Dataset files skipped as unusable.",
-                                   registry=registry)
+        self.backpressure = process.counter("backpressure_waits",
+                                            "Times the local queue was full and publishing waited for deliveries.")
+        self.queued = process.gauge("queued_records", "Records waiting in the local queue for the broker.")
+        self.broker_up = process.gauge("broker_up", "1 while the broker is reachable, 0 while it is reported down.")
+        self.skipped_files = process.gauge("dataset_files_skipped", "Dataset files skipped as unusable.")
         self.broker_up.set(1)
         for d in devices:
             for metric in (self.sent, self.failed, self.injected, self.bytes_sent, self.size_sent,

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry
 
+from streamtrain.metrics import MetricSet
 from streamtrain.wire import StepFeedback
 
-__all__ = ["TrainerMetrics", "serve_metrics"]
+__all__ = ["TrainerMetrics"]
 
 logger = logging.getLogger(__name__)
-
-_NS = "streamtrain_trainer"
 
 
 class TrainerMetrics:
@@ -27,12 +26,8 @@ class TrainerMetrics:
     def __init__(self, registry: CollectorRegistry, device_id: str, job: str) -> None:
         self.registry = registry
         labels = {"device": device_id, "job": job}
-
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(f"{_NS}_{name}", doc, list(labels), registry=registry)
-
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(f"{_NS}_{name}", doc, list(labels), registry=registry)
+        metrics = MetricSet(registry, "trainer", list(labels))
+        gauge, counter = metrics.gauge, metrics.counter
 
         self.batch_samples = gauge("batch_samples", "Samples this rank trained in the last step.").labels(**labels)
         self.batch_size = gauge("batch_size_total", "Total size of the samples trained in the last step.").labels(
@@ -83,9 +78,3 @@ class TrainerMetrics:
             self.plans_late.inc()
         if compressed:
             self.compressed_steps.inc()
-
-
-def serve_metrics(registry: CollectorRegistry, bind_address: str, port: int) -> int:
-    """Serve `registry` on http://bind_address:port/metrics in a daemon thread; returns the bound port (0: free)."""
-    server, _thread = start_http_server(port, bind_address, registry=registry)
-    return int(server.server_port)

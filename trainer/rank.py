@@ -24,12 +24,13 @@ from prometheus_client import CollectorRegistry
 
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce
+from streamtrain.metrics import serve_metrics
 from streamtrain.wire import Assignment, StepFeedback, encode
 
 from .checkpoint import Checkpoint, load_checkpoint, resume_offset, save_checkpoint
 from .consumer import RankConsumer
 from .distributed import DistContext, destroy_distributed, init_distributed
-from .metrics import TrainerMetrics, serve_metrics
+from .metrics import TrainerMetrics
 from .plans import LocalPlanner, PlanBook, Selection, selection_from
 from .step import build_step_runner
 
@@ -171,7 +172,8 @@ class TrainerRank:
         """Wait (bounded) for the selection's samples to be fetched, then name the offsets to train."""
         if selection.offsets:
             wanted = selection.offsets
-            self.consumer.wait_until(lambda: max(wanted) < self.buffer.position, deadline)
+            last = max(wanted)
+            self.consumer.wait_until(lambda: last < self.buffer.position, deadline)
             return list(wanted)  # planned offsets that never arrived (or were dead-lettered) are skipped
         if selection.count != 0:
             self.consumer.wait_until(lambda: len(self.buffer) > 0, deadline)

@@ -8,8 +8,6 @@ feedback topic from where that read stopped (`FeedbackReader`).
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,7 +15,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamtrain.config import KafkaConfig
-from streamtrain.kafka import DeadLetterSink, make_consumer
+from streamtrain.kafka import DeadLetterSink, make_consumer, read_to_end, tail_positions
 from streamtrain.wire import StepFeedback, WireError, decode
 
 __all__ = ["FeedbackReader", "OffsetProbe", "TopicOffsets", "read_tail"]
@@ -27,68 +25,9 @@ logger = logging.getLogger(__name__)
 _BATCH = 500
 
 
-def _tail_assignment(consumer: object, topic: str, count: int, timeout: float) -> dict[int, tuple[int, int]]:
-    """Per partition of `topic`: (first offset of its last `count` records, high watermark)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        meta = consumer.list_topics(topic, timeout=timeout).topics[topic]  # type: ignore[attr-defined]
-        if meta.error is None and meta.partitions:
-            break
-        # A topic created a moment ago may not be in every broker's metadata yet.
-        if time.monotonic() > deadline:
-            raise KafkaException(meta.error)
-        time.sleep(0.2)
-    spans = {}
-    for pid in meta.partitions:
-        while True:
-            try:
-                low, high = consumer.get_watermark_offsets(  # type: ignore[attr-defined]
-                    TopicPartition(topic, pid), timeout=max(0.1, deadline - time.monotonic()))
-                break
-            except KafkaException as exc:
-                # Leadership of a new partition can take a moment to settle.
-                if time.monotonic() > deadline:
-                    raise
-                logger.debug("watermarks of %s[%d] not yet available: %s", topic, pid, exc)
-                time.sleep(0.2)
-        spans[pid] = (max(low, high - count), high)
-    return spans
-
-
 def read_tail(cfg: KafkaConfig, topic: str, count: int, timeout: float = 30.0) -> list[Message]:
-    """The last `count` records of each partition of `topic` (as they are now), oldest first per partition.
-
-    Raises:
-        TimeoutError: when those records do not arrive within `timeout`.
-    """
-    consumer = make_consumer(cfg, f"streamtrain-tail-{uuid.uuid4().hex[:8]}")
-    try:
-        spans = _tail_assignment(consumer, topic, count, timeout)
-        remaining = {pid: high for pid, (start, high) in spans.items() if high > start}
-        consumer.assign([TopicPartition(topic, pid, spans[pid][0]) for pid in remaining])
-        out: list[Message] = []
-        deadline = time.monotonic() + timeout
-        while remaining:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}: the last records did not arrive in {timeout:.0f} s")
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.fatal():
-                    raise KafkaException(err)
-                logger.debug("reading the tail of %s: %s", topic, err)  # transient: retried until the deadline
-                continue
-            pid, offset = msg.partition() or 0, msg.offset() or 0
-            end = remaining.get(pid)
-            if end is not None and offset < end:
-                out.append(msg)
-            if end is not None and offset >= end - 1:
-                del remaining[pid]
-        return out
-    finally:
-        consumer.close()
+    """The last `count` records of each partition of `topic` (as they are now), oldest first per partition."""
+    return list(read_to_end(cfg, [topic], timeout, last=count))
 
 
 class FeedbackReader:
@@ -113,7 +52,7 @@ class FeedbackReader:
 
     def start(self, recent: int, timeout: float) -> None:
         """Assign every partition at its last `recent` records; those are replayed first (`replaying`)."""
-        spans = _tail_assignment(self._consumer, self.topic, recent, timeout)
+        spans = tail_positions(self._consumer, self.topic, recent, timeout)
         self._replay_end = {pid: high for pid, (start, high) in spans.items() if high > start}
         self._consumer.assign([TopicPartition(self.topic, pid, start) for pid, (start, _high) in spans.items()])
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from .config import KafkaConfig
@@ -32,6 +32,7 @@ __all__ = [
     "make_producer",
     "produce",
     "read_to_end",
+    "tail_positions",
     "topic_config",
 ]
 
@@ -208,28 +209,56 @@ class DeadLetterSink:
             logger.error("dead letter could not be delivered: %s", err)
 
 
-def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0) -> Iterator[Message]:
-    """Every record now in `topics`, from the log start to the high watermark each had on entry.
+def tail_positions(consumer: Consumer, topic: str, last: int | None, timeout: float) -> dict[int, tuple[int, int]]:
+    """Per partition of `topic`: (offset of its last `last` records, or the log start when None; high watermark).
+
+    A topic created a moment ago may not be in the metadata yet, and a new partition's leader may take
+    a moment to settle: both are retried until `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = consumer.list_topics(topic, timeout=timeout).topics[topic]
+        if meta.error is None and meta.partitions:
+            break
+        if time.monotonic() > deadline:
+            raise KafkaException(meta.error)
+        time.sleep(0.2)
+    spans = {}
+    for pid in meta.partitions:
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid),
+                                                           timeout=max(0.1, deadline - time.monotonic()))
+                break
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise
+                logger.debug("watermarks of %s[%d] not yet available: %s", topic, pid, exc)
+                time.sleep(0.2)
+        spans[pid] = (low if last is None else max(low, high - last), high)
+    return spans
+
+
+def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,
+                last: int | None = None) -> Iterator[Message]:
+    """Every record now in `topics` (or each partition's `last` records), up to the high watermarks on entry.
 
     Reads by manual assignment with no committed offsets (nothing is left behind in any group).
+    Transient consumer errors are retried until `timeout`.
 
     Raises:
         TimeoutError: when the records up to the high watermarks do not arrive within `timeout`.
-        KafkaException: on a consumer error other than reaching a partition's end.
+        KafkaException: on a fatal consumer error.
     """
     consumer = make_consumer(cfg, f"streamtrain-readback-{uuid.uuid4().hex[:8]}")
     try:
         remaining: dict[tuple[str, int], int] = {}
         assignment = []
         for topic in topics:
-            meta = consumer.list_topics(topic, timeout=timeout).topics[topic]
-            if meta.error is not None:
-                raise KafkaException(meta.error)
-            for pid in meta.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=timeout)
-                if high > low:
+            for pid, (start, high) in tail_positions(consumer, topic, last, timeout).items():
+                if high > start:
                     remaining[(topic, pid)] = high
-                    assignment.append(TopicPartition(topic, pid, OFFSET_BEGINNING))
+                    assignment.append(TopicPartition(topic, pid, start))
         consumer.assign(assignment)
         deadline = time.monotonic() + timeout
         while remaining:
@@ -238,8 +267,12 @@ def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0) 
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
-            if msg.error():
-                raise KafkaException(msg.error())
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    raise KafkaException(err)
+                logger.debug("reading %s to its end: %s", msg.topic(), err)
+                continue
             key = (msg.topic() or "", msg.partition() or 0)
             end = remaining.get(key)
             if end is None:

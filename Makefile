@@ -42,7 +42,7 @@ demo: setup
 	$(VENV)/bin/streamtrain demo
 
 lint: $(VENV_STAMP)
-	$(VENV)/bin/ruff check streamtrain producers coordinator trainer tests
+	$(VENV)/bin/ruff check streamtrain producers coordinator trainer stack benchmarks tests
 	$(VENV)/bin/mypy
 
 test: setup lint

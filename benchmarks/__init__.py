@@ -1,0 +1,1 @@
+"""Cross-service benchmarks that reproduce the papers' comparisons (`streamtrain bench balance|convergence|truncation|all`)."""

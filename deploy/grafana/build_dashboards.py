@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Write the provisioned Grafana dashboards (deploy/grafana/dashboards/*.json) from one description.
+
+    python deploy/grafana/build_dashboards.py      # rewrites the JSON files next to this script
+
+Every panel queries the provisioned Prometheus datasource (uid `streamtrain-prometheus`) with plain
+PromQL over the metrics the services export (streamtrain/metrics.py naming: streamtrain_<service>_<name>).
+The only Grafana variable is `$device`, always used as `device=~"$device"`, so substituting `.*`
+gives an expression Prometheus evaluates as is. Rate windows are fixed ([1m], [5m]) for the same reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DATASOURCE = {"type": "prometheus", "uid": "streamtrain-prometheus"}
+DEVICE = 'device=~"$device"'
+OUT = Path(__file__).resolve().parent / "dashboards"
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    description: str
+    queries: tuple[Query, ...]
+    unit: str = "short"
+    kind: str = "timeseries"
+    width: int = 12
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def q(expr: str, legend: str = "{{device}}") -> Query:
+    return Query(expr, legend)
+
+
+BALANCE = (
+    Panel("Straggler effect (SE)", "SE = (max T - min T) / mean T of the last step's compute seconds "
+          "(coordinator). 0 is a perfectly balanced step.",
+          (q("streamtrain_coordinator_straggler_effect", "SE"),), unit="percentunit"),
+    Panel("Step time per device", "Collate-to-optimizer seconds of each rank's last step (trainer).",
+          (q(f"streamtrain_trainer_step_seconds{{{DEVICE}}}"),), unit="s"),
+    Panel("Batch per device (samples)", "Samples each rank trained in its last step, and what the "
+          "coordinator's last plan gave it.",
+          (q(f"streamtrain_trainer_batch_samples{{{DEVICE}}}", "trained {{device}}"),
+           q(f"streamtrain_coordinator_batch_samples{{{DEVICE}}}", "planned {{device}}"))),
+    Panel("Batch per device (total size)", "Total size (frames, tokens) of each rank's last batch.",
+          (q(f"streamtrain_trainer_batch_size_total{{{DEVICE}}}"),)),
+    Panel("Predicted vs actual compute", "The coordinator's predicted compute seconds of each device's "
+          "batch against the compute seconds the device reported.",
+          (q(f"streamtrain_coordinator_predicted_compute_seconds{{{DEVICE}}}", "predicted {{device}}"),
+           q(f"streamtrain_coordinator_actual_compute_seconds{{{DEVICE}}}", "actual {{device}}")), unit="s"),
+    Panel("Prediction error", "Smoothed |predicted - actual| / actual of each device's time model.",
+          (q(f"streamtrain_coordinator_prediction_error_ratio{{{DEVICE}}}"),), unit="percentunit"),
+    Panel("Compute, data wait and communication", "Per rank: compute, waiting for plan and data, and "
+          "exposed gradient communication of the last step.",
+          (q(f"streamtrain_trainer_compute_seconds{{{DEVICE}}}", "compute {{device}}"),
+           q(f"streamtrain_trainer_data_wait_seconds{{{DEVICE}}}", "wait {{device}}"),
+           q(f"streamtrain_trainer_comm_seconds{{{DEVICE}}}", "comm {{device}}")), unit="s"),
+    Panel("Plan: step-time target, global batch, DIF, LR scale", "The last plan's step-time target, "
+          "global batch (samples), std of the per-device batches, and learning-rate scale.",
+          (q("streamtrain_coordinator_step_time_target_seconds", "step target (s)"),
+           q("streamtrain_coordinator_global_batch_samples", "global batch"),
+           q("streamtrain_coordinator_batch_dif", "batch DIF"),
+           q("streamtrain_coordinator_lr_scale", "LR scale"))),
+)
+
+THROUGHPUT = (
+    Panel("Produced vs trained samples/s per device", "Samples acknowledged by Kafka (producers) and "
+          "samples trained (trainers) per second, per device.",
+          (q(f"sum by (device) (rate(streamtrain_producer_samples_sent_total{{{DEVICE}}}[1m]))", "produced {{device}}"),
+           q(f"sum by (device) (rate(streamtrain_trainer_samples_total{{{DEVICE}}}[1m]))", "trained {{device}}")),
+          unit="ops", width=24),
+    Panel("Produced vs trained samples/s, all devices", "Fleet totals; trained below produced means backlog "
+          "grows (or is truncated).",
+          (q(f"sum(rate(streamtrain_producer_samples_sent_total{{{DEVICE}}}[1m]))", "produced"),
+           q(f"sum(rate(streamtrain_trainer_samples_total{{{DEVICE}}}[1m]))", "trained"),
+           q(f"sum(rate(streamtrain_coordinator_truncated_samples_total{{{DEVICE}}}[1m]))", "truncated")),
+          unit="ops"),
+    Panel("Stream rates: target, achieved, arrival", "Rate each producer is paced at, what it achieved "
+          "over 5 s, and the arrival rate the coordinator measures on the topic.",
+          (q(f"streamtrain_producer_target_rate_samples_per_second{{{DEVICE}}}", "target {{device}}"),
+           q(f"streamtrain_producer_achieved_rate_samples_per_second{{{DEVICE}}}", "achieved {{device}}"),
+           q(f"streamtrain_coordinator_arrival_rate_samples_per_second{{{DEVICE}}}", "arrival {{device}}")),
+          unit="ops"),
+    Panel("Trainer samples/s of the last step", "Samples per second of each rank's last step, waiting "
+          "included.", (q(f"streamtrain_trainer_samples_per_second{{{DEVICE}}}"),), unit="ops"),
+    Panel("Producer queue and back-pressure", "Records waiting in the producers' local queue, and "
+          "back-pressure waits per second.",
+          (q("streamtrain_producer_queued_records", "queued"),
+           q("rate(streamtrain_producer_backpressure_waits_total[1m])", "back-pressure waits/s"))),
+)
+
+LAG = (
+    Panel("Lag (records)", "High watermark minus the trainers' committed offset, per device topic.",
+          (q(f"streamtrain_coordinator_lag_records{{{DEVICE}}}"),)),
+    Panel("Lag (seconds)", "Age of each device's oldest pending sample.",
+          (q(f"streamtrain_coordinator_lag_seconds{{{DEVICE}}}"),), unit="s"),
+    Panel("Buffer depth", "Samples each rank has buffered and not yet trained.",
+          (q(f"streamtrain_trainer_buffer_depth_samples{{{DEVICE}}}"),)),
+    Panel("Buffer bytes", "Record bytes each rank has buffered.",
+          (q(f"streamtrain_trainer_buffer_bytes{{{DEVICE}}}"),), unit="bytes"),
+    Panel("Truncation (samples/s)", "Pending samples the plans truncated (coordinator) and the samples "
+          "trainers dropped because of it.",
+          (q(f"sum by (device) (rate(streamtrain_coordinator_truncated_samples_total{{{DEVICE}}}[1m]))",
+             "planned {{device}}"),
+           q(f"sum by (device) (rate(streamtrain_trainer_truncated_total{{{DEVICE}}}[1m]))", "dropped {{device}}")),
+          unit="ops"),
+    Panel("Pending samples and deleted records", "The coordinator's pending index per device, and records "
+          "removed on the broker by DeleteRecords per second.",
+          (q(f"streamtrain_coordinator_pending_samples{{{DEVICE}}}", "pending {{device}}"),
+           q(f"sum by (device) (rate(streamtrain_coordinator_deleted_records_total{{{DEVICE}}}[1m]))",
+             "deleted/s {{device}}"))),
+    Panel("Dead letters", "Records sent to the dead-letter topic over 5 minutes: samples (trainers, per "
+          "device) and feedback (coordinator, per reason; 0 until the first one).",
+          (q(f"sum by (device) (increase(streamtrain_trainer_dead_lettered_total{{{DEVICE}}}[5m]))",
+             "samples {{device}}"),
+           q("sum by (reason) (increase(streamtrain_coordinator_dead_lettered_total[5m])) or on() vector(0)",
+             "feedback {{reason}}")), width=12),
+    Panel("Producer delivery failures", "Samples whose delivery failed for good, over 5 minutes, per device.",
+          (q(f"sum by (device) (increase(streamtrain_producer_samples_failed_total{{{DEVICE}}}[5m]))"),)),
+)
+
+TRAINING = (
+    Panel("Loss per device", "Mean loss of each rank's last step with samples.",
+          (q(f"streamtrain_trainer_loss{{{DEVICE}}}"),)),
+    Panel("Mean loss", "Mean over ranks of the last step's loss.",
+          (q(f"avg(streamtrain_trainer_loss{{{DEVICE}}})", "mean loss"),)),
+    Panel("Plan latency", "From a step being due to its plan handed to the producer: median and 99th "
+          "percentile over 1 minute.",
+          (q("histogram_quantile(0.5, sum by (le) (rate(streamtrain_coordinator_plan_latency_seconds_bucket[1m])))",
+             "p50"),
+           q("histogram_quantile(0.99, sum by (le) (rate(streamtrain_coordinator_plan_latency_seconds_bucket[1m])))",
+             "p99")), unit="s"),
+    Panel("Plans per second", "Plans published, and plans published after the bounded wait without every "
+          "device's feedback (0 until the first partial plan).",
+          (q("rate(streamtrain_coordinator_plans_published_total[1m])", "published"),
+           q("sum(rate(streamtrain_coordinator_plans_partial_total[1m])) or on() vector(0)", "partial")), unit="ops"),
+    Panel("Late plans", "Steps run on a local plan because the coordinator's Assignment arrived late, over "
+          "5 minutes, per device.",
+          (q(f"sum by (device) (increase(streamtrain_trainer_plans_late_total{{{DEVICE}}}[5m]))"),)),
+    Panel("Steps", "Steps completed by each rank.",
+          (q(f"streamtrain_trainer_step{{{DEVICE}}}"),)),
+    Panel("Peak memory per step", "Peak memory of each rank's last step (CUDA allocated, or peak RSS on the "
+          "CPU).", (q(f"streamtrain_trainer_memory_bytes{{{DEVICE}}}"),), unit="bytes"),
+    Panel("Feedback records/s", "Feedback records the coordinator applied, per device.",
+          (q(f"sum by (device) (rate(streamtrain_coordinator_feedback_records_total{{{DEVICE}}}[1m]))"),),
+          unit="ops"),
+)
+
+DASHBOARDS = {
+    "streamtrain-balance": ("streamtrain — balance", "Straggler effect, per-device step time and batch, "
+                            "predicted vs actual compute.", BALANCE),
+    "streamtrain-throughput": ("streamtrain — throughput", "Produced vs trained samples/s per device.",
+                               THROUGHPUT),
+    "streamtrain-lag": ("streamtrain — lag, buffer, truncation, dead letters", "Backlog per device and what "
+                        "happens to it.", LAG),
+    "streamtrain-training": ("streamtrain — loss and planning", "Loss, plan latency, late plans.", TRAINING),
+}
+
+
+def _panel(panel: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
+    return {
+        "id": pid,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": panel.description,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": 8, "w": panel.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": {"unit": panel.unit, "custom": {"lineWidth": 1, "fillOpacity": 0}},
+                        "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                    "tooltip": {"mode": "multi", "sort": "desc"}},
+        "targets": [
+            {"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": query.expr,
+             "legendFormat": query.legend, "range": True}
+            for i, query in enumerate(panel.queries)
+        ],
+        **panel.extra,
+    }
+
+
+def dashboard(uid: str, title: str, description: str, panels: tuple[Panel, ...]) -> dict[str, Any]:
+    """One dashboard's JSON model: panels laid out two per row (or full width), with the $device variable."""
+    laid_out, x, y = [], 0, 0
+    for pid, panel in enumerate(panels, start=1):
+        if x + panel.width > 24:
+            x, y = 0, y + 8
+        laid_out.append(_panel(panel, pid, x, y))
+        x += panel.width
+    links = [{"title": other_title, "url": f"/d/{other_uid}", "type": "link", "keepTime": True,
+              "includeVars": True}
+             for other_uid, (other_title, _, _) in DASHBOARDS.items() if other_uid != uid]
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": ["streamtrain"],
+        "timezone": "browser",
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "10s",
+        "time": {"from": "now-30m", "to": "now"},
+        "schemaVersion": 39,
+        "version": 1,
+        "links": links,
+        "templating": {"list": [{
+            "name": "device",
+            "label": "device",
+            "type": "query",
+            "datasource": DATASOURCE,
+            "query": {"query": "label_values(streamtrain_producer_target_rate_samples_per_second, device)",
+                      "refId": "device"},
+            "definition": "label_values(streamtrain_producer_target_rate_samples_per_second, device)",
+            "refresh": 2,
+            "includeAll": True,
+            "multi": True,
+            "allValue": ".*",
+            "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+            "sort": 3,
+        }]},
+        "annotations": {"list": []},
+        "panels": laid_out,
+    }
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for uid, (title, description, panels) in DASHBOARDS.items():
+        path = OUT / f"{uid}.json"
+        path.write_text(json.dumps(dashboard(uid, title, description, panels), indent=2, ensure_ascii=False) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

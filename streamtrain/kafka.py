@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
 
 from .config import KafkaConfig
 from .wire import DeadLetter, WireError, encode
@@ -25,8 +25,11 @@ DeliveryCallback = Callable[[KafkaError | None, Message], None]
 __all__ = [
     "DeadLetterSink",
     "TopicSpec",
+    "auth_failure_message",
     "client_settings",
     "ensure_topics",
+    "java_client_properties",
+    "list_topics",
     "make_admin",
     "make_consumer",
     "make_producer",
@@ -43,12 +46,72 @@ _RDKAFKA_LOG = logging.getLogger("librdkafka")
 
 
 def client_settings(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
-    """librdkafka settings shared by every client: bootstrap, security passthrough, then overrides."""
+    """librdkafka settings shared by every client: bootstrap, security (secrets revealed), extras, then overrides.
+
+    The result holds passwords in clear: hand it to a client, never to a log (`KafkaConfig.redacted_client`).
+    """
     # librdkafka's own log lines go through Python logging instead of raw stderr.
     settings: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers, "logger": _RDKAFKA_LOG}
+    settings.update(cfg.security_settings())
     settings.update(cfg.client)
     settings.update(overrides)
+    settings["error_cb"] = _auth_guard(cfg, overrides.get("error_cb"))
     return settings
+
+
+def _auth_guard(cfg: KafkaConfig, inner: Callable[[KafkaError], None] | None) -> Callable[[KafkaError], None]:
+    """An error callback that turns a refused login into an exception naming the settings to check.
+
+    librdkafka would otherwise retry a wrong password forever, and a caller would see only timeouts. The
+    exception surfaces from the client's next poll/flush/consume (confluent-kafka re-raises callback errors).
+    """
+    def on_error(err: KafkaError) -> None:
+        if inner is not None:
+            inner(err)
+        if err.code() == KafkaError._AUTHENTICATION:
+            raise KafkaException(KafkaError(KafkaError._AUTHENTICATION, auth_failure_message(cfg, err.str()),
+                                            fatal=True))
+    return on_error
+
+
+def auth_failure_message(cfg: KafkaConfig, detail: str) -> str:
+    """What to tell someone whose credentials the broker refused (names the settings, never the password)."""
+    who = cfg.sasl_username or cfg.client.get("sasl.username") or "(no kafka.sasl_username)"
+    how = cfg.sasl_mechanism or cfg.client.get("sasl.mechanism") or "(no kafka.sasl_mechanism)"
+    return (f"Kafka at {cfg.bootstrap_servers} refused to authenticate user {who!r} with {how}: {detail}. "
+            "Check kafka.sasl_username, kafka.sasl_password and kafka.sasl_mechanism "
+            "(and kafka.security_protocol / kafka.ssl_* for TLS)")
+
+
+def java_client_properties(cfg: KafkaConfig) -> dict[str, str]:
+    """The same connection and security settings for Kafka's Java clients and tools (`--producer.config` files).
+
+    Holds the password in clear (in `sasl.jaas.config`): write it to a file only its owner can read, never to
+    a command line.
+    """
+    props = {"bootstrap.servers": cfg.bootstrap_servers}
+    if cfg.security_protocol:
+        props["security.protocol"] = cfg.security_protocol
+    if cfg.sasl_mechanism:
+        props["sasl.mechanism"] = cfg.sasl_mechanism
+    if cfg.sasl_mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN") and cfg.sasl_username and cfg.sasl_password:
+        module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if cfg.sasl_mechanism == "PLAIN"
+                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        props["sasl.jaas.config"] = (f'{module} required username="{_jaas_quote(cfg.sasl_username)}" '
+                                     f'password="{_jaas_quote(cfg.sasl_password.get_secret_value())}";')
+    if cfg.ssl_ca_location:  # Java reads PEM trust and key stores directly (KIP-651)
+        props |= {"ssl.truststore.type": "PEM", "ssl.truststore.location": str(cfg.ssl_ca_location)}
+    if cfg.ssl_certificate_location or cfg.ssl_key_location:
+        raise ValueError("Kafka's Java tools need a keystore for mutual TLS; kafka.ssl_certificate_location and "
+                         "kafka.ssl_key_location are only passed to the Python clients")
+    if cfg.ssl_endpoint_identification_algorithm:
+        props["ssl.endpoint.identification.algorithm"] = (
+            "" if cfg.ssl_endpoint_identification_algorithm == "none" else "https")
+    return props
+
+
+def _jaas_quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
@@ -122,7 +185,7 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float
     specs = list(specs)
     if not specs:
         return []
-    existing = set(admin.list_topics(timeout=timeout).topics)
+    existing = set(list_topics(admin, timeout).topics)
     todo = [s for s in specs if s.name not in existing]
     for spec in specs:
         if spec.name in existing:
@@ -145,6 +208,21 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float
     if created:
         logger.info("created topics %s", ", ".join(sorted(created)))
     return created
+
+
+def list_topics(client: AdminClient | Consumer, timeout: float = 30.0, topic: str | None = None) -> ClusterMetadata:
+    """Cluster metadata, failing fast and clearly (not after `timeout`) when the broker refuses our login.
+
+    `client` is an admin client or a consumer with nothing assigned yet (its poll must not eat records).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.list_topics(topic, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        except KafkaException:
+            client.poll(0)  # serves the error callback: a refused login raises its own, clearer, error here
+            if time.monotonic() >= deadline:
+                raise
 
 
 def _check_partitions(admin: AdminClient, spec: TopicSpec, timeout: float) -> None:
@@ -217,7 +295,7 @@ def tail_positions(consumer: Consumer, topic: str, last: int | None, timeout: fl
     """
     deadline = time.monotonic() + timeout
     while True:
-        meta = consumer.list_topics(topic, timeout=timeout).topics[topic]
+        meta = list_topics(consumer, max(0.1, deadline - time.monotonic()), topic).topics[topic]
         if meta.error is None and meta.partitions:
             break
         if time.monotonic() > deadline:

@@ -27,6 +27,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from ..config import BrokerConfig
+from . import scram
 
 __all__ = ["BrokerError", "BrokerState", "BrokerStatus", "EmbeddedBroker", "find_kafka_libs", "kafka_version"]
 
@@ -130,6 +131,23 @@ class EmbeddedBroker:
         self.log_path = (cfg.log_file or self.data_dir / "broker.log").resolve()
         self.log_dir = self.data_dir / "kraft"
         self._proc: subprocess.Popen[bytes] | None = None
+        self._formatted_now = False
+
+    @property
+    def sasl(self) -> bool:
+        """Whether the client listener needs SCRAM."""
+        return self.cfg.security_protocol == "SASL_PLAINTEXT"
+
+    def admin_settings(self) -> dict[str, str]:
+        """librdkafka settings for the broker's own health checks (its inter-broker user on a SASL listener)."""
+        if not self.sasl:
+            return {}
+        secret = scram.broker_secret(self.data_dir, create=False)
+        if secret is None:
+            raise BrokerError(f"{self.data_dir} has no broker-secret; start the broker once with "
+                              "broker.security_protocol=SASL_PLAINTEXT")
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": self.cfg.inter_broker_mechanism,
+                "sasl.username": scram.BROKER_USER, "sasl.password": secret}
 
     # ---- state -----------------------------------------------------------------------------
     def read_state(self) -> BrokerState | None:
@@ -181,12 +199,22 @@ class EmbeddedBroker:
                                   avoid={port})
         cluster_id = previous.cluster_id if previous else _cluster_id()
         state = BrokerState(host, port, cport, cluster_id, version=kafka_version(libs))
-        self.properties_path.write_text(self._properties(state))
+        formatted = (self.log_dir / "meta.properties").exists()
+        if self.sasl and formatted and scram.broker_secret(self.data_dir, create=False) is None:
+            raise BrokerError(f"{self.data_dir} was formatted without SCRAM, so the broker has no user of its own "
+                              "for broker.security_protocol=SASL_PLAINTEXT; use a fresh broker.data_dir")
+        secret = scram.broker_secret(self.data_dir, create=True) if self.sasl else None
+        # server.properties holds the broker's own SCRAM password: readable by its owner only.
+        fd = os.open(self.properties_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(self._properties(state, secret))
         log4j = resources.files("streamtrain.broker").joinpath("log4j2.properties")
         base = [java, f"-Xmx{self.cfg.heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                 "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
-        if not (self.log_dir / "meta.properties").exists():
-            self._format(base, state)
+        self._formatted_now = not formatted
+        if not formatted:
+            self._format(base, state, secret)
         return state, [*base, "kafka.Kafka", str(self.properties_path)]
 
     def start(self) -> str:
@@ -209,7 +237,18 @@ class EmbeddedBroker:
         state.pid, state.started_at = self._proc.pid, time.time()
         self._write_state(state)
         self._wait_ready(state)
+        if self.sasl and not self._formatted_now:
+            self._upsert_users(state)  # users added to broker.scram_users since the format, or new passwords
         return state.bootstrap
+
+    def _upsert_users(self, state: BrokerState) -> None:
+        users = {name: pw.get_secret_value() for name, pw in self.cfg.scram_users.items()}
+        admin = AdminClient({"bootstrap.servers": state.bootstrap, "log_level": 0, **self.admin_settings()})
+        try:
+            scram.upsert_users(admin, users, timeout=self.cfg.start_timeout_s)
+        except KafkaException as exc:
+            self.stop()
+            raise BrokerError(f"could not update the SCRAM users of broker.scram_users: {exc.args[0].str()}") from None
 
     def exec_foreground(self) -> None:
         """Replace this process by the broker (for containers and supervisors); does not return."""
@@ -224,22 +263,22 @@ class EmbeddedBroker:
             if self._proc is not None and self._proc.poll() is not None:
                 raise BrokerError(f"broker exited with status {self._proc.returncode} while starting; "
                                   f"last lines of {self.log_path}:\n{self.log_tail()}")
-            if self.answers(state.bootstrap, timeout=2.0):
+            if self.answers(state.bootstrap, timeout=2.0, settings=self.admin_settings()):
                 return
             time.sleep(0.25)
         raise BrokerError(f"broker did not answer on {state.bootstrap} within {self.cfg.start_timeout_s:.0f} s "
                           f"(broker.start_timeout_s); last lines of {self.log_path}:\n{self.log_tail()}")
 
     @staticmethod
-    def answers(bootstrap: str, timeout: float = 2.0) -> bool:
-        """Whether a broker at `bootstrap` answers a metadata request."""
+    def answers(bootstrap: str, timeout: float = 2.0, settings: dict[str, str] | None = None) -> bool:
+        """Whether a broker at `bootstrap` answers a metadata request (`settings`: SASL credentials, ...)."""
         host, _, port = bootstrap.rpartition(":")
         try:
             with socket.create_connection((host, int(port)), timeout=timeout):
                 pass
         except OSError:
             return False
-        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(settings or {})})
         try:
             admin.list_topics(timeout=timeout)
         except KafkaException:
@@ -305,7 +344,8 @@ class EmbeddedBroker:
                                 state.version if state else None, None, None, detail)
         topics: int | None = None
         try:
-            meta = AdminClient({"bootstrap.servers": state.bootstrap, "log_level": 0}).list_topics(timeout=5)
+            admin = AdminClient({"bootstrap.servers": state.bootstrap, "log_level": 0, **self.admin_settings()})
+            meta = admin.list_topics(timeout=5)
             topics = len([t for t in meta.topics if not t.startswith("__")])
             healthy, detail = True, "answering"
         except KafkaException as exc:
@@ -344,16 +384,17 @@ class EmbeddedBroker:
             port = _free_port(host)
         return port
 
-    def _properties(self, state: BrokerState) -> str:
+    def _properties(self, state: BrokerState, secret: str | None = None) -> str:
+        client = self.cfg.security_protocol  # the client listener's name is its protocol
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{state.host}:{state.controller_port}",
-            "listeners": f"PLAINTEXT://{state.host}:{state.port},CONTROLLER://{state.host}:{state.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{state.host}:{state.port}",
+            "listeners": f"{client}://{state.host}:{state.port},CONTROLLER://{state.host}:{state.controller_port}",
+            "advertised.listeners": f"{client}://{state.host}:{state.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name": client,
+            "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{client}:{client}",
             "log.dirs": str(self.log_dir),
             "num.partitions": "1",
             # Topics come from one place (TopicNames + ensure_topics); a typo must fail, not create a topic.
@@ -366,17 +407,28 @@ class EmbeddedBroker:
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "log.retention.check.interval.ms": "30000",
-            **self.cfg.properties,
         }
+        if self.sasl and secret is not None:
+            mechanism = self.cfg.inter_broker_mechanism
+            props |= {"sasl.enabled.mechanisms": ",".join(scram.MECHANISMS),
+                      "sasl.mechanism.inter.broker.protocol": mechanism}
+            for each in scram.MECHANISMS:  # the listener needs a login module per enabled mechanism
+                props[f"listener.name.{client.lower()}.{each.lower()}.sasl.jaas.config"] = scram.jaas_config(
+                    scram.BROKER_USER, secret)
+        props |= self.cfg.properties
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
-    def _format(self, base: list[str], state: BrokerState) -> None:
+    def _format(self, base: list[str], state: BrokerState, secret: str | None) -> None:
         cmd = [*base, "kafka.tools.StorageTool", "format", "-t", state.cluster_id, "-c", str(self.properties_path),
                "--ignore-formatted"]
+        if self.sasl and secret is not None:
+            cmd += scram.add_scram_args({scram.BROKER_USER: secret}, (self.cfg.inter_broker_mechanism,))
+            cmd += scram.add_scram_args({n: pw.get_secret_value() for n, pw in self.cfg.scram_users.items()})
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             raise BrokerError(f"formatting {self.log_dir} failed:\n{(done.stdout + done.stderr)[-2000:]}")
-        logger.info("formatted KRaft storage in %s (cluster %s)", self.log_dir, state.cluster_id)
+        users = f"; SCRAM users {', '.join(sorted(self.cfg.scram_users))}" if self.sasl else ""
+        logger.info("formatted KRaft storage in %s (cluster %s%s)", self.log_dir, state.cluster_id, users)
 
 
 def _cluster_id() -> str:

@@ -139,9 +139,18 @@ def _describe(exc: ValidationError, sources: Mapping[str, str]) -> str:
         what = err["msg"]
         if err["type"] == "extra_forbidden":
             what = f"unknown setting (known here: {', '.join(_known_keys(err['loc'][:-1]))})"
-        got = "" if err["type"] in ("extra_forbidden", "missing") else f" (got {err['input']!r})"
+        got = "" if err["type"] in ("extra_forbidden", "missing") else _shown(loc, err["input"])
         lines.append(f"  {loc}: {what}{got} [from {source}]")
     return "invalid configuration:\n" + "\n".join(lines)
+
+
+def _shown(loc: str, value: Any) -> str:
+    """A bad value as an error message may show it: secrets masked, whole sections left out."""
+    if isinstance(value, Mapping):
+        return ""
+    if "password" in loc or "secret" in loc or "scram_users" in loc:
+        return " (got '***')"
+    return f" (got {value!r})"
 
 
 def _known_keys(loc: tuple[Any, ...]) -> list[str]:

@@ -1,0 +1,239 @@
+"""Bad-input corpora: records every way the wire contract can be broken, each with the reason it must get.
+
+Used by the fuzz fault tests and reusable by benchmarks and soaks: write `device_corpus(...)` into a
+device topic (interleaved with `good_sample`s) and every bad record must come back on the dead-letter
+topic with exactly its `reason`, while the good ones are trained. `feedback_corpus` and
+`assignment_corpus` do the same for the coordinator's and the trainers' control topics.
+
+Reasons are the `WireError.reason` codes of `streamtrain.wire`, plus the trainer consumer's own
+`oversize` (record bytes above trainer.buffer_max_bytes) and `untrainable` (a valid sample the model
+cannot take: wrong feature count, label out of range).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from .wire import Assignment, DevicePlan, Sample, StepFeedback, encode
+from .wire.codec import SCHEMA_HEADER, SIZE_HEADER, HeaderList, fingerprint_of
+
+__all__ = [
+    "FuzzRecord",
+    "assignment_corpus",
+    "device_corpus",
+    "feedback_corpus",
+    "good_sample",
+    "reason_counts",
+]
+
+
+@dataclass(frozen=True)
+class FuzzRecord:
+    """One record to write, and the dead-letter reason a reader must give it."""
+
+    kind: str
+    reason: str
+    value: bytes | None
+    headers: HeaderList
+
+
+def good_sample(device_id: str, seq: int, num_features: int = 16, num_classes: int = 10, size: int = 3) -> Sample:
+    """A sample every reader accepts (finite float32 payload of shape (size, num_features))."""
+    rng = np.random.default_rng(seq)
+    return Sample.from_array(device_id, seq, rng.standard_normal((size, num_features)).astype(np.float32),
+                             label=seq % num_classes)
+
+
+def _raw_sample(size: int, shape: tuple[int, ...], data: bytes, label: int | None = 1, seq: int = 0,
+                device_id: str = "fuzz", header_size: int | None = None) -> tuple[bytes, HeaderList]:
+    """Encode a Sample exactly as given (no validation), with an st-size header of `header_size` or `size`."""
+    sample = Sample(device_id=device_id, seq=seq, produced_at=0, size=size, shape=shape, dtype="float32", data=data,
+                    label=label)
+    value, headers = encode(sample)
+    if header_size is not None:
+        headers = [(k, v) for k, v in headers if k != SIZE_HEADER] + [(SIZE_HEADER, str(header_size).encode())]
+    return value, headers
+
+
+def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_features: int = 16,
+                  num_classes: int = 10, oversize_bytes: int | None = None) -> Iterator[FuzzRecord]:
+    """`count` bad records for a device topic, cycling through every kind of damage.
+
+    Args:
+        count: records to generate.
+        device_id: written into the samples that decode.
+        seed: seed of every random choice (same seed, same corpus).
+        num_features: the trainer's features per frame (one kind has one too many).
+        num_classes: the trainer's classes (one kind has a label out of range).
+        oversize_bytes: the trainer's buffer_max_bytes; when given, one kind is a record larger than it.
+    """
+    rng = np.random.default_rng(seed)
+    sample_fp = fingerprint_of(Sample).encode()
+    feats = num_features
+
+    def rows(n: int, fill: float | None = None) -> bytes:
+        arr = rng.standard_normal((n, feats)).astype(np.float32)
+        if fill is not None:
+            arr[rng.integers(n), rng.integers(feats)] = fill
+        return arr.tobytes()
+
+    def valid(i: int) -> tuple[bytes, HeaderList]:
+        n = int(rng.integers(1, 6))
+        return _raw_sample(n, (n, feats), rows(n), seq=i, device_id=device_id)
+
+    def random_body(i: int) -> FuzzRecord:
+        # A zigzag varint of -1 as device_id's length: no Avro reader can take a string of negative length,
+        # so random bytes after it are corrupt whatever they are (pure random bytes might decode by luck).
+        body = b"\x01" + rng.bytes(int(rng.integers(0, 300)))
+        return FuzzRecord("random-bytes", "corrupt", body, [(SCHEMA_HEADER, sample_fp), (SIZE_HEADER, b"3")])
+
+    def truncated(i: int) -> FuzzRecord:
+        value, headers = valid(i)
+        return FuzzRecord("truncated-avro", "corrupt", value[:int(rng.integers(0, len(value) - 1))], headers)
+
+    def trailing(i: int) -> FuzzRecord:
+        value, headers = valid(i)
+        return FuzzRecord("trailing-bytes", "corrupt", value + rng.bytes(int(rng.integers(1, 20))), headers)
+
+    def tombstone(i: int) -> FuzzRecord:
+        _value, headers = valid(i)
+        return FuzzRecord("tombstone", "corrupt", None, headers)
+
+    def unknown_fp(i: int) -> FuzzRecord:
+        value, headers = valid(i)
+        fake = f"{int(rng.integers(0, 2**62)):016x}".encode()
+        return FuzzRecord("unknown-fingerprint", "unknown-schema", value,
+                          [(SCHEMA_HEADER, fake) if k == SCHEMA_HEADER else (k, v) for k, v in headers])
+
+    def wrong_schema(i: int) -> FuzzRecord:
+        value, headers = encode(_feedback(i))
+        return FuzzRecord("wrong-schema", "wrong-schema", value, headers)
+
+    def no_headers(i: int) -> FuzzRecord:
+        value, _headers = valid(i)
+        return FuzzRecord("missing-headers", "missing-header", value, [])
+
+    def no_size_header(i: int) -> FuzzRecord:
+        value, headers = valid(i)
+        return FuzzRecord("missing-size-header", "missing-header", value, [h for h in headers if h[0] != SIZE_HEADER])
+
+    def size_header_wrong(i: int) -> FuzzRecord:
+        n = int(rng.integers(1, 6))
+        value, headers = _raw_sample(n, (n, feats), rows(n), seq=i, header_size=n + int(rng.integers(1, 1000)))
+        return FuzzRecord("size-header-mismatch", "size-mismatch", value, headers)
+
+    def size_header_garbage(i: int) -> FuzzRecord:
+        value, headers = valid(i)
+        headers = [(k, v) for k, v in headers if k != SIZE_HEADER] + [(SIZE_HEADER, rng.bytes(4).hex().encode())]
+        return FuzzRecord("size-header-not-a-number", "size-mismatch", value, headers)
+
+    def negative_size(i: int) -> FuzzRecord:
+        n = -int(rng.integers(1, 2**31 - 1))
+        value, headers = _raw_sample(n, (n, feats), rows(1), seq=i)
+        return FuzzRecord("negative-size", "invalid-sample", value, headers)
+
+    def zero_size(i: int) -> FuzzRecord:
+        value, headers = _raw_sample(0, (0, feats), b"", seq=i)
+        return FuzzRecord("zero-size", "invalid-sample", value, headers)
+
+    def huge_size(i: int) -> FuzzRecord:
+        n = int(rng.integers(2**24, 2**31 - 1))  # claims gigabytes, carries a few rows
+        value, headers = _raw_sample(n, (n, feats), rows(2), seq=i)
+        return FuzzRecord("huge-size", "invalid-sample", value, headers)
+
+    def shape_vs_data(i: int) -> FuzzRecord:
+        n = int(rng.integers(2, 6))
+        data = rows(n)[: -4 * int(rng.integers(1, feats + 1))]
+        value, headers = _raw_sample(n, (n, feats), data, seq=i)
+        return FuzzRecord("shape-not-data-length", "invalid-sample", value, headers)
+
+    def non_finite(i: int) -> FuzzRecord:
+        n = int(rng.integers(1, 6))
+        fill = (math.nan, math.inf, -math.inf)[i % 3]
+        value, headers = _raw_sample(n, (n, feats), rows(n, fill), seq=i)
+        return FuzzRecord("nan-inf-payload", "invalid-sample", value, headers)
+
+    def wrong_features(i: int) -> FuzzRecord:
+        n = int(rng.integers(1, 6))
+        arr = rng.standard_normal((n, feats + 1)).astype(np.float32)
+        value, headers = _raw_sample(n, (n, feats + 1), arr.tobytes(), seq=i)
+        return FuzzRecord("wrong-feature-count", "untrainable", value, headers)
+
+    def bad_label(i: int) -> FuzzRecord:
+        n = int(rng.integers(1, 6))
+        value, headers = _raw_sample(n, (n, feats), rows(n), label=num_classes + int(rng.integers(0, 99)), seq=i)
+        return FuzzRecord("label-out-of-range", "untrainable", value, headers)
+
+    makers: list[Callable[[int], FuzzRecord]] = [
+        random_body, truncated, trailing, tombstone, unknown_fp, wrong_schema, no_headers, no_size_header,
+        size_header_wrong, size_header_garbage, negative_size, zero_size, huge_size, shape_vs_data, non_finite,
+        wrong_features, bad_label,
+    ]
+    oversize_every = 0
+    if oversize_bytes is not None:
+        # Rare (each is bigger than the buffer bound), but always at least one.
+        oversize_every = max(1, count // 50)
+        n_rows = oversize_bytes // (4 * feats) + 2
+        big = _raw_sample(n_rows, (n_rows, feats), rows(n_rows), device_id=device_id)
+    for i in range(count):
+        if oversize_every and i % oversize_every == oversize_every - 1:
+            yield FuzzRecord("oversized-payload", "oversize", big[0], big[1])
+        else:
+            yield makers[i % len(makers)](i)
+
+
+def _feedback(i: int, job: str = "fuzz") -> StepFeedback:
+    return StepFeedback(job=job, step=i, device_id="d0", rank=0, plan_step=i, samples=1, total_size=1,
+                        compute_seconds=0.1, data_wait_seconds=0.0, comm_seconds=0.0, step_seconds=0.1,
+                        memory_bytes=0, lowest_unprocessed_offset=0, buffer_depth=0, sent_at=0)
+
+
+def _control_corpus(count: int, seed: int, good: Callable[[int], tuple[bytes, HeaderList]],
+                    other: Callable[[int], tuple[bytes, HeaderList]]) -> Iterator[FuzzRecord]:
+    """Bad records for a control topic (feedback, assignments): damage that any decoder must catch."""
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        value, headers = good(i)
+        fp = headers[0][1]
+        match i % 7:
+            case 0:
+                yield FuzzRecord("random-bytes", "corrupt", b"\x01" + rng.bytes(int(rng.integers(0, 200))),
+                                 [(SCHEMA_HEADER, fp)])
+            case 1:
+                yield FuzzRecord("truncated-avro", "corrupt", value[:int(rng.integers(0, len(value) - 1))], headers)
+            case 2:
+                yield FuzzRecord("trailing-bytes", "corrupt", value + b"\x00" * int(rng.integers(1, 9)), headers)
+            case 3:
+                yield FuzzRecord("missing-headers", "missing-header", value, [])
+            case 4:
+                yield FuzzRecord("unknown-fingerprint", "unknown-schema", value, [(SCHEMA_HEADER, b"00" * 8)])
+            case 5:
+                wrong_value, wrong_headers = other(i)
+                yield FuzzRecord("wrong-schema", "wrong-schema", wrong_value, wrong_headers)
+            case _:
+                yield FuzzRecord("tombstone", "corrupt", None, headers)
+
+
+def feedback_corpus(count: int, job: str = "fuzz", seed: int = 0) -> Iterator[FuzzRecord]:
+    """`count` bad records for the feedback topic (for the coordinator's FeedbackReader)."""
+    yield from _control_corpus(count, seed, lambda i: encode(_feedback(i, job)),
+                               lambda i: encode(Assignment(job, i, "p", 0.0, 0, 1.0, (), created_at=0)))
+
+
+def assignment_corpus(count: int, job: str = "fuzz", seed: int = 0) -> Iterator[FuzzRecord]:
+    """`count` bad records for the assignments topic (for the trainers' PlanBook)."""
+    plan = DevicePlan("d0", 0.1, 1.0, count=1)
+    yield from _control_corpus(count, seed,
+                               lambda i: encode(Assignment(job, i, "p", 0.1, 1, 1.0, (plan,), created_at=0)),
+                               lambda i: encode(_feedback(i, job)))
+
+
+def reason_counts(records: list[FuzzRecord]) -> Counter[str]:
+    """How many records of each reason a corpus holds (what the dead-letter topic must show)."""
+    return Counter(r.reason for r in records)
+

@@ -18,7 +18,9 @@ buffers, stream arrivals and fitted performance models. Scenarios:
 
 [bold]stream[/]: 8 devices, half twice as fast, streams of 30-150 samples/s, 60 simulated seconds.
 [bold]table-iv[/]: CHRONICA Table IV — one epoch of 1500 samples per device, sizes mean 45; sweep
-  the imbalance with --dif 0 --dif 16 --dif 64 and compare epoch times (epoch_vs_dif.png).
+  the imbalance with --dif 0 --dif 16 --dif 64 and compare epoch times (epoch_vs_dif.png). The
+  count-based policies (static, lbbsp, lbb, scadles) run on a simulated dense-batch trainer that pads
+  each batch to its largest sample, as the paper's baselines did; --padded none turns that off.
 [bold]lbb-disturbance[/]: LBB §4.4 — +50 ms on one device at a time, moving every 30 steps;
   the summary gives the steps until SE is back under 0.1 after each move.
 
@@ -60,6 +62,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         disturb_seconds: Annotated[float | None, typer.Option(min=0.0, help="Seconds added to one device at a "
                                    "time (LBB disturbance).")] = None,
         seed: Annotated[int | None, typer.Option(help="Random seed of the workload.")] = None,
+        padded: Annotated[str | None, typer.Option(help="Policies whose simulated trainer pads each batch to its "
+                          "largest sample (comma-separated, or 'none'); default: the scenario's.")] = None,
         global_batch: Annotated[int | None, typer.Option(min=1, help="coordinator.global_batch.")] = None,
         series: Annotated[bool, typer.Option(help="Include per-step series in sim.json.")] = True,
     ) -> None:
@@ -74,8 +78,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
             die(f"--policy {', '.join(unknown)}: unknown; choose from {', '.join(POLICIES)}", EXIT_CONFIG)
-        overrides = dict(devices=devices, steps=steps, duration=duration, seed=seed, disturb_seconds=disturb_seconds,
-                         speed=_floats(speed, "--speed"), rate=_floats(rate, "--rate"))
+        pad: tuple[str, ...] | None = None
+        if padded is not None:
+            pad = tuple(p.strip() for p in padded.split(",") if p.strip() and p.strip() != "none")
+            wrong = [p for p in pad if p not in POLICIES]
+            if wrong:
+                die(f"--padded {', '.join(wrong)}: unknown policy; choose from {', '.join(POLICIES)} or none",
+                    EXIT_CONFIG)
+        overrides = dict(padded=pad, devices=devices, steps=steps, duration=duration, seed=seed,
+                         disturb_seconds=disturb_seconds, speed=_floats(speed, "--speed"), rate=_floats(rate, "--rate"))
         difs: list[float | None] = list(dif) if dif else [None]
         try:
             grid = [build_scenario(scenario, **overrides, size_dif=d) for d in difs]
@@ -149,13 +160,16 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         out: Annotated[Path, typer.Option("--out", help="Directory for scheduler.json.", metavar="DIR")] = Path(
             "bench-out"),
         repeats: Annotated[int, typer.Option(min=3, help="Plans timed per cell.")] = 30,
+        reference: Annotated[bool, typer.Option(help="Also time the straightforward implementations the fast "
+                                                "paths replaced (cells named '<policy>@reference').")] = False,
     ) -> None:
         """Plan latency (median, p99) of ett-stream and chronica for 8-1024 devices x 256/4096 pending."""
         cfg = config_from(ctx).coordinator
         from .bench import measure_scheduler
 
         out.mkdir(parents=True, exist_ok=True)
-        cells = measure_scheduler(cfg, repeats=repeats, progress=lambda text: console.print(text, highlight=False))
+        cells = measure_scheduler(cfg, repeats=repeats, reference=reference,
+                                  progress=lambda text: console.print(text, highlight=False))
         import json
 
         (out / "scheduler.json").write_text(json.dumps({"cells": cells}, indent=1) + "\n")

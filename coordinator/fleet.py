@@ -72,34 +72,59 @@ class RateEstimator:
         return self.rate
 
 
+_Samples = tuple[np.ndarray, np.ndarray, np.ndarray]  # offsets (sorted), sizes, arrival seconds
+
+
+def _no_samples() -> _Samples:
+    return np.empty(0, np.int64), np.empty(0), np.empty(0)
+
+
+def _select(part: _Samples, keep: np.ndarray | slice) -> _Samples:
+    return part[0][keep], part[1][keep], part[2][keep]
+
+
+def _merge(a: _Samples, b: _Samples) -> _Samples:
+    """Two offset-sorted sets of samples with no offset in common, as one offset-sorted set."""
+    if not len(b[0]):
+        return a
+    if not len(a[0]) or a[0][-1] < b[0][0]:
+        return tuple(np.concatenate((x, y)) for x, y in zip(a, b, strict=True))  # type: ignore[return-value]
+    off = np.concatenate((a[0], b[0]))
+    order = np.argsort(off, kind="stable")
+    return off[order], np.concatenate((a[1], b[1]))[order], np.concatenate((a[2], b[2]))[order]
+
+
 class PendingBook:
-    """One device's pending-sample index, rebuilt from its trainer's feedback and the published plans."""
+    """One device's pending-sample index, rebuilt from its trainer's feedback and the published plans.
+
+    Kept as offset-sorted numpy arrays (pending, and per plan step what is in flight), so feedback,
+    plans and the policies' `index()` cost a few array operations rather than a dict walk per sample.
+    """
 
     def __init__(self) -> None:
-        self._pending: dict[int, tuple[float, float]] = {}  # offset -> (size, arrival seconds)
-        self._inflight: dict[int, dict[int, tuple[float, float]]] = {}  # plan step -> its offsets
+        self._pending: _Samples = _no_samples()
+        self._inflight: dict[int, _Samples] = {}  # plan step -> the samples it handed out
         self.floor = 0
         self.buffer_depth = 0
         self.reported = False
-        # The last index built; every change to `_pending` drops it (see `_changed`).
-        self._cache: PendingIndex | None = None
-        self._cache_len = -1
+        self._cache: PendingIndex | None = None  # the last index built; every change drops it
 
-    def _changed(self) -> None:
+    def _set(self, pending: _Samples) -> None:
+        self._pending = pending
         self._cache = None
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self._pending[0])
 
     @property
     def inflight(self) -> int:
         """Samples handed to plans whose feedback has not come back yet."""
-        return sum(len(v) for v in self._inflight.values())
+        return sum(len(v[0]) for v in self._inflight.values())
 
     @property
     def complete(self) -> bool:
         """True when the index covers the trainer's whole buffer (not after a restart that lost old reports)."""
-        return self.reported and len(self._pending) + self.inflight >= self.buffer_depth
+        return self.reported and len(self) + self.inflight >= self.buffer_depth
 
     def ingest(self, fb: StepFeedback, arrival: float) -> None:
         """Apply one feedback record of this device.
@@ -113,69 +138,91 @@ class PendingBook:
         self.advance(fb.lowest_unprocessed_offset)
         self.buffer_depth = fb.buffer_depth
         self.reported = True
-        extra = len(self._pending) + self.inflight - fb.buffer_depth
+        extra = len(self) + self.inflight - fb.buffer_depth
         if fb.plan_step != fb.step and extra > 0:
             # A local (fallback) plan trained samples we cannot name; trainers pack oldest first, so
             # forget the oldest rather than plan samples the trainer no longer holds.
-            for offset in sorted(self._pending)[:extra]:
-                del self._pending[offset]
-            self._changed()
+            self._set(_select(self._pending, slice(extra, None)))
 
     def add(self, samples: Iterable[PendingSample], arrival: float) -> None:
-        """Add newly buffered samples (those below the floor or already in flight are ignored)."""
-        self._changed()
-        taken = {o for step in self._inflight.values() for o in step}
-        for s in samples:
-            if s.offset >= self.floor and s.offset not in taken:
-                self._pending[s.offset] = (float(max(s.size, 1)), arrival)
+        """Add newly buffered samples (those below the floor or already in flight are ignored; a sample
+        reported again replaces its earlier report)."""
+        pairs = [(s.offset, s.size) for s in samples]
+        if not pairs:
+            return
+        raw = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        off = raw[:, 0]
+        keep = off >= self.floor
+        if self._inflight:
+            keep &= ~np.isin(off, np.concatenate([v[0] for v in self._inflight.values()]))
+        off = off[keep]
+        if not len(off):
+            return
+        sizes = np.maximum(raw[keep, 1], 1).astype(np.float64)
+        new = (off, sizes, np.full(len(off), float(arrival)))
+        pending = self._pending
+        if not bool(np.all(off[1:] > off[:-1])) or (len(pending[0]) and bool(np.isin(off, pending[0]).any())):
+            # Out of order or reported twice: the latest report of an offset wins (dict semantics).
+            both = _merge_all(pending, new)
+            self._set(both)
+            return
+        self._set(_merge(pending, new))
 
     def advance(self, lowest_unprocessed: int) -> None:
         """Forget everything below the trainer's lowest unprocessed offset (trained, dropped or committed)."""
         if lowest_unprocessed <= self.floor:
             return
         self.floor = lowest_unprocessed
-        self._changed()
-        self._pending = {o: v for o, v in self._pending.items() if o >= lowest_unprocessed}
-        for step, offsets in list(self._inflight.items()):
-            self._inflight[step] = {o: v for o, v in offsets.items() if o >= lowest_unprocessed}
+        k = int(np.searchsorted(self._pending[0], lowest_unprocessed, side="left"))
+        if k:
+            self._set(_select(self._pending, slice(k, None)))
+        for step, part in list(self._inflight.items()):
+            self._inflight[step] = _select(part, part[0] >= lowest_unprocessed)
 
     def take(self, step: int, offsets: Iterable[int]) -> None:
         """Mark the offsets a published plan gives this device for `step` as in flight."""
-        self._changed()
-        taken = {o: self._pending.pop(o) for o in offsets if o in self._pending}
-        if taken:
-            self._inflight.setdefault(step, {}).update(taken)
+        wanted = np.fromiter(offsets, dtype=np.int64)
+        pending = self._pending
+        if not len(wanted) or not len(pending[0]):
+            return
+        pos = np.searchsorted(pending[0], wanted)
+        pos = pos[pos < len(pending[0])]
+        pos = pos[np.isin(pending[0][pos], wanted)]
+        if not len(pos):
+            return
+        mask = np.zeros(len(pending[0]), dtype=bool)
+        mask[pos] = True
+        self._set(_select(pending, ~mask))
+        self._inflight[step] = _merge(self._inflight.get(step, _no_samples()), _select(pending, mask))
 
     def truncate(self, before: int) -> int:
         """Drop pending offsets below `before` (a plan's truncate-before); returns how many."""
-        self._changed()
-        gone = [o for o in self._pending if o < before]
-        for o in gone:
-            del self._pending[o]
-        return len(gone)
+        k = int(np.searchsorted(self._pending[0], before, side="left"))
+        if k:
+            self._set(_select(self._pending, slice(k, None)))
+        return k
 
     def _settle(self, step: int, followed: bool) -> None:
-        self._changed()
         for s in [s for s in self._inflight if s <= step]:
-            offsets = self._inflight.pop(s)
+            part = self._inflight.pop(s)
             if s == step and followed:
                 continue  # trained
             # The trainer did not run that plan (late, or its feedback for it never came): still pending.
-            self._pending.update({o: v for o, v in offsets.items() if o >= self.floor})
+            self._set(_merge(self._pending, _select(part, part[0] >= self.floor)))
 
     def index(self) -> PendingIndex:
         """The pending samples, oldest first, as policies read them."""
-        if self._cache is not None and self._cache_len == len(self._pending):
-            return self._cache
-        if not self._pending:
-            return PendingIndex.empty()
-        n = len(self._pending)
-        offsets = np.fromiter(self._pending.keys(), dtype=np.int64, count=n)
-        vals = np.array(list(self._pending.values()), dtype=np.float64).reshape(n, 2)
-        order = np.argsort(offsets, kind="stable")
-        self._cache = PendingIndex(offsets[order], vals[order, 0], vals[order, 1])
-        self._cache_len = n
+        if self._cache is None:
+            self._cache = PendingIndex(*self._pending) if len(self) else PendingIndex.empty()
         return self._cache
+
+
+def _merge_all(old: _Samples, new: _Samples) -> _Samples:
+    """Union by offset where `new` may repeat offsets of `old` or of itself: the last report of each wins."""
+    off = np.concatenate((old[0], new[0]))[::-1]
+    _, first = np.unique(off, return_index=True)  # first in reversed order = last reported
+    pick = len(off) - 1 - first
+    return tuple(np.concatenate((x, y))[pick] for x, y in zip(old, new, strict=True))  # type: ignore[return-value]
 
 
 @dataclass
@@ -188,6 +235,7 @@ class DeviceRecord:
     book: PendingBook = field(default_factory=PendingBook)
     rank: int | None = None
     mean_size: float = 1.0
+    sizes_seen: int = 0
     end_offset: int | None = None
     log_start: int | None = None
     committed: int | None = None
@@ -239,12 +287,38 @@ class FleetTracker:
 
     @property
     def expected(self) -> list[str]:
-        """Devices a step waits for and plans include, in rank order."""
+        """Devices a step waits for and plans include, in rank order.
+
+        Without `devices` configured: those that sent feedback, or, before anyone has, every device
+        known from its topic (so a warm-start plan can cover them).
+        """
         if self.config.devices:
             return list(self.config.devices)
         seen = [r for r in self.devices.values() if r.last_feedback is not None]
+        if not seen:
+            return sorted(self.devices)
         return [r.device_id for r in sorted(seen, key=lambda r: (r.rank if r.rank is not None else 1 << 30,
                                                                    r.device_id))]
+
+    def warm_start_step(self) -> int | None:
+        """Step 0 while the job has no feedback and no plan yet but its devices and their lag are known.
+
+        The plan for it comes from the warm-start models and each device's lag (no index exists yet), so
+        trainers start on a coordinator plan instead of their local fallback. It may be re-published
+        (a later plan for a step replaces an earlier one) until the first feedback arrives.
+        """
+        if self._reports or any(r.last_feedback is not None for r in self.devices.values()):
+            return None
+        if self.next_plan_step is not None and self.next_plan_step != 1:
+            return None  # plans for later steps exist (recovered from Kafka): not a fresh job
+        expected = self.expected
+        if not expected or any(self.device(d).end_offset is None for d in expected):
+            return None
+        return 0
+
+    def step_seconds(self, step: int) -> float | None:
+        """Wall time of `step` (the slowest device's report), None when no one reported it."""
+        return self._step_seconds.get(step)
 
     def ingest_feedback(self, fb: StepFeedback, received: float) -> bool:
         """Apply one feedback record; True when it counts towards a step not planned for yet.
@@ -260,7 +334,10 @@ class FleetTracker:
         rec.tracker = rec.tracker.update(float(fb.total_size), fb.compute_seconds, fb.step, self.config)
         rec.book.ingest(fb, fb.sent_at / 1000.0)
         for s in fb.new_samples:
+            if rec.sizes_seen == 0:
+                rec.mean_size = float(max(s.size, 1))  # the first size seen replaces the placeholder
             rec.mean_size += _SIZE_ALPHA * (max(s.size, 1) - rec.mean_size)
+            rec.sizes_seen += 1
         if self.next_plan_step is not None and fb.step + 1 < self.next_plan_step:
             return False  # late: its step was already planned without it
         self._reports.setdefault(fb.step, set()).add(fb.device_id)
@@ -286,6 +363,8 @@ class FleetTracker:
         for s in [s for s in self._reports if s + 1 < self.next_plan_step]:
             self._reports.pop(s)
             self._first_report.pop(s, None)
+        for s in [s for s in self._step_seconds if s + 2 < self.next_plan_step]:
+            del self._step_seconds[s]  # only the last step's time is ever read
         return dropped
 
     def observe_offsets(self, device_id: str, log_start: int, end: int, committed: int | None, at: float) -> None:

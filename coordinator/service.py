@@ -4,7 +4,9 @@ One loop (confluent-kafka style: poll, check the error, process): feedback in, o
 arrival rates polled every `poll_interval_seconds`, and as soon as every device reported step t
 (or `plan_wait_seconds` after the first did) the plan for step t+1 is built by the same
 `plan_step` the simulator runs and published on the assignments topic. Trainers never wait for
-it beyond their own bounded wait.
+it beyond their own bounded wait. Before any feedback exists, as soon as the devices and their lag
+are known, a plan for step 0 is published from the warm-start models, so the first step does not
+fall back to local plans either.
 
 It keeps no state that Kafka cannot give back: on start it re-reads the tail of the assignments
 and feedback topics, replays them in step order, and resumes at the step after the last feedback.
@@ -16,6 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -69,6 +72,8 @@ class Coordinator:
         self._device_topics: dict[str, str] = {}
         self._delivery_failures = 0
         self._latencies: deque[float] = deque(maxlen=1000)
+        self._fractions: deque[float] = deque(maxlen=1000)
+        self._warm_for: tuple[str, ...] | None = None
         self._producer: Any = None
         self._reader: FeedbackReader | None = None
         self._probe: OffsetProbe | None = None
@@ -160,6 +165,11 @@ class Coordinator:
         if now >= self._next_probe:
             self._next_probe = now + self.ccfg.poll_interval_seconds
             self._poll_offsets()
+            devices = tuple(self.fleet.expected)
+            if self.fleet.warm_start_step() is not None and devices != self._warm_for:
+                # No feedback yet: plan step 0 from warm-start models and lag, again only if the fleet changes.
+                self._warm_for = devices
+                self._publish(0, complete=False, warm=True)
         due = self.fleet.due_step(time.monotonic())
         if due is not None:
             self._publish(*due)
@@ -181,11 +191,13 @@ class Coordinator:
             self.metrics.pred_error.labels(*labels).set(model.rel_error)
         self.metrics.pending.labels(*labels).set(len(rec.book))
 
-    def _publish(self, step: int, complete: bool) -> None:
+    def _publish(self, step: int, complete: bool, warm: bool = False) -> None:
         started = time.perf_counter()
         state = self.fleet.planning_state(step, time.time(), self._carry)
         plan = plan_step(state, self.ccfg)
         assignment = plan_to_assignment(plan, self.cfg.job)
+        if warm:
+            assignment = self._without_guessed_bounds(assignment)
         value, headers = encode(assignment)
         self._producer.produce(self.topics.assignments, key=self.cfg.job.encode(), value=value, headers=headers,
                                on_delivery=self._delivered)
@@ -197,7 +209,17 @@ class Coordinator:
         m.plan_latency.labels(job).observe(latency)
         self._latencies.append(latency)
         m.plans.labels(job).inc()
-        if not complete:
+        step_seconds = self.fleet.step_seconds(step - 1)
+        fraction = latency / step_seconds if step_seconds else None
+        if fraction is not None:
+            m.plan_latency_fraction.labels(job).set(fraction)
+            self._fractions.append(fraction)
+        if warm:
+            m.plans_warm.labels(job).inc()
+            if self._last_plan is None:
+                logger.info("plan for step 0 published from warm-start models and lag for %s",
+                            ", ".join(self.fleet.expected))
+        elif not complete:
             m.plans_partial.labels(job).inc()
             logger.info("plan for step %d published without feedback from %s", step,
                         ", ".join(sorted(set(self.fleet.expected) - self.fleet.reporters(step - 1))) or "nobody")
@@ -217,7 +239,8 @@ class Coordinator:
             m.truncated.labels(*labels).inc(dropped.get(b.device_id, 0))
             m.pending.labels(*labels).set(len(self.fleet.devices[b.device_id].book))
         self._last_plan = {
-            "step": step, "policy": plan.policy, "complete": complete, "latency_ms": latency * 1e3,
+            "step": step, "policy": plan.policy, "complete": complete, "warm_start": warm,
+            "latency_ms": latency * 1e3, "latency_step_fraction": fraction,
             "step_time_target": plan.step_time_target, "global_batch": plan.global_batch, "lr_scale": plan.lr_scale,
             "created_at": assignment.created_at,
             "devices": [{"device": b.device_id, "count": b.count, "total_size": b.total_size,
@@ -229,6 +252,26 @@ class Coordinator:
         logger.debug("plan for step %d: %d samples over %d devices in %.2f ms", step, plan.global_batch,
                      len(plan.devices), latency * 1e3)
         self._refresh_status(force=True)
+
+    def _without_guessed_bounds(self, assignment: Assignment) -> Assignment:
+        """A warm-start plan without the bound that rests on a sample size nobody has reported yet.
+
+        Without an index a plan gives a count and a size budget, one derived from the other through the
+        device's mean sample size. Before any size is known that mean is a placeholder, so only the
+        policy's own bound is kept: the size budget (time at the warm-start model) for ett-stream, the
+        count for the count-based policies.
+        """
+        by_time = self.ccfg.policy == "ett-stream"
+        parts = []
+        for part in assignment.devices:
+            rec = self.fleet.devices.get(part.device_id)
+            if part.offsets or rec is None or rec.sizes_seen:
+                parts.append(part)
+            elif by_time:
+                parts.append(replace(part, count=None))
+            else:
+                parts.append(replace(part, size_budget=None))
+        return replace(assignment, devices=tuple(parts))
 
     def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
@@ -297,6 +340,9 @@ class Coordinator:
             "next_plan_step": self._upcoming_step(), "expected_devices": self.fleet.expected,
             "devices": devices, "last_plan": self._last_plan,
             "plan_latency_ms_median": float(np.median(self._latencies)) * 1e3 if self._latencies else None,
+            # Plan latency over the wall time of the step each plan followed: the "< 1% of a step" check.
+            "plan_latency_step_fraction_median": float(np.median(self._fractions)) if self._fractions else None,
+            "plan_latency_step_fraction_p99": float(np.percentile(self._fractions, 99)) if self._fractions else None,
             "plan_delivery_failures": self._delivery_failures,
         }
 

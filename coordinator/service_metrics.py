@@ -33,6 +33,11 @@ class CoordinatorMetrics:
                                             "From the step being due to its plan handed to the producer.",
                                             _LATENCY_BUCKETS)
         self.plans = fleet.counter("plans_published", "Plans published on the assignments topic.")
+        self.plans_warm = fleet.counter("plans_warm_start",
+                                        "Step-0 plans published from warm-start models and lag before any feedback.")
+        self.plan_latency_fraction = fleet.gauge("plan_latency_step_fraction",
+                                                 "Last plan's latency over the wall time of the step it followed "
+                                                 "(target < 0.01).")
         self.plans_partial = fleet.counter("plans_partial",
                                            "Plans published after the bounded wait without every device's feedback.")
         self.dead_lettered = reasons.counter("dead_lettered", "Feedback records sent to the dead-letter topic.")

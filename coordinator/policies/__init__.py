@@ -22,7 +22,7 @@ from .lbbsp import plan_lbbsp
 from .scadles import plan_scadles
 from .static import plan_static
 
-__all__ = ["POLICIES", "LbbCarry", "Policy", "get_policy", "plan_step"]
+__all__ = ["POLICIES", "LbbCarry", "Policy", "get_policy", "plan_step", "plan_with"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +58,15 @@ def plan_step(state: PlanningState, config: CoordinatorConfig, policy: str | Non
     Returns:
         the plan, with each device's truncate-before offset and dropped count filled in.
     """
+    return plan_with(state, config, get_policy(policy or config.policy))
+
+
+def plan_with(state: PlanningState, config: CoordinatorConfig, policy: Policy) -> Plan:
+    """`plan_step` with a policy function rather than a name (benchmarks time reference implementations)."""
     step_seconds = state.last_step_seconds or config.target_step_seconds or config.scadles_window_seconds
     decisions = [decide_truncation(d, step_seconds, state.now, config) for d in state.devices]
     trimmed = tuple(apply_truncation(d, c) for d, c in zip(state.devices, decisions, strict=True))
-    plan = get_policy(policy or config.policy)(state.with_devices(trimmed), config)
+    plan = policy(state.with_devices(trimmed), config)
     if any(c.truncate_before is not None for c in decisions):
         by_id = {d.device_id: c for d, c in zip(state.devices, decisions, strict=True)}
         devices = tuple(

@@ -22,25 +22,29 @@ numpy passes rather than a Python loop per sample.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from itertools import pairwise
+
 import numpy as np
 
 from streamtrain.config import CoordinatorConfig
 
 from ..state import DeviceBatch, DeviceState, Plan, PlanningState
-from .common import normalized, size_limit, with_weights
+from .common import normalized, size_limit
 
-__all__ = ["choose_step_time", "plan_ett_stream"]
+__all__ = ["choose_step_time", "fill_reference", "plan_ett_stream", "plan_ett_stream_reference"]
 
 
 def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig) -> tuple[float, dict[str, float]]:
     """The step-time target T and the bounds it came from (line rate, overhead, backlog batch, b_min)."""
     if config.target_step_seconds is not None:
         return config.target_step_seconds, {"fixed": config.target_step_seconds}
-    a = np.array([d.model.a for d in devices])
-    b = np.array([d.model.b for d in devices])
-    m = np.array([d.mean_size for d in devices])
-    rate = np.array([d.arrival_rate for d in devices])
-    active = np.array([d.pending_count > 0 for d in devices]) | (rate > 0)
+    n = len(devices)
+    a = np.fromiter((d.model.a for d in devices), np.float64, n)
+    b = np.fromiter((d.model.b for d in devices), np.float64, n)
+    m = np.fromiter((d.mean_size for d in devices), np.float64, n)
+    rate = np.fromiter((d.arrival_rate for d in devices), np.float64, n)
+    active = np.fromiter((d.pending_count > 0 for d in devices), bool, n) | (rate > 0)
     need = a * rate * m * (1.0 + config.line_rate_headroom)
     keeps_up = active & (rate > 0) & (need < 1.0)
     bounds: dict[str, float] = {}
@@ -52,15 +56,14 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
         inv = 1.0 / np.maximum(a[active] * m[active], 1e-12)
         bounds["global_batch"] = float((config.global_batch + (b[active] * inv).sum()) / inv.sum())
     want = max(config.b_min, 1)
-    bmin = 0.0
-    for d in devices:
+    first = np.full(n, np.nan)
+    for i, d in enumerate(devices):
         if d.pending is not None and len(d.pending):
-            first = float(d.pending.sizes[:want].sum())
+            first[i] = float(d.pending.sizes[0]) if want == 1 else float(d.pending.sizes[:want].sum())
         elif d.pending is None and d.lag > 0:
-            first = min(want, d.lag) * d.mean_size
-        else:
-            continue
-        bmin = max(bmin, float(d.model.predict(first)))
+            first[i] = min(want, d.lag) * d.mean_size
+    some = ~np.isnan(first)
+    bmin = max(float((a[some] * first[some] + b[some]).max()), 0.0) if some.any() else 0.0
     bounds["b_min"] = bmin
     target = float(np.clip(max(bounds.values()), config.min_step_seconds, config.max_step_seconds))
     return target, bounds
@@ -72,10 +75,14 @@ def _segment_cumsum(values: np.ndarray, starts: np.ndarray, seg: np.ndarray) -> 
     return cum - base[seg]
 
 
-def _fill_indexed(
+def fill_reference(
     devices: list[DeviceState], budgets: np.ndarray, limits: np.ndarray, config: CoordinatorConfig
 ) -> list[np.ndarray]:
-    """Positions chosen in each device's pending index (devices all have a non-empty index)."""
+    """The straightforward step-2 fill on full flattened arrays: the specification `_fill_indexed` must match.
+
+    Kept callable so the equivalence test and `streamtrain bench scheduler` can check and time the fast
+    path against it; plans never call it.
+    """
     lengths = np.array([len(d.pending) for d in devices])  # type: ignore[arg-type]
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     seg = np.repeat(np.arange(len(devices)), lengths)
@@ -110,39 +117,205 @@ def _fill_indexed(
     return np.split(local[sel], np.cumsum(count)[:-1])
 
 
+def _prefix_count(cum: np.ndarray, starts: np.ndarray, lengths: np.ndarray, base: np.ndarray,
+                  bound: np.ndarray) -> np.ndarray:
+    """Per segment, how many leading elements have `cum - base <= bound` (cum non-decreasing).
+
+    A binary search on the global running sum finds it; a fix-up then applies the very comparison
+    the reference makes (`cum - base <= bound` in floating point), so rounding cannot move the edge.
+    """
+    k = np.searchsorted(cum, base + bound, side="right") - starts
+    k = np.clip(k, 0, lengths)
+    for _ in range(64):
+        up = k < lengths
+        up[up] = cum[(starts + k)[up]] - base[up] <= bound[up]
+        down = k > 0
+        down[down] = cum[(starts + k - 1)[down]] - base[down] > bound[down]
+        if not (up.any() or down.any()):
+            break
+        k = k + up - down
+    return k
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The concatenated index ranges [starts[i], starts[i] + counts[i])."""
+    total = int(counts.sum())
+    firsts = np.cumsum(counts) - counts
+    return np.repeat(starts - firsts, counts) + np.arange(total)
+
+
+def _fill_indexed(
+    devices: list[DeviceState], budgets: np.ndarray, limits: np.ndarray, config: CoordinatorConfig
+) -> list[np.ndarray]:
+    """Positions chosen in each device's pending index (devices all have a non-empty index).
+
+    The same answer as `fill_reference` (exactly, for the integer sizes the wire carries), from the
+    structure of the fill rather than a dozen full passes over every pending sample per round:
+
+    - the oldest-first part is a prefix of the samples that fit in memory, so it is found by binary
+      search on a running sum over a window of each device's oldest samples (about twice its budget
+      in mean-size samples, doubled while the prefix reaches the window's end);
+    - best fit's first round is one masked maximum per device over the rest; later rounds only see
+      samples no larger than the gap left after it, a pool that is small and shrinks every round.
+    """
+    n = len(devices)
+    lengths = np.fromiter((len(d.pending) for d in devices), np.int64, n)  # type: ignore[arg-type]
+    sizes = np.concatenate([d.pending.sizes for d in devices])  # type: ignore[union-attr]
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    orig_starts, keep = starts, None
+    finite_limits = bool(np.isfinite(limits).any())
+    if finite_limits and bool((np.maximum.reduceat(sizes, starts) > limits).any()):
+        # Samples larger than memory allows are never planned: work on those that fit only.
+        fits = sizes <= np.repeat(limits, lengths)
+        keep = np.flatnonzero(fits)
+        sizes = sizes[keep]
+        lengths = np.add.reduceat(fits, starts).astype(np.int64)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+    b_max = config.b_max
+    floor = min(max(config.b_min, 1), b_max)
+    # Oldest-first prefix, on windows of each device's oldest samples.
+    mean = np.fromiter((d.mean_size for d in devices), np.float64, n)
+    with np.errstate(all="ignore"):
+        guess = np.where(np.isfinite(budgets), 2.0 * np.maximum(budgets, 0.0) / mean + 16.0, np.inf)
+    width = np.minimum(lengths, np.maximum(np.minimum(guess, 1 << 40), floor).astype(np.int64))
+    width = np.minimum(width, lengths)
+    while True:
+        window = sizes if bool((width == lengths).all()) else sizes[_ranges(starts, width)]
+        wends = np.cumsum(width)
+        wstarts = wends - width
+        cum = np.cumsum(window)
+        cum0 = np.concatenate([[0.0], cum])
+        base = cum0[wstarts]
+        count = np.minimum(_prefix_count(cum, wstarts, width, base, budgets), b_max)
+        short = (count == width) & (width < lengths) & (count < b_max)
+        if not short.any():
+            break
+        width = np.where(short, np.minimum(2 * width, lengths), width)
+    # Floor: at least max(b_min, 1) samples while memory allows, even past the target (width >= floor).
+    if floor > 0:
+        room = _prefix_count(cum, wstarts, width, base, limits) if finite_limits else width
+        count = np.maximum(count, np.minimum(floor, room))
+    prefix = count.copy()
+    used = cum0[wstarts + count] - base
+    picks: list[np.ndarray] = []
+    tl = lengths - prefix
+    if config.best_fit_rounds and tl.any():
+        # Best fit looks only past the prefix: the tail, as its own flattened arrays.
+        tail = _ranges(starts + prefix, tl)
+        ts = sizes[tail]
+        tends = np.cumsum(tl)
+        gap = budgets - used
+        val = np.where(ts <= np.repeat(np.where(count < b_max, gap, -np.inf), tl), ts, -np.inf)
+        nonempty = tl > 0
+        best = np.full(n, -np.inf)
+        best[nonempty] = np.maximum.reduceat(val, (tends - tl)[nonempty])
+        hit = best > -np.inf
+        pool = np.flatnonzero(val == np.repeat(np.where(hit, best, np.nan), tl))
+        seg = np.searchsorted(tends, pool, side="right")
+        for r in range(config.best_fit_rounds):
+            if not len(pool):
+                break
+            ps = ts[pool]
+            heads = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
+            if r:  # round one's pool holds only each device's largest fitting samples
+                best = np.maximum.reduceat(ps, heads)
+                top = np.flatnonzero(ps == np.repeat(best, np.diff(np.append(heads, len(pool)))))
+                heads = top[np.concatenate([[True], seg[top][1:] != seg[top][:-1]])]  # oldest of equals
+            owners = seg[heads]
+            picks.append(tail[pool[heads]])
+            count[owners] += 1
+            used[owners] += ps[heads]
+            gap = budgets - used
+            if r == 0:
+                if config.best_fit_rounds == 1:
+                    break
+                cand = val > -np.inf
+                cand[pool[heads]] = False
+                pool = np.flatnonzero(cand & (ts <= np.repeat(np.where(count < b_max, gap, -np.inf), tl)))
+                seg = np.searchsorted(tends, pool, side="right")
+                continue
+            left = (ps <= gap[seg]) & (count[seg] < b_max)
+            left[heads] = False
+            pool, seg = pool[left], seg[left]
+    # Each device's answer is its prefix, then its best-fit picks in offset order (all past the prefix).
+    extra: dict[int, np.ndarray] = {}
+    if picks:
+        more = np.sort(np.concatenate(picks))
+        owner = np.searchsorted(ends, more, side="right")
+        cuts = np.flatnonzero(np.diff(owner)) + 1
+        bounds = [0, *cuts.tolist(), len(more)]
+        for lo, hi in pairwise(bounds):
+            extra[int(owner[lo])] = more[lo:hi]
+    out: list[np.ndarray] = []
+    counting = np.arange(int(prefix.max()) if n else 0, dtype=np.int64)
+    for d, (p, s0) in enumerate(zip(prefix.tolist(), starts.tolist(), strict=True)):
+        local = counting[:p] if d not in extra else np.concatenate((counting[:p], extra[d] - s0))
+        if keep is not None:
+            local = keep[s0 + local] - orig_starts[d]
+        out.append(local)
+    return out
+
+
 def plan_ett_stream(state: PlanningState, config: CoordinatorConfig) -> Plan:
     """Plan equal-ETT batches at the chosen step time from each device's own pending samples."""
+    return _plan(state, config, _fill_indexed)
+
+
+def plan_ett_stream_reference(state: PlanningState, config: CoordinatorConfig) -> Plan:
+    """`plan_ett_stream` with the straightforward fill (`fill_reference`): for equivalence tests and benchmarks."""
+    return _plan(state, config, fill_reference)
+
+
+_Fill = Callable[[list[DeviceState], np.ndarray, np.ndarray, CoordinatorConfig], list[np.ndarray]]
+
+
+def _plan(state: PlanningState, config: CoordinatorConfig, fill: _Fill) -> Plan:
     devices = state.devices
     if not devices:
         return Plan("ett-stream", state.step, 0.0, 0.0, ())
     target, bounds = choose_step_time(devices, config)
     limits = np.array([size_limit(d, config) for d in devices])
     budgets = np.minimum([d.model.capacity(target) for d in devices], limits)
-    batches: list[DeviceBatch | None] = [None] * len(devices)
+    n = len(devices)
+    floor = max(config.b_min, 1)
+    offsets: list[np.ndarray | None] = [None] * n
+    counts = np.zeros(n, dtype=np.int64)
+    totals = np.zeros(n)
     indexed = [i for i, d in enumerate(devices) if d.pending is not None and len(d.pending)]
     if indexed:
-        picks = _fill_indexed([devices[i] for i in indexed], budgets[indexed], limits[indexed], config)
+        picks = fill([devices[i] for i in indexed], budgets[indexed], limits[indexed], config)
+        chunks = []
         for i, pos in zip(indexed, picks, strict=True):
-            d = devices[i]
-            assert d.pending is not None
-            total = float(d.pending.sizes[pos].sum())
-            predicted = float(d.model.predict(total)) if len(pos) else 0.0
-            batches[i] = DeviceBatch(d.device_id, d.pending.offsets[pos], len(pos), total, predicted)
-    floor = max(config.b_min, 1)
+            pending = devices[i].pending
+            assert pending is not None
+            offsets[i] = pending.offsets[pos]
+            chunks.append(pending.sizes[pos])
+        where = np.array(indexed)
+        counts[where] = [len(pos) for pos in picks]
+        totals[where] = np.bincount(np.repeat(np.arange(len(where)), counts[where]), np.concatenate(chunks),
+                                    minlength=len(where))
     for i, d in enumerate(devices):
-        if batches[i] is not None:
+        if offsets[i] is not None:
             continue
         if d.pending is not None:  # indexed but empty
-            batches[i] = DeviceBatch(d.device_id, d.pending.offsets[:0], 0, 0.0, 0.0)
+            offsets[i] = d.pending.offsets[:0]
             continue
         room = budgets[i]
         fits = limits[i] // d.mean_size if np.isfinite(limits[i]) else d.lag
         count = max(int(min(d.lag, config.b_max, max(room // d.mean_size, floor), fits)), 0)
-        budget = max(room, count * d.mean_size) if count else 0.0
-        predicted = float(d.model.predict(budget)) if count else 0.0
-        batches[i] = DeviceBatch(d.device_id, None, count, budget, predicted)
-    done = [b for b in batches if b is not None]
-    amounts = [b.count if config.weight_by == "samples" else b.total_size for b in done]
-    weighted = with_weights(done, normalized(np.array(amounts, dtype=np.float64)))
-    total = sum(b.count for b in weighted)
-    return Plan("ett-stream", state.step, target, total / config.global_batch, weighted, notes=bounds)
+        counts[i] = count
+        totals[i] = max(room, count * d.mean_size) if count else 0.0
+    a = np.fromiter((d.model.a for d in devices), np.float64, n)
+    b = np.fromiter((d.model.b for d in devices), np.float64, n)
+    predicted = np.where(counts > 0, a * totals + b, 0.0)
+    amounts = counts.astype(np.float64) if config.weight_by == "samples" else totals
+    weights = normalized(amounts)
+    batches = tuple(
+        DeviceBatch(d.device_id, o, c, t, p, w)
+        for d, o, c, t, p, w in zip(devices, offsets, counts.tolist(), totals.tolist(), predicted.tolist(),
+                                    weights.tolist(), strict=True)
+    )
+    total = int(counts.sum())
+    return Plan("ett-stream", state.step, target, total / config.global_batch, batches, notes=bounds)

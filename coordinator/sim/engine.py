@@ -5,6 +5,24 @@ Each step: build a `PlanningState` from the simulated buffers and the fitted mod
 speeds, noise and disturbances), advance the clock by the slowest device plus the all-reduce, feed
 the compute times back into the `ModelBank`, and let the streams deliver what arrived meanwhile.
 A device with too little data trains what it has (no one waits for data).
+
+Device cost model. A device's compute seconds for a batch are `(a / speed) · size + b`, times noise,
+slow-downs and disturbances, where `size` is what the trainer actually computes on:
+
+- a packing trainer (streamtrain's own; the default) computes on the samples as they are, so `size`
+  is the batch's total sample size — the same linear model CHRONICA's runtime prophet fits;
+- a padding trainer (`Scenario.padded`, for the policies named there) stacks the batch into one dense
+  tensor, every sample zero-padded to the longest in the batch, so `size` = count x largest size.
+  This is how the papers' baselines ran: CHRONICA §I notes that zero-padding samples to the longest
+  makes a batch cost as if every sample were the longest, and its baselines (TensorFlow, BOA,
+  EP4DDL) choose sample counts only. It is why their time per epoch grows with DIF (§III measures it
+  growing linearly): the largest of k samples drifts up by about DIF x E[max of k standard normals]
+  while the mean stays put, and a step then waits for the device that drew the largest sample
+  (equal counts on devices of unequal speed wait for the slowest anyway).
+
+The padded size is also what the device reports as trained, so its model is fitted on the compute it
+really did. Nothing here is tuned towards a figure: the growth follows from the size distribution,
+the batch size and the speeds.
 """
 
 from __future__ import annotations
@@ -21,7 +39,7 @@ from streamtrain.config import CoordinatorConfig
 from ..metrics import dif, straggler_effect
 from ..perfmodel import ModelBank
 from ..policies import plan_step
-from ..state import DeviceState, PendingIndex, PlanningState
+from ..state import DeviceBatch, DeviceState, PendingIndex, PlanningState
 from .scenario import Scenario, draw_sizes
 
 __all__ = ["SimResult", "simulate"]
@@ -123,6 +141,8 @@ def simulate(
         carry = plan.carry
         counts = np.array([b.count for b in plan.devices], dtype=np.int64)
         sizes = np.array([b.total_size for b in plan.devices])
+        if policy in scenario.padded:
+            sizes = _padded_sizes(buffers, plan.devices, sizes)
         truncated = sum(buffers.remove(i, b.offsets, b.truncate_before) for i, b in enumerate(plan.devices))
         disturbed = (step // scenario.disturb_period) % n if scenario.disturb_seconds > 0 else -1
         slow = np.ones(n)
@@ -161,6 +181,16 @@ def simulate(
             break
     summary = summarize(series, scenario, trained_total, truncated_total, bank)
     return SimResult(policy, series, summary)
+
+
+def _padded_sizes(buffers: _Buffers, batches: tuple[DeviceBatch, ...], totals: np.ndarray) -> np.ndarray:
+    """What a padding trainer computes on: each batch's count times its largest sample (before removal)."""
+    out = totals.copy()
+    for i, b in enumerate(batches):
+        if b.offsets is not None and len(b.offsets):
+            pos = np.searchsorted(buffers.offsets[i], b.offsets)
+            out[i] = len(b.offsets) * float(buffers.sizes[i][pos].max())
+    return out
 
 
 def _record(series: dict[str, list[float]], *values: float) -> None:

@@ -154,3 +154,31 @@ def test_recorded_truncation_sets_the_delete_target() -> None:
     assert dropped == {"a": 7}
     rec = fleet.devices["a"]
     assert rec.delete_before == 7 and rec.book.index().offsets.min(initial=99) >= 7
+
+
+def test_warm_start_plans_step_zero_once_devices_and_lag_are_known_and_stops_at_feedback() -> None:
+    fleet = FleetTracker(CoordinatorConfig())
+    assert fleet.warm_start_step() is None  # no device known yet
+    fleet.observe_offsets("b", log_start=0, end=40, committed=None, at=0.0)
+    fleet.observe_offsets("a", log_start=0, end=90, committed=10, at=0.0)
+    assert fleet.expected == ["a", "b"] and fleet.warm_start_step() == 0
+    state = fleet.planning_state(0, now=100.0)
+    assert [d.lag for d in state.devices] == [80, 40] and all(d.pending is None for d in state.devices)
+    plan = plan_step(state, fleet.config)
+    assert all(b.count > 0 for b in plan.devices)  # a plan from warm-start models and lag
+    fleet.record_plan(plan_to_assignment(plan, "j"))
+    assert fleet.warm_start_step() == 0  # may be refreshed until someone reports
+    fleet.ingest_feedback(feedback(0, "a", new=range(10, 20), lowest=10), received=1.0)
+    assert fleet.warm_start_step() is None and fleet.expected == ["a"]
+    configured = FleetTracker(CoordinatorConfig(devices=("x", "y")))
+    configured.observe_offsets("x", log_start=0, end=5, committed=None, at=0.0)
+    assert configured.warm_start_step() is None  # y's lag is still unknown
+    configured.observe_offsets("y", log_start=0, end=0, committed=None, at=0.0)
+    assert configured.warm_start_step() == 0
+
+
+def test_mean_size_starts_from_the_first_reported_size() -> None:
+    fleet = FleetTracker(CoordinatorConfig())
+    fleet.ingest_feedback(feedback(0, "a", new=range(3), size=40), received=0.0)
+    rec = fleet.devices["a"]
+    assert rec.sizes_seen == 3 and rec.mean_size == pytest.approx(40.0)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from coordinator.sim import build_scenario, simulate
@@ -69,3 +71,26 @@ def test_sim_command_rejects_bad_arguments(tmp_path: Path) -> None:
     bad_setting = runner.invoke(app, ["--set", "coordinator.b_min=9", "--set", "coordinator.b_max=3", "sim",
                                       "--out", str(tmp_path)])
     assert bad_setting.exit_code == 2 and "b_min" in bad_setting.output
+
+
+def test_padding_trainer_computes_on_count_times_largest_sample() -> None:
+    # One device, fixed step: static takes 4 samples of sizes 10, 10, 10, 50 -> padded size 4 x 50 = 200.
+    base = build_scenario("table-iv", devices=1, speed=(1.0,), initial=4, size_kind="fixed", size_mean=10.0,
+                          size_dif=0.0, noise=0.0, comm_seconds=0.0, b=0.0, a=1e-3)
+    cfg = CoordinatorConfig(global_batch=4)
+    packed = simulate(replace(base, padded=()), cfg, "static")
+    padded = simulate(base, cfg, "static")
+    assert packed.series["step_seconds"][0] == pytest.approx(4 * 10 * 1e-3)
+    assert padded.series["step_seconds"][0] == pytest.approx(4 * 10 * 1e-3)  # equal sizes: padding costs nothing
+    skewed = replace(base, size_kind="normal", size_dif=30.0, seed=3)
+    free = simulate(replace(skewed, padded=()), cfg, "static").series["step_seconds"][0]
+    dense = simulate(skewed, cfg, "static").series["step_seconds"][0]
+    assert dense > free  # the same four samples, padded to the longest, cost more
+
+
+def test_table_iv_shape_static_grows_steeply_ett_stream_stays_flat() -> None:
+    cfg = CoordinatorConfig(global_batch=64)
+    epoch = {(p, dif): simulate(build_scenario("table-iv", size_dif=dif, initial=300), cfg, p).summary["epoch_seconds"]
+             for p in ("static", "ett-stream") for dif in (0.0, 64.0)}
+    assert epoch["static", 64.0] > 2.0 * epoch["static", 0.0]  # the paper: +147%
+    assert epoch["ett-stream", 64.0] <= 1.1 * epoch["ett-stream", 0.0]  # the paper: +7%

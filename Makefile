@@ -18,11 +18,17 @@ venv: $(VENV_STAMP)
 
 kafka: $(KAFKA_STAMP)
 
-# Java 17 runs the broker; Maven resolves its jars. Installed from Debian only when absent.
+# Java 17 runs the broker; Maven resolves its jars; Prometheus scrapes `streamtrain up` (which runs without it
+# and says so, hence no failure when it cannot be installed). Each installed from Debian only when absent.
 system-deps:
 	@if ! command -v java >/dev/null || ! command -v mvn >/dev/null; then \
 	  echo "installing Java 17 and Maven from Debian packages"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless maven; \
+	fi
+	@if ! command -v prometheus >/dev/null && [ ! -x /usr/bin/prometheus ]; then \
+	  echo "installing Prometheus from Debian packages"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } \
+	    || echo "could not install prometheus: streamtrain up will run without it"; \
 	fi
 
 $(VENV_STAMP): pyproject.toml
@@ -38,17 +44,20 @@ $(KAFKA_STAMP): kafka/pom.xml | system-deps
 	mvn -q -B -f kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=libs -DincludeScope=runtime
 	touch $@
 
-demo: setup
-	$(VENV)/bin/streamtrain demo
+# The whole stack for 60 s (broker, 4 producers, coordinator, 4 ranks, Prometheus), then its report;
+# fails unless every produced sample was trained, truncated or dead-lettered. More: DEMO_ARGS="--policy static".
+demo: setup system-deps
+	$(VENV)/bin/streamtrain up --duration 60 --out reports/demo $(DEMO_ARGS)
+	@echo "report: reports/demo/report.json, plots in reports/demo/plots/"
 
 lint: $(VENV_STAMP)
 	$(VENV)/bin/ruff check streamtrain producers coordinator trainer stack benchmarks tests
 	$(VENV)/bin/mypy
 
-test: setup lint
+test: setup compose-tool lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-unit: setup
+unit: setup compose-tool
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 integration: setup
@@ -59,3 +68,13 @@ faults: setup
 
 clean:
 	rm -rf $(VENV) kafka/libs .streamtrain .pytest_cache .mypy_cache .ruff_cache
+
+# A real Compose parser for tests/unit/test_deploy_compose.py (`docker-compose config` validates and
+# resolves the compose files without a Docker engine): kept when `docker compose` (v2) or a
+# `docker-compose` is already installed, otherwise Debian's docker-compose package.
+.PHONY: compose-tool
+compose-tool:
+	@if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null; then \
+	  echo "installing docker-compose from Debian packages"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose; \
+	fi

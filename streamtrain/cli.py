@@ -1,4 +1,3 @@
-"""The `streamtrain` command: one entry point for the broker, the services, demos and benchmarks."""
 
 from __future__ import annotations
 
@@ -49,6 +48,7 @@ def _register_commands() -> None:
     # Each package adds its own commands; heavy imports (torch) happen inside the commands.
     from coordinator.cli import register as register_coordinator
     from producers.cli import register as register_producers
+    from stack.cli import register as register_stack
     from trainer.cli import register as register_trainer
 
     from .bench_kafka import register as register_kafka_bench
@@ -64,6 +64,7 @@ def _register_commands() -> None:
     register_producers(app, bench_app)
     register_coordinator(app, bench_app)
     register_trainer(app, bench_app)
+    register_stack(app, bench_app)
 
 
 _register_commands()

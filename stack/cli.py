@@ -1,0 +1,160 @@
+"""`streamtrain up`: the whole stack on this machine, a live view while it runs, a report when it stops."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["register"]
+
+_PARAGRAPHS = (
+    "Run the whole pipeline on this machine, without Docker, and write a report when it stops.",
+    "Starts, as child processes with their own metrics ports and log files: an embedded Kafka broker (or the one "
+    "at kafka.bootstrap_servers when that is set and answers), one producer per device with its own rate and sample "
+    "sizes (15/30/45/60 samples/s, mean sizes 60/40/30/20, DIF 30% of the mean, cycled), the coordinator, one "
+    "trainer rank per device (`streamtrain train --local-ranks N`: gloo on CPU, NCCL on GPUs) and Prometheus "
+    "scraping all of them (when the `prometheus` binary is installed; the stack runs without it and says so). "
+    "A live table shows each device's rate, batch, step time, lag, buffer and loss, and the straggler effect.",
+    "It stops on Ctrl-C / SIGTERM, after --duration seconds or --steps steps (both counted once every service is "
+    "up), in order: "
+    "producers first, then the trainers once they have trained what was produced (at most --drain-timeout "
+    "seconds; each rank finishes its step, checkpoints and commits), then the coordinator, Prometheus and the "
+    "broker. A second Ctrl-C skips the drain.",
+    "The report directory (--out) then holds report.json — samples produced, trained, truncated, dead-lettered, "
+    "pending and unaccounted, all read back from Kafka (unaccounted = 0: every produced sample was trained, "
+    "truncated or dead-lettered), median straggler effect and step time, throughput, plan latency, loss — with "
+    "series.json, plots/*.png, logs/*.log and prometheus/. Exit status 1 when a service failed or a sample is "
+    "unaccounted for.",
+    "Examples:\n\n"
+    "  streamtrain up --duration 60\n\n"
+    "  streamtrain up --steps 200 --policy static --out reports/static\n\n"
+    "  streamtrain up --devices 8 --rates 20,80 --sizes 64,16 --truncation bounded "
+    "--set coordinator.max_lag_samples=200",
+)
+_HELP = "\n\n".join(_PARAGRAPHS)
+
+
+def _numbers(text: str | None, flag: str) -> list[float] | None:
+    from streamtrain.cli_support import EXIT_CONFIG, die
+
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        die(f"{flag} {text!r}: expected comma-separated numbers, e.g. 15,30,45,60", EXIT_CONFIG)
+    if not values:
+        die(f"{flag} {text!r}: no values", EXIT_CONFIG)
+    return values
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    """Add `streamtrain up` to the root CLI (no benchmarks of its own)."""
+    del bench
+    app.command("up", help=_HELP)(up)
+
+
+def up(
+    ctx: typer.Context,
+    devices: Annotated[int, typer.Option(min=1, max=64, help="Devices: one producer stream and one rank each.")] = 4,
+    policy: Annotated[str | None, typer.Option(help="coordinator.policy: static, lbbsp, lbb, scadles, chronica "
+                                               "or ett-stream (default).")] = None,
+    truncation: Annotated[str | None, typer.Option(help="coordinator.truncation: persist (default), truncate or "
+                                                   "bounded.")] = None,
+    duration: Annotated[float | None, typer.Option(min=1.0, help="Stop after this many seconds of running "
+                                                   "(counted once every service is up).")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="Stop once every rank has done this many more steps "
+                                              "(counted once every service is up).")]
+    = None,
+    out: Annotated[Path | None, typer.Option("--out", metavar="DIR", help="Report directory "
+                                             "(default reports/up-<date>-<time>).")] = None,
+    rates: Annotated[str | None, typer.Option(help="Per-device rates in samples/s, cycled over the devices.")]
+    = None,
+    sizes: Annotated[str | None, typer.Option(help="Per-device mean sample sizes, cycled over the devices.")]
+    = None,
+    dif: Annotated[float | None, typer.Option(min=0.0, help="DIF (std of sample sizes) of every device "
+                                              "(default 30% of its mean).")] = None,
+    broker: Annotated[str, typer.Option(help="auto: the broker at kafka.bootstrap_servers when it is set and "
+                                        "answers, else an embedded one; embedded; external.")] = "auto",
+    prometheus: Annotated[bool, typer.Option(help="Run Prometheus scraping every service.")] = True,
+    prometheus_bin: Annotated[str | None, typer.Option(help="Path of the prometheus binary (default: $PATH).")]
+    = None,
+    scrape_interval: Annotated[float, typer.Option(min=1.0, help="Prometheus scrape interval, seconds.")] = 1.0,
+    drain_timeout: Annotated[float, typer.Option(min=0.0, help="Seconds the trainers get to work off the backlog "
+                                                 "after the producers stop.")] = 30.0,
+    torch_threads: Annotated[int, typer.Option(min=1, help="CPU threads per rank.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of the producers' streams.")] = 0,
+    live: Annotated[bool, typer.Option(help="Live table on a terminal (off when output is not a terminal).")]
+    = True,
+    keep_kafka: Annotated[bool, typer.Option(help="Keep the embedded broker's data under DIR/kafka.")] = False,
+) -> None:
+    import shutil
+
+    from rich.live import Live
+
+    from streamtrain.cli_support import EXIT_CONFIG, GlobalOptions, config_from, console, die
+
+    from .monitor import render_snapshot
+    from .runner import LocalStack, StackError, StackOptions
+    from .services import device_streams
+
+    cfg = config_from(ctx, {"coordinator.policy": policy, "coordinator.truncation": truncation})
+    if broker not in ("auto", "embedded", "external"):
+        die(f"--broker {broker!r}: choose auto, embedded or external", EXIT_CONFIG)
+    try:
+        streams = device_streams(devices, _numbers(rates, "--rates"), _numbers(sizes, "--sizes"), dif)
+    except ValueError as exc:
+        die(str(exc), EXIT_CONFIG)
+    root = ctx.find_root().obj
+    opts_in = root if isinstance(root, GlobalOptions) else GlobalOptions()
+    global_args = ([f"--config={opts_in.config_file}"] if opts_in.config_file else []) + [
+        a for s in opts_in.sets for a in ("--set", s)]
+    out = out or Path("reports") / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    opts = StackOptions(streams=streams, out=out.resolve(), policy=policy, truncation=truncation, duration_s=duration,
+                        steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]
+                        prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
+                        drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
+                        global_args=global_args)
+    if duration is None and steps is None:
+        console.print("running until Ctrl-C (or use --duration / --steps)")
+    show = live and console.is_terminal
+    view = Live(console=console, refresh_per_second=2, transient=False) if show else None
+    stack = LocalStack(cfg, opts, on_update=(lambda snap: view.update(render_snapshot(snap))) if view else None,
+                       say=lambda line: console.print(line, highlight=False, soft_wrap=True))
+    try:
+        if view is not None:
+            with view:
+                report = stack.run()
+        else:
+            report = stack.run()
+    except StackError as exc:
+        die(str(exc))
+    finally:
+        if not keep_kafka and (opts.out / "kafka").is_dir() and stack.broker is not None:
+            shutil.rmtree(opts.out / "kafka", ignore_errors=True)
+    _summarise(report, opts.out, stack.failures)
+
+
+def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> None:
+    from rich.table import Table
+
+    from streamtrain.cli_support import console, die
+
+    if not report:
+        die(f"no report: {'; '.join(failures) or 'the run did not start'} (logs in {out / 'logs'})")
+    table = Table(title=f"streamtrain up — {out / 'report.json'}", show_header=False)
+    for key in ("policy", "devices", "steps", "stopped_by", "samples_produced", "samples_trained", "samples_truncated",
+                "samples_dead_lettered", "samples_pending", "samples_unaccounted", "straggler_effect_median",
+                "step_seconds_median", "throughput_samples_per_s", "plan_latency_ms_median", "initial_loss",
+                "final_loss"):
+        value = report.get(key)
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(table)
+    console.print(f"report: {out / 'report.json'}  plots: {out / 'plots'}  logs: {out / 'logs'}", highlight=False)
+    for failure in failures:
+        console.print(f"[bold red]failure:[/] {failure}", highlight=False)
+    if failures or report.get("samples_unaccounted"):
+        raise typer.Exit(1)

@@ -1,0 +1,167 @@
+"""The live view of a running stack: the coordinator's /status and every service's /metrics, as one table."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["DeviceRow", "Monitor", "StackSnapshot", "parse_metrics", "render_snapshot"]
+
+logger = logging.getLogger(__name__)
+
+
+def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text → sample name → [(labels, value)]."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    return out
+
+
+def _fetch(url: str, timeout: float = 1.0) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return str(resp.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _value(metrics: Mapping[str, list[tuple[dict[str, str], float]]], name: str,
+           device: str | None = None) -> float | None:
+    for labels, value in metrics.get(name, []):
+        if device is None or labels.get("device") == device:
+            return value
+    return None
+
+
+@dataclass
+class DeviceRow:
+    """What the view shows for one device."""
+
+    device: str
+    rate: float | None = None
+    batch: float | None = None
+    step_seconds: float | None = None
+    lag: float | None = None
+    buffer: float | None = None
+    loss: float | None = None
+    trained: float | None = None
+    truncated: float | None = None
+
+
+@dataclass
+class StackSnapshot:
+    """The stack at one moment."""
+
+    elapsed_s: float
+    phase: str
+    policy: str | None = None
+    step: int | None = None
+    straggler_effect: float | None = None
+    plan_latency_ms: float | None = None
+    rows: list[DeviceRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class Monitor:
+    """Polls the coordinator and the services' metrics endpoints.
+
+    Args:
+        devices: device ids in rank order.
+        coordinator_url: base URL of the coordinator (`/status`, `/metrics`).
+        trainer_urls: device → its rank's /metrics URL.
+        producer_urls: device → its producer's /metrics URL.
+    """
+
+    def __init__(self, devices: Sequence[str], coordinator_url: str, trainer_urls: Mapping[str, str],
+                 producer_urls: Mapping[str, str]) -> None:
+        self.devices = list(devices)
+        self.coordinator_url = coordinator_url.rstrip("/")
+        self.trainer_urls = dict(trainer_urls)
+        self.producer_urls = dict(producer_urls)
+        self.status: dict[str, Any] = {}
+        self.started = time.monotonic()
+        self.phase = "starting"
+        self.notes: list[str] = []
+        self._last: dict[str, DeviceRow] = {}
+
+    def poll_status(self) -> dict[str, Any]:
+        """The coordinator's /status now (the last good one when it does not answer)."""
+        text = _fetch(f"{self.coordinator_url}/status")
+        if text:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.status = json.loads(text)
+        return self.status
+
+    def step(self) -> int | None:
+        """Steps completed by every device, from the last /status."""
+        last = [d.get("last_step") for d in self.status.get("devices", [])]
+        known = [s for s in last if s is not None]
+        if not known or len(known) < len(self.devices):
+            return None
+        return int(min(known)) + 1
+
+    def snapshot(self) -> StackSnapshot:
+        status = self.poll_status()
+        coord = parse_metrics(_fetch(f"{self.coordinator_url}/metrics") or "")
+        by_device = {d.get("device"): d for d in status.get("devices", [])}
+        rows = []
+        for device in self.devices:
+            tm = parse_metrics(_fetch(self.trainer_urls[device]) or "") if device in self.trainer_urls else {}
+            pm = parse_metrics(_fetch(self.producer_urls[device]) or "") if device in self.producer_urls else {}
+            st = by_device.get(device, {})
+            rows.append(DeviceRow(
+                device=device,
+                rate=_value(pm, "streamtrain_producer_achieved_rate_samples_per_second", device),
+                batch=_value(tm, "streamtrain_trainer_batch_samples"),
+                step_seconds=_value(tm, "streamtrain_trainer_step_seconds"),
+                lag=st.get("lag_records"),
+                buffer=_value(tm, "streamtrain_trainer_buffer_depth_samples"),
+                loss=_value(tm, "streamtrain_trainer_loss"),
+                trained=_value(tm, "streamtrain_trainer_samples_total"),
+                truncated=_value(tm, "streamtrain_trainer_truncated_total"),
+            ))
+        for i, row in enumerate(rows):  # a service that has stopped keeps showing its last values
+            last = self._last.get(row.device)
+            if last is not None:
+                for name, value in vars(row).items():
+                    if value is None:
+                        setattr(row, name, getattr(last, name))
+            self._last[row.device] = rows[i]
+        return StackSnapshot(
+            elapsed_s=time.monotonic() - self.started, phase=self.phase, policy=status.get("policy"),
+            step=self.step(), straggler_effect=_value(coord, "streamtrain_coordinator_straggler_effect"),
+            plan_latency_ms=status.get("plan_latency_ms_median"), rows=rows, notes=list(self.notes))
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render_snapshot(snap: StackSnapshot) -> Group:
+    """The live view: a header line, one row per device, then notes (URLs, run directory)."""
+    head = Text.assemble(
+        ("streamtrain up ", "bold"), f"{snap.phase} · {snap.elapsed_s:5.0f} s · policy {snap.policy or '-'} · ",
+        f"step {snap.step if snap.step is not None else '-'} · SE {_fmt(snap.straggler_effect, '.3f')} · ",
+        f"plan latency {_fmt(snap.plan_latency_ms, '.2f')} ms (median)")
+    table = Table(expand=False)
+    for col in ("device", "rate /s", "batch", "step s", "lag", "buffer", "loss", "trained", "truncated"):
+        table.add_column(col, justify="right")
+    for r in snap.rows:
+        table.add_row(r.device, _fmt(r.rate, ".1f"), _fmt(r.batch, ".0f"), _fmt(r.step_seconds, ".3f"),
+                      _fmt(r.lag, ".0f"), _fmt(r.buffer, ".0f"), _fmt(r.loss, ".4f"), _fmt(r.trained, ".0f"),
+                      _fmt(r.truncated, ".0f"))
+    return Group(head, table, *(Text(n, style="dim") for n in snap.notes))

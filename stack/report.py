@@ -1,0 +1,152 @@
+"""The run report: `report.json` (the figures) and `series.json` (what the plots draw), from Kafka records.
+
+Time series come from the feedback topic (one record per rank per step) and the assignments topic
+(one plan per step), with lag rebuilt from the device topics' append times, so a report needs
+neither Prometheus nor the services to be alive any more.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coordinator.metrics import straggler_effect
+from streamtrain.wire import StepFeedback
+
+from .ledger import DeviceTally, RunRecords
+
+__all__ = ["build_report", "build_series", "write_json"]
+
+#: Steps averaged into `final_loss` (one step's loss is one small batch: noisy).
+FINAL_LOSS_STEPS = 10
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(np.median(values)) if len(values) else None
+
+
+def _by_step(feedback: Sequence[StepFeedback]) -> dict[int, list[StepFeedback]]:
+    steps: dict[int, list[StepFeedback]] = defaultdict(list)
+    for fb in feedback:
+        steps[fb.step].append(fb)
+    return dict(sorted(steps.items()))
+
+
+def _weighted_loss(records: Sequence[StepFeedback]) -> float | None:
+    pairs = [(fb.loss, fb.samples) for fb in records if fb.loss is not None and fb.samples > 0]
+    total = sum(n for _, n in pairs)
+    return sum(loss * n for loss, n in pairs) / total if total else None
+
+
+def _t0_ms(run: RunRecords) -> int:
+    starts = [r[0].timestamp_ms for r in run.records.values() if r]
+    starts += [int(fb.sent_at - 1000 * (fb.step_seconds + fb.data_wait_seconds)) for fb in run.feedback]
+    return min(starts) if starts else 0
+
+
+def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
+    """Per-device and per-step series over time (seconds since the first record or step)."""
+    t0 = _t0_ms(run)
+    steps = _by_step(run.feedback)
+    per_step: dict[str, list[Any]] = {"step": [], "t": [], "straggler_effect": [], "loss": [], "global_batch": []}
+    for step, records in steps.items():
+        per_step["step"].append(step)
+        per_step["t"].append((max(fb.sent_at for fb in records) - t0) / 1e3)
+        per_step["straggler_effect"].append(straggler_effect([fb.compute_seconds for fb in records])
+                                            if len(records) > 1 else None)
+        per_step["loss"].append(_weighted_loss(records))
+        per_step["global_batch"].append(sum(fb.samples for fb in records))
+    devices: dict[str, dict[str, list[Any]]] = {}
+    end_s = 0.0
+    for device in run.devices:
+        recs = sorted(run.records[device], key=lambda r: r.timestamp_ms)
+        times = np.array([r.timestamp_ms for r in recs], dtype=np.int64)
+        first = min((r.offset for r in recs), default=0)
+        series: dict[str, list[Any]] = {k: [] for k in (
+            "t", "step", "batch", "batch_size_total", "step_seconds", "compute_seconds", "data_wait_seconds",
+            "buffer_depth", "lag", "truncated_cumulative", "loss")}
+        dropped = 0
+        for fb in sorted((f for f in run.feedback if f.device_id == device), key=lambda f: f.step):
+            dropped += fb.dropped
+            appended = int(np.searchsorted(times, fb.sent_at, side="right"))
+            series["t"].append((fb.sent_at - t0) / 1e3)
+            series["step"].append(fb.step)
+            series["batch"].append(fb.samples)
+            series["batch_size_total"].append(fb.total_size)
+            series["step_seconds"].append(fb.step_seconds)
+            series["compute_seconds"].append(fb.compute_seconds)
+            series["data_wait_seconds"].append(fb.data_wait_seconds)
+            series["buffer_depth"].append(fb.buffer_depth)
+            series["lag"].append(max(0, first + appended - fb.lowest_unprocessed_offset))
+            series["truncated_cumulative"].append(dropped)
+            series["loss"].append(fb.loss)
+        if series["t"]:
+            end_s = max(end_s, series["t"][-1])
+        if len(times):
+            end_s = max(end_s, (int(times.max()) - t0) / 1e3)
+        devices[device] = series
+    edges = np.arange(0.0, end_s + bin_s, bin_s)
+    rates: dict[str, dict[str, list[float]]] = {}
+    for device in run.devices:
+        produced_t = [(r.timestamp_ms - t0) / 1e3 for r in run.records[device]]
+        s = devices[device]
+        produced, _ = np.histogram(produced_t, bins=edges) if len(edges) > 1 else (np.zeros(0), None)
+        trained, _ = np.histogram(s["t"], bins=edges, weights=s["batch"]) if len(edges) > 1 else (np.zeros(0), None)
+        rates[device] = {"produced_per_s": (produced / bin_s).tolist(), "trained_per_s": (trained / bin_s).tolist()}
+    plans: dict[str, list[Any]] = {"step": [], "step_time_target": [], "predicted_seconds": []}
+    for plan in sorted(run.assignments, key=lambda a: a.step):
+        plans["step"].append(plan.step)
+        plans["step_time_target"].append(plan.step_time_target)
+        plans["predicted_seconds"].append({d.device_id: d.predicted_seconds for d in plan.devices})
+    return {"t0_ms": t0, "per_step": per_step, "devices": devices,
+            "rates": {"bin_s": bin_s, "t": edges[:-1].tolist(), "devices": rates}, "plans": plans}
+
+
+def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures of `report.json`: `extra` (policy, run settings, plan latency, ...) plus what Kafka holds."""
+    steps = _by_step(run.feedback)
+    full = {s: r for s, r in steps.items() if len(r) == len(run.devices) and len(r) > 1}
+    se = [straggler_effect([fb.compute_seconds for fb in r]) for r in full.values()]
+    step_wall = [max(fb.step_seconds for fb in r) for r in steps.values()]
+    trained = sum(t.trained for t in tallies)
+    span_s = 0.0
+    if run.feedback:
+        start = min(fb.sent_at - 1000 * (fb.step_seconds + fb.data_wait_seconds) for fb in run.feedback)
+        span_s = (max(fb.sent_at for fb in run.feedback) - start) / 1e3
+    with_loss = [r for r in steps.values() if _weighted_loss(r) is not None]
+    last = [fb for r in with_loss[-FINAL_LOSS_STEPS:] for fb in r]
+    first = [fb for r in with_loss[:FINAL_LOSS_STEPS] for fb in r]
+    late = sum(1 for fb in run.feedback if fb.plan_step < 0)
+    report: dict[str, Any] = {
+        **extra,
+        "devices": len(run.devices),
+        "steps": len(steps),
+        "samples_produced": sum(t.produced for t in tallies),
+        "samples_trained": trained,
+        "samples_truncated": sum(t.truncated for t in tallies),
+        "samples_dead_lettered": sum(t.dead_lettered for t in tallies),
+        "samples_pending": sum(t.pending for t in tallies),
+        "samples_duplicated": sum(t.duplicated for t in tallies),
+        "samples_unaccounted": sum(t.unaccounted for t in tallies),
+        "straggler_effect_median": _median(se),
+        "step_seconds_median": _median(step_wall),
+        "throughput_samples_per_s": trained / span_s if span_s > 0 else None,
+        "training_seconds": span_s,
+        "initial_loss": _weighted_loss(first),
+        "final_loss": _weighted_loss(last),
+        "rank_steps_on_local_plan": late,
+        "plans_published": len(run.assignments),
+        "unreadable_records": run.unreadable,
+        "per_device": {t.device: {**asdict(t), "unaccounted": t.unaccounted} for t in tallies},
+    }
+    return report
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, default=float) + "\n")

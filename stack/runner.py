@@ -1,0 +1,420 @@
+"""`LocalStack`: the whole pipeline as local processes, started and stopped in order, then a report.
+
+Start order: Kafka broker (embedded, or an existing one) → Prometheus → coordinator → trainer ranks
+→ producers. Stop order: producers (SIGINT: they flush every accepted record), then — once the
+trainers have worked off what was produced, or after `drain_timeout_s` — the trainers (SIGTERM: each
+rank finishes its step, checkpoints, commits and exits 0), the coordinator, and, after the records
+have been read back for the report, Prometheus and the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, Literal
+
+from confluent_kafka import KafkaException
+
+from streamtrain.broker import BrokerError, EmbeddedBroker
+from streamtrain.config import KafkaConfig, StreamtrainConfig
+from streamtrain.kafka import make_consumer, tail_positions
+
+from .ledger import collect_records, tally_devices
+from .monitor import Monitor, StackSnapshot
+from .plots import plot_series
+from .procs import Child, wait_http
+from .prometheus import INSTALL_HINT, find_prometheus, scrape_config
+from .report import build_report, build_series, write_json
+from .services import (
+    DeviceStream,
+    coordinator_spec,
+    free_port_block,
+    free_ports,
+    producer_spec,
+    prometheus_spec,
+    trainer_spec,
+)
+
+__all__ = ["LocalStack", "StackError", "StackOptions"]
+
+logger = logging.getLogger(__name__)
+
+BrokerMode = Literal["auto", "embedded", "external"]
+
+
+class StackError(RuntimeError):
+    """The stack could not start or a service failed; the message names the service and its log."""
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """How `streamtrain up` runs (its flags)."""
+
+    streams: Sequence[DeviceStream]
+    out: Path
+    policy: str | None = None
+    truncation: str | None = None
+    duration_s: float | None = None
+    steps: int | None = None
+    broker: BrokerMode = "auto"
+    prometheus: bool = True
+    prometheus_binary: str | None = None
+    scrape_interval_s: float = 1.0
+    drain_timeout_s: float = 30.0
+    start_timeout_s: float = 180.0
+    torch_threads: int = 1
+    seed: int = 0
+    global_args: Sequence[str] = field(default_factory=tuple)
+
+
+def _default_bootstrap() -> str:
+    return str(KafkaConfig.model_fields["bootstrap_servers"].default)
+
+
+class LocalStack:
+    """Runs the stack described by `opts` on top of the configuration `cfg`.
+
+    Args:
+        cfg: the configuration the parent command was given (file < env < --set).
+        opts: the stack's own options.
+        on_update: called with a fresh `StackSnapshot` about twice a second (the live view).
+        say: prints one line for a person.
+    """
+
+    def __init__(self, cfg: StreamtrainConfig, opts: StackOptions,
+                 on_update: Callable[[StackSnapshot], None] | None = None,
+                 say: Callable[[str], None] = print) -> None:
+        self.cfg = cfg
+        self.opts = opts
+        self.on_update = on_update
+        self.say = say
+        self.devices = [s.device_id for s in opts.streams]
+        self.out = opts.out
+        self.log_dir = self.out / "logs"
+        self.children: list[Child] = []
+        self.broker: EmbeddedBroker | None = None
+        self.stop_event = threading.Event()
+        self.hurry = threading.Event()
+        self.stopped_by = "running"
+        self.failures: list[str] = []
+        self.prometheus_url: str | None = None
+        self.monitor: Monitor | None = None
+        self.kafka = cfg.kafka
+        self.drained: bool | None = None
+        self.final_status: dict[str, Any] = {}
+        self.series: dict[str, Any] = {}
+        self.kafka_ready = False
+        self.started = False
+        self.started_at = datetime.now().astimezone()
+
+    # ---- the whole run -------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Start everything, run until a stop condition, stop in order, and write the report.
+
+        Returns:
+            The report (also written to `out/report.json`).
+
+        Raises:
+            StackError: when the stack cannot start (nothing is left running).
+        """
+        for stale in ("logs", "checkpoints", "plots", "prometheus", "kafka"):  # a reused --out starts afresh:
+            shutil.rmtree(self.out / stale, ignore_errors=True)  # an old checkpoint would skip new offsets
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            try:
+                self._start_all()
+                self.started = True
+                self._run_until_stopped()
+            finally:
+                report = self._stop_all()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        return report
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.stop_event.is_set():
+            self.hurry.set()  # a second Ctrl-C: skip the drain, stop now (still in order)
+        self.stopped_by = self.stopped_by if self.stop_event.is_set() else signal.Signals(signum).name
+        self.stop_event.set()
+
+    # ---- start ---------------------------------------------------------------------------------
+
+    def _start_all(self) -> None:
+        self._start_broker()
+        bind = self.cfg.metrics.bind_address
+        host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
+        n = len(self.devices)
+        ports = free_ports(n + 2, bind)
+        producer_ports, coord_port, prom_port = ports[:n], ports[n], ports[n + 1]
+        trainer_base = free_port_block(n, bind, avoid=ports)
+        common: dict[str, object] = {"kafka.bootstrap_servers": self.kafka.bootstrap_servers,
+                                     "kafka.topic_prefix": self.kafka.topic_prefix}
+        args = list(self.opts.global_args)
+        producers = [producer_spec(s, i, self.opts.seed, producer_ports[i], common, args)
+                     for i, s in enumerate(self.opts.streams)]
+        coordinator = coordinator_spec(self.devices, self.opts.policy, self.opts.truncation, coord_port, common, args)
+        trainers = trainer_spec(self.devices, trainer_base, self.out / "checkpoints", self.opts.torch_threads,
+                                common, args)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "160"}
+        self.monitor = Monitor(self.devices, f"http://{host}:{coord_port}",
+                               {d: f"http://{host}:{trainer_base + r}/metrics" for r, d in enumerate(self.devices)},
+                               {s.device_id: f"http://{host}:{producer_ports[i]}/metrics"
+                                for i, s in enumerate(self.opts.streams)})
+        self._start_prometheus(host, prom_port, {
+            "producers": [f"{host}:{p}" for p in producer_ports], "coordinator": [f"{host}:{coord_port}"],
+            "trainers": [f"{host}:{p}" for p in trainers.ports]})
+        self.monitor.phase = "starting the coordinator"
+        coord = self._spawn(coordinator, env)
+        self._await(coord, f"http://{host}:{coord_port}/status")
+        # Ranks first: they take longest to start (torch), and a stream with nobody training it only builds lag.
+        self.monitor.phase = "starting trainer ranks"
+        ranks = self._spawn(trainers, env)
+        for port in trainers.ports:
+            self._await(ranks, f"http://{host}:{port}/metrics")
+        self.monitor.phase = "starting producers"
+        for spec in producers:
+            self._spawn(spec, env)
+        for child, port in zip(self.children[-n:], producer_ports, strict=True):
+            self._await(child, f"http://{host}:{port}/metrics")
+        self.monitor.notes.append(f"run directory {self.out} (logs in {self.log_dir})")
+        self.say(f"stack up: {n} devices, coordinator http://{host}:{coord_port}/status"
+                 + (f", Prometheus {self.prometheus_url}" if self.prometheus_url else ""))
+
+    def _start_broker(self) -> None:
+        mode = self.opts.broker
+        configured = self.cfg.kafka.bootstrap_servers
+        settings = self.cfg.kafka.security_settings()
+        if mode in ("auto", "external") and (mode == "external" or configured != _default_bootstrap()):
+            if EmbeddedBroker.answers(configured, timeout=5.0, settings=settings):
+                stamp = self.started_at.strftime("%Y%m%d-%H%M%S")
+                prefix = f"{self.cfg.kafka.topic_prefix}.up-{stamp}"
+                self.kafka = self.cfg.kafka.model_copy(update={"topic_prefix": prefix})
+                self.kafka_ready = True
+                self.say(f"using the Kafka broker at {configured} (kafka.bootstrap_servers), topics "
+                         f"{self.kafka.topic_prefix}.*")
+                return
+            if mode == "external":
+                raise StackError(f"no Kafka broker answers at {configured} (kafka.bootstrap_servers)")
+            self.say(f"no Kafka broker answers at {configured} (kafka.bootstrap_servers): starting an embedded one")
+        broker_cfg = self.cfg.broker.model_copy(update={"data_dir": self.out / "kafka", "port": 0,
+                                                        "controller_port": 0})
+        self.broker = EmbeddedBroker(broker_cfg)
+        began = time.monotonic()
+        try:
+            bootstrap = self.broker.start()
+        except BrokerError as exc:
+            raise StackError(f"the embedded Kafka broker did not start: {exc}") from None
+        self.kafka = self.cfg.kafka.model_copy(update={"bootstrap_servers": bootstrap})
+        self.kafka_ready = True
+        self.say(f"embedded Kafka broker on {bootstrap} after {time.monotonic() - began:.1f} s "
+                 f"(data in {broker_cfg.data_dir})")
+
+    def _start_prometheus(self, host: str, port: int, targets: dict[str, list[str]]) -> None:
+        if not self.opts.prometheus:
+            self.say("Prometheus: off (--no-prometheus)")
+            return
+        binary = find_prometheus(self.opts.prometheus_binary)
+        if binary is None:
+            self.say(f"Prometheus: no `prometheus` binary found, running without it ({INSTALL_HINT}); "
+                     "the live view and the report do not need it")
+            return
+        prom_dir = self.out / "prometheus"
+        prom_dir.mkdir(parents=True, exist_ok=True)
+        config = prom_dir / "prometheus.yml"
+        config.write_text(scrape_config(targets, self.opts.scrape_interval_s))
+        child = self._spawn(prometheus_spec(binary, config, prom_dir / "data", host, port), dict(os.environ))
+        url = f"http://{host}:{port}"
+        if not wait_http(f"{url}/-/ready", 30.0, child):
+            self.say(f"Prometheus did not become ready (see {child.log_path}); running without it")
+            child.stop(grace=5.0)
+            self.children.remove(child)
+            return
+        self.prometheus_url = url
+        assert self.monitor is not None
+        self.monitor.notes.append(f"Prometheus {url}  (try {url}/graph?g0.expr=streamtrain_trainer_batch_samples)")
+
+    def _spawn(self, spec: Any, env: dict[str, str]) -> Child:
+        child = Child(spec, self.log_dir, env)
+        child.start()
+        self.children.append(child)
+        return child
+
+    def _await(self, child: Child, url: str) -> None:
+        deadline = time.monotonic() + self.opts.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.stop_event.is_set():
+                raise StackError("interrupted while starting")
+            if wait_http(url, 0.5, child):
+                return
+            if not child.running():
+                raise StackError(f"{child.name} exited with status {child.returncode} while starting; last lines of "
+                                 f"{child.log_path}:\n{child.log_tail()}")
+            self._update()
+        raise StackError(f"{child.name} did not answer on {url} within {self.opts.start_timeout_s:.0f} s; "
+                         f"see {child.log_path}")
+
+    # ---- run -----------------------------------------------------------------------------------
+
+    def _update(self) -> None:
+        if self.on_update is not None and self.monitor is not None:
+            self.on_update(self.monitor.snapshot())
+
+    def _run_until_stopped(self) -> None:
+        assert self.monitor is not None
+        began = time.monotonic()
+        first_step: int | None = None  # --steps counts from here: the ranks may have stepped on no data before
+        self.monitor.phase = "running"
+        while not self.stop_event.is_set():
+            dead = [c for c in self.children if not c.running()]
+            if dead:
+                c = dead[0]
+                self.failures.append(f"{c.name} exited with status {c.returncode}; see {c.log_path}")
+                self.stopped_by = f"{c.name} exited"
+                break
+            if self.opts.duration_s is not None and time.monotonic() - began >= self.opts.duration_s:
+                self.stopped_by = f"--duration {self.opts.duration_s:g}"
+                break
+            self.monitor.poll_status()
+            step = self.monitor.step()
+            if first_step is None:
+                first_step = step
+            if self.opts.steps is not None and step is not None and step - (first_step or 0) >= self.opts.steps:
+                self.stopped_by = f"--steps {self.opts.steps}"
+                break
+            self._update()
+            self.stop_event.wait(0.5)
+
+    # ---- stop ----------------------------------------------------------------------------------
+
+    def _kind(self, kind: str) -> list[Child]:
+        return [c for c in self.children if c.spec.kind == kind]
+
+    def _stop_kind(self, kind: str, signum: int, grace: float) -> None:
+        children = self._kind(kind)
+        for child in children:
+            child.send(signum)
+        deadline = time.monotonic() + grace
+        for child in children:
+            while not child.wait(0.5):
+                self._update()
+                if time.monotonic() > deadline:
+                    break
+            if child.running():
+                self.failures.append(f"{child.name} did not stop within {grace:.0f} s and was killed")
+            code = child.stop(signal.SIGKILL, 0.0) if child.running() else child.returncode
+            child.close()
+            # Exiting by the signal itself (-signum, or 128 + signum from Python's KeyboardInterrupt) is a stop too:
+            # whether anything was lost is for the Kafka accounting to say, not the exit status.
+            if code not in (0, None, -signum, 128 + signum, -signal.SIGKILL):
+                self.failures.append(f"{child.name} exited with status {code}; see {child.log_path}")
+
+    def _stop_all(self) -> dict[str, Any]:
+        monitor = self.monitor
+        report: dict[str, Any] = {}
+        self.stop_event.set()  # from now on a Ctrl-C means "hurry": skip the drain
+        try:
+            if monitor is not None:
+                monitor.phase = "stopping producers"
+            self._stop_kind("producer", signal.SIGINT, 120.0)
+            if self.started and not self.failures:
+                self._drain()
+            if monitor is not None:
+                monitor.phase = "stopping trainers (final step, checkpoint, commit)"
+            self._stop_kind("trainer", signal.SIGTERM, 120.0)
+            if monitor is not None:
+                self.final_status = monitor.poll_status()
+                monitor.phase = "stopping the coordinator"
+            self._stop_kind("coordinator", signal.SIGTERM, 30.0)
+            if self.started and self.kafka_ready:
+                report = self._report()
+        finally:
+            self._stop_kind("prometheus", signal.SIGTERM, 30.0)
+            for child in self.children:
+                if child.running():
+                    child.kill()
+            if self.broker is not None:
+                self.broker.stop()
+                self.say("embedded Kafka broker stopped")
+        if report:
+            self._plots(report)
+        return report
+
+    def _drain(self) -> None:
+        """Wait until every device's lowest unprocessed offset reaches its topic's end (or the drain timeout)."""
+        assert self.monitor is not None
+        self.monitor.phase = "draining: trainers work off the backlog"
+        consumer = make_consumer(self.kafka, f"streamtrain-up-drain-{os.getpid()}")
+        try:
+            ends = {d: sum(h for _, h in tail_positions(consumer, self.kafka.topics.device(d), None, 30.0).values())
+                    for d in self.devices}
+        except (KafkaException, TimeoutError) as exc:
+            logger.warning("cannot read the device topics' ends (%s); skipping the drain", exc)
+            return
+        finally:
+            consumer.close()
+        deadline = time.monotonic() + self.opts.drain_timeout_s
+        while time.monotonic() < deadline and not self.hurry.is_set():
+            floors = {d.get("device"): d.get("lowest_unprocessed") or 0
+                      for d in self.monitor.poll_status().get("devices", [])}
+            if all(floors.get(d, 0) >= ends[d] for d in self.devices):
+                self.drained = True
+                return
+            if any(not c.running() for c in self._kind("trainer")):
+                break
+            self._update()
+            time.sleep(0.5)
+        self.drained = False
+        logger.warning("the backlog did not drain within %.0f s (--drain-timeout); what is left is reported as "
+                       "pending", self.opts.drain_timeout_s)
+
+    def _report(self) -> dict[str, Any]:
+        if self.monitor is not None:
+            self.monitor.phase = "reading the run back from Kafka"
+            self._update()
+        cfg = self.cfg.model_copy(update={"kafka": self.kafka})
+        try:
+            run = collect_records(cfg, self.devices, timeout=60.0)
+        except (KafkaException, TimeoutError) as exc:
+            self.failures.append(f"could not read the run back from Kafka: {exc}")
+            return {}
+        tallies = tally_devices(cfg, run)
+        status = self.final_status or {}
+        extra = {
+            "policy": status.get("policy") or self.opts.policy or cfg.coordinator.policy,
+            "truncation": status.get("truncation") or self.opts.truncation or cfg.coordinator.truncation,
+            "job": cfg.job, "topic_prefix": self.kafka.topic_prefix, "bootstrap_servers": self.kafka.bootstrap_servers,
+            "started_at": self.started_at.isoformat(timespec="seconds"), "stopped_by": self.stopped_by,
+            "drained": self.drained,
+            "plan_latency_ms_median": status.get("plan_latency_ms_median"),
+            "streams": [{"device": s.device_id, "rate": s.rate, "size_mean": s.size_mean, "size_dif": s.size_dif}
+                        for s in self.opts.streams],
+            "prometheus_url": self.prometheus_url, "failures": list(self.failures),
+        }
+        report = build_report(run, tallies, extra)
+        self.series = build_series(run)
+        write_json(self.out / "report.json", report)
+        write_json(self.out / "series.json", self.series)
+        return report
+
+    def _plots(self, report: dict[str, Any]) -> None:
+        title = f"{report['policy']} · {report['devices']} devices · {report['steps']} steps"
+        try:
+            paths = plot_series(self.series, self.out / "plots", title)
+        except (ValueError, RuntimeError) as exc:  # a plot must never lose the report
+            logger.warning("plots failed: %s", exc)
+            return
+        report["plots"] = [str(p.relative_to(self.out)) for p in paths]
+        report["failures"] = list(self.failures)
+        write_json(self.out / "report.json", report)

@@ -1,0 +1,182 @@
+"""What `streamtrain up` runs: the device streams, and one command line per service.
+
+Every service is the ordinary `streamtrain` command a person would run by hand (`produce`,
+`coordinate`, `train --local-ranks N`, the `prometheus` binary), started with the parent's
+`--config` / `--set` options followed by the stack's own `--set` overrides (broker address, topic
+prefix, metrics ports), so a child sees exactly the configuration the parent was given.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_RATES",
+    "DEFAULT_SIZES",
+    "DeviceStream",
+    "ServiceSpec",
+    "coordinator_spec",
+    "device_streams",
+    "free_port_block",
+    "free_ports",
+    "producer_spec",
+    "prometheus_spec",
+    "trainer_spec",
+]
+
+#: Per-device stream rates (samples/s) and mean sample sizes, cycled over the devices: the fast streams
+#: carry the small samples, so every device has a different rate, size mix and compute load.
+DEFAULT_RATES: tuple[float, ...] = (15.0, 30.0, 45.0, 60.0)
+DEFAULT_SIZES: tuple[float, ...] = (60.0, 40.0, 30.0, 20.0)
+#: DIF (std of sample sizes) as a fraction of each device's mean size when --dif is not given.
+DEFAULT_DIF_FRACTION = 0.3
+
+
+@dataclass(frozen=True)
+class DeviceStream:
+    """One device's synthetic stream: its id, rate and sample-size distribution."""
+
+    device_id: str
+    rate: float
+    size_mean: float
+    size_dif: float
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One child process of the stack.
+
+    Attributes:
+        name: unique name (also its log file, `<name>.log`).
+        kind: producer, coordinator, trainer or prometheus.
+        argv: the command line.
+        ports: the metrics / HTTP ports it serves (what Prometheus scrapes).
+    """
+
+    name: str
+    kind: str
+    argv: tuple[str, ...]
+    ports: tuple[int, ...]
+
+
+def device_streams(n: int, rates: Sequence[float] | None = None, sizes: Sequence[float] | None = None,
+                   dif: float | None = None) -> list[DeviceStream]:
+    """`n` device streams "0".."n-1"; rates and mean sizes are cycled from the given lists (or the defaults).
+
+    Raises:
+        ValueError: on a rate or size that is not positive, or a negative DIF.
+    """
+    rates = tuple(rates) if rates else DEFAULT_RATES
+    sizes = tuple(sizes) if sizes else DEFAULT_SIZES
+    if any(r <= 0 for r in rates):
+        raise ValueError(f"--rates {list(rates)}: every rate must be > 0 samples/s")
+    if any(s < 1 for s in sizes):
+        raise ValueError(f"--sizes {list(sizes)}: every mean size must be >= 1")
+    if dif is not None and dif < 0:
+        raise ValueError(f"--dif {dif}: must be >= 0")
+    streams = []
+    for i in range(n):
+        mean = sizes[i % len(sizes)]
+        streams.append(DeviceStream(str(i), rates[i % len(rates)], mean,
+                                    dif if dif is not None else round(DEFAULT_DIF_FRACTION * mean, 2)))
+    return streams
+
+
+def _streamtrain(global_args: Sequence[str], sets: dict[str, object], *command: str) -> tuple[str, ...]:
+    flags: list[str] = []
+    for key, value in sets.items():
+        text = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+        flags += ["--set", f"{key}={text}"]
+    return (sys.executable, "-m", "streamtrain.cli", *global_args, *flags, *command)
+
+
+def producer_spec(stream: DeviceStream, index: int, seed: int, port: int, common: dict[str, object],
+                  global_args: Sequence[str]) -> ServiceSpec:
+    """One `streamtrain produce` process for one device (its own rate and size distribution)."""
+    sets: dict[str, object] = {
+        **common,
+        "producer.devices": 1, "producer.device_ids": [stream.device_id],
+        "producer.rate.kind": "constant", "producer.rate.mean": stream.rate,
+        "producer.size.kind": "normal" if stream.size_dif > 0 else "fixed",
+        "producer.size.mean": stream.size_mean, "producer.size.dif": stream.size_dif,
+        "producer.seed": seed + index,
+        # Runs until the stack stops it (SIGINT flushes every accepted record first).
+        "producer.duration_s": 10 ** 9, "producer.metrics_port": port,
+        "producer.tick_s": 0.01,  # 100 pacing ticks/s per process is plenty at these rates, and spares the CPU
+    }
+    return ServiceSpec(f"producer-{stream.device_id}", "producer",
+                       _streamtrain(global_args, sets, "produce", "--no-progress"), (port,))
+
+
+def coordinator_spec(devices: Sequence[str], policy: str | None, truncation: str | None, port: int,
+                     common: dict[str, object], global_args: Sequence[str]) -> ServiceSpec:
+    """`streamtrain coordinate`, planning for exactly `devices` (it waits for their feedback each step)."""
+    sets: dict[str, object] = {**common, "coordinator.devices": list(devices)}
+    argv = ["coordinate", "--port", str(port)]
+    if policy:
+        argv += ["--policy", policy]
+    if truncation:
+        argv += ["--truncation", truncation]
+    return ServiceSpec("coordinator", "coordinator", _streamtrain(global_args, sets, *argv), (port,))
+
+
+def trainer_spec(devices: Sequence[str], base_port: int, checkpoint_dir: Path, torch_threads: int,
+                 common: dict[str, object], global_args: Sequence[str]) -> ServiceSpec:
+    """`streamtrain train --local-ranks N`: rank r trains device r and serves metrics on base_port + r."""
+    sets: dict[str, object] = {**common, "metrics.port": base_port, "trainer.torch_threads": torch_threads}
+    argv = ["train", "--local-ranks", str(len(devices)), "--devices", ",".join(devices),
+            "--checkpoint-dir", str(checkpoint_dir)]
+    return ServiceSpec("trainers", "trainer", _streamtrain(global_args, sets, *argv),
+                       tuple(base_port + r for r in range(len(devices))))
+
+
+def prometheus_spec(binary: str, config_file: Path, data_dir: Path, host: str, port: int) -> ServiceSpec:
+    """The Prometheus server, storing its TSDB under the run directory."""
+    argv = (binary, f"--config.file={config_file}", f"--storage.tsdb.path={data_dir}",
+            f"--web.listen-address={host}:{port}", "--log.level=warn")
+    return ServiceSpec("prometheus", "prometheus", argv, (port,))
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct TCP ports free on `host` right now (all bound at once, so no two are the same)."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            socks.append(sock)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def free_port_block(n: int, host: str = "127.0.0.1", avoid: Sequence[int] = ()) -> int:
+    """The first of `n` consecutive ports free on `host` (trainer ranks serve on metrics.port + rank).
+
+    Raises:
+        RuntimeError: when no such block is found.
+    """
+    for _ in range(200):
+        base = free_ports(1, host)[0]
+        block = range(base, base + n)
+        if base + n > 65535 or any(p in avoid for p in block):
+            continue
+        socks = []
+        try:
+            for port in block:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError(f"no block of {n} consecutive free ports on {host}")

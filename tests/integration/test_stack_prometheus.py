@@ -1,0 +1,115 @@
+"""The local stack with a real Prometheus: every PromQL expression of every dashboard panel returns data.
+
+`streamtrain up` runs against the session broker; once Prometheus has scraped every service and the
+ranks have stepped (and dead-lettered a few corrupt records injected into a device topic), each
+panel's query goes through Prometheus' HTTP API. Then SIGTERM stops the stack in order, and its
+report must account for every sample, the dead letters included.
+
+The dashboards come from deploy/grafana/dashboards (or $STREAMTRAIN_TEST_DASHBOARDS).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stack.dashboards import load_dashboard_queries
+from stack.prometheus import INSTALL_HINT, find_prometheus, instant_query
+from streamtrain.config import KafkaConfig
+from streamtrain.kafka import make_producer
+
+PROMETHEUS = find_prometheus()
+DASHBOARDS = Path(os.environ.get("STREAMTRAIN_TEST_DASHBOARDS")
+                  or Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards")
+BAD_RECORDS = 3
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(PROMETHEUS is None, reason=f"no prometheus binary on this machine: {INSTALL_HINT}"),
+]
+
+
+def _wait_for(what: str, check: Callable[[], object], timeout: float, proc: subprocess.Popen[bytes],
+              log: Path) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"streamtrain up exited ({proc.returncode}) waiting for {what}:\n" \
+                                    f"{log.read_text()[-4000:]}"
+        value = check()
+        if value:
+            return value
+        time.sleep(1.0)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; up's output:\n{log.read_text()[-4000:]}")
+
+
+def _first(pattern: str, log: Path) -> str | None:
+    match = re.search(pattern, log.read_text())
+    return match.group(1) if match else None
+
+
+def _value(url: str, expr: str) -> float:
+    result = instant_query(url, expr)
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+@pytest.mark.timeout(420)
+def test_every_dashboard_query_returns_data_from_the_local_stack(tmp_path: Path, broker: Any) -> None:
+    queries = load_dashboard_queries(DASHBOARDS) if DASHBOARDS.is_dir() else []
+    assert queries, f"no dashboard panel with a PromQL expression under {DASHBOARDS}"
+    bootstrap = broker.bootstrap
+    out, log = tmp_path / "run", tmp_path / "up.log"
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
+    env.update(STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS=bootstrap, STREAMTRAIN_KAFKA__TOPIC_PREFIX=prefix, COLUMNS="300")
+    cmd = [sys.executable, "-m", "streamtrain.cli", "--set", "trainer.hidden_size=16", "up", "--devices", "2",
+           "--rates", "20,40", "--sizes", "24,12", "--broker", "external", "--no-live", "--drain-timeout", "60",
+           "--out", str(out)]
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_for("the stack to come up", lambda: "stack up:" in log.read_text(), 240, proc, log)
+        url = _first(r"Prometheus (http://[\d.:]+)", log)
+        topics = _first(r"topics (\S+)\.\*", log)
+        assert url and topics, log.read_text()
+        _wait_for("every target scraped and 5 steps on both ranks", lambda: _value(url, "count(up == 1)") == 5
+                  and _value(url, "min(streamtrain_trainer_step)") >= 5, 120, proc, log)
+
+        kafka = KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=topics)
+        producer = make_producer(kafka)
+        for i in range(BAD_RECORDS):  # no schema header: the rank must dead-letter them, not crash
+            producer.produce(kafka.topics.device("0"), value=f"not a sample {i}".encode())
+        assert producer.flush(30) == 0
+        _wait_for("the bad records dead-lettered and scraped",
+                  lambda: _value(url, "sum(streamtrain_trainer_dead_lettered_total)") >= BAD_RECORDS, 90, proc, log)
+        time.sleep(5.0)  # a few more scrapes, so every rate() window holds several points
+
+        failures = []
+        for query in queries:
+            try:
+                if not instant_query(url, query.expr):
+                    failures.append(f"no data: {query}")
+            except RuntimeError as exc:
+                failures.append(f"error: {query}: {exc}")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=240)
+    assert not failures, f"{len(failures)} of {len(queries)} dashboard queries failed:\n" + "\n".join(failures)
+    assert code == 0, log.read_text()[-4000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["stopped_by"] == "SIGTERM"
+    assert report["samples_dead_lettered"] == BAD_RECORDS
+    assert report["samples_unaccounted"] == 0 and report["samples_pending"] == 0
+    assert report["prometheus_url"] == url

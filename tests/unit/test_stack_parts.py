@@ -1,0 +1,182 @@
+"""The stack's pure parts: service command lines (checked by the real config loader), ports, accounting,
+report figures, the scrape configuration and the dashboard variable expansion."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from stack.dashboards import dashboard_queries, expand_variables
+from stack.ledger import DeviceRecord, RunRecords, tally_devices
+from stack.prometheus import find_prometheus, scrape_config
+from stack.report import build_report, build_series
+from stack.services import (
+    coordinator_spec,
+    device_streams,
+    free_port_block,
+    producer_spec,
+    trainer_spec,
+)
+from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
+from streamtrain.wire import DeadLetter, StepFeedback
+
+
+def _config_of(argv: tuple[str, ...]) -> StreamtrainConfig:
+    """What a child started with `argv` loads: its --set flags through the real loader (no environment)."""
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    return load_config(env={}, overrides=dict(parse_assignment(s) for s in sets))
+
+
+def test_streams_cycle_rates_and_sizes_and_reject_bad_values() -> None:
+    streams = device_streams(5, rates=[10, 20], sizes=[30])
+    assert [s.rate for s in streams] == [10, 20, 10, 20, 10]
+    assert {s.size_mean for s in streams} == {30}
+    assert all(s.size_dif == pytest.approx(9.0) for s in streams)
+    assert [s.device_id for s in streams] == ["0", "1", "2", "3", "4"]
+    defaults = device_streams(4)
+    assert len({(s.rate, s.size_mean) for s in defaults}) == 4  # heterogeneous by default
+    with pytest.raises(ValueError, match="--rates"):
+        device_streams(2, rates=[0])
+    with pytest.raises(ValueError, match="--sizes"):
+        device_streams(2, sizes=[0.5])
+
+
+def test_service_command_lines_load_as_the_intended_configuration(tmp_path: Path) -> None:
+    common: dict[str, object] = {"kafka.bootstrap_servers": "127.0.0.1:1234", "kafka.topic_prefix": "demo"}
+    stream = device_streams(4)[2]
+    prod = producer_spec(stream, 2, 7, 4567, common, ["--set", "job=x"])
+    cfg = _config_of(prod.argv)
+    assert cfg.kafka.bootstrap_servers == "127.0.0.1:1234" and cfg.kafka.topic_prefix == "demo"
+    assert cfg.producer.ids() == ["2"] and cfg.producer.metrics_port == 4567 and cfg.producer.seed == 9
+    assert cfg.producer.rate.mean == stream.rate and cfg.producer.size.mean == stream.size_mean
+    assert cfg.producer.size.kind == "normal" and cfg.producer.size.dif == stream.size_dif
+    assert cfg.job == "x"
+    assert prod.argv.index("--set") < prod.argv.index("produce")
+
+    coord = coordinator_spec(["0", "1"], "static", "persist", 999, common, [])
+    assert _config_of(coord.argv).coordinator.devices == ("0", "1")
+    assert coord.argv[-6:] == ("coordinate", "--port", "999", "--policy", "static", "--truncation", "persist")[-6:]
+
+    ranks = trainer_spec(["0", "1", "2"], 5000, tmp_path, 1, common, [])
+    tcfg = _config_of(ranks.argv)
+    assert tcfg.metrics.port == 5000 and tcfg.trainer.torch_threads == 1
+    assert ranks.ports == (5000, 5001, 5002)
+    assert "--local-ranks" in ranks.argv and ranks.argv[ranks.argv.index("--devices") + 1] == "0,1,2"
+
+
+def test_free_port_block_is_consecutive_and_bindable() -> None:
+    base = free_port_block(3)
+    socks = []
+    try:
+        for port in range(base, base + 3):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", port))
+            socks.append(sock)
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_scrape_config_is_json_yaml_with_every_target() -> None:
+    doc = json.loads(scrape_config({"trainers": ["h:1", "h:2"], "coordinator": ["h:3"], "producers": []}, 1.0))
+    jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
+    assert set(jobs) == {"streamtrain-trainers", "streamtrain-coordinator"}
+    assert jobs["streamtrain-trainers"]["static_configs"][0]["targets"] == ["h:1", "h:2"]
+    assert doc["global"]["scrape_interval"] == "1s"
+
+
+def _fb(device: str, step: int, samples: int, dropped: int = 0, loss: float | None = 1.0, t: int = 0,
+        floor: int = 0, compute: float = 0.1) -> StepFeedback:
+    return StepFeedback(job="j", step=step, device_id=device, rank=int(device), plan_step=step, samples=samples,
+                        total_size=samples * 10, compute_seconds=compute, data_wait_seconds=0.01, comm_seconds=0.0,
+                        step_seconds=compute + 0.01, memory_bytes=0, loss=loss, dropped=dropped,
+                        lowest_unprocessed_offset=floor, buffer_depth=0, sent_at=1_000_000 + t)
+
+
+def _run(records: dict[str, list[DeviceRecord]], committed: dict[str, int | None],
+         feedback: list[StepFeedback], dead: list[DeadLetter]) -> tuple[StreamtrainConfig, RunRecords]:
+    cfg = StreamtrainConfig(job="j")
+    topics = cfg.kafka.topics
+    run = RunRecords(list(records), records, committed={(topics.device(d), 0): c for d, c in committed.items()},
+                     feedback=feedback, dead_letters=dead)
+    return cfg, run
+
+
+def _records(n: int, corrupt: tuple[int, ...] = ()) -> list[DeviceRecord]:
+    return [DeviceRecord(0, o, None if o in corrupt else o - sum(c < o for c in corrupt), 1_000_000 + o, 10)
+            for o in range(n)]
+
+
+def test_tally_accounts_trained_truncated_dead_lettered_and_pending() -> None:
+    cfg = StreamtrainConfig(job="j")
+    dl = DeadLetter(topic=cfg.kafka.topics.device("0"), partition=0, offset=3, reason="corrupt", detail="",
+                    service="trainer", failed_at=0)
+    records = {"0": _records(10, corrupt=(3,)), "1": _records(6)}
+    feedback = [_fb("0", 0, 5, dropped=2), _fb("0", 1, 2), _fb("1", 0, 4), _fb("1", 1, 0)]
+    cfg, run = _run(records, {"0": 10, "1": 4}, feedback, [dl])
+    t0, t1 = tally_devices(cfg, run)
+    assert (t0.produced, t0.trained, t0.truncated, t0.dead_lettered, t0.pending) == (10, 7, 2, 1, 0)
+    assert t0.unaccounted == 0 and t0.seq_missing == 0
+    assert (t1.pending, t1.unaccounted) == (2, 2)  # offsets 4 and 5 were never processed
+
+    # A processed record no feedback counts, and a seq gap (a failed delivery), are unaccounted too.
+    gap = [r for r in _records(5) if r.offset != 2]
+    cfg, run = _run({"0": gap}, {"0": 5}, [_fb("0", 0, 3)], [])
+    (t,) = tally_devices(cfg, run)
+    assert (t.seq_missing, t.unexplained, t.unaccounted) == (1, 1, 2)
+
+
+def test_report_has_the_required_figures_and_series() -> None:
+    records = {"0": _records(4), "1": _records(4)}
+    feedback = [_fb("0", 0, 2, t=100, floor=2, compute=0.1), _fb("1", 0, 2, t=110, floor=2, compute=0.3),
+                _fb("0", 1, 2, t=200, floor=4, loss=0.5), _fb("1", 1, 2, t=210, floor=4, loss=0.25)]
+    cfg, run = _run(records, {"0": 4, "1": 4}, feedback, [])
+    report = build_report(run, tally_devices(cfg, run), {"policy": "ett-stream", "plan_latency_ms_median": 1.0})
+    for key in ("policy", "devices", "steps", "samples_produced", "samples_trained", "samples_truncated",
+                "samples_dead_lettered", "samples_unaccounted", "straggler_effect_median", "step_seconds_median",
+                "throughput_samples_per_s", "plan_latency_ms_median", "final_loss"):
+        assert key in report, key
+    assert report["samples_produced"] == 8 and report["samples_trained"] == 8 and report["samples_unaccounted"] == 0
+    assert report["steps"] == 2 and report["devices"] == 2
+    assert report["straggler_effect_median"] == pytest.approx((0.2 / 0.2 + 0.0) / 2)  # step 0: SE 1, step 1: SE 0
+    assert report["final_loss"] == pytest.approx((1.0 * 4 + 0.5 * 2 + 0.25 * 2) / 8)
+    series = build_series(run)
+    lag = series["devices"]["0"]["lag"]
+    assert lag == [2, 0]  # all 4 appended before step 0 ended, 2 processed; then all 4
+    assert sum(sum(r["trained_per_s"]) for r in series["rates"]["devices"].values()) == 8
+
+
+def test_dashboard_variables_expand_to_queries_prometheus_can_run() -> None:
+    dashboard = {
+        "templating": {"list": [
+            {"name": "device", "type": "query", "query": "label_values(streamtrain_trainer_step, device)",
+             "includeAll": True, "current": {"value": ["$__all"]}},
+            {"name": "ds", "type": "datasource", "current": {"value": "prom"}},
+            {"name": "q", "type": "constant", "query": "0.99"},
+        ]},
+        "panels": [
+            {"title": "batch",
+             "targets": [{"refId": "A", "expr": 'streamtrain_trainer_batch_samples{device="$device"}'}]},
+            {"type": "row", "title": "r", "panels": [
+                {"title": "rate", "targets": [
+                    {"refId": "B", "expr": 'sum by (device) (rate(streamtrain_trainer_samples_total'
+                                           '{device=~"${device}"}[$__rate_interval]))'},
+                    {"refId": "C", "expr": "histogram_quantile($q, rate(x_bucket[$__interval]))"},
+                    {"refId": "D", "expr": ""}]}]},
+        ],
+    }
+    exprs = [q.expr for q in dashboard_queries(dashboard, "d.json")]
+    assert exprs == ['streamtrain_trainer_batch_samples{device=~".*"}',
+                     'sum by (device) (rate(streamtrain_trainer_samples_total{device=~".*"}[30s]))',
+                     "histogram_quantile(0.99, rate(x_bucket[5s]))"]
+    assert expand_variables('a{d!="$v"}', {"v": ".*"}) == 'a{d!~".*"}'
+
+
+def test_a_missing_prometheus_binary_is_reported_as_none(tmp_path: Path) -> None:
+    assert find_prometheus(str(tmp_path / "no-such-prometheus")) is None
+    fake = tmp_path / "prometheus"
+    fake.write_text("#!/bin/sh\n")
+    assert find_prometheus(str(fake)) == str(fake)

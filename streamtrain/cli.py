@@ -1,3 +1,4 @@
+"""The `streamtrain` command: one entry point for the broker, the services, demos and benchmarks."""
 
 from __future__ import annotations
 

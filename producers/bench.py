@@ -4,7 +4,9 @@ Measured in one run against one broker: (a) for each count of concurrent device 
 target rate, every device's achieved rate (acknowledged samples over a window after a warm-up);
 (b) the producers' aggregate records/s with pacing off, next to Kafka's own producer performance
 tool (`ProducerPerformance`, the engine of kafka-producer-perf-test.sh) at the same record size
-and producer settings.
+and producer settings; (c) the trainer's input path on one core: consume -> Avro decode and
+validation -> buffer -> pack into a batch, with the trainer's own `RankConsumer`, `SampleBuffer`
+and `collate_packed`, for 1 KiB samples (target: >= 20,000 samples/s, so data never gates a step).
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class IngestBench:
     throughput_s: float = 15.0
     libs: Path | None = None
     progress: Callable[[str], None] = logger.info
+    trainer_samples: int = 50_000
+    trainer_batch: int = 256
 
     def _producer_cfg(self, devices: int, rate: dict[str, Any], duration: float) -> ProducerConfig:
         return ProducerConfig.model_validate({
@@ -106,6 +110,72 @@ class IngestBench:
         self.progress(f"producers, pacing off: {rate:,.0f} records/s of {record_bytes} bytes")
         return rate, record_bytes
 
+    def trainer_rate(self) -> dict[str, Any]:
+        """The trainer's consume -> decode -> collate rate on one core for 1 KiB samples.
+
+        `trainer_samples` records of 16 frames x 16 float32 features (1 KiB payloads) are published
+        first; then one `RankConsumer` reads them from the device topic the way a rank does (decode,
+        validate, buffer) while batches of `trainer_batch` oldest samples are taken and packed by
+        the default collate function. The clock runs from the first fetch to the last packed batch.
+        """
+        import torch
+
+        from streamtrain.config import TrainerConfig
+        from streamtrain.kafka import make_producer
+        from trainer.batching import collate_packed
+        from trainer.consumer import RankConsumer
+        from trainer.plans import PlanBook
+
+        torch.set_num_threads(1)
+        frames, features = 16, 16  # 16 x 16 float32 = 1 KiB of payload per sample
+        cfg = ProducerConfig.model_validate({
+            "devices": 1, "duration_s": 600.0, "max_samples": self.trainer_samples, "rate": {"kind": "unlimited"},
+            "metrics": False, "size": {"kind": "fixed", "mean": frames}, "synthetic": {"features": features},
+        })
+        kafka = self._kafka("trainer")
+        producer = StreamProducer(kafka, cfg)
+        producer.ensure_topics()
+        summary = producer.run()
+        n = int(summary.final.sent_own.sum())
+        record_bytes = round(int(summary.final.bytes_sent.sum()) / max(n, 1))
+        trainer = TrainerConfig(num_features=features, device="cpu", torch_threads=1)
+        ensure_topics(make_admin(kafka), [TopicSpec.from_config(kafka, kafka.topics.assignments),
+                                          TopicSpec.from_config(kafka, kafka.topics.dead_letter)])
+        dead_letters = make_producer(kafka)
+        consumer = RankConsumer(kafka, trainer, producer.ids[0], "bench-trainer", PlanBook("bench"), dead_letters)
+        try:
+            consumer.start(0)
+            buffer = consumer.buffer
+            trained = frames_packed = 0
+            first_fetch: float | None = None
+            cpu_start = time.thread_time()  # this thread's CPU: decode, validate, buffer, pack
+            deadline = time.monotonic() + 300
+            while trained < n and time.monotonic() < deadline:
+                if consumer.poll(0.05, max_records=self.trainer_batch * 4) and first_fetch is None:
+                    first_fetch = time.perf_counter()
+                while len(buffer) >= self.trainer_batch or (len(buffer) and buffer.position >= n):
+                    samples = buffer.take(buffer.select_oldest(self.trainer_batch))
+                    batch = collate_packed(samples, trainer)
+                    buffer.complete_step()
+                    trained += batch.num_samples
+                    frames_packed += batch.total_size
+            elapsed = time.perf_counter() - (first_fetch or time.perf_counter())
+            cpu = time.thread_time() - cpu_start
+        finally:
+            consumer.close()
+            dead_letters.flush(10)
+        if trained < n or consumer.dead_lettered:
+            raise RuntimeError(f"the trainer path packed {trained} of {n} samples ({consumer.dead_lettered} "
+                               "dead-lettered) within 300 s")
+        rate, cpu_rate = trained / elapsed, trained / max(cpu, 1e-9)
+        self.progress(f"trainer consume -> decode -> collate, one core: {rate:,.0f} samples/s wall, {cpu_rate:,.0f} "
+                      f"per CPU second, of {record_bytes} bytes (target >= 20,000; {trained} samples in batches of "
+                      f"{self.trainer_batch})")
+        return {"trainer_samples_per_s": round(rate, 1), "trainer_samples_per_cpu_s": round(cpu_rate, 1),
+                "trainer_record_bytes": record_bytes,
+                "trainer_samples": trained, "trainer_batch": self.trainer_batch,
+                "trainer_payload_bytes": frames * features * 4}
+
     def run(self) -> dict[str, Any]:
         """Every measurement, as the `ingest.json` document."""
         cells = [self.rate_cell(s, r) for r in self.rates for s in self.streams]
@@ -118,12 +188,13 @@ class IngestBench:
                                    max(10_000, int(records_per_s * self.throughput_s)), record_bytes,
                                    settings=_PERF_SETTINGS, libs=self.libs)
             self.progress(f"kafka perf tool: {perf:,.0f} records/s of {record_bytes} bytes")
+        trainer = self.trainer_rate()
         return {
             "record_bytes": record_bytes,
             "producer_records_per_s": round(records_per_s, 1),
             "kafka_perf_tool_records_per_s": perf,
             "producer_vs_kafka_tool": round(records_per_s / perf, 3) if perf else None,
-            "trainer_samples_per_s": None,
+            **trainer,
             "rate_cells": cells,
             "window_s": self.seconds,
             "sample_size": self.size,

@@ -87,8 +87,12 @@ def ingest(
     external: Annotated[
         bool, typer.Option(help="Use the configured Kafka instead of a private embedded broker.")
     ] = False,
+    trainer_samples: Annotated[
+        int, typer.Option(help="1 KiB samples the trainer's consume -> decode -> collate rate is measured on.", min=1)
+    ] = 50_000,
 ) -> None:
-    """Achieved per-device rates for 1-32 streams at 100 and 600 samples/s, and throughput vs Kafka's perf tool."""
+    """Achieved per-device rates for 1-32 streams at 100 and 600 samples/s, throughput vs Kafka's perf tool,
+    and the trainer's consume -> decode -> collate rate on one core for 1 KiB samples (target >= 20,000/s)."""
     from streamtrain.broker import EmbeddedBroker, find_kafka_libs
     from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
 
@@ -109,7 +113,8 @@ def ingest(
                                                                    "controller_port": 0, "heap": "1g"}))
             kafka = kafka.model_copy(update={"bootstrap_servers": broker.start()})
         try:
-            bench = IngestBench(kafka, stream_counts, rate_values, seconds, libs=libs, progress=console.print)
+            bench = IngestBench(kafka, stream_counts, rate_values, seconds, libs=libs, progress=console.print,
+                                trainer_samples=trainer_samples)
             result = bench.run()
         finally:
             if broker is not None:

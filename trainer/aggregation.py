@@ -7,8 +7,10 @@ samples, whatever the split, including ranks with zero samples (g_i = 0, λ_i = 
 nothing and the other weights renormalise through Σλ).
 
 Σλ must be known before the first bucket is scaled: `AggregationState.begin_step` starts an
-async all-reduce of (λ_i, samples_i) before the forward pass, and the first hook of the step waits
-on it, so that collective overlaps the whole forward and most of the backward.
+async all-reduce of (λ_i, samples_i, stop_i) before the forward pass, and the first hook of the
+step waits on it, so that collective overlaps the whole forward and most of the backward. The stop
+flag rides along for free: a rank asked to stop (SIGTERM) sets it, and every rank learns from the
+same sum that the group stops after this step, with no collective of its own.
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations as live objects.
@@ -44,7 +46,7 @@ class AggregationState:
         self.process_group = process_group
         self.compressor = compressor
         self._weight = 0.0
-        self._sums = torch.zeros(2, dtype=torch.float64, device=device)
+        self._sums = torch.zeros(3, dtype=torch.float64, device=device)
         self._sums_work: dist.Work | None = None
         self._scale: torch.Tensor | None = None
         self.hook_calls = 0
@@ -54,8 +56,8 @@ class AggregationState:
         self.last_hook_left_at: float | None = None
         """perf_counter when the last hook of this step returned: local gradients were all ready."""
 
-    def begin_step(self, weight: float, samples: int) -> None:
-        """Start the step: publish this rank's λ and sample count (async all-reduce, no wait).
+    def begin_step(self, weight: float, samples: int, stop: bool = False) -> None:
+        """Start the step: publish this rank's λ, sample count and stop flag (async all-reduce, no wait).
 
         Every rank must call this once per step, before the forward pass, in the same order
         relative to other collectives.
@@ -63,11 +65,13 @@ class AggregationState:
         Args:
             weight: λ_i, this rank's aggregation weight (0 when it trains nothing).
             samples: Samples this rank trains this step (summed into the global batch).
+            stop: This rank wants the group to stop after this step (see `group_stop`).
         """
         if weight < 0:
             raise ValueError(f"aggregation weight must be >= 0, got {weight}")
         self._weight = float(weight)
-        self._sums = torch.tensor([float(weight), float(samples)], dtype=torch.float64, device=self.device)
+        values = [float(weight), float(samples), 1.0 if stop else 0.0]
+        self._sums = torch.tensor(values, dtype=torch.float64, device=self.device)
         self._sums_work = dist.all_reduce(self._sums, group=self.process_group, async_op=True)
         self._scale = None
         self.hook_calls = 0
@@ -92,8 +96,13 @@ class AggregationState:
     def global_totals(self) -> tuple[float, int]:
         """(Σλ, Σ samples) over all ranks for this step; waits for the weight all-reduce (host sync)."""
         self._wait_sums()
-        total_weight, total_samples = self._sums.tolist()
+        total_weight, total_samples, _stops = self._sums.tolist()
         return float(total_weight), round(total_samples)
+
+    def group_stop(self) -> bool:
+        """Whether any rank passed stop=True to this step's `begin_step` (the same answer on every rank)."""
+        self._wait_sums()
+        return bool(self._sums[2].item() > 0)
 
     def end_step(self) -> None:
         """Close the step's compression statistics (call after backward)."""

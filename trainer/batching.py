@@ -80,17 +80,19 @@ class PackedBatch:
         )
 
 
-def sample_problems(sample: Sample, num_features: int) -> list[str]:
+def sample_problems(sample: Sample, num_features: int, *, wire_checked: bool = False) -> list[str]:
     """Why the default packing cannot train `sample` (empty when it can), for dead-lettering upstream.
 
     Args:
         sample: A decoded record.
         num_features: The configured features per frame.
+        wire_checked: `Sample.problems` already passed (`decode` validates by default): skip it,
+            which halves the validation cost on the trainer's input path.
 
     Returns:
         Human-readable reasons; the wire-level checks of `Sample.problems` come first.
     """
-    found = sample.problems()
+    found = [] if wire_checked else sample.problems()
     if found:
         return found
     if len(sample.shape) != 2 or sample.shape[1] != num_features:

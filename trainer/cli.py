@@ -71,11 +71,12 @@ def train(
         if rank >= len(names):
             die(f"RANK {rank} has no device in --devices ({len(names)} named)", EXIT_CONFIG)
         device_id = names[rank]
+    from .errors import TrainerSetupError
     from .rank import run_rank
 
     try:
         code = run_rank(cfg, device_id)
-    except ValueError as exc:  # devices, backends, topic layout: the setting is named in the message
+    except TrainerSetupError as exc:  # devices, backends, plug-ins, topic layout: the message names the setting
         die(str(exc), EXIT_CONFIG)
     except KafkaException as exc:
         die(f"Kafka: {exc}")

@@ -21,6 +21,7 @@ from streamtrain.wire import Assignment, Sample, WireError, decode
 
 from .batching import sample_problems
 from .buffer import SampleBuffer
+from .errors import TrainerSetupError
 from .plans import PlanBook
 
 __all__ = ["RankConsumer"]
@@ -78,7 +79,7 @@ class RankConsumer:
         if meta.error is not None:
             raise KafkaException(meta.error)
         if len(meta.partitions) != 1:
-            raise ValueError(f"device topic {self.topic} has {len(meta.partitions)} partitions; a rank trains a "
+            raise TrainerSetupError(f"device topic {self.topic} has {len(meta.partitions)} partitions; a rank trains a "
                              "device's stream in order from exactly one (create it with kafka.partitions=1)")
 
     def committed_offset(self, timeout: float = 30.0) -> int | None:
@@ -167,7 +168,7 @@ class RankConsumer:
             self._dead_letter(msg, exc.reason, str(exc))
             self.buffer.skip(offset)
             return
-        problems = sample_problems(sample, self.config.num_features)
+        problems = sample_problems(sample, self.config.num_features, wire_checked=True)  # decode validated it
         if sample.label is not None and sample.label >= self.config.num_classes:
             problems.append(f"label {sample.label} is not below trainer.num_classes={self.config.num_classes}")
         if problems:

@@ -21,6 +21,8 @@ import torch.distributed as dist
 
 from streamtrain.config.trainer import TrainerConfig
 
+from .errors import TrainerSetupError
+
 __all__ = [
     "DistContext",
     "destroy_distributed",
@@ -61,13 +63,13 @@ def select_device(config: TrainerConfig, local_rank: int) -> tuple[torch.device,
     """The device and backend `config` asks for on this host.
 
     Raises:
-        ValueError: CUDA or NCCL is requested on a host without CUDA.
+        TrainerSetupError: CUDA or NCCL is requested on a host without CUDA.
     """
     has_cuda = torch.cuda.is_available()
     if config.device == "cuda" and not has_cuda:
-        raise ValueError("trainer.device is 'cuda' but CUDA is not available on this host")
+        raise TrainerSetupError("trainer.device is 'cuda' but CUDA is not available on this host")
     if config.backend == "nccl" and not has_cuda:
-        raise ValueError("trainer.backend is 'nccl' but CUDA is not available on this host")
+        raise TrainerSetupError("trainer.backend is 'nccl' but CUDA is not available on this host")
     use_cuda = config.device == "cuda" or (config.device == "auto" and has_cuda)
     device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
     backend = config.backend if config.backend != "auto" else ("nccl" if use_cuda else "gloo")
@@ -81,7 +83,7 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+        raise TrainerSetupError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
 def init_distributed(
@@ -111,13 +113,13 @@ def init_distributed(
         This rank's context.
 
     Raises:
-        ValueError: Inconsistent rank / world size, a missing port, or an unavailable device.
+        TrainerSetupError: Inconsistent rank / world size, a missing port, or an unavailable device.
     """
     rank = _env_int("RANK", 0) if rank is None else rank
     world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
     local_rank = _env_int("LOCAL_RANK", rank) if local_rank is None else local_rank
     if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in a group of {world_size} (RANK / WORLD_SIZE)")
+        raise TrainerSetupError(f"rank {rank} is not in a group of {world_size} (RANK / WORLD_SIZE)")
     device, backend = select_device(config, local_rank)
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
@@ -126,23 +128,26 @@ def init_distributed(
     addr = master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
     port = master_port if master_port is not None else _env_int("MASTER_PORT", 0)
     if port == 0 and world_size > 1:
-        raise ValueError("MASTER_PORT (or master_port) is required when WORLD_SIZE > 1")
+        raise TrainerSetupError("MASTER_PORT (or master_port) is required when WORLD_SIZE > 1")
     if dist.is_initialized():
         if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
-            raise ValueError(
+            raise TrainerSetupError(
                 f"a process group of rank {dist.get_rank()}/{dist.get_world_size()} already exists; "
                 f"cannot join as rank {rank}/{world_size}"
             )
         return DistContext(rank, world_size, local_rank, device, str(dist.get_backend()))
     port = port or free_port(addr)
-    dist.init_process_group(
-        backend,
-        init_method=f"tcp://{addr}:{port}",
-        rank=rank,
-        world_size=world_size,
-        timeout=timedelta(seconds=timeout_s),
-    )
-    logger.info("rank %d/%d joined %s:%d on %s with %s", rank, world_size, addr, port, device, backend)
+    timeout = timedelta(seconds=timeout_s)
+    store, _, _ = next(dist.rendezvous(f"tcp://{addr}:{port}", rank, world_size, timeout=timeout))
+    # Under torchrun the ranks are clients of the elastic agent's store, which outlives a failed group:
+    # after `--max-restarts` brings the group back, the old group's keys (e.g. gloo's peer addresses)
+    # are still there, and a new rank would dial a dead peer. A prefix per restart keeps rounds apart.
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if restart is not None:
+        store = dist.PrefixStore(f"streamtrain/restart{restart}", store)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    logger.info("rank %d/%d joined %s:%d on %s with %s%s", rank, world_size, addr, port, device, backend,
+                f" (torchrun restart {restart})" if restart is not None else "")
     return DistContext(rank, world_size, local_rank, device, backend)
 
 

@@ -14,6 +14,7 @@ from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
 from .batching import Batch, collate_packed
+from .errors import TrainerSetupError
 from .model import PackedConvNet
 
 __all__ = ["CollateFn", "build_collate", "build_model", "resolve_dotted"]
@@ -31,23 +32,23 @@ def resolve_dotted(path: str, setting: str) -> Any:
         setting: The config key it came from, named in every error.
 
     Raises:
-        ValueError: The path is malformed, its module does not import, or the attribute is missing
+        TrainerSetupError: The path is malformed, its module does not import, or the attribute is missing
             or not callable.
     """
     module_name, sep, attr_path = path.partition(":")
     if not sep or not module_name or not attr_path:
-        raise ValueError(f"{setting}: {path!r} is not of the form package.module:attribute")
+        raise TrainerSetupError(f"{setting}: {path!r} is not of the form package.module:attribute")
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"{setting}: cannot import module {module_name!r} of {path!r}: {exc}") from exc
+        raise TrainerSetupError(f"{setting}: cannot import module {module_name!r} of {path!r}: {exc}") from exc
     for part in attr_path.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise ValueError(f"{setting}: {module_name!r} has no attribute {attr_path!r}") from None
+            raise TrainerSetupError(f"{setting}: {module_name!r} has no attribute {attr_path!r}") from None
     if not callable(target):
-        raise ValueError(f"{setting}: {path!r} is {type(target).__name__}, not a callable")
+        raise TrainerSetupError(f"{setting}: {path!r} is {type(target).__name__}, not a callable")
     return target
 
 
@@ -55,7 +56,7 @@ def build_model(config: TrainerConfig) -> nn.Module:
     """The model of `config`, seeded by `config.seed`, in the configured precision, on the CPU.
 
     Raises:
-        ValueError: `config.model` cannot be resolved or its factory returns no `nn.Module`.
+        TrainerSetupError: `config.model` cannot be resolved or its factory returns no `nn.Module`.
     """
     dtype = torch.float64 if config.precision == "float64" else torch.float32
     # Seeded without disturbing the caller's global RNG; DDP later broadcasts rank 0's parameters anyway.
@@ -68,7 +69,8 @@ def build_model(config: TrainerConfig) -> nn.Module:
         else:
             model = resolve_dotted(config.model, "trainer.model")(config)
             if not isinstance(model, nn.Module):
-                raise ValueError(f"trainer.model: {config.model!r} returned {type(model).__name__}, not nn.Module")
+                got = type(model).__name__
+                raise TrainerSetupError(f"trainer.model: {config.model!r} returned {got}, not nn.Module")
             logger.info("using model %s from trainer.model", config.model)
     return model.to(dtype)
 

@@ -6,8 +6,9 @@ Run one rank per device, e.g. under torchrun (each rank picks `--devices`[RANK])
 
 or `streamtrain train --local-ranks 2 --devices cam0,cam1`. Every rank runs the same global step
 numbers and calls `run_step` once per step, with however many samples its plan gives it (possibly
-none), so the DDP collectives always line up; the only thing ranks must agree on explicitly is
-when to stop, which one small all-reduce at the top of each step settles.
+none), so the DDP collectives always line up. The only other thing ranks must agree on is when to
+stop: a stop request (SIGTERM on any rank) rides on each step's weight all-reduce, so every rank
+learns from the same sum to stop after that step, without a collective of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import signal
 import time
 from types import FrameType
 
-import torch
 import torch.distributed as dist
 from confluent_kafka import KafkaError, Message
 from prometheus_client import CollectorRegistry
@@ -59,9 +59,9 @@ class TrainerRank:
         self.group_id = config.trainer_group_id
         topics = config.kafka.topics
         self.feedback_topic = topics.feedback
+        self.runner = build_step_runner(self.trainer, ctx)  # bad plug-ins or slowdowns fail before Kafka is touched
         ensure_topics(make_admin(config.kafka), [TopicSpec.from_config(config.kafka, name) for name in (
             topics.device(device_id), topics.feedback, topics.assignments, topics.dead_letter)])
-        self.runner = build_step_runner(self.trainer, ctx)
         self.producer = make_producer(config.kafka)
         self.plans = PlanBook(config.job)
         self.consumer = RankConsumer(config.kafka, self.trainer, device_id, self.group_id, self.plans,
@@ -74,6 +74,8 @@ class TrainerRank:
         self.committed: int | None = None
         self.feedback_failed = 0
         self.stop_requested = False
+        self.group_stop = False
+        """Some rank asked to stop: the group stops after the step that told it."""
         self._offsets: dict[str, int] = {}
         self._checkpointed_step: int | None = None
         self._dead_lettered_seen = 0
@@ -109,16 +111,19 @@ class TrainerRank:
         """Finish the current step, then commit, checkpoint and return from `run` (signal-handler safe)."""
         self.stop_requested = True
 
-    def _agree_stop(self) -> bool:
-        flag = torch.tensor([1.0 if self.stop_requested else 0.0], device=self.ctx.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # one rank's SIGTERM stops the whole group at the same step
+    def _limit_reached(self) -> bool:
         limit = self.trainer.max_steps
-        return bool(flag.item() > 0) or (limit > 0 and self.step >= limit)
+        return limit > 0 and self.step >= limit  # the same on every rank: they run the same step numbers
 
     def run(self) -> int:
-        """Train until SIGTERM on any rank or `trainer.max_steps`; returns the steps run in this call."""
+        """Train until SIGTERM on any rank or `trainer.max_steps`; returns the steps run in this call.
+
+        A SIGTERM on one rank is carried by the next step's weight all-reduce, so the whole group
+        finishes that step and stops after it together.
+        """
         first = self.step
-        while not self._agree_stop():
+        self.group_stop = False
+        while not self.group_stop and not self._limit_reached():
             self.run_step()
             self._after_step()
         self._finish()
@@ -137,7 +142,8 @@ class TrainerRank:
         offsets = self._gather(selection, time.perf_counter() + self.trainer.data_wait_s)
         data_wait = time.perf_counter() - started
         samples = self.buffer.take(offsets)
-        result = self.runner.run_step(samples)
+        result = self.runner.run_step(samples, stop=self.stop_requested)
+        self.group_stop = result.stop
         self.buffer.complete_step()  # the optimizer step is done: these offsets are processed
         self.local.observe(result.total_size, result.compute_seconds)
         if plan is not None:

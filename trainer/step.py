@@ -28,9 +28,10 @@ from streamtrain.wire import Sample
 from .aggregation import AggregationState, aggregation_hook
 from .compression import CompressionStats, TopKCompressor
 from .distributed import DistContext, peak_memory_bytes, reset_peak_memory
+from .errors import TrainerSetupError
 from .plugins import CollateFn, build_collate, build_model
 
-__all__ = ["StepResult", "StepRunner", "build_optimizer", "build_step_runner", "linear_lr_scale"]
+__all__ = ["StepResult", "StepRunner", "build_optimizer", "build_step_runner", "linear_lr_scale", "slowdown_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,10 @@ class StepResult:
     """Peak memory of the step: CUDA max allocated, or peak RSS on the CPU."""
     compressed_buckets: int = 0
     buckets: int = 0
+    stop: bool = False
+    """Some rank asked the group to stop after this step (every rank sees the same value)."""
+    slowdown_seconds: float = 0.0
+    """Emulated extra compute slept after the step (`trainer.slowdowns`), included in compute and step seconds."""
 
 
 def linear_lr_scale(global_batch: int, base_batch: int, max_scale: float) -> float:
@@ -101,6 +106,7 @@ class StepRunner:
         config: Trainer settings (loss weighting, learning-rate scaling).
         collate: Samples → batch.
         device: Device the model lives on.
+        slowdown: Emulated slow-down factor of this rank (>= 1; see `slowdown_for`).
     """
 
     def __init__(
@@ -111,13 +117,17 @@ class StepRunner:
         config: TrainerConfig,
         collate: CollateFn,
         device: torch.device,
+        slowdown: float = 1.0,
     ) -> None:
+        if not slowdown >= 1.0:
+            raise ValueError(f"slowdown factor must be >= 1, got {slowdown}")
         self.model = model
         self.optimizer = optimizer
         self.state = state
         self.config = config
         self.collate = collate
         self.device = device
+        self.slowdown = float(slowdown)
         self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
         self.steps = 0
 
@@ -138,7 +148,12 @@ class StepRunner:
             torch.cuda.synchronize(self.device)  # host timers only mean something after the kernels ran
 
     def run_step(
-        self, samples: Sequence[Sample], weight: float | None = None, lr_scale: float | None = None
+        self,
+        samples: Sequence[Sample],
+        weight: float | None = None,
+        lr_scale: float | None = None,
+        *,
+        stop: bool = False,
     ) -> StepResult:
         """Train one step on `samples` (possibly none) together with the other ranks.
 
@@ -148,6 +163,8 @@ class StepRunner:
                 `config.aggregation` / `config.weight_by` and the samples themselves.
             lr_scale: Learning-rate scale override (e.g. the plan's); default the linear rule on
                 the measured global batch. Ignored when `config.lr_scaling` is off.
+            stop: This rank asks the group to stop after this step; the answer (any rank asked)
+                is `StepResult.stop`. It rides on the step's weight all-reduce: no extra collective.
 
         Returns:
             Timings, loss, sizes and memory of the step.
@@ -157,7 +174,7 @@ class StepRunner:
         batch = self.collate(samples, self.config).to(self.device)
         collated = time.perf_counter()
         own_weight = self._weight_of(samples) if weight is None else float(weight)
-        self.state.begin_step(own_weight, batch.num_samples)
+        self.state.begin_step(own_weight, batch.num_samples, stop)
         self.optimizer.zero_grad(set_to_none=True)
         self.model.train()
         logits = self.model(batch)
@@ -179,6 +196,12 @@ class StepRunner:
         loss_value = float(loss.detach()) if batch.num_samples > 0 else None
         self._sync()
         finished = time.perf_counter()
+        slept = 0.0
+        if self.slowdown > 1.0:
+            # Emulated heterogeneity: this rank computes `slowdown` times slower than it does.
+            time.sleep((self.slowdown - 1.0) * max(0.0, finished - started - comm))
+            slept = time.perf_counter() - finished
+            finished += slept
         self.steps += 1
         decisions = self.state.compressor.decisions if self.state.compressor is not None else []
         return StepResult(
@@ -197,6 +220,8 @@ class StepRunner:
             memory_bytes=peak_memory_bytes(self.device),
             compressed_buckets=sum(decisions),
             buckets=self.state.hook_calls,
+            stop=self.state.group_stop(),
+            slowdown_seconds=slept,
         )
 
     def _apply_lr(self, global_samples: int, lr_scale: float | None) -> float:
@@ -211,6 +236,21 @@ class StepRunner:
         return float(self.optimizer.param_groups[0]["lr"])
 
 
+def slowdown_for(config: TrainerConfig, rank: int, world_size: int) -> float:
+    """This rank's emulated slow-down factor: `trainer.slowdowns[rank]`, or 1 when none are set.
+
+    Raises:
+        TrainerSetupError: `trainer.slowdowns` names factors, but not one per rank of the group.
+    """
+    factors = config.slowdowns
+    if not factors:
+        return 1.0
+    if len(factors) != world_size:
+        raise TrainerSetupError(f"trainer.slowdowns names {len(factors)} factors but the group has {world_size} "
+                                "ranks; give one factor per rank (e.g. [1,1,1,4])")
+    return float(factors[rank])
+
+
 def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
     """Model, DDP wrapper with the aggregation hook, optimizer and collate function of one rank.
 
@@ -219,9 +259,11 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
         ctx: This rank's process group context (`init_distributed`).
 
     Raises:
-        ValueError: `config.model` or `config.collate` cannot be resolved.
+        TrainerSetupError: `config.model` or `config.collate` cannot be resolved, or `config.slowdowns`
+            does not name one factor per rank.
     """
     collate = build_collate(config)  # resolve plug-ins first: a bad path fails before any collective
+    slowdown = slowdown_for(config, ctx.rank, ctx.world_size)
     model = build_model(config).to(ctx.device)
     ddp = DistributedDataParallel(
         model,
@@ -241,4 +283,6 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
         f"top-{config.topk_ratio:g} delta {config.compression_delta:g}" if config.compression else "off",
         f"on (base batch {config.base_batch})" if config.lr_scaling else "off",
     )
-    return StepRunner(ddp, optimizer, state, config, collate, ctx.device)
+    if slowdown > 1.0:
+        logger.info("rank %d: emulating a device %g times slower (trainer.slowdowns)", ctx.rank, slowdown)
+    return StepRunner(ddp, optimizer, state, config, collate, ctx.device, slowdown)

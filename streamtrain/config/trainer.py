@@ -138,6 +138,11 @@ class TrainerConfig(BaseModel):
     log_every: int = Field(default=10, ge=1)
     """Steps between a rank's one-line progress log."""
 
+    slowdowns: tuple[float, ...] = ()
+    """Emulated heterogeneity for benchmarks: one factor >= 1 per rank; rank r sleeps (factor - 1) x its measured
+    compute after each step, so its compute and step times (and the group's waits) are those of a device that
+    many times slower. E.g. `--set trainer.slowdowns=[1,1,1,4]` or `=1,1,1,4`; empty: every rank at full speed."""
+
     metrics: bool = True
     """Serve Prometheus /metrics per rank on metrics.port + rank (a free port when metrics.port is 0)."""
 
@@ -146,6 +151,25 @@ class TrainerConfig(BaseModel):
     def _kernel_is_odd(cls, value: int) -> int:
         if value % 2 == 0:
             raise ValueError(f"kernel_size must be odd for symmetric 'same' padding, got {value}")
+        return value
+
+    @field_validator("slowdowns", mode="before")
+    @classmethod
+    def _split_slowdowns(cls, value: object) -> object:
+        if isinstance(value, str):
+            parts = [p.strip() for p in value.strip().strip("[]").split(",") if p.strip()]
+            try:
+                return tuple(float(p) for p in parts)
+            except ValueError:
+                raise ValueError(f"{value!r} is not a comma-separated list of numbers") from None
+        return value
+
+    @field_validator("slowdowns")
+    @classmethod
+    def _slowdowns_at_least_one(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        for i, factor in enumerate(value):
+            if not 1.0 <= factor <= 1000.0:  # also rejects nan
+                raise ValueError(f"factor {factor} of rank {i} must be in [1, 1000] (1 = full speed)")
         return value
 
     @field_validator("model", "collate")

@@ -1,0 +1,100 @@
+"""Emulated heterogeneity (`trainer.slowdowns`), the stop flag on the weight all-reduce, and what
+`streamtrain train` reports as a configuration error (exit 2) versus a bug (traceback, exit 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from streamtrain.cli import app
+from streamtrain.config import load_config
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.synthetic import synthetic_samples
+from trainer.distributed import DistContext, destroy_distributed, init_distributed
+from trainer.errors import TrainerSetupError
+from trainer.step import build_step_runner, slowdown_for
+
+CONFIG = TrainerConfig(num_features=4, num_classes=3, hidden_size=8, num_layers=1, kernel_size=3, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Iterator[DistContext]:
+    context = init_distributed(CONFIG, rank=0, world_size=1)
+    yield context
+    destroy_distributed()
+
+
+@pytest.mark.parametrize("given", ["[1,1,1,4]", "1,1,1,4", "1, 1, 1, 4.0"])
+def test_slowdowns_from_set_flags(given: str) -> None:
+    cfg = load_config(env={}, overrides={"trainer.slowdowns": given})
+    assert cfg.trainer.slowdowns == (1.0, 1.0, 1.0, 4.0)
+    assert [slowdown_for(cfg.trainer, r, 4) for r in range(4)] == [1.0, 1.0, 1.0, 4.0]
+
+
+def test_no_slowdowns_means_full_speed() -> None:
+    assert CONFIG.slowdowns == ()
+    assert slowdown_for(CONFIG, 3, 8) == 1.0
+
+
+@pytest.mark.parametrize("bad", ["1,0.5", "0", "nan", "1,x", "2000"])
+def test_slowdowns_below_one_or_not_numbers_fail_naming_the_setting(bad: str) -> None:
+    with pytest.raises(ValidationError, match="slowdowns"):
+        TrainerConfig(slowdowns=bad)
+
+
+def test_slowdowns_must_name_one_factor_per_rank() -> None:
+    with pytest.raises(TrainerSetupError, match=r"trainer.slowdowns names 2 factors but the group has 4 ranks"):
+        slowdown_for(CONFIG.model_copy(update={"slowdowns": (1.0, 2.0)}), 0, 4)
+
+
+def test_slowdown_stretches_compute_by_the_factor(ctx: DistContext) -> None:
+    samples = synthetic_samples([40, 30, 50, 20] * 4, num_features=4, num_classes=3)
+    slow = build_step_runner(CONFIG.model_copy(update={"slowdowns": (4.0,)}), ctx)
+    fast = build_step_runner(CONFIG, ctx)
+    for _ in range(2):  # warm up the allocator and the kernels
+        fast.run_step(samples)
+        slow.run_step(samples)
+    f = fast.run_step(samples)
+    s = slow.run_step(samples)
+    assert f.slowdown_seconds == 0.0
+    own = s.compute_seconds - s.slowdown_seconds  # what the step really took
+    assert own > 0
+    # Slept (4 - 1) x the measured compute (sleep never returns early), and reported inside compute and step time.
+    assert s.slowdown_seconds >= 3 * own * 0.999
+    assert s.slowdown_seconds <= 3 * own + 0.05
+    assert s.compute_seconds == pytest.approx(own + s.slowdown_seconds)
+    assert s.step_seconds >= s.compute_seconds
+
+
+def test_stop_flag_rides_on_the_step(ctx: DistContext) -> None:
+    runner = build_step_runner(CONFIG, ctx)
+    samples = synthetic_samples([3, 4], num_features=4, num_classes=3)
+    assert runner.run_step(samples).stop is False
+    assert runner.run_step(samples, stop=True).stop is True
+    assert runner.run_step([], stop=True).stop is True  # an idle rank can ask too
+    assert runner.run_step(samples).stop is False
+
+
+def test_train_reports_setup_errors_as_configuration_errors() -> None:
+    result = CliRunner().invoke(app, [
+        "--set", "kafka.bootstrap_servers=127.0.0.1:1", "--set", "trainer.device=cpu", "--set", "metrics.port=0",
+        "--set", "trainer.collate=no_such_module_xyz:collate", "train", "--device-id", "d0",
+    ])
+    assert result.exit_code == 2, result.output
+    assert "trainer.collate" in result.output and "no_such_module_xyz" in result.output
+
+
+def test_train_lets_a_bug_surface_with_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainer.rank
+
+    def broken(*_: object) -> int:
+        raise ValueError("an honest bug, not a setting")
+
+    monkeypatch.setattr(trainer.rank, "run_rank", broken)
+    result = CliRunner().invoke(app, ["--set", "trainer.device=cpu", "train", "--device-id", "d0"])
+    assert result.exit_code == 1
+    assert isinstance(result.exception, ValueError) and "honest bug" in str(result.exception)

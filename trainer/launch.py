@@ -9,7 +9,6 @@ block in their next collective, so the launcher stops them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -19,7 +18,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from streamtrain.config import ENV_PREFIX, StreamtrainConfig
+from streamtrain.config import ENV_PREFIX, StreamtrainConfig, config_environment
 
 from .distributed import free_port
 
@@ -36,8 +35,7 @@ def child_environment(config: StreamtrainConfig, rank: int, world_size: int, por
     # Drop every STREAMTRAIN_* setting: the resolved sections below already include them, and a
     # leftover STREAMTRAIN_TRAINER__LR would override what --set gave the parent.
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    for name, value in config.model_dump(mode="json").items():
-        env[f"{ENV_PREFIX}{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
+    env.update(config_environment(config))  # secrets included: ranks authenticate as the parent does
     env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     return env

@@ -2,7 +2,7 @@
 
 from .coordinator import CoordinatorConfig
 from .core import BrokerConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
-from .loader import ENV_PREFIX, ConfigError, load_config, parse_assignment
+from .loader import ENV_PREFIX, ConfigError, config_environment, load_config, parse_assignment
 from .producer import ProducerConfig
 from .trainer import TrainerConfig
 
@@ -16,6 +16,7 @@ __all__ = [
     "ProducerConfig",
     "StreamtrainConfig",
     "TrainerConfig",
+    "config_environment",
     "load_config",
     "parse_assignment",
 ]

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from .core import StreamtrainConfig
 
-__all__ = ["ENV_PREFIX", "ConfigError", "load_config", "parse_assignment"]
+__all__ = ["ENV_PREFIX", "ConfigError", "config_environment", "load_config", "parse_assignment"]
 
 ENV_PREFIX = "STREAMTRAIN_"
 CONFIG_FILE_ENV = "STREAMTRAIN_CONFIG"
@@ -73,6 +73,34 @@ def load_config(
         return StreamtrainConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, sources)) from None
+
+
+def config_environment(config: BaseModel) -> dict[str, str]:
+    """The resolved configuration as environment variables (`STREAMTRAIN_<SECTION>` = JSON) for child processes.
+
+    Secrets are written in clear: a child must authenticate exactly as its parent does, and the
+    environment of one's own children is the one place they may go (never logs, metrics or status).
+    """
+    env: dict[str, str] = {}
+    for name, value in _revealed(config).items():
+        env[f"{ENV_PREFIX}{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
+    return env
+
+
+def _revealed(model: BaseModel) -> dict[str, Any]:
+    """`model_dump(mode="json")` with every SecretStr replaced by its value (pydantic masks them)."""
+    data = model.model_dump(mode="json")
+
+    def reveal(value: Any, dumped: Any) -> Any:
+        if isinstance(value, SecretStr):
+            return value.get_secret_value()
+        if isinstance(value, BaseModel):
+            return {k: reveal(getattr(value, k), dumped[k]) for k in dumped}
+        if isinstance(value, dict) and isinstance(dumped, dict):
+            return {k: reveal(value[k], dumped[k]) if k in value else dumped[k] for k in dumped}
+        return dumped
+
+    return {k: reveal(getattr(model, k), data[k]) for k in data}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -48,3 +48,15 @@ def test_child_environment_carries_the_resolved_config(monkeypatch: pytest.Monke
     assert json.loads(env["STREAMTRAIN_TRAINER"])["lr"] == 0.25
     child = load_config(env=env)
     assert child == config and isinstance(child, StreamtrainConfig)
+
+
+def test_child_environment_passes_secrets_in_clear_so_ranks_can_authenticate() -> None:
+    config = load_config(overrides={
+        "kafka.security_protocol": "SASL_PLAINTEXT", "kafka.sasl_mechanism": "SCRAM-SHA-512",
+        "kafka.sasl_username": "alice", "kafka.sasl_password": "s3cret-pw",
+    })
+    env = child_environment(config, rank=0, world_size=1, port=1234)
+    child = load_config(env=env)
+    assert child.kafka.sasl_password is not None
+    assert child.kafka.sasl_password.get_secret_value() == "s3cret-pw"
+    assert child == config

@@ -106,7 +106,7 @@ def producer_spec(stream: DeviceStream, index: int, seed: int, port: int, common
         "producer.size.mean": stream.size_mean, "producer.size.dif": stream.size_dif,
         "producer.seed": seed + index,
         # Runs until the stack stops it (SIGINT flushes every accepted record first).
-        "producer.duration_s": 10 ** 9, "producer.metrics_port": port,
+        "producer.duration_s": 0, "producer.metrics_port": port,
         "producer.tick_s": 0.01,  # 100 pacing ticks/s per process is plenty at these rates, and spares the CPU
     }
     return ServiceSpec(f"producer-{stream.device_id}", "producer",

@@ -269,8 +269,13 @@ class ProducerConfig(_Model):
     device_ids: list[str] | None = None
     """Explicit device ids, one per device (default "0", "1", ...)."""
 
-    duration_s: float | None = Field(default=60.0, gt=0)
-    """Seconds to run; unset runs until max_samples or Ctrl-C."""
+    duration_s: float | None = Field(default=None, ge=0)
+    """Seconds to run; unset (or 0) runs until max_samples, Ctrl-C or SIGTERM, as a service does."""
+
+    @field_validator("duration_s")
+    @classmethod
+    def _zero_means_forever(cls, value: float | None) -> float | None:
+        return None if value == 0 else value
 
     max_samples: int | None = Field(default=None, ge=1)
     """Stop each device after this many samples of its own stream."""

@@ -57,3 +57,11 @@ def test_metrics_have_conventional_names_and_a_child_per_device() -> None:
     assert registry.get_sample_value("streamtrain_producer_sent_bytes_total", {"device": "a"}) == 0.0
     assert registry.get_sample_value("streamtrain_producer_target_rate_samples_per_second", {"device": "a"}) == 0.0
     assert registry.get_sample_value("streamtrain_producer_broker_up") == 1.0
+
+
+def test_producers_run_until_stopped_by_default_and_zero_duration_means_the_same() -> None:
+    assert load_config(env={}).producer.duration_s is None
+    assert load_config(env={}, overrides={"producer.duration_s": 0}).producer.duration_s is None
+    assert load_config(env={}, overrides={"producer.duration_s": 2.5}).producer.duration_s == 2.5
+    with pytest.raises(ConfigError, match=r"producer\.duration_s"):
+        load_config(env={}, overrides={"producer.duration_s": -1})

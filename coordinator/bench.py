@@ -13,6 +13,7 @@ from streamtrain.config import CoordinatorConfig
 
 from .perfmodel import PerfModel
 from .policies import Policy, plan_step, plan_with
+from .policies.chronica import plan_chronica_reference
 from .policies.ett_stream import plan_ett_stream_reference
 from .state import DeviceState, PendingIndex, PlanningState
 
@@ -37,7 +38,7 @@ def synthetic_state(devices: int, pending: int, seed: int = 0) -> PlanningState:
 
 
 #: The straightforward implementations the fast paths replaced, timed by `--reference` as "<policy>@reference".
-REFERENCES: dict[str, Policy] = {"ett-stream": plan_ett_stream_reference}
+REFERENCES: dict[str, Policy] = {"ett-stream": plan_ett_stream_reference, "chronica": plan_chronica_reference}
 
 
 def measure_scheduler(

@@ -125,7 +125,7 @@ def simulate(
     last_samples = np.zeros(n, dtype=np.int64)
     last_size = np.zeros(n)
     last_seconds: list[float | None] = [None] * n
-    trained_total, truncated_total = 0, 0
+    trained_total, truncated_total, size_total = 0, 0, 0.0
     for step in range(scenario.steps):
         devices = tuple(
             DeviceState(
@@ -141,6 +141,7 @@ def simulate(
         carry = plan.carry
         counts = np.array([b.count for b in plan.devices], dtype=np.int64)
         sizes = np.array([b.total_size for b in plan.devices])
+        size_total += float(sizes[counts > 0].sum())
         if policy in scenario.padded:
             sizes = _padded_sizes(buffers, plan.devices, sizes)
         truncated = sum(buffers.remove(i, b.offsets, b.truncate_before) for i, b in enumerate(plan.devices))
@@ -179,7 +180,7 @@ def simulate(
             progress(max((step + 1) / scenario.steps, now / scenario.duration if scenario.duration else 0.0))
         if (scenario.is_epoch and backlog.sum() == 0) or (scenario.duration is not None and now >= scenario.duration):
             break
-    summary = summarize(series, scenario, trained_total, truncated_total, bank)
+    summary = summarize(series, scenario, trained_total, truncated_total, bank, size_total)
     return SimResult(policy, series, summary)
 
 
@@ -199,9 +200,16 @@ def _record(series: dict[str, list[float]], *values: float) -> None:
 
 
 def summarize(
-    series: dict[str, list[float]], scenario: Scenario, trained: int, truncated: int, bank: ModelBank
+    series: dict[str, list[float]], scenario: Scenario, trained: int, truncated: int, bank: ModelBank,
+    size_trained: float = 0.0,
 ) -> dict[str, Any]:
-    """Headline numbers of a run: medians, throughput, lag, truncation, disturbance recovery."""
+    """Headline numbers of a run: medians, throughput, lag, truncation, disturbance recovery.
+
+    In an epoch, `epoch_seconds_nominal` is the epoch time scaled to a dataset of the same samples at
+    the scenario's mean size (`epoch_seconds · size_mean · samples / size trained`): sizes clipped at 1
+    raise the mean at a large DIF (45 → ~54 at DIF 64), and this takes that extra data out of the
+    comparison across DIFs.
+    """
     t = np.asarray(series["step_seconds"])
     se = np.asarray(series["straggler_effect"])
     elapsed = float(series["time"][-1]) if series["time"] else 0.0
@@ -213,6 +221,7 @@ def summarize(
         "p90_straggler_effect": float(np.percentile(se, 90)) if len(se) else 0.0,
         "samples_per_second": trained / elapsed if elapsed > 0 else 0.0,
         "samples_trained": trained,
+        "size_trained": size_trained,
         "samples_truncated": truncated,
         "final_backlog": int(series["backlog"][-1]) if series["backlog"] else 0,
         "max_lag_seconds": float(max(series["lag_seconds"], default=0.0)),
@@ -221,6 +230,8 @@ def summarize(
     }
     if scenario.is_epoch:
         out["epoch_seconds"] = elapsed
+        nominal = scenario.size_mean * trained / size_trained if size_trained else 1.0
+        out["epoch_seconds_nominal"] = elapsed * nominal
     if scenario.disturb_seconds > 0:
         out["disturbance_recovery_steps"] = recovery_steps(se, scenario.disturb_period, threshold=0.1)
     return out

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamtrain.config import KafkaConfig
@@ -117,12 +117,17 @@ class OffsetProbe:
         admin: an admin client (see `streamtrain.kafka.make_admin`).
         group: the trainers' consumer group (`StreamtrainConfig.trainer_group_id`).
         timeout: seconds per admin request.
+        reader: a consumer of `group` (never subscribed) that reads its committed offsets. Preferred over
+            the admin API: librdkafka's admin ListConsumerGroupOffsets times out for good (or aborts the
+            process) once the broker connection drops, e.g. across a broker restart; a consumer's
+            OffsetFetch recovers as soon as the broker is back.
     """
 
-    def __init__(self, admin: AdminClient, group: str, timeout: float) -> None:
+    def __init__(self, admin: AdminClient, group: str, timeout: float, reader: Consumer | None = None) -> None:
         self.admin = admin
         self.group = group
         self.timeout = timeout
+        self.reader = reader
 
     def device_topics(self, prefix_filter: Callable[[str], str | None]) -> dict[str, str]:
         """Existing topics that `prefix_filter` maps to a device id, as device -> topic."""
@@ -159,6 +164,13 @@ class OffsetProbe:
         return out
 
     def _committed(self, parts: list[TopicPartition]) -> dict[str, int]:
+        if self.reader is not None:
+            try:
+                found = self.reader.committed(parts, timeout=self.timeout)
+            except KafkaException as exc:
+                logger.warning("committed offsets of group %s unavailable: %s", self.group, exc)
+                return {}
+            return {tp.topic: tp.offset for tp in found if tp.error is None and tp.offset >= 0}
         request = [ConsumerGroupTopicPartitions(self.group, parts)]
         try:
             result = self.admin.list_consumer_group_offsets(request, request_timeout=self.timeout)[self.group]
@@ -168,6 +180,12 @@ class OffsetProbe:
             return {}
         # A partition with no commit reports a negative offset (OFFSET_INVALID).
         return {tp.topic: tp.offset for tp in found.topic_partitions if tp.error is None and tp.offset >= 0}
+
+    def close(self) -> None:
+        """Close the committed-offset reader (it never joined the group: nothing to leave)."""
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
 
     def delete_before(self, topic: str, offset: int) -> int:
         """Delete partition 0's records below `offset` on the broker (DeleteRecords); returns the new log start."""

@@ -26,7 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from prometheus_client import CollectorRegistry
 
 from streamtrain.config import StreamtrainConfig
-from streamtrain.kafka import DeadLetterSink, TopicSpec, ensure_topics, make_admin, make_producer
+from streamtrain.kafka import DeadLetterSink, TopicSpec, ensure_topics, make_admin, make_consumer, make_producer
 from streamtrain.wire import Assignment, StepFeedback, WireError, decode, encode
 
 from .fleet import FleetTracker
@@ -107,7 +107,8 @@ class Coordinator:
                               (self.topics.feedback, self.topics.assignments, self.topics.dead_letter)])
         self._producer = make_producer(kcfg)
         sink = DeadLetterSink(self._producer, self.topics.dead_letter, "coordinator")
-        self._probe = OffsetProbe(admin, self.cfg.trainer_group_id, self.ccfg.kafka_timeout_seconds)
+        self._probe = OffsetProbe(admin, self.cfg.trainer_group_id, self.ccfg.kafka_timeout_seconds,
+                                  reader=make_consumer(kcfg, self.cfg.trainer_group_id))
         self._reader = FeedbackReader(kcfg, self.topics.feedback, self.cfg.job, sink,
                                       lambda reason: self.metrics.dead_lettered.labels(self.cfg.job, reason).inc())
         self._recover()
@@ -354,6 +355,8 @@ class Coordinator:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._probe is not None:
+            self._probe.close()
         if self._producer is not None:
             left = self._producer.flush(10)
             if left:

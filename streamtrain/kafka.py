@@ -206,8 +206,29 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race with another service
                 raise
     if created:
+        _wait_visible(admin, created, timeout)
         logger.info("created topics %s", ", ".join(sorted(created)))
     return created
+
+
+def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
+    """Wait until the broker's metadata shows each topic with a leader for every partition.
+
+    CreateTopics returns once the controller has the topic; the broker that answers the next metadata or
+    ListOffsets request may not have it yet, and a service reading it at once would fail with "unknown
+    topic or partition".
+    """
+    deadline = time.monotonic() + timeout
+    pending = set(names)
+    while pending:
+        topics = list_topics(admin, max(0.1, deadline - time.monotonic())).topics
+        pending = {n for n in pending if n not in topics or topics[n].error is not None or not topics[n].partitions
+                   or any(p.leader < 0 for p in topics[n].partitions.values())}
+        if pending and time.monotonic() >= deadline:
+            logger.warning("created topics %s are not visible in metadata after %.0f s", sorted(pending), timeout)
+            return
+        if pending:
+            time.sleep(0.05)
 
 
 def list_topics(client: AdminClient | Consumer, timeout: float = 30.0, topic: str | None = None) -> ClusterMetadata:

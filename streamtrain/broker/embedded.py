@@ -101,6 +101,9 @@ def _free_port(host: str) -> int:
 
 def _port_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the JVM's listener does: connections left in TIME_WAIT by a killed broker do not hold its port,
+        # so a restart keeps its address (only a live listener makes the port busy).
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

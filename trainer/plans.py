@@ -117,12 +117,20 @@ class LocalPlanner:
         a, b = np.polyfit(sizes, times, 1)
         return (float(a), float(b)) if a > 0 else None
 
-    def selection(self) -> Selection:
-        """A local plan for the next step."""
+    def selection(self, waited_s: float = 0.0) -> Selection:
+        """A local plan for the next step.
+
+        Args:
+            waited_s: seconds this step already spent waiting for the plan that never came. The
+                budget covers at least that long, so a rank whose coordinator is down keeps pace
+                with the time passing (and its stream) instead of training the last tiny budget
+                once per plan timeout.
+        """
         fit = self.fit()
         if self.last_target_s is not None and fit is not None:
             a, b = fit
-            budget = max(1, int((self.last_target_s - b) / a))
+            target = max(self.last_target_s, waited_s)
+            budget = max(1, int((target - b) / a))
             return Selection(plan_step=-1, size_budget=budget)
         count = self.last_count if self.last_count else self.default_count
         return Selection(plan_step=-1, count=count)

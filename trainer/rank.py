@@ -134,7 +134,10 @@ class TrainerRank:
         started = time.perf_counter()
         step = self.step
         plan = self._wait_for_plan(step, started + self.trainer.plan_wait_s)
-        selection = selection_from(plan, self.device_id) if plan is not None else self.local.selection()
+        if plan is not None:
+            selection = selection_from(plan, self.device_id)
+        else:
+            selection = self.local.selection(waited_s=time.perf_counter() - started)
         if plan is None:
             self.plans_late += 1
         if selection.truncate_before is not None:

@@ -47,6 +47,9 @@ def test_local_plan_uses_default_then_last_count_then_time_budget() -> None:
     a, b = planner.fit() or (0.0, 0.0)
     assert a == pytest.approx(0.02) and b == pytest.approx(0.2)
     assert planner.selection().size_budget == 40  # (1.0 - 0.2) / 0.02
+    # A step that already waited 2.2 s for a plan that never came trains 2.2 s worth, not 1 s:
+    assert planner.selection(waited_s=2.2).size_budget == 100  # (2.2 - 0.2) / 0.02
+    assert planner.selection(waited_s=0.5).size_budget == 40  # the last budget is the floor
 
 
 def test_fit_needs_distinct_sizes_and_positive_slope() -> None:

@@ -436,4 +436,9 @@ class EmbeddedBroker:
 
 def _cluster_id() -> str:
     # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding (22 characters).
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # One in 64 starts with "-", which the storage tool's parser takes for an option; Kafka's own
+    # Uuid.randomUuid() draws again in that case, and so do we.
+    while True:
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster.startswith("-"):
+            return cluster

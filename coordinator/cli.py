@@ -131,11 +131,14 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                                                        "bounded.")] = None,
         delete_records: Annotated[bool | None, typer.Option("--delete-records/--keep-records",
                                                             help="coordinator.delete_records.")] = None,
+        delete_trained: Annotated[bool | None, typer.Option("--delete-trained/--keep-trained",
+                                                            help="coordinator.delete_trained.")] = None,
         port: Annotated[int | None, typer.Option(help="metrics.port of /status and /metrics (0: any free).")] = None,
     ) -> None:
         """Run the coordinator: feedback and lag in, the next step's plan out, /status and /metrics served."""
         cfg = config_from(ctx, {"coordinator.policy": policy, "coordinator.truncation": truncation,
-                                "coordinator.delete_records": delete_records, "metrics.port": port})
+                                "coordinator.delete_records": delete_records,
+                                "coordinator.delete_trained": delete_trained, "metrics.port": port})
         import signal
 
         from confluent_kafka import KafkaException

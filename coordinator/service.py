@@ -304,7 +304,8 @@ class Coordinator:
         assert self._probe is not None
         rec = self.fleet.devices[device]
         # Never past what the trainers committed: records they have not yet skipped stay readable.
-        target = min(rec.delete_before, rec.committed or 0)
+        committed = rec.committed or 0
+        target = committed if self.ccfg.delete_trained else min(rec.delete_before, committed)
         if rec.log_start is None or target <= rec.log_start:
             return
         try:

@@ -125,6 +125,11 @@ class CoordinatorConfig(BaseModel):
     delete_records: bool = False
     """Also delete truncated records on the broker (DeleteRecords) so retained storage stays bounded."""
 
+    delete_trained: bool = False
+    """With delete_records: delete every record the trainers committed past (trained ones too), so a
+    device topic retains about its lag, even when its trainer keeps up and nothing is truncated.
+    Off by default: trained records are then left to the topic's own retention (replay, audits)."""
+
     seed: int = 0
     """Seed for the few random choices a policy makes (ties), so a plan is reproducible."""
 

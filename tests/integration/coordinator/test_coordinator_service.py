@@ -150,3 +150,28 @@ def test_truncate_policy_keeps_about_one_step_of_the_newest(kafka_cfg: KafkaConf
     finally:
         trainers.close()
         plans.close()
+
+
+def test_delete_trained_keeps_only_the_lag_on_the_broker(kafka_cfg: KafkaConfig) -> None:
+    # A device whose trainer keeps up is never truncated: only delete_trained bounds its topic.
+    produce_samples(kafka_cfg, {"cam": 50})
+    topic = kafka_cfg.topics.device("cam")
+    trainers = Trainers(kafka_cfg)
+    try:
+        keep = config(kafka_cfg, devices=("cam",), truncation="bounded", max_lag_samples=1000, delete_records=True)
+        with running(keep):
+            trainers.commit("cam", 30)
+            time.sleep(2.0)  # ten offset polls
+            assert low_watermark(kafka_cfg, topic) == 0  # trained, not truncated: kept by default
+        drop = config(kafka_cfg, devices=("cam",), truncation="bounded", max_lag_samples=1000, delete_records=True,
+                      delete_trained=True)
+        with running(drop) as service:
+            deadline = time.monotonic() + 15
+            while low_watermark(kafka_cfg, topic) < 30:
+                assert time.monotonic() < deadline, "log start offset did not move to the committed offset"
+                time.sleep(0.2)
+            assert low_watermark(kafka_cfg, topic) == 30  # exactly the committed offset, never past it
+            assert service.metrics.registry.get_sample_value(
+                "streamtrain_coordinator_deleted_records_total", {"job": JOB, "device": "cam"}) == 30
+    finally:
+        trainers.close()

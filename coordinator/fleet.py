@@ -342,7 +342,10 @@ class FleetTracker:
             return False  # late: its step was already planned without it
         self._reports.setdefault(fb.step, set()).add(fb.device_id)
         self._first_report.setdefault(fb.step, received)
-        self._step_seconds[fb.step] = max(self._step_seconds.get(fb.step, 0.0), fb.step_seconds)
+        # The step's wall period as the stream sees it: the runner's time plus the waits for the plan
+        # and the data (truncate keeps arrivals over this period; step_seconds alone would keep too few).
+        period = fb.step_seconds + max(0.0, fb.data_wait_seconds)
+        self._step_seconds[fb.step] = max(self._step_seconds.get(fb.step, 0.0), period)
         return True
 
     def record_plan(self, plan: Assignment) -> dict[str, int]:

@@ -144,6 +144,17 @@ def test_planning_state_carries_index_model_rate_and_lag() -> None:
     assert offsets and offsets <= set(range(100, 110))
 
 
+def test_last_step_seconds_is_the_wall_period_including_plan_and_data_waits() -> None:
+    # Truncation keeps arrival rate x this period: without the waits it kept too few samples.
+    fleet = FleetTracker(CoordinatorConfig(devices=("a", "b")))
+    slow = feedback(0, "a", new=range(3), seconds=0.2)
+    waited = StepFeedback(**{**slow.__dict__, "device_id": "b", "rank": 1, "step_seconds": 0.1,
+                             "data_wait_seconds": 0.7})
+    fleet.ingest_feedback(slow, received=0.0)
+    fleet.ingest_feedback(waited, received=0.1)
+    assert fleet.planning_state(1, now=1.0).last_step_seconds == pytest.approx(0.8)
+
+
 def test_recorded_truncation_sets_the_delete_target() -> None:
     cfg = CoordinatorConfig(truncation="bounded", max_lag_samples=3)
     fleet = FleetTracker(cfg)

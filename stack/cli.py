@@ -52,9 +52,12 @@ def _numbers(text: str | None, flag: str) -> list[float] | None:
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add `streamtrain up` to the root CLI (no benchmarks of its own)."""
+    """Add `streamtrain up` and `streamtrain dashboards render` to the root CLI (no benchmarks of their own)."""
+    from .render import dashboards_app
+
     del bench
     app.command("up", help=_HELP)(up)
+    app.add_typer(dashboards_app, name="dashboards")
 
 
 def up(

@@ -1,1 +1,5 @@
-"""Cross-service benchmarks that reproduce the papers' comparisons (`streamtrain bench balance|convergence|truncation|all`)."""
+"""Cross-service benchmarks that reproduce the papers' comparisons.
+
+`streamtrain bench convergence | all | report` (and balance / truncation / soak as they land); the
+set and the `BENCHMARKS.md` refresher are in `benchmarks.registry`.
+"""

@@ -21,7 +21,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 def produce(
     ctx: typer.Context,
     devices: Annotated[int | None, typer.Option(help="Number of device streams.")] = None,
-    duration: Annotated[float | None, typer.Option(help="Seconds to run (0: until Ctrl-C/SIGTERM, the default).")] = None,
+    duration: Annotated[float | None,
+                        typer.Option(help="Seconds to run (0: until Ctrl-C/SIGTERM, the default).")] = None,
     max_samples: Annotated[int | None, typer.Option(help="Stop each device after this many samples.")] = None,
     rate: Annotated[float | None, typer.Option(help="Mean rate per device, samples/s.")] = None,
     rate_kind: Annotated[str | None, typer.Option(help="constant | uniform | normal | unlimited.")] = None,

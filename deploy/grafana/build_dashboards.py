@@ -96,8 +96,8 @@ THROUGHPUT = (
           "included.", (q(f"streamtrain_trainer_samples_per_second{{{DEVICE}}}"),), unit="ops"),
     Panel("Producer queue and back-pressure", "Records waiting in the producers' local queue, and "
           "back-pressure waits per second.",
-          (q("streamtrain_producer_queued_records", "queued"),
-           q("rate(streamtrain_producer_backpressure_waits_total[1m])", "back-pressure waits/s"))),
+          (q("streamtrain_producer_queued_records", "queued {{instance}}"),
+           q("rate(streamtrain_producer_backpressure_waits_total[1m])", "back-pressure waits/s {{instance}}"))),
 )
 
 LAG = (

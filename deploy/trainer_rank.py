@@ -13,8 +13,8 @@ It then sets what `streamtrain train` reads under torchrun:
   LOCAL_RANK=0        each container reserves one GPU, which it sees as cuda:0
   MASTER_PORT         29500 unless set
   STREAMTRAIN_METRICS__PORT
-                      STREAMTRAIN_TRAINER_METRICS_PORT - RANK: a rank serves /metrics on
-                      metrics.port + RANK, so every replica then serves on the same port,
+                      STREAMTRAIN_TRAINER_METRICS_PORT: a rank serves /metrics on
+                      metrics.port + LOCAL_RANK, so every replica serves on this one port,
                       the one Prometheus' DNS discovery scrapes
 and checks that `--devices` names WORLD_SIZE devices (rank r trains the r-th).
 
@@ -106,10 +106,7 @@ def identity(env: dict[str, str], argv: Sequence[str]) -> dict[str, str]:
     extra.setdefault("MASTER_PORT", env.get("MASTER_PORT", str(DEFAULT_MASTER_PORT)))
     metrics_port = env.get("STREAMTRAIN_TRAINER_METRICS_PORT")
     if metrics_port:
-        base = int(metrics_port) - rank
-        if base < 1:
-            raise RankError(f"STREAMTRAIN_TRAINER_METRICS_PORT {metrics_port} is too low for rank {rank}")
-        extra["STREAMTRAIN_METRICS__PORT"] = str(base)
+        extra["STREAMTRAIN_METRICS__PORT"] = str(int(metrics_port))
     if "--devices" in argv:
         names = [d for d in argv[list(argv).index("--devices") + 1].split(",") if d.strip()]
         if len(names) != world_size:

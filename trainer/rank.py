@@ -275,7 +275,9 @@ def run_rank(config: StreamtrainConfig, device_id: str) -> int:
         signal.signal(signal.SIGINT, on_signal)
         if config.trainer.metrics:
             base = config.metrics.port
-            port = serve_metrics(rank.metrics.registry, config.metrics.bind_address, base + ctx.rank if base else 0)
+            # Ranks on one host need distinct ports; ranks on different hosts (or containers) do not.
+            port = serve_metrics(rank.metrics.registry, config.metrics.bind_address,
+                                 base + ctx.local_rank if base else 0)
             logger.info("rank %d (%s): metrics on http://%s:%d/metrics", ctx.rank, device_id,
                         config.metrics.bind_address, port)
         try:

@@ -67,14 +67,14 @@ def test_the_entrypoint_resolves_the_service_and_execs_the_command_with_torchrun
                     "STREAMTRAIN_METRICS__PORT": "9400", "WORLD_SIZE": "1"}
 
 
-def test_a_given_rank_is_kept_and_the_metrics_base_makes_every_rank_serve_one_port() -> None:
-    # Rank 3 serves on metrics.port + 3 (trainer/rank.py), so its base is 9397 and it serves 9400.
+def test_a_given_rank_is_kept_and_every_replica_serves_one_port() -> None:
+    # A rank serves on metrics.port + LOCAL_RANK (trainer/rank.py); LOCAL_RANK is 0 in a container.
     env = {"WORLD_SIZE": "4", "RANK": "3", "MASTER_ADDR": "trainer-0", "STREAMTRAIN_TRAINER_METRICS_PORT": "9400"}
     result = _run(env, sys.executable, "-c", _PRINT_ENV)
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     assert seen["RANK"] == "3" and seen["MASTER_ADDR"] == "trainer-0" and seen["LOCAL_RANK"] == "0"
-    assert int(seen["STREAMTRAIN_METRICS__PORT"]) + 3 == 9400
+    assert int(seen["STREAMTRAIN_METRICS__PORT"]) + int(seen["LOCAL_RANK"]) == 9400
 
 
 def test_devices_must_match_the_number_of_replicas() -> None:

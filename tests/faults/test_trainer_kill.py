@@ -107,7 +107,12 @@ def test_sigkilled_rank_comes_back_under_torchrun_and_loses_nothing(kafka_cfg: K
     assert committed == dict.fromkeys(DEVICES, PER_DEVICE)
     checkpoint = load_checkpoint(tmp_path / "ckpt")
     assert checkpoint is not None and checkpoint.step == STEPS and checkpoint.offsets == committed
-    # Every step reported by both devices (a step cut short by the kill is reported again after the restart).
+    # Every step reported by both devices (a step cut short by the kill is reported again after the
+    # restart) -- except that the killed rank's feedback for the last step the checkpoint covers may
+    # still have been in its producer's queue: at most that one step, just before its resume point.
     feedback = feedback_records(kafka_cfg)
+    resume_of_victim = max(resumed[2:])
     for device in DEVICES:
-        assert {f.step for f in feedback if f.device_id == device} == set(range(STEPS))
+        missing = set(range(STEPS)) - {f.step for f in feedback if f.device_id == device}
+        allowed = {resume_of_victim - 1} if device == "1" else set()
+        assert missing <= allowed, (device, sorted(missing), resumed)

@@ -72,7 +72,9 @@ def test_sigkilled_coordinator_resumes_at_the_step_after_the_last_feedback(kafka
             held -= second
             report(12)
             plans.wait(13)
-        assert sorted(plans.seen) == [11, 12, 13], log.read_text()[-3000:]
+        # A fresh coordinator may publish its warm-start plan for step 0 before it reads the first
+        # feedback (trainers past step 0 ignore it); every other plan is the next step's, once.
+        assert sorted(plans.seen) in ([11, 12, 13], [0, 11, 12, 13]), log.read_text()[-3000:]
     finally:
         trainers.close()
         plans.close()

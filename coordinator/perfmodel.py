@@ -114,8 +114,19 @@ def fit_linear_robust(
         sxx = (weights * dx * dx).sum(axis=1)
         sxy = (weights * dx * (y - my[:, None])).sum(axis=1)
         lam = _RIDGE * sw * mx * mx + 1e-300
-        a = np.maximum((sxy + lam * prior_a) / (sxx + lam), 0.0)
-        b = np.maximum(my - a * mx, 0.0)
+        a = (sxy + lam * prior_a) / (sxx + lam)
+        b = my - a * mx
+        # A negative intercept: the least-squares fit with b >= 0 lies on b = 0 (a line through the origin),
+        # not at the unconstrained slope with b cut to 0 (which over-predicts every batch near the mean).
+        # A slope <= 0 is noise (a larger batch never trains faster) and would mean unlimited capacity to a
+        # planner: the time is put on size instead, through the origin, whose slope is > 0 when any y is.
+        origin = (b < 0) | (a <= 0)
+        if origin.any():
+            a0 = ((weights * x * y).sum(axis=1) + lam * prior_a) / ((weights * x * x).sum(axis=1) + lam)
+            a = np.where(origin, a0, a)
+            b = np.where(origin, 0.0, b)
+        a = np.maximum(a, 0.0)
+        b = np.maximum(b, 0.0)
         if it < iterations - 1:
             weights = _huber_weights(x, y, w, valid, a, b, huber_delta)
     return a, b

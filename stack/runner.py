@@ -24,11 +24,13 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaException
 
+from producers.service import ProducerError
 from streamtrain.broker import BrokerError, EmbeddedBroker
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import make_consumer, tail_positions
 
-from .ledger import collect_records, tally_devices
+from .backlog import produce_backlog
+from .ledger import RunRecords, collect_records, tally_devices
 from .monitor import Monitor, StackSnapshot
 from .plots import plot_series
 from .procs import Child, wait_http
@@ -74,6 +76,13 @@ class StackOptions:
     torch_threads: int = 1
     seed: int = 0
     global_args: Sequence[str] = field(default_factory=tuple)
+    backlog: int = 0
+    """Samples pre-produced per device (each stream's own seed and sizes) before the coordinator and the
+    trainers start; with a backlog no live producers run, so training works through a fixed data set at
+    full capacity (benchmarks). 0: live producers at the streams' rates."""
+    until_step: int | None = None
+    """Stop once every rank has finished this many steps in all, counted from step 0 (unlike `steps`,
+    which counts from the first step seen after start-up)."""
 
 
 def _default_bootstrap() -> str:
@@ -112,6 +121,9 @@ class LocalStack:
         self.drained: bool | None = None
         self.final_status: dict[str, Any] = {}
         self.series: dict[str, Any] = {}
+        self.records: RunRecords | None = None
+        """What the run left in Kafka, as read back for the report."""
+        self.backlog_seconds: float | None = None
         self.kafka_ready = False
         self.started = False
         self.started_at = datetime.now().astimezone()
@@ -153,6 +165,13 @@ class LocalStack:
 
     def _start_all(self) -> None:
         self._start_broker()
+        if self.opts.backlog > 0:
+            try:
+                self.backlog_seconds = produce_backlog(self.kafka, self.cfg.producer, self.opts.streams,
+                                                       self.opts.seed, self.opts.backlog)
+            except ProducerError as exc:
+                raise StackError(f"the backlog could not be produced: {exc}") from None
+            self.say(f"backlog: {self.opts.backlog} samples per device produced in {self.backlog_seconds:.1f} s")
         bind = self.cfg.metrics.bind_address
         host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
         n = len(self.devices)
@@ -163,7 +182,7 @@ class LocalStack:
                                      "kafka.topic_prefix": self.kafka.topic_prefix}
         args = list(self.opts.global_args)
         producers = [producer_spec(s, i, self.opts.seed, producer_ports[i], common, args)
-                     for i, s in enumerate(self.opts.streams)]
+                     for i, s in enumerate(self.opts.streams)] if self.opts.backlog <= 0 else []
         coordinator = coordinator_spec(self.devices, self.opts.policy, self.opts.truncation, coord_port, common, args)
         trainers = trainer_spec(self.devices, trainer_base, self.out / "checkpoints", self.opts.torch_threads,
                                 common, args)
@@ -171,7 +190,7 @@ class LocalStack:
         self.monitor = Monitor(self.devices, f"http://{host}:{coord_port}",
                                {d: f"http://{host}:{trainer_base + r}/metrics" for r, d in enumerate(self.devices)},
                                {s.device_id: f"http://{host}:{producer_ports[i]}/metrics"
-                                for i, s in enumerate(self.opts.streams)})
+                                for i, s in enumerate(self.opts.streams) if producers})
         self._start_prometheus(host, prom_port, {
             "producers": [f"{host}:{p}" for p in producer_ports], "coordinator": [f"{host}:{coord_port}"],
             "trainers": [f"{host}:{p}" for p in trainers.ports]})
@@ -186,7 +205,7 @@ class LocalStack:
         self.monitor.phase = "starting producers"
         for spec in producers:
             self._spawn(spec, env)
-        for child, port in zip(self.children[-n:], producer_ports, strict=True):
+        for child, port in zip(self._kind("producer"), producer_ports, strict=False):
             self._await(child, f"http://{host}:{port}/metrics")
         self.monitor.notes.append(f"run directory {self.out} (logs in {self.log_dir})")
         self.say(f"stack up: {n} devices, coordinator http://{host}:{coord_port}/status"
@@ -293,6 +312,9 @@ class LocalStack:
             if self.opts.steps is not None and step is not None and step - (first_step or 0) >= self.opts.steps:
                 self.stopped_by = f"--steps {self.opts.steps}"
                 break
+            if self.opts.until_step is not None and step is not None and step >= self.opts.until_step:
+                self.stopped_by = f"step {self.opts.until_step}"
+                break
             self._update()
             self.stop_event.wait(0.5)
 
@@ -328,7 +350,7 @@ class LocalStack:
             if monitor is not None:
                 monitor.phase = "stopping producers"
             self._stop_kind("producer", signal.SIGINT, 120.0)
-            if self.started and not self.failures:
+            if self.started and not self.failures and self.opts.drain_timeout_s > 0:
                 self._drain()
             if monitor is not None:
                 monitor.phase = "stopping trainers (final step, checkpoint, commit)"
@@ -389,6 +411,7 @@ class LocalStack:
         except (KafkaException, TimeoutError) as exc:
             self.failures.append(f"could not read the run back from Kafka: {exc}")
             return {}
+        self.records = run
         tallies = tally_devices(cfg, run)
         status = self.final_status or {}
         extra = {
@@ -396,7 +419,7 @@ class LocalStack:
             "truncation": status.get("truncation") or self.opts.truncation or cfg.coordinator.truncation,
             "job": cfg.job, "topic_prefix": self.kafka.topic_prefix, "bootstrap_servers": self.kafka.bootstrap_servers,
             "started_at": self.started_at.isoformat(timespec="seconds"), "stopped_by": self.stopped_by,
-            "drained": self.drained,
+            "drained": self.drained, "backlog_per_device": self.opts.backlog or None,
             "plan_latency_ms_median": status.get("plan_latency_ms_median"),
             "streams": [{"device": s.device_id, "rate": s.rate, "size_mean": s.size_mean, "size_dif": s.size_dif}
                         for s in self.opts.streams],

@@ -26,6 +26,7 @@ __all__ = [
     "free_ports",
     "producer_spec",
     "prometheus_spec",
+    "stream_settings",
     "trainer_spec",
 ]
 
@@ -45,6 +46,8 @@ class DeviceStream:
     rate: float
     size_mean: float
     size_dif: float
+    size_kind: str | None = None
+    """producer.size.kind; None: normal when size_dif > 0, else fixed."""
 
 
 @dataclass(frozen=True)
@@ -95,16 +98,27 @@ def _streamtrain(global_args: Sequence[str], sets: dict[str, object], *command: 
     return (sys.executable, "-m", "streamtrain.cli", *global_args, *flags, *command)
 
 
+def stream_settings(stream: DeviceStream, index: int, seed: int) -> dict[str, object]:
+    """The `producer.*` settings of one device's stream: its id, rate, size distribution and seed.
+
+    The live producer process and the pre-produced backlog (`stack.backlog`) use the same settings, so
+    a device's samples (sizes, payloads, labels) are the same whichever way they reach Kafka.
+    """
+    return {
+        "producer.devices": 1, "producer.device_ids": [stream.device_id],
+        "producer.rate.kind": "constant", "producer.rate.mean": stream.rate,
+        "producer.size.kind": stream.size_kind or ("normal" if stream.size_dif > 0 else "fixed"),
+        "producer.size.mean": stream.size_mean, "producer.size.dif": stream.size_dif,
+        "producer.seed": seed + index,
+    }
+
+
 def producer_spec(stream: DeviceStream, index: int, seed: int, port: int, common: dict[str, object],
                   global_args: Sequence[str]) -> ServiceSpec:
     """One `streamtrain produce` process for one device (its own rate and size distribution)."""
     sets: dict[str, object] = {
         **common,
-        "producer.devices": 1, "producer.device_ids": [stream.device_id],
-        "producer.rate.kind": "constant", "producer.rate.mean": stream.rate,
-        "producer.size.kind": "normal" if stream.size_dif > 0 else "fixed",
-        "producer.size.mean": stream.size_mean, "producer.size.dif": stream.size_dif,
-        "producer.seed": seed + index,
+        **stream_settings(stream, index, seed),
         # Runs until the stack stops it (SIGINT flushes every accepted record first).
         "producer.duration_s": 0, "producer.metrics_port": port,
         "producer.tick_s": 0.01,  # 100 pacing ticks/s per process is plenty at these rates, and spares the CPU

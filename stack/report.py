@@ -21,24 +21,24 @@ from streamtrain.wire import StepFeedback
 
 from .ledger import DeviceTally, RunRecords
 
-__all__ = ["build_report", "build_series", "write_json"]
+__all__ = ["build_report", "build_series", "by_step", "median", "weighted_loss", "write_json"]
 
 #: Steps averaged into `final_loss` (one step's loss is one small batch: noisy).
 FINAL_LOSS_STEPS = 10
 
 
-def _median(values: Sequence[float]) -> float | None:
+def median(values: Sequence[float]) -> float | None:
     return float(np.median(values)) if len(values) else None
 
 
-def _by_step(feedback: Sequence[StepFeedback]) -> dict[int, list[StepFeedback]]:
+def by_step(feedback: Sequence[StepFeedback]) -> dict[int, list[StepFeedback]]:
     steps: dict[int, list[StepFeedback]] = defaultdict(list)
     for fb in feedback:
         steps[fb.step].append(fb)
     return dict(sorted(steps.items()))
 
 
-def _weighted_loss(records: Sequence[StepFeedback]) -> float | None:
+def weighted_loss(records: Sequence[StepFeedback]) -> float | None:
     pairs = [(fb.loss, fb.samples) for fb in records if fb.loss is not None and fb.samples > 0]
     total = sum(n for _, n in pairs)
     return sum(loss * n for loss, n in pairs) / total if total else None
@@ -53,14 +53,14 @@ def _t0_ms(run: RunRecords) -> int:
 def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
     """Per-device and per-step series over time (seconds since the first record or step)."""
     t0 = _t0_ms(run)
-    steps = _by_step(run.feedback)
+    steps = by_step(run.feedback)
     per_step: dict[str, list[Any]] = {"step": [], "t": [], "straggler_effect": [], "loss": [], "global_batch": []}
     for step, records in steps.items():
         per_step["step"].append(step)
         per_step["t"].append((max(fb.sent_at for fb in records) - t0) / 1e3)
         per_step["straggler_effect"].append(straggler_effect([fb.compute_seconds for fb in records])
                                             if len(records) > 1 else None)
-        per_step["loss"].append(_weighted_loss(records))
+        per_step["loss"].append(weighted_loss(records))
         per_step["global_batch"].append(sum(fb.samples for fb in records))
     devices: dict[str, dict[str, list[Any]]] = {}
     end_s = 0.0
@@ -110,7 +110,7 @@ def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
 
 def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping[str, Any]) -> dict[str, Any]:
     """The figures of `report.json`: `extra` (policy, run settings, plan latency, ...) plus what Kafka holds."""
-    steps = _by_step(run.feedback)
+    steps = by_step(run.feedback)
     full = {s: r for s, r in steps.items() if len(r) == len(run.devices) and len(r) > 1}
     se = [straggler_effect([fb.compute_seconds for fb in r]) for r in full.values()]
     step_wall = [max(fb.step_seconds for fb in r) for r in steps.values()]
@@ -119,7 +119,7 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
     if run.feedback:
         start = min(fb.sent_at - 1000 * (fb.step_seconds + fb.data_wait_seconds) for fb in run.feedback)
         span_s = (max(fb.sent_at for fb in run.feedback) - start) / 1e3
-    with_loss = [r for r in steps.values() if _weighted_loss(r) is not None]
+    with_loss = [r for r in steps.values() if weighted_loss(r) is not None]
     last = [fb for r in with_loss[-FINAL_LOSS_STEPS:] for fb in r]
     first = [fb for r in with_loss[:FINAL_LOSS_STEPS] for fb in r]
     late = sum(1 for fb in run.feedback if fb.plan_step < 0)
@@ -134,12 +134,12 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
         "samples_pending": sum(t.pending for t in tallies),
         "samples_duplicated": sum(t.duplicated for t in tallies),
         "samples_unaccounted": sum(t.unaccounted for t in tallies),
-        "straggler_effect_median": _median(se),
-        "step_seconds_median": _median(step_wall),
+        "straggler_effect_median": median(se),
+        "step_seconds_median": median(step_wall),
         "throughput_samples_per_s": trained / span_s if span_s > 0 else None,
         "training_seconds": span_s,
-        "initial_loss": _weighted_loss(first),
-        "final_loss": _weighted_loss(last),
+        "initial_loss": weighted_loss(first),
+        "final_loss": weighted_loss(last),
         "rank_steps_on_local_plan": late,
         "plans_published": len(run.assignments),
         "unreadable_records": run.unreadable,

@@ -1,0 +1,50 @@
+"""`streamtrain bench balance` end to end, small: 2 ranks (one 3x slower), 2 policies, 1 DIF, a few steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+KEYS = ("policy", "slowdowns", "dif", "step_seconds_median", "straggler_effect_median", "samples_per_s",
+        "seconds_to_target_loss", "wall_step_seconds_median", "samples_lost", "steps_measured")
+
+
+@pytest.mark.timeout(240)
+def test_bench_balance_writes_cells_for_every_policy(tmp_path: Path, broker: Any) -> None:
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "streamtrain.cli", "--set", f"kafka.bootstrap_servers={broker.bootstrap}",
+           "--set", "trainer.hidden_size=16", "--set", "trainer.num_layers=1",
+           "bench", "balance", "--external", "--out", str(out), "--policy", "static", "--policy", "ett-stream",
+           "--dif", "16", "--slowdowns", "1,3", "--global-batch", "96", "--warmup", "3", "--steps", "4",
+           "--runs", str(tmp_path / "runs")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=230, env={**env, "COLUMNS": "200"})
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+
+    doc = json.loads((out / "balance.json").read_text())
+    assert (out / "balance.png").stat().st_size > 0
+    cells = {c["policy"]: c for c in doc["cells"]}
+    assert sorted(cells) == ["ett-stream", "static"]
+    for cell in cells.values():
+        for key in KEYS:
+            assert key in cell, key
+        assert cell["slowdowns"] == [1.0, 3.0] and cell["dif"] == 16.0 and "error" not in cell
+        assert cell["steps_measured"] == 4 and cell["samples_lost"] == 0
+        assert 0 < cell["step_seconds_median"] < 30 and cell["samples_per_s"] > 0
+        assert cell["straggler_effect_median"] >= 0
+        assert abs(cell["size_dif_measured"] - 16.0) < 3.0  # the same DIF-16 backlog in both cells
+    # static splits the batch evenly; ett-stream gives the 3x slower rank less.
+    assert cells["static"]["rank_samples_median"]["0"] == cells["static"]["rank_samples_median"]["1"]
+    ett = cells["ett-stream"]["rank_samples_median"]
+    assert ett["1"] < ett["0"]
+    # The target loss is static's own at mid-window, so static reaches it.
+    assert doc["target_loss"] is not None and cells["static"]["seconds_to_target_loss"] is not None
+    assert set(doc["targets"]) >= {"speedup_vs_static", "straggler_effect_median", "per_cell"}

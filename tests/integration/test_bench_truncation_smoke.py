@@ -1,0 +1,46 @@
+"""`bench truncation` end to end, small: persist vs truncate on the real broker with real services."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.truncation import TruncationSetup, run_truncation
+from streamtrain.config import KafkaConfig, StreamtrainConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~40 s: two coordinator + rank start-ups
+
+
+@pytest.mark.timeout(150)
+def test_truncate_retains_far_fewer_records_than_persist(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
+    setup = TruncationSetup(devices=1, steps=40, policies=("persist", "truncate"), hidden_size=16, num_layers=1,
+                            heldout=200, sample_every_s=0.3, start_timeout_s=90, run_timeout_s=60)
+    seen: list[tuple[str, int]] = []
+    doc = run_truncation(StreamtrainConfig(kafka=kafka_cfg), setup, tmp_path, external=True,
+                         progress=lambda policy, step, *_: seen.append((policy, step)))
+
+    assert json.loads((tmp_path / "truncation.json").read_text()) == doc
+    assert (tmp_path / "truncation.png").stat().st_size > 1000
+    assert doc["steps"] == 40
+    cells = {c["policy"]: c for c in doc["cells"]}
+    assert list(cells) == ["persist", "truncate"]
+    for cell in cells.values():
+        for key in ("retained_records_final", "retained_ratio_to_persist", "buffer_depth_final", "truncated",
+                    "final_loss", "accuracy", "trained_samples"):
+            assert key in cell
+        assert 0.0 <= cell["accuracy"] <= 1.0
+        assert cell["trained_samples"] > 0
+        curve = doc["series"][cell["policy"]]
+        assert len(curve["step"]) == len(curve["retained_records"]) == len(curve["buffer_depth"]) > 3
+        assert curve["step"][-1] >= 40
+        assert (cell["policy"], curve["step"][-1]) in seen
+    persist, truncate = cells["persist"], cells["truncate"]
+    # Persistence keeps every record produced; truncation drops (and deletes on the broker) all but the newest.
+    assert persist["retained_records_final"] == persist["produced_records"] > 500
+    assert persist["truncated"] == 0 and persist["deleted_records"] == 0
+    assert truncate["truncated"] > 0 and truncate["deleted_records"] > 0
+    assert truncate["retained_records_final"] * 4 < persist["retained_records_final"]
+    assert truncate["retained_ratio_to_persist"] > 4
+    assert truncate["buffer_depth_final"] < persist["buffer_depth_final"] or persist["buffer_depth_final"] == 0

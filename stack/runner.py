@@ -28,6 +28,7 @@ from producers.service import ProducerError
 from streamtrain.broker import BrokerError, EmbeddedBroker
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import make_consumer, tail_positions
+from streamtrain.net import free_port_block, free_ports
 
 from .backlog import produce_backlog
 from .ledger import RunRecords, collect_records, tally_devices
@@ -39,8 +40,6 @@ from .report import build_report, build_series, write_json
 from .services import (
     DeviceStream,
     coordinator_spec,
-    free_port_block,
-    free_ports,
     producer_spec,
     prometheus_spec,
     trainer_spec,

@@ -9,7 +9,6 @@ prefix, metrics ports), so a child sees exactly the configuration the parent was
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,8 +21,6 @@ __all__ = [
     "ServiceSpec",
     "coordinator_spec",
     "device_streams",
-    "free_port_block",
-    "free_ports",
     "producer_spec",
     "prometheus_spec",
     "stream_settings",
@@ -156,41 +153,3 @@ def prometheus_spec(binary: str, config_file: Path, data_dir: Path, host: str, p
     return ServiceSpec("prometheus", "prometheus", argv, (port,))
 
 
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """`n` distinct TCP ports free on `host` right now (all bound at once, so no two are the same)."""
-    socks = []
-    try:
-        for _ in range(n):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            socks.append(sock)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def free_port_block(n: int, host: str = "127.0.0.1", avoid: Sequence[int] = ()) -> int:
-    """The first of `n` consecutive ports free on `host` (trainer ranks serve on metrics.port + rank).
-
-    Raises:
-        RuntimeError: when no such block is found.
-    """
-    for _ in range(200):
-        base = free_ports(1, host)[0]
-        block = range(base, base + n)
-        if base + n > 65535 or any(p in avoid for p in block):
-            continue
-        socks = []
-        try:
-            for port in block:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.bind((host, port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError(f"no block of {n} consecutive free ports on {host}")

@@ -27,6 +27,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from ..config import BrokerConfig
+from ..net import free_port
 from . import scram
 
 __all__ = ["BrokerError", "BrokerState", "BrokerStatus", "EmbeddedBroker", "find_kafka_libs", "kafka_version"]
@@ -91,12 +92,6 @@ def kafka_version(libs: Path) -> str:
     """The Kafka version of the jars in `libs` (from kafka_2.13-<version>.jar)."""
     jar = next(libs.glob("kafka_2.13-*.jar"))
     return jar.stem.removeprefix("kafka_2.13-")
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -382,10 +377,7 @@ class EmbeddedBroker:
             return configured
         if previous and previous not in (avoid or set()) and _port_free(host, previous):
             return previous  # same address as last time, so clients of the old run reconnect
-        port = _free_port(host)
-        while port in (avoid or set()):
-            port = _free_port(host)
-        return port
+        return free_port(host, avoid or ())
 
     def _properties(self, state: BrokerState, secret: str | None = None) -> str:
         client = self.cfg.security_protocol  # the client listener's name is its protocol

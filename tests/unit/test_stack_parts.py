@@ -16,11 +16,11 @@ from stack.report import build_report, build_series
 from stack.services import (
     coordinator_spec,
     device_streams,
-    free_port_block,
     producer_spec,
     trainer_spec,
 )
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
+from streamtrain.net import free_port_block, free_ports, listening_range
 from streamtrain.wire import DeadLetter, StepFeedback
 
 
@@ -65,6 +65,14 @@ def test_service_command_lines_load_as_the_intended_configuration(tmp_path: Path
     assert tcfg.metrics.port == 5000 and tcfg.trainer.torch_threads == 1
     assert ranks.ports == (5000, 5001, 5002)
     assert "--local-ranks" in ranks.argv and ranks.argv[ranks.argv.index("--devices") + 1] == "0,1,2"
+
+
+def test_free_ports_stay_out_of_the_ephemeral_range_and_are_distinct() -> None:
+    ports = free_ports(20)
+    assert len(set(ports)) == 20
+    assert all(p in listening_range() for p in ports)
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    assert listening_range().stop <= int(ephemeral[0])
 
 
 def test_free_port_block_is_consecutive_and_bindable() -> None:

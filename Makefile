@@ -18,12 +18,18 @@ venv: $(VENV_STAMP)
 
 kafka: $(KAFKA_STAMP)
 
-# Java 17 runs the broker; Maven resolves its jars; Prometheus scrapes `streamtrain up` (which runs without it
-# and says so, hence no failure when it cannot be installed). Each installed from Debian only when absent.
+# Java 17 runs the broker; Maven resolves its jars; jemalloc is the allocator of CPU trainer ranks (steadier steps,
+# trainer.cpu_allocator); Prometheus scrapes `streamtrain up`. The last two are optional (everything runs without
+# them and says so, hence no failure when they cannot be installed). Each installed from Debian only when absent.
 system-deps:
 	@if ! command -v java >/dev/null || ! command -v mvn >/dev/null; then \
 	  echo "installing Java 17 and Maven from Debian packages"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless maven; \
+	fi
+	@if ! /sbin/ldconfig -p 2>/dev/null | grep -q libjemalloc; then \
+	  echo "installing jemalloc from Debian packages (the allocator of CPU trainer ranks)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libjemalloc2; } \
+	    || echo "could not install libjemalloc2: CPU ranks will use the system allocator"; \
 	fi
 	@if ! command -v prometheus >/dev/null && [ ! -x /usr/bin/prometheus ]; then \
 	  echo "installing Prometheus from Debian packages"; \

@@ -61,9 +61,14 @@ def train(
     if local_ranks is not None:
         if len(names) != local_ranks:
             die(f"--local-ranks {local_ranks} needs {local_ranks} devices, --devices names {len(names)}", EXIT_CONFIG)
+        from .errors import TrainerSetupError
         from .launch import launch_local_ranks
 
-        raise typer.Exit(launch_local_ranks(cfg, names))
+        try:
+            status = launch_local_ranks(cfg, names)
+        except TrainerSetupError as exc:  # e.g. trainer.cpu_allocator=jemalloc without jemalloc installed
+            die(str(exc), EXIT_CONFIG)
+        raise typer.Exit(status)
     if device_id is None:
         rank = int(os.environ.get("RANK", "0") or 0)
         if not names:

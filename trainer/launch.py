@@ -20,7 +20,7 @@ from types import FrameType
 
 from streamtrain.config import ENV_PREFIX, StreamtrainConfig, config_environment
 
-from .distributed import free_port
+from .distributed import allocator_environment, free_port
 
 __all__ = ["child_environment", "launch_local_ranks"]
 
@@ -31,14 +31,23 @@ STOP_GRACE_S = 60.0
 
 
 def child_environment(config: StreamtrainConfig, rank: int, world_size: int, port: int) -> dict[str, str]:
-    """The environment of local rank `rank`: torchrun's variables and the resolved configuration."""
+    """The environment of local rank `rank`: torchrun's variables, the resolved configuration and, on the CPU,
+    the memory allocator (`trainer.cpu_allocator`)."""
     # Drop every STREAMTRAIN_* setting: the resolved sections below already include them, and a
     # leftover STREAMTRAIN_TRAINER__LR would override what --set gave the parent.
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env.update(config_environment(config))  # secrets included: ranks authenticate as the parent does
     env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    device = "cuda" if config.trainer.device == "cuda" or (config.trainer.device == "auto" and _has_cuda()) else "cpu"
+    env.update(allocator_environment(config.trainer.cpu_allocator, device))
     return env
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def launch_local_ranks(config: StreamtrainConfig, devices: Sequence[str]) -> int:

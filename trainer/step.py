@@ -27,7 +27,14 @@ from streamtrain.wire import Sample
 
 from .aggregation import AggregationState, aggregation_hook
 from .compression import CompressionStats, TopKCompressor
-from .distributed import DistContext, peak_memory_bytes, reset_peak_memory
+from .distributed import (
+    DistContext,
+    keep_freed_memory,
+    malloc_in_use,
+    peak_memory_bytes,
+    reserve_memory,
+    reset_peak_memory,
+)
 from .errors import TrainerSetupError
 from .plugins import CollateFn, build_collate, build_model
 
@@ -68,6 +75,8 @@ class StepResult:
     """Some rank asked the group to stop after this step (every rank sees the same value)."""
     slowdown_seconds: float = 0.0
     """Emulated extra compute slept after the step (`trainer.slowdowns`), included in compute and step seconds."""
+    cpu_seconds: float = 0.0
+    """CPU time of the training thread in the step (collate to optimizer step; the CPU clock of `slowdowns`)."""
 
 
 def linear_lr_scale(global_batch: int, base_batch: int, max_scale: float) -> float:
@@ -107,6 +116,7 @@ class StepRunner:
         collate: Samples → batch.
         device: Device the model lives on.
         slowdown: Emulated slow-down factor of this rank (>= 1; see `slowdown_for`).
+        slowdown_clock: What the factor multiplies: "cpu" (this thread's CPU time in the step) or "wall".
     """
 
     def __init__(
@@ -118,9 +128,12 @@ class StepRunner:
         collate: CollateFn,
         device: torch.device,
         slowdown: float = 1.0,
+        slowdown_clock: str = "wall",
     ) -> None:
         if not slowdown >= 1.0:
             raise ValueError(f"slowdown factor must be >= 1, got {slowdown}")
+        if slowdown_clock not in ("cpu", "wall"):
+            raise ValueError(f"slowdown_clock must be 'cpu' or 'wall', got {slowdown_clock!r}")
         self.model = model
         self.optimizer = optimizer
         self.state = state
@@ -128,6 +141,7 @@ class StepRunner:
         self.collate = collate
         self.device = device
         self.slowdown = float(slowdown)
+        self.slowdown_clock = slowdown_clock
         self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
         self.steps = 0
 
@@ -171,6 +185,7 @@ class StepRunner:
         """
         reset_peak_memory(self.device)
         started = time.perf_counter()
+        cpu_started = time.thread_time()  # forward, backward (CPU autograd) and the optimizer run on this thread
         batch = self.collate(samples, self.config).to(self.device)
         collated = time.perf_counter()
         own_weight = self._weight_of(samples) if weight is None else float(weight)
@@ -196,12 +211,19 @@ class StepRunner:
         loss_value = float(loss.detach()) if batch.num_samples > 0 else None
         self._sync()
         finished = time.perf_counter()
+        cpu_seconds = time.thread_time() - cpu_started
         slept = 0.0
         if self.slowdown > 1.0:
-            # Emulated heterogeneity: this rank computes `slowdown` times slower than it does.
-            time.sleep((self.slowdown - 1.0) * max(0.0, finished - started - comm))
-            slept = time.perf_counter() - finished
-            finished += slept
+            # Emulated heterogeneity: this rank's compute takes `slowdown` times what it measured. On the CPU clock
+            # the measure is this thread's CPU time, which time-sharing the cores with other processes (other
+            # ranks, the broker) hardly changes, so the emulated time is reproducible on a busy machine.
+            compute = max(0.0, finished - started - comm)
+            measured = cpu_seconds if self.slowdown_clock == "cpu" else compute
+            owed = self.slowdown * measured - compute
+            if owed > 0:
+                time.sleep(owed)
+                slept = time.perf_counter() - finished
+                finished += slept
         self.steps += 1
         decisions = self.state.compressor.decisions if self.state.compressor is not None else []
         return StepResult(
@@ -222,6 +244,7 @@ class StepRunner:
             buckets=self.state.hook_calls,
             stop=self.state.group_stop(),
             slowdown_seconds=slept,
+            cpu_seconds=cpu_seconds,
         )
 
     def _apply_lr(self, global_samples: int, lr_scale: float | None) -> float:
@@ -263,6 +286,11 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
             does not name one factor per rank.
     """
     collate = build_collate(config)  # resolve plug-ins first: a bad path fails before any collective
+    if ctx.device.type == "cpu":
+        if config.keep_freed_memory and malloc_in_use() == "system":
+            keep_freed_memory()
+        reserve_memory(config.memory_reserve_mb)
+        logger.info("rank %d: %s allocator, %d MiB reserved", ctx.rank, malloc_in_use(), config.memory_reserve_mb)
     slowdown = slowdown_for(config, ctx.rank, ctx.world_size)
     model = build_model(config).to(ctx.device)
     ddp = DistributedDataParallel(
@@ -283,6 +311,9 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
         f"top-{config.topk_ratio:g} delta {config.compression_delta:g}" if config.compression else "off",
         f"on (base batch {config.base_batch})" if config.lr_scaling else "off",
     )
+    clock = config.slowdown_clock if config.slowdown_clock != "auto" else ("wall" if ctx.device.type == "cuda"
+                                                                          else "cpu")
     if slowdown > 1.0:
-        logger.info("rank %d: emulating a device %g times slower (trainer.slowdowns)", ctx.rank, slowdown)
-    return StepRunner(ddp, optimizer, state, config, collate, ctx.device, slowdown)
+        logger.info("rank %d: emulating a device %g times slower on the %s clock (trainer.slowdowns)", ctx.rank,
+                    slowdown, clock)
+    return StepRunner(ddp, optimizer, state, config, collate, ctx.device, slowdown, clock)

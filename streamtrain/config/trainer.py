@@ -54,6 +54,22 @@ class TrainerConfig(BaseModel):
     torch_threads: int = Field(default=0, ge=0, le=1024)
     """Intra-op CPU threads per rank (0 keeps torch's default; set 1-2 when many ranks share a host)."""
 
+    keep_freed_memory: bool = True
+    """On the CPU, have glibc keep the memory a step frees (blocks up to 32 MiB) for the next step instead of
+    unmapping it and page-faulting it in again: faster, steadier steps (a truer time model for the coordinator),
+    with RSS held at the largest step's. Off: glibc's defaults."""
+
+    memory_reserve_mb: int = Field(default=256, ge=0, le=1 << 20)
+    """On the CPU, MiB of memory each rank maps in at start and frees for its steps to reuse, so a step
+    larger than any before it does not page-fault new memory in (0: none). Held for the rank's life."""
+
+    cpu_allocator: Literal["auto", "jemalloc", "system"] = "auto"
+    """Memory allocator of the CPU ranks streamtrain starts itself (`train --local-ranks`, `up`): `jemalloc`
+    (Debian's libjemalloc2, preloaded, freed memory kept for reuse) keeps a rank's heap from fragmenting, so
+    steps stop page-faulting once the reserve is in; `system` is glibc (tuned by keep_freed_memory); `auto`
+    is jemalloc when it is installed. Ranks started by torchrun or a container use what their environment
+    preloads (LD_PRELOAD)."""
+
     optimizer: Literal["sgd", "adamw"] = "sgd"
     """Optimizer of every rank."""
 
@@ -139,9 +155,15 @@ class TrainerConfig(BaseModel):
     """Steps between a rank's one-line progress log."""
 
     slowdowns: tuple[float, ...] = ()
-    """Emulated heterogeneity for benchmarks: one factor >= 1 per rank; rank r sleeps (factor - 1) x its measured
-    compute after each step, so its compute and step times (and the group's waits) are those of a device that
-    many times slower. E.g. `--set trainer.slowdowns=[1,1,1,4]` or `=1,1,1,4`; empty: every rank at full speed."""
+    """Emulated heterogeneity for benchmarks: one factor >= 1 per rank; after each step rank r sleeps until its
+    compute has taken factor x its measured compute (see `slowdown_clock`), so its compute and step times (and the
+    group's waits) are those of a device that many times slower. E.g. `--set trainer.slowdowns=[1,1,1,4]` or
+    `=1,1,1,4`; empty: every rank at full speed."""
+
+    slowdown_clock: Literal["auto", "cpu", "wall"] = "auto"
+    """What `slowdowns` multiply. `cpu`: the rank's own CPU time in the step (its training thread), which other
+    processes on a shared machine barely change, so a slowed rank's time is reproducible however busy the cores
+    are; `wall`: elapsed time (CPU time does not see GPU kernels); `auto`: `wall` on CUDA, `cpu` otherwise."""
 
     metrics: bool = True
     """Serve Prometheus /metrics per rank on metrics.port + rank (a free port when metrics.port is 0)."""

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -51,9 +52,9 @@ def test_slowdowns_must_name_one_factor_per_rank() -> None:
         slowdown_for(CONFIG.model_copy(update={"slowdowns": (1.0, 2.0)}), 0, 4)
 
 
-def test_slowdown_stretches_compute_by_the_factor(ctx: DistContext) -> None:
+def test_slowdown_stretches_compute_by_the_factor_on_the_wall_clock(ctx: DistContext) -> None:
     samples = synthetic_samples([40, 30, 50, 20] * 4, num_features=4, num_classes=3)
-    slow = build_step_runner(CONFIG.model_copy(update={"slowdowns": (4.0,)}), ctx)
+    slow = build_step_runner(CONFIG.model_copy(update={"slowdowns": (4.0,), "slowdown_clock": "wall"}), ctx)
     fast = build_step_runner(CONFIG, ctx)
     for _ in range(2):  # warm up the allocator and the kernels
         fast.run_step(samples)
@@ -68,6 +69,37 @@ def test_slowdown_stretches_compute_by_the_factor(ctx: DistContext) -> None:
     assert s.slowdown_seconds <= 3 * own + 0.05
     assert s.compute_seconds == pytest.approx(own + s.slowdown_seconds)
     assert s.step_seconds >= s.compute_seconds
+
+
+def test_cpu_clock_stretches_the_threads_cpu_time_whatever_the_load(ctx: DistContext) -> None:
+    """On the CPU clock (the default without CUDA) the emulated compute is factor x the training thread's CPU
+    time, so a core shared with a busy neighbour stretches the rank's wall time, not its emulated time."""
+    samples = synthetic_samples([40, 30, 50, 20] * 4, num_features=4, num_classes=3)
+    slow = build_step_runner(CONFIG.model_copy(update={"slowdowns": (6.0,)}), ctx)
+    assert slow.slowdown_clock == "cpu"
+    for _ in range(2):
+        slow.run_step(samples)
+    stop = threading.Event()
+
+    def busy() -> None:  # a neighbour competing for the interpreter and the core
+        while not stop.is_set():
+            sum(range(10_000))
+
+    neighbour = threading.Thread(target=busy, daemon=True)
+    neighbour.start()
+    try:
+        results = [slow.run_step(samples) for _ in range(3)]
+    finally:
+        stop.set()
+        neighbour.join()
+    for r in results:
+        own = r.compute_seconds - r.slowdown_seconds
+        assert 0 < r.cpu_seconds <= own + 0.01
+        if r.slowdown_seconds > 0:  # slept up to 6 x CPU time (sleep never returns early, so at least that)
+            assert r.compute_seconds >= 6 * r.cpu_seconds * 0.999
+            assert r.compute_seconds <= 6 * r.cpu_seconds + 0.05
+        else:  # the wall time already exceeded 6 x CPU time: nothing to add
+            assert own >= 6 * r.cpu_seconds
 
 
 def test_stop_flag_rides_on_the_step(ctx: DistContext) -> None:

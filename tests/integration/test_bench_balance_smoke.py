@@ -46,5 +46,6 @@ def test_bench_balance_writes_cells_for_every_policy(tmp_path: Path, broker: Any
     ett = cells["ett-stream"]["rank_samples_median"]
     assert ett["1"] < ett["0"]
     # The target loss is static's own at mid-window, so static reaches it.
-    assert doc["target_loss"] is not None and cells["static"]["seconds_to_target_loss"] is not None
+    assert doc["target_loss"]["16"] is not None and cells["static"]["seconds_to_target_loss"] is not None
+    assert cells["static"]["straggler_effect_of_medians"] >= 0
     assert set(doc["targets"]) >= {"speedup_vs_static", "straggler_effect_median", "per_cell"}

@@ -14,7 +14,8 @@
    samples while they fit (so nothing starves), then up to `best_fit_rounds` more, each the largest
    remaining sample that still fits the gap (size-aware best fit). A device with pending samples
    always trains at least max(b_min, 1) of them when memory allows, even past T. Samples larger
-   than memory allows are never planned (the trainer dead-letters them).
+   than memory allows are never planned (the trainer dead-letters them). Best fit chooses among the
+   `best_fit_lookahead` samples just past the prefix, so planning costs the same however long the backlog.
 
 All devices are packed at once on flattened arrays, so planning a thousand devices costs a few
 numpy passes rather than a Python loop per sample.
@@ -99,9 +100,12 @@ def fill_reference(
     big = len(sizes)
     count = np.add.reduceat(chosen.astype(np.int64), starts)
     used = np.add.reduceat(np.where(chosen, sizes, 0.0), starts)
+    # Best fit looks at the `best_fit_lookahead` fitting samples just past the prefix (all when None).
+    ahead = config.best_fit_lookahead
+    near = rank < (count + ahead)[seg] if ahead is not None else np.ones(len(sizes), dtype=bool)
     for _ in range(config.best_fit_rounds):
         gap = budgets - used
-        cand = fits & ~chosen & (sizes <= gap[seg]) & (count[seg] < config.b_max)
+        cand = fits & ~chosen & near & (sizes <= gap[seg]) & (count[seg] < config.b_max)
         if not cand.any():
             break
         val = np.where(cand, sizes, -1.0)
@@ -201,6 +205,8 @@ def _fill_indexed(
     used = cum0[wstarts + count] - base
     picks: list[np.ndarray] = []
     tl = lengths - prefix
+    if config.best_fit_lookahead is not None:
+        tl = np.minimum(tl, config.best_fit_lookahead)
     if config.best_fit_rounds and tl.any():
         # Best fit looks only past the prefix: the tail, as its own flattened arrays.
         tail = _ranges(starts + prefix, tl)

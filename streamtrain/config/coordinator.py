@@ -62,6 +62,11 @@ class CoordinatorConfig(BaseModel):
     best_fit_rounds: int = Field(default=4, ge=0, le=64)
     """ett-stream: samples added by best fit after the oldest-first prefix, to close the gap to the target."""
 
+    best_fit_lookahead: int | None = Field(default=1024, ge=1)
+    """ett-stream: how many of a device's pending samples just past its oldest-first prefix best fit chooses
+    from (None: its whole backlog). Keeps planning time independent of the backlog's length, and what best fit
+    picks close to the front of the stream."""
+
     warm_start_a: float = Field(default=1e-3, gt=0.0)
     """Seconds per unit of sample size assumed for a device before it has reported enough feedback."""
 

@@ -34,6 +34,16 @@ def test_oldest_samples_go_first_and_best_fit_closes_the_gap() -> None:
     assert plan.devices[0].total_size == 10.0
 
 
+def test_best_fit_looks_only_a_bounded_way_past_the_prefix() -> None:
+    # Budget 10: oldest-first takes 4 + 3; the 3 that would close the gap is the 5th sample past the prefix.
+    d = device("d", [4.0, 3.0, 5.0, 9.0, 8.0, 7.0, 3.0], a=1.0)
+    near = plan_step(state(d), CoordinatorConfig(target_step_seconds=10.0, best_fit_lookahead=4), "ett-stream")
+    assert list(near.devices[0].offsets) == [0, 1]
+    whole = plan_step(state(d), CoordinatorConfig(target_step_seconds=10.0, best_fit_lookahead=None), "ett-stream")
+    assert list(whole.devices[0].offsets) == [0, 1, 6]
+    assert whole.devices[0].total_size == 10.0
+
+
 def test_step_time_trains_at_line_rate() -> None:
     # a·r·m = 0.001·100·5 = 0.5, headroom 10%: T = b / (1 - 0.55) = 0.1 / 0.45.
     keeps_up = device("k", [5.0] * 10, a=1e-3, b=0.1, arrival_rate=100.0, mean_size=5.0)

@@ -45,6 +45,7 @@ def _random_config(rng: np.random.Generator) -> CoordinatorConfig:
     b_max = int(rng.integers(1, 40))
     return CoordinatorConfig(b_min=min(int(rng.integers(0, 5)), b_max), b_max=b_max,
                              best_fit_rounds=int(rng.integers(0, 7)), global_batch=int(rng.integers(1, 300)),
+                             best_fit_lookahead=[None, 1, 2, 5, 20][int(rng.integers(0, 5))],
                              weight_by=str(rng.choice(["samples", "size"])))  # type: ignore[arg-type]
 
 

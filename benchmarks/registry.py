@@ -321,10 +321,11 @@ def render_cells(doc: dict[str, Any], ctx: RenderContext) -> str:
 REGISTRY: tuple[Bench, ...] = (
     Bench("kafka", "kafka.json", ("--records", "100000", "--repeats", "3"), ("--records", "20000", "--repeats", "1"),
           timeout_s=420, render=render_kafka),
-    Bench("ingest", "ingest.json", (), ("--seconds", "5", "--streams", "1,8,32"), timeout_s=900, render=render_ingest),
+    Bench("ingest", "ingest.json", ("--seconds", "10"), ("--seconds", "5", "--streams", "1,8,32"), timeout_s=900,
+          render=render_ingest),
     Bench("scheduler", "scheduler.json", (), ("--repeats", "5"), timeout_s=300, render=render_scheduler),
     Bench("convergence", "convergence.json", (), ("--quick",), timeout_s=600, render=render_convergence),
-    Bench("balance", "balance.json", (), ("--quick",), timeout_s=1500, render=render_balance),
+    Bench("balance", "balance.json", ("--control",), ("--quick",), timeout_s=1500, render=render_balance),
     Bench("truncation", "truncation.json", (), ("--quick",), timeout_s=600, render=render_truncation),
     Bench("soak", "soak.json", ("--minutes", "5"), ("--minutes", "1"), timeout_s=600, render=render_soak),
 )

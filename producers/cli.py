@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import tempfile
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -66,6 +68,14 @@ def produce(
         port = cfg.producer.metrics_port if cfg.producer.metrics_port is not None else cfg.metrics.port
         bound = serve_metrics(service.metrics.registry, cfg.metrics.bind_address, port)
         console.print(f"metrics on http://{cfg.metrics.bind_address}:{bound}/metrics")
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        # SIGINT (Ctrl-C) and SIGTERM (docker stop, supervisors) both end the stream and flush every accepted
+        # record; handled explicitly, since a process started in the background inherits SIGINT ignored.
+        if service.stop_event.is_set():
+            raise KeyboardInterrupt  # a second signal: stop waiting for the flush
+        service.stop_event.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         if progress and console.is_terminal:
             with Live(get_renderable=lambda: progress_view(service.snapshot()), console=console, refresh_per_second=2):
@@ -74,6 +84,9 @@ def produce(
             summary = service.run()
     except ProducerError as exc:
         die(str(exc))
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     console.print(summary_view(summary))
     if not summary.ok:
         raise typer.Exit(1)

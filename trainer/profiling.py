@@ -3,7 +3,8 @@
 Times forward + backward of a model over packed batches of several total sizes (each made of
 samples of random, very different lengths) and fits a line by least squares, with R². Run:
 
-    .venv/bin/python -m trainer.profiling --threads 1
+    .venv/bin/python -m trainer.profiling --threads 1                  # as a CPU rank runs
+    .venv/bin/python -m trainer.profiling --threads 1 --system-malloc  # glibc's defaults, for comparison
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from torch import nn
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.synthetic import synthetic_samples
 
+from .distributed import keep_freed_memory, malloc_in_use, reserve_memory
 from .plugins import build_collate, build_model
 
 __all__ = ["SizeTimeFit", "fit_linear", "profile_size_time", "sizes_summing_to", "time_forward_backward"]
@@ -136,11 +138,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--system-malloc", action="store_true",
+                        help="leave glibc's defaults (no kept memory, no reserve) instead of a CPU rank's set-up")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     config = TrainerConfig(hidden_size=args.hidden)
+    if device.type == "cpu" and not args.system_malloc:
+        # As a CPU rank starts (build_step_runner): memory kept for reuse and a reserve mapped in.
+        if malloc_in_use() == "system":
+            keep_freed_memory()
+        reserve_memory(config.memory_reserve_mb)
     fit = profile_size_time(config, args.sizes, repeats=args.repeats, device=device)
     for size, secs in zip(fit.sizes, fit.seconds, strict=True):
         print(f"size {size:>7d}  {secs * 1e3:9.3f} ms  (fit {fit.predict(size) * 1e3:9.3f} ms)")

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -179,3 +185,29 @@ def test_produce_command_publishes_and_summarises(kafka_cfg: KafkaConfig) -> Non
     assert "records delivered, 0 failed" in result.output
     got = list(read_to_end(kafka_cfg, [kafka_cfg.topics.device("0"), kafka_cfg.topics.device("1")]))
     assert len(got) == pytest.approx(2 * 61, abs=4)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_produce_stops_on_sigterm_or_sigint_and_flushes_every_record(kafka_cfg: KafkaConfig, signum: int) -> None:
+    """Run until stopped (the service default); the signal ends the stream with every accepted record delivered,
+    also when SIGINT was ignored at start, as a background job inherits it."""
+    env = {**os.environ, "STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS": kafka_cfg.bootstrap_servers,
+           "STREAMTRAIN_KAFKA__TOPIC_PREFIX": kafka_cfg.topic_prefix, "STREAMTRAIN_PRODUCER__METRICS": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "streamtrain.cli", "produce", "--devices", "2", "--rate", "300",
+                             "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    topics = [kafka_cfg.topics.device("0"), kafka_cfg.topics.device("1")]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(read_to_end(kafka_cfg, topics))) < 200:
+        time.sleep(0.5)
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    delivered = int(re.search(r"([\d,]+) records delivered, 0 failed", out).group(1).replace(",", ""))  # type: ignore[union-attr]
+    samples = [decode(m.value(), m.headers(), Sample) for m in read_to_end(kafka_cfg, topics)]
+    assert len(samples) == delivered >= 200
+    ledger = SeqLedger()
+    for s in samples:
+        ledger.add(s.device_id, s.seq)
+    for device in ("0", "1"):
+        assert ledger.account(device, sum(s.device_id == device for s in samples)).exact

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from stack.procs import Child
@@ -32,8 +33,8 @@ from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, list_topics, make_admin, make_consumer
 from streamtrain.wire import StepFeedback, WireError, decode
 
-__all__ = ["FeedbackTail", "LiveBroker", "Services", "live_broker", "rss_tree", "slope", "streamtrain_argv",
-           "train_command", "watermarks"]
+__all__ = ["FeedbackTail", "LiveBroker", "Services", "live_broker", "robust_slope", "rss_tree", "slope",
+           "streamtrain_argv", "train_command", "watermarks"]
 
 logger = logging.getLogger(__name__)
 
@@ -253,6 +254,21 @@ def heap_mb(heap: str) -> float:
     """A Java heap size as broker.heap spells it (768m, 2g, 1048576k) in MiB."""
     scale = {"k": 1 / 1024, "m": 1.0, "g": 1024.0}[heap[-1].lower()]
     return float(heap[:-1]) * scale
+
+
+def robust_slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Theil-Sen slope: the median of the slopes between every pair of points (None with fewer than 3).
+
+    A trend that goes on moves it; a single step (a process mapping in one larger batch's memory, a
+    coordinator restart) moves only the pairs that straddle the step, so it does not read as growth.
+    """
+    if len(ts) < 3 or len(ts) != len(ys):
+        return None
+    t, y = np.asarray(ts, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    i, j = np.triu_indices(len(t), k=1)
+    dt = t[j] - t[i]
+    keep = dt > 0
+    return float(np.median((y[j] - y[i])[keep] / dt[keep])) if keep.any() else None
 
 
 def slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:

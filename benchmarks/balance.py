@@ -125,6 +125,9 @@ class BalanceSetup:
     """coordinator.model_window: feedback records each device's time model is fitted on (every policy
     that uses the models gets the same)."""
     seed: int = 0
+    repeats: int = 1
+    """Runs of the whole matrix, one after another (each cell's figures are the median over its runs, so slow
+    drift of the machine falls on every policy alike)."""
     start_timeout_s: float = 240.0
     extra_sets: tuple[str, ...] = ()
     """Further `--set key=value` for every cell (after the benchmark's own)."""
@@ -140,6 +143,8 @@ class BalanceSetup:
             raise ValueError(f"global_batch {self.global_batch} is below the {self.devices} devices")
         if not self.time_scale >= 1.0:
             raise ValueError(f"time_scale must be >= 1 (got {self.time_scale})")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1 (got {self.repeats})")
         if self.steps < 1 or self.warmup_steps < 0:
             raise ValueError("steps >= 1 and warmup_steps >= 0 are required")
 
@@ -271,11 +276,59 @@ def finish_figures(cells: list[dict[str, Any]], setup: BalanceSetup) -> dict[str
         c["straggler_effect_of_medians"] = straggler_effect(medians) if len(medians) > 1 else None
     targets, rule = loss_targets(cells, setup)
     for c in cells:
+        if "runs" in c:  # combined over repeats: each run was measured against its own repeat's target
+            continue
         target = targets.get(float(c["dif"]))
         c["target_loss"] = target
         c["seconds_to_target_loss"] = seconds_to(c.get("loss_curve") or [], target) if target is not None else None
     return {"target_loss": {f"{d:g}": t for d, t in sorted(targets.items())}, "target_loss_rule": rule,
             "targets": evaluate_targets(cells, setup)}
+
+
+#: Per-run figures a cell reports as the median over its repeats.
+_MEDIAN_KEYS = ("step_seconds_median", "wall_step_seconds_median", "straggler_effect_median", "samples_per_s",
+                "size_per_s", "global_batch_median", "step_size_median", "trained_size_mean", "final_loss",
+                "plan_latency_ms_median", "straggler_effect_of_medians", "target_loss")
+
+
+def combine_repeats(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One figure set per cell from its repeated runs: the median of each per-run figure, the per-run values of
+    the main ones under `runs`, samples lost summed. Time to the target loss is the median with a run that never
+    reached it counted as the slowest (None when most runs did not)."""
+    groups: dict[tuple[str, tuple[float, ...], float], list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        groups[(r["policy"], tuple(r["slowdowns"]), float(r["dif"]))].append(r)
+    out = []
+    for (policy, slowdowns, dif), rs in groups.items():
+        ok = [r for r in rs if not r.get("error")]
+        cell: dict[str, Any] = {"policy": policy, "slowdowns": list(slowdowns), "dif": dif,
+                                "size_kind": rs[0].get("size_kind"), "repeats": len(rs)}
+        if not ok:
+            cell["error"] = "; ".join(r["error"] for r in rs if r.get("error"))
+            out.append(cell)
+            continue
+        for key in _MEDIAN_KEYS:
+            values = [r[key] for r in ok if r.get(key) is not None]
+            cell[key] = median(values)
+        ranks = sorted({d for r in ok for d in (r.get("rank_compute_seconds_median") or {})})
+        for key in ("rank_compute_seconds_median", "rank_samples_median"):
+            cell[key] = {d: median([r[key][d] for r in ok if d in (r.get(key) or {})]) for d in ranks}
+        reached = sorted(r["seconds_to_target_loss"] for r in ok if r.get("seconds_to_target_loss") is not None)
+        misses = len(ok) - len(reached)
+        ordered = [*reached, *([math.inf] * misses)]
+        mid = ordered[(len(ordered) - 1) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1]
+                                                                        + ordered[len(ordered) // 2]) / 2
+        cell["seconds_to_target_loss"] = None if not math.isfinite(mid) else mid
+        cell["samples_lost"] = sum(int(r.get("samples_lost") or 0) for r in ok)
+        cell["steps_measured"] = min(int(r.get("steps_measured") or 0) for r in ok)
+        cell["local_plan_rank_steps"] = sum(int(r.get("local_plan_rank_steps") or 0) for r in ok)
+        cell["runs"] = [{k: r.get(k) for k in ("repeat", "step_seconds_median", "straggler_effect_median",
+                                               "size_per_s", "seconds_to_target_loss", "run_dir", "error")}
+                        for r in rs]
+        if len(ok) < len(rs):
+            cell["failed_runs"] = len(rs) - len(ok)
+        out.append(cell)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,21 +485,28 @@ def run_balance(setup: BalanceSetup, out: Path, base_args: Sequence[str] = (), c
             if progress is not None:
                 progress(0, len(cells), cells[0], 0, setup.until_step, "starting the Kafka broker")
             bootstrap = broker.start()
-        for i, cell in enumerate(cells):
+        schedule = [(rep, cell) for rep in range(setup.repeats) for cell in cells]
+        for i, (rep, cell) in enumerate(schedule):
             def on_step(step: int, phase: str, i: int = i, cell: BalanceCell = cell) -> None:
                 if progress is not None:
-                    progress(i, len(cells), cell, step, setup.until_step, phase)
+                    progress(i, len(schedule), cell, step, setup.until_step, phase)
 
-            results.append(run_cell(setup, cell, i, bootstrap, runs or out / "balance-runs", base_args, config_file,
-                                    on_step))
+            results.append({**run_cell(setup, cell, i, bootstrap, runs or out / "balance-runs", base_args,
+                                       config_file, on_step), "repeat": rep})
             if on_cell is not None:
                 on_cell(results[-1])
             if progress is not None:
-                progress(i + 1, len(cells), cell, setup.until_step, setup.until_step, "done")
+                progress(i + 1, len(schedule), cell, setup.until_step, setup.until_step, "done")
     finally:
         if broker is not None:
             broker.stop()
         scratch.cleanup()
+    if setup.repeats > 1:
+        for rep in range(setup.repeats):  # each repeat against its own targets (static's loss in that repeat)
+            finish_figures([r for r in results if r["repeat"] == rep], setup)
+        per_run, results = results, combine_repeats(results)
+    else:
+        per_run = []
     figures = finish_figures(results, setup)
     doc = {
         "setup": {**{k: v for k, v in asdict(setup).items() if k != "notes"}, "devices": setup.devices,
@@ -459,6 +519,7 @@ def run_balance(setup: BalanceSetup, out: Path, base_args: Sequence[str] = (), c
         "seconds": round(time.monotonic() - began, 1),
         "cells": results,
         "targets": figures["targets"],
+        **({"runs": [{k: v for k, v in r.items() if k != "loss_curve"} for r in per_run]} if per_run else {}),
     }
     (out / "balance.json").write_text(json.dumps(doc, indent=1, default=float) + "\n")
     try:
@@ -606,6 +667,8 @@ def balance_command(
     time_scale: Annotated[float, typer.Option(min=1.0, help="Every rank computes this many times its CPU time "
                                               "(slow-downs multiply on top), so 4 ranks fit on 2 cores without "
                                               "contending.")] = BalanceSetup.time_scale,
+    repeats: Annotated[int, typer.Option(min=1, help="Run the whole matrix this many times; each cell reports the "
+                                         "median over its runs (and the runs themselves).")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the data (every cell of a DIF trains the same samples) and "
                                       "the model.")] = 0,
     external: Annotated[bool, typer.Option(help="Use the Kafka at kafka.bootstrap_servers instead of one "
@@ -642,7 +705,8 @@ def balance_command(
         difs = tuple(float(v) for v in dif.split(",")) if dif else ((0.0, 64.0) if quick else (0.0, 16.0, 64.0))
         chosen = tuple(policy or (("static", "lbbsp", "ett-stream") if quick else POLICY_NAMES))
         setup = BalanceSetup(policies=chosen, slowdowns=slows, difs=difs, global_batch=global_batch,
-                             time_scale=time_scale, model_window=model_window, steps=steps or (12 if quick else 24),
+                             time_scale=time_scale, model_window=model_window, repeats=repeats,
+                             steps=steps or (12 if quick else 24),
                              warmup_steps=warmup if warmup is not None else (8 if quick else 10), seed=seed,
                              notes={"quick": quick})
     except ValueError as exc:
@@ -651,7 +715,8 @@ def balance_command(
     if control:
         # The control: identical ranks, identical batches (static at the smallest DIF).
         cells = [c for c in cells if len(set(c.slowdowns)) > 1 or (c.dif == min(setup.difs) and c.policy == "static")]
-    console.print(f"{len(cells)} cells: {', '.join(setup.policies)} x slow-downs "
+    console.print(f"{len(cells)} cells{f' x {repeats} runs' if repeats > 1 else ''}: {', '.join(setup.policies)} "
+                  f"x slow-downs "
                   f"{' / '.join(','.join(f'{f:g}' for f in s) for s in setup.slowdowns)} x DIF "
                   f"{', '.join(f'{d:g}' for d in setup.difs)}; global batch {setup.global_batch}, "
                   f"{setup.warmup_steps} + {setup.steps} steps, backlog {setup.backlog:,} samples per device",
@@ -659,7 +724,7 @@ def balance_command(
     columns = (TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[phase]}"), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
-        overall = bar.add_task("cells", total=len(cells), phase="")
+        overall = bar.add_task("cells", total=len(cells) * repeats, phase="")
         current = bar.add_task("", total=setup.until_step, phase="")
 
         def progress(i: int, n: int, cell: BalanceCell, step: int, until: int, phase: str) -> None:
@@ -730,6 +795,7 @@ def render_balance(doc: dict[str, Any], ctx: Any) -> str:
         return "—" if value is None else f"{value * 1e3:.1f} ms"
 
     cells: list[dict[str, Any]] = doc["cells"]
+    repeated = int(setup.get("repeats", 1)) > 1
     ett: dict[str, Any] = next((c for c in cells if c["policy"] == "ett-stream" and c["slowdowns"] == t["slowdowns"]
                 and c["dif"] == t["dif"]), {})
     static: dict[str, Any] = next((c for c in cells if c["policy"] == "static" and c["slowdowns"] == t["slowdowns"]
@@ -770,10 +836,14 @@ def render_balance(doc: dict[str, Any], ctx: Any) -> str:
              cell(c.get("straggler_effect_median"), ".3f"), cell(c.get("samples_per_s"), ".0f"),
              cell(c.get("size_per_s"), ".0f"), cell(c.get("trained_size_mean"), ".1f"),
              cell(c.get("seconds_to_target_loss"), ".1f"),
-             "error" if c.get("error") else str(c.get("samples_lost", "—"))] for c in cells]
+             "error" if c.get("error") else str(c.get("samples_lost", "—"))]
+            + ([" / ".join(cell(r.get("step_seconds_median"), ".0f", 1e3) for r in c.get("runs", []))]
+               if repeated else []) for c in cells]
     return "\n\n".join([
         f"Setup: {setup['devices']} gloo ranks on the CPU, global batch {setup['global_batch']}, "
-        f"{setup['warmup_steps']} warm-up + {setup['steps']} measured steps per cell, sizes mean "
+        f"{setup['warmup_steps']} warm-up + {setup['steps']} measured steps per cell"
+        + (f", the whole matrix run {setup['repeats']} times one after another (each figure: the median over "
+           "a cell's runs)" if repeated else "") + ", sizes mean "
         f"{setup['size_mean']:g} with std = DIF (normal; lognormal where a normal ≥ 1 cannot reach the DIF), "
         f"a pre-produced backlog of {setup['backlog_per_device']:,} samples per device (same seed in every cell). "
         "Target loss " + ", ".join(f"DIF {d}: {v:.4f}" for d, v in doc["target_loss"].items())
@@ -783,6 +853,7 @@ def render_balance(doc: dict[str, Any], ctx: Any) -> str:
         + " (scadles cells also `coordinator.b_min` = global batch / devices).",
         targets,
         _table(["policy", "slow-downs", "DIF", "step ms (median)", "wall step ms", "SE (median)", "samples/s",
-                "work/s (size)", "mean size trained", "s to target loss", "lost samples"], rows),
+                "work/s (size)", "mean size trained", "s to target loss", "lost samples",
+                *(["step ms of each run"] if repeated else [])], rows),
         f"![balance]({ctx.link(png)})",
     ])

@@ -30,7 +30,7 @@ from stack.procs import Child
 from stack.services import ServiceSpec
 from streamtrain.broker import BrokerError, EmbeddedBroker
 from streamtrain.config import KafkaConfig, StreamtrainConfig
-from streamtrain.kafka import TopicSpec, ensure_topics, list_topics, make_admin, make_consumer
+from streamtrain.kafka import TopicSpec, consume_available, ensure_topics, list_topics, make_admin, make_consumer
 from streamtrain.wire import StepFeedback, WireError, decode
 
 __all__ = ["FeedbackTail", "LiveBroker", "Services", "live_broker", "robust_slope", "rss_tree", "slope",
@@ -228,7 +228,7 @@ class FeedbackTail:
         out: list[StepFeedback] = []
         deadline = time.monotonic() + budget_s
         while time.monotonic() < deadline:
-            msgs = self.consumer.consume(500, timeout=0.05)
+            msgs = consume_available(self.consumer, 500, 0.05)
             if not msgs:
                 break
             for msg in msgs:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from streamtrain.config import KafkaConfig, TrainerConfig
-from streamtrain.kafka import DeadLetterSink, make_consumer
+from streamtrain.kafka import DeadLetterSink, consume_available, make_consumer
 from streamtrain.wire import Assignment, Sample, WireError, decode
 
 from .batching import sample_problems
@@ -119,7 +119,7 @@ class RankConsumer:
 
     def poll(self, timeout: float, max_records: int = 500) -> int:
         """Fetch and route what is available (waiting at most `timeout`); returns records handled."""
-        messages = self.consumer.consume(num_messages=max_records, timeout=timeout)
+        messages = consume_available(self.consumer, max_records, timeout)
         rewind: int | None = None
         for msg in messages:
             err = msg.error()

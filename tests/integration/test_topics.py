@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import (
     REASON_HEADER,
     DeadLetterSink,
     TopicSpec,
+    consume_available,
     ensure_topics,
     make_admin,
+    make_consumer,
     make_producer,
     read_to_end,
     topic_config,
@@ -64,3 +69,29 @@ def test_dead_letter_sink_keeps_the_record_and_the_reason(kafka_cfg: KafkaConfig
     assert (letter.topic, letter.offset, letter.reason, letter.service) == (names.device("d"), 0, "corrupt", "trainer")
     assert letter.value == b"\x00garbage" and letter.headers["st-size"] == b"3"
     assert "not valid Avro" in letter.detail
+
+
+def test_consume_available_returns_as_soon_as_records_are_there(kafka_cfg: KafkaConfig) -> None:
+    """A few records, a long timeout: they come back at once, not when the timeout runs out."""
+    topic = kafka_cfg.topics.device("avail")
+    ensure_topics(make_admin(kafka_cfg), [TopicSpec.from_config(kafka_cfg, topic)])
+    consumer = make_consumer(kafka_cfg, f"{kafka_cfg.topic_prefix}-avail", **{"enable.auto.commit": "false"})
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        began = time.monotonic()
+        assert consume_available(consumer, 500, 1.0) == []  # nothing yet: waits the timeout, returns nothing
+        assert time.monotonic() - began >= 0.9
+        producer = make_producer(kafka_cfg)
+        for i in range(3):
+            producer.produce(topic, f"r{i}".encode())
+        producer.flush(10)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 3 and time.monotonic() < deadline:
+            began = time.monotonic()
+            batch = consume_available(consumer, 500, 5.0)
+            assert time.monotonic() - began < 2.0  # Consumer.consume(500, 5.0) would sit out the 5 s
+            got += [m.value() for m in batch if m.error() is None]
+        assert got == [b"r0", b"r1", b"r2"]
+    finally:
+        consumer.close()

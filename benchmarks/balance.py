@@ -64,16 +64,20 @@ from streamtrain.config.coordinator import POLICY_NAMES
 from streamtrain.config.loader import load_config, parse_assignment
 from streamtrain.wire import StepFeedback
 
+from .registry import save_figure
+
 __all__ = [
     "BalanceCell",
     "BalanceSetup",
     "CellProgress",
     "analyse_cell",
     "balance_command",
+    "combine_repeats",
     "finish_figures",
     "plot_balance",
     "run_balance",
     "size_kind_for",
+    "summarise",
 ]
 
 logger = logging.getLogger(__name__)
@@ -283,6 +287,24 @@ def finish_figures(cells: list[dict[str, Any]], setup: BalanceSetup) -> dict[str
         c["seconds_to_target_loss"] = seconds_to(c.get("loss_curve") or [], target) if target is not None else None
     return {"target_loss": {f"{d:g}": t for d, t in sorted(targets.items())}, "target_loss_rule": rule,
             "targets": evaluate_targets(cells, setup)}
+
+
+def summarise(results: list[dict[str, Any]], setup: BalanceSetup) -> dict[str, Any]:
+    """`finish_figures` for one run of the matrix; for repeats, each run against its own targets (static's loss
+    in that run), then the cells combined (`cells` in the answer) with the median of the runs' target losses."""
+    if setup.repeats <= 1:
+        return finish_figures(results, setup)
+    losses: dict[str, list[float]] = defaultdict(list)
+    rule = ""
+    for rep in sorted({r["repeat"] for r in results}):
+        figures = finish_figures([r for r in results if r["repeat"] == rep], setup)
+        rule = figures["target_loss_rule"]
+        for dif, value in figures["target_loss"].items():
+            losses[dif].append(value)
+    cells = combine_repeats(results)
+    figures = finish_figures(cells, setup)
+    return {**figures, "cells": cells, "target_loss": {d: median(v) for d, v in losses.items()},
+            "target_loss_rule": f"{rule}; in each run its own, the median over runs shown"}
 
 
 #: Per-run figures a cell reports as the median over its repeats.
@@ -501,13 +523,11 @@ def run_balance(setup: BalanceSetup, out: Path, base_args: Sequence[str] = (), c
         if broker is not None:
             broker.stop()
         scratch.cleanup()
+    figures = summarise(results, setup)
     if setup.repeats > 1:
-        for rep in range(setup.repeats):  # each repeat against its own targets (static's loss in that repeat)
-            finish_figures([r for r in results if r["repeat"] == rep], setup)
-        per_run, results = results, combine_repeats(results)
+        per_run, results = results, figures.pop("cells")
     else:
         per_run = []
-    figures = finish_figures(results, setup)
     doc = {
         "setup": {**{k: v for k, v in asdict(setup).items() if k != "notes"}, "devices": setup.devices,
                   "backlog_per_device": setup.backlog, **setup.notes,
@@ -617,10 +637,7 @@ def plot_balance(doc: dict[str, Any], path: Path) -> Path:
     setup = doc.get("setup", {})
     fig.suptitle(f"{setup.get('devices', 4)} gloo ranks, global batch {setup.get('global_batch')}, "
                  f"{setup.get('steps')} measured steps after {setup.get('warmup_steps')} warm-up", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -840,7 +857,8 @@ def render_balance(doc: dict[str, Any], ctx: Any) -> str:
             + ([" / ".join(cell(r.get("step_seconds_median"), ".0f", 1e3) for r in c.get("runs", []))]
                if repeated else []) for c in cells]
     return "\n\n".join([
-        f"Setup: {setup['devices']} gloo ranks on the CPU, global batch {setup['global_batch']}, "
+        f"Setup: {setup['devices']} gloo ranks on the CPU, each computing {setup.get('time_scale', 1):g}{_X} its "
+        f"training thread's CPU time {_X} its slow-down factor, global batch {setup['global_batch']}, "
         f"{setup['warmup_steps']} warm-up + {setup['steps']} measured steps per cell"
         + (f", the whole matrix run {setup['repeats']} times one after another (each figure: the median over "
            "a cell's runs)" if repeated else "") + ", sizes mean "

@@ -55,6 +55,7 @@ from .live import (
     train_command,
     watermarks,
 )
+from .registry import save_figure
 
 __all__ = ["SoakSetup", "plot_soak", "render_soak", "run_soak", "soak_command"]
 
@@ -446,10 +447,7 @@ def plot_soak(doc: dict[str, Any], png: Path) -> Path:
     fig.suptitle(f"soak: {doc['devices']} streams at ScaDLES {doc['setup']['rate_preset']} "
                  f"(~{doc['setup']['arrival_rate_total']:,.0f} samples/s), {doc['ranks']} ranks, "
                  f"{doc['minutes']:g} min", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
+    return save_figure(fig, png)
 
 
 def render_soak(doc: dict[str, Any], ctx: Any) -> str:
@@ -571,4 +569,5 @@ def soak_command(
     if doc["failures"]:  # a verdict is a finding (it is in the JSON); a service that failed is an error
         console.print(f"[red]failures: {'; '.join(doc['failures'])}")
         raise typer.Exit(1)
+
 

@@ -45,6 +45,7 @@ from .live import (
     train_command,
     watermarks,
 )
+from .registry import save_figure
 
 __all__ = ["POLICIES", "TruncationSetup", "plot_truncation", "render_truncation", "run_truncation",
            "truncation_command"]
@@ -362,10 +363,7 @@ def plot_truncation(doc: dict[str, Any], png: Path) -> Path:
     setup = doc["setup"]
     fig.suptitle(f"{setup['devices']} devices at ScaDLES {setup['rate_preset']} rates "
                  f"({', '.join(f'{r:g}' for r in setup['rates'])} samples/s), b_max {setup['b_max']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
+    return save_figure(fig, png)
 
 
 def render_truncation(doc: dict[str, Any], ctx: Any) -> str:
@@ -511,3 +509,4 @@ def truncation_command(
 
 def _ratio(value: float | None) -> str:
     return "—" if value is None else f"{value:g}"
+

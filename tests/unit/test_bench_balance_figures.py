@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.balance import BalanceSetup, combine_repeats, evaluate_targets, finish_figures, render_balance
+from benchmarks.balance import BalanceSetup, combine_repeats, evaluate_targets, render_balance, summarise
 from benchmarks.registry import RenderContext
 
 SETUP = BalanceSetup(policies=("static", "ett-stream"), slowdowns=((1.0, 4.0),), difs=(64.0,), steps=4,
@@ -43,11 +43,11 @@ def test_repeats_combine_into_medians_with_the_runs_kept() -> None:
 def test_combined_cells_keep_their_repeat_measured_time_to_target(tmp_path: Path) -> None:
     runs = [_run(p, r, 0.5 if p == "static" else 0.2, 10_000 if p == "static" else 25_000, 0.2, None)
             for r in range(3) for p in ("static", "ett-stream")]
-    for rep in range(3):
-        finish_figures([r for r in runs if r["repeat"] == rep], SETUP)
-    cells = combine_repeats(runs)
+    figures = summarise(runs, SETUP)
+    cells = figures.pop("cells")
+    assert figures["target_loss"] == {"64": 0.2}  # static's loss mid-window, in each run
     doc = {"setup": {**SETUP.__dict__, "devices": 2, "backlog_per_device": 100, "settings": {}},
-           "cells": cells, "seconds": 60.0, **finish_figures(cells, SETUP)}
+           "cells": cells, "seconds": 60.0, **figures}
     assert all(c["seconds_to_target_loss"] is not None for c in cells)  # from each repeat's own target
     text = render_balance(doc, RenderContext(tmp_path, tmp_path))
     assert "the whole matrix run 3 times" in text and "step ms of each run" in text

@@ -73,7 +73,7 @@ def produce(
         # record; handled explicitly, since a process started in the background inherits SIGINT ignored.
         if service.stop_event.is_set():
             raise KeyboardInterrupt  # a second signal: stop waiting for the flush
-        service.stop_event.set()
+        service.request_stop("interrupt" if signum == signal.SIGINT else "SIGTERM")
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -150,6 +150,12 @@ class StreamProducer:
         self._synced: dict[str, np.ndarray] = {}
         self._synced_waits = 0
         self.stop_event = threading.Event()
+        self.stop_reason = "stop"
+
+    def request_stop(self, reason: str = "stop") -> None:
+        """End the run at the next tick (thread- and signal-safe); `reason` becomes the summary's `stopped_by`."""
+        self.stop_reason = reason
+        self.stop_event.set()
 
     # ---- running -------------------------------------------------------------------------
 
@@ -204,7 +210,7 @@ class StreamProducer:
         while True:
             t = time.monotonic() - self._t0
             if stop.is_set():
-                return "stop"
+                return self.stop_reason
             if self._fatal is not None:
                 return "fatal error"
             if cfg.duration_s is not None and t >= cfg.duration_s:
@@ -222,7 +228,7 @@ class StreamProducer:
             for dev in np.flatnonzero(due > 0):
                 for draft in self.source.take(int(dev), int(due[dev])):
                     if not self._publish(int(dev), draft, now, stop):
-                        return "stop"
+                        return self.stop_reason
             producer.poll(0)
             if t - last_sync >= _SYNC_EVERY_S:
                 self._sync_metrics(t)

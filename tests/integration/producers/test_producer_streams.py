@@ -203,6 +203,7 @@ def test_produce_stops_on_sigterm_or_sigint_and_flushes_every_record(kafka_cfg: 
     proc.send_signal(signum)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
+    assert ("stopped by interrupt" if signum == signal.SIGINT else "stopped by SIGTERM") in out
     delivered = int(re.search(r"([\d,]+) records delivered, 0 failed", out).group(1).replace(",", ""))  # type: ignore[union-attr]
     samples = [decode(m.value(), m.headers(), Sample) for m in read_to_end(kafka_cfg, topics)]
     assert len(samples) == delivered >= 200

@@ -56,6 +56,19 @@ def config_from(ctx: typer.Context, flags: Mapping[str, Any] | None = None) -> S
     return cfg
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time of each record, not the stream it was when configured:
+    a CLI called in-process (tests, notebooks) swaps stderr and closes it afterwards."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
 def setup_logging(level: str = "INFO") -> None:
     """Configure logging once per process: rich on a terminal, plain lines otherwise."""
     root = logging.getLogger()
@@ -67,7 +80,7 @@ def setup_logging(level: str = "INFO") -> None:
         handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=True)
         fmt = "%(message)s"
     else:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     handler.setFormatter(logging.Formatter(fmt))
     root.handlers[:] = [handler]

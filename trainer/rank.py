@@ -74,6 +74,7 @@ class TrainerRank:
         self.committed: int | None = None
         self.feedback_failed = 0
         self.stop_requested = False
+        self.group_idle = False
         self.group_stop = False
         """Some rank asked to stop: the group stops after the step that told it."""
         self._offsets: dict[str, int] = {}
@@ -126,6 +127,9 @@ class TrainerRank:
         while not self.group_stop and not self._limit_reached():
             self.run_step()
             self._after_step()
+            if self.group_idle and not self.group_stop:
+                self.consumer.wait_until(lambda: len(self.buffer) > 0 or self.stop_requested,
+                                         time.perf_counter() + self.trainer.idle_wait_s)
         self._finish()
         return self.step - first
 
@@ -147,6 +151,7 @@ class TrainerRank:
         samples = self.buffer.take(offsets)
         result = self.runner.run_step(samples, stop=self.stop_requested)
         self.group_stop = result.stop
+        self.group_idle = not result.stepped
         self.buffer.complete_step()  # the optimizer step is done: these offsets are processed
         self.local.observe(result.total_size, result.compute_seconds)
         if plan is not None:

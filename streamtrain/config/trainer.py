@@ -135,6 +135,11 @@ class TrainerConfig(BaseModel):
     data_wait_s: float = Field(default=1.0, ge=0, le=600)
     """Seconds a rank waits for planned offsets (or, on a local plan, for any sample) to arrive from Kafka."""
 
+    idle_wait_s: float = Field(default=0.25, ge=0, le=60)
+    """After a step in which the whole group trained nothing, seconds a rank waits for a sample to arrive
+    before its next step, so an idle group (streams paused or not started) does not spin through empty
+    steps, plans, feedback and checkpoints as fast as the broker answers."""
+
     local_batch: int = Field(default=32, ge=1)
     """Samples of a local plan before any Assignment or time model exists."""
 

@@ -53,12 +53,14 @@ def _publish(producer: Producer, kafka: KafkaConfig, plan: Assignment) -> None:
     assert producer.flush(30) == 0
 
 
-def _train(kafka: KafkaConfig, tmp: Path, *args: str, plan_wait: float = 0.5) -> subprocess.Popen[bytes]:
+def _train(kafka: KafkaConfig, tmp: Path, *args: str, plan_wait: float = 0.5,
+           overrides: dict[str, object] | None = None) -> subprocess.Popen[bytes]:
     sets = {
         "job": JOB, "kafka.bootstrap_servers": kafka.bootstrap_servers, "kafka.topic_prefix": kafka.topic_prefix,
         "trainer.device": "cpu", "trainer.torch_threads": 1, "trainer.hidden_size": 16, "trainer.num_layers": 1,
         "trainer.num_classes": 3, "trainer.local_batch": 3, "trainer.data_wait_s": 0.5, "trainer.log_every": 1,
         "trainer.checkpoint_every": 2, "trainer.checkpoint_dir": str(tmp / "ckpt"), "metrics.port": 0,
+        **(overrides or {}),
     }
     cmd = [sys.executable, "-m", "streamtrain.cli", *(x for k, v in sets.items() for x in ("--set", f"{k}={v}")),
            "train", "--local-ranks", "2", "--devices", ",".join(DEVICES), "--plan-wait", str(plan_wait), *args]
@@ -175,3 +177,31 @@ def test_sigterm_checkpoints_and_a_restart_trains_nothing_twice(kafka_cfg: Kafka
         # Every offset below the final commit was trained exactly once over both runs.
         assert final[device] == sum(f.samples for f in [*first, *later] if f.device_id == device)
         assert final[device] > committed[device]
+
+
+def test_an_idle_group_waits_for_data_instead_of_spinning_through_empty_steps(
+        kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
+    """Plans that assign nothing to ranks with empty buffers: each empty step is followed by an idle wait of
+    trainer.idle_wait_s; once samples are buffered the ranks step without waiting."""
+    producer = _setup(kafka_cfg)
+    for step in range(6):
+        _publish(producer, kafka_cfg, Assignment(JOB, step, "test", 0.0, 0, 1.0, tuple(
+            DevicePlan(d, 0.0, 1.0, count=0) for d in DEVICES)))
+    proc = _train(kafka_cfg, tmp_path, "--steps", "6", plan_wait=3.0,
+                  overrides={"trainer.idle_wait_s": 1.5})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(f.step >= 1 for f in _feedback(kafka_cfg)):
+        time.sleep(0.1)
+    for device in DEVICES:  # buffered from here on: the next idle waits end at once
+        _produce_samples(producer, kafka_cfg, device, 10)
+    assert _finish(proc, tmp_path) == 0
+
+    sent: dict[tuple[str, int], float] = {}  # (device, step) -> broker timestamp of its feedback, s
+    for m in read_to_end(kafka_cfg, [kafka_cfg.topics.feedback]):
+        fb = decode(m.value(), m.headers(), StepFeedback)
+        sent[fb.device_id, fb.step] = m.timestamp()[1] / 1000
+    assert sorted(sent) == [(d, s) for d in DEVICES for s in range(6)]
+    for device in DEVICES:
+        gaps = [sent[device, s + 1] - sent[device, s] for s in range(5)]
+        assert gaps[0] >= 1.4, gaps  # empty buffers everywhere: the group waited before step 1
+        assert gaps[-1] < 1.0, gaps  # samples buffered: no idle wait although the plans still assign nothing

@@ -223,17 +223,20 @@ def _run_policy(policy: str, broker: LiveBroker, setup: TruncationSetup, out: Pa
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{policy}: the trainers did not report a step within {setup.start_timeout_s:.0f} s")
             time.sleep(0.2)
-        step0 = max(fb.step for fb in latest.values()) + 1
+        idle_step = max(fb.step for fb in latest.values())
         services.start("producers", "producer", streamtrain_argv(
             global_args, {**common, **setup.producer_sets()}, "produce", "--no-progress"))
         began = time.monotonic()
         deadline = began + setup.run_timeout_s
         final_marks: dict[str, tuple[int, int]] = {}
+        step0: int | None = None  # steps count from the first one that trained a streamed sample
         while True:
             take_feedback()
+            if step0 is None:
+                step0 = min((s for s, _, n in losses if s > idle_step), default=None)
             marks = watermarks(probe, kafka, devices)
             final_marks = marks or final_marks
-            step = max(fb.step for fb in latest.values()) + 1 - step0
+            step = 0 if step0 is None else max(fb.step for fb in latest.values()) + 1 - step0
             retained = sum(hi - lo for lo, hi in marks.values())
             depth = sum(fb.buffer_depth for fb in latest.values())
             recent = [fb.loss for fb in latest.values() if fb.loss is not None and fb.samples]
@@ -263,7 +266,8 @@ def _run_policy(policy: str, broker: LiveBroker, setup: TruncationSetup, out: Pa
         tail.close()
         probe.close()
     accuracy, heldout_loss = _evaluate(setup, ckpt)
-    tail_losses = [(loss, n) for s, loss, n in losses if s >= step0 + max(0, setup.steps - 10)]
+    tail_from = (step0 or idle_step) + max(0, setup.steps - 10)
+    tail_losses = [(loss, n) for s, loss, n in losses if s >= tail_from]
     final_loss = (sum(loss * n for loss, n in tail_losses) / sum(n for _, n in tail_losses)) if tail_losses else None
     retained_final = sum(hi - lo for lo, hi in final_marks.values())
     cell = {

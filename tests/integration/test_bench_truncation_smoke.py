@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~40 s: two coordinat
 
 @pytest.mark.timeout(150)
 def test_truncate_retains_far_fewer_records_than_persist(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
-    setup = TruncationSetup(devices=1, steps=40, policies=("persist", "truncate"), hidden_size=16, num_layers=1,
+    # Enough steps that the run outlasts the coordinator's 0.5 s lag poll (its DeleteRecords cadence) many times over.
+    setup = TruncationSetup(devices=1, steps=160, policies=("persist", "truncate"), hidden_size=16, num_layers=1,
                             heldout=200, sample_every_s=0.3, start_timeout_s=90, run_timeout_s=60)
     seen: list[tuple[str, int]] = []
     doc = run_truncation(StreamtrainConfig(kafka=kafka_cfg), setup, tmp_path, external=True,
@@ -23,7 +24,7 @@ def test_truncate_retains_far_fewer_records_than_persist(kafka_cfg: KafkaConfig,
 
     assert json.loads((tmp_path / "truncation.json").read_text()) == doc
     assert (tmp_path / "truncation.png").stat().st_size > 1000
-    assert doc["steps"] == 40
+    assert doc["steps"] == setup.steps
     cells = {c["policy"]: c for c in doc["cells"]}
     assert list(cells) == ["persist", "truncate"]
     for cell in cells.values():
@@ -34,7 +35,7 @@ def test_truncate_retains_far_fewer_records_than_persist(kafka_cfg: KafkaConfig,
         assert cell["trained_samples"] > 0
         curve = doc["series"][cell["policy"]]
         assert len(curve["step"]) == len(curve["retained_records"]) == len(curve["buffer_depth"]) > 3
-        assert curve["step"][-1] >= 40
+        assert curve["step"][-1] >= setup.steps
         assert (cell["policy"], curve["step"][-1]) in seen
     persist, truncate = cells["persist"], cells["truncate"]
     # Persistence keeps every record produced; truncation drops (and deletes on the broker) all but the newest.

@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 # Weight of the newest sample size in a device's mean-size EWMA.
 _SIZE_ALPHA = 0.05
+_OVERHEAD_STEPS = 8
+"""Steps whose measured overhead outside compute the step-time target takes the median of."""
 
 
 class RateEstimator:
@@ -273,6 +275,7 @@ class FleetTracker:
         self._reports: dict[int, set[str]] = {}
         self._first_report: dict[int, float] = {}
         self._step_seconds: dict[int, float] = {}
+        self._overhead: dict[int, float] = {}
         for d in config.devices:
             self.device(d)
 
@@ -346,6 +349,10 @@ class FleetTracker:
         # and the data (truncate keeps arrivals over this period; step_seconds alone would keep too few).
         period = fb.step_seconds + max(0.0, fb.data_wait_seconds)
         self._step_seconds[fb.step] = max(self._step_seconds.get(fb.step, 0.0), period)
+        if fb.plan_step == fb.step:  # a local fallback's wait is the missing plan's, not a cost of every step
+            # The rank that waited least (the step's straggler) spent the rest of its period on fixed costs.
+            outside = max(0.0, period - fb.compute_seconds)
+            self._overhead[fb.step] = min(self._overhead.get(fb.step, outside), outside)
         return True
 
     def record_plan(self, plan: Assignment) -> dict[str, int]:
@@ -368,6 +375,8 @@ class FleetTracker:
             self._first_report.pop(s, None)
         for s in [s for s in self._step_seconds if s + 2 < self.next_plan_step]:
             del self._step_seconds[s]  # only the last step's time is ever read
+        for s in [s for s in self._overhead if s + _OVERHEAD_STEPS < self.next_plan_step]:
+            del self._overhead[s]
         return dropped
 
     def observe_offsets(self, device_id: str, log_start: int, end: int, committed: int | None, at: float) -> None:
@@ -411,4 +420,11 @@ class FleetTracker:
                 last_seconds=fb.compute_seconds if fb else None,
             ))
         return PlanningState(step=step, now=now, devices=tuple(states),
-                             last_step_seconds=self._step_seconds.get(step - 1) or None, carry=carry)
+                             last_step_seconds=self._step_seconds.get(step - 1) or None, carry=carry,
+                             step_overhead_seconds=self.step_overhead_seconds())
+
+    def step_overhead_seconds(self) -> float:
+        """Median over the last steps of the per-step time outside compute of the rank that waited
+        least (communication, the plan's and the data's round trip); 0 before any feedback."""
+        recent = list(self._overhead.values())
+        return float(np.median(recent)) if recent else 0.0

@@ -105,7 +105,8 @@ class Coordinator:
         admin = make_admin(kcfg)
         ensure_topics(admin, [TopicSpec.from_config(kcfg, t) for t in
                               (self.topics.feedback, self.topics.assignments, self.topics.dead_letter)])
-        self._producer = make_producer(kcfg)
+        # Plans are on every step's critical path (feedback -> plan -> next step): sent at once, not lingered.
+        self._producer = make_producer(kcfg, **{"linger.ms": 0})
         sink = DeadLetterSink(self._producer, self.topics.dead_letter, "coordinator")
         self._probe = OffsetProbe(admin, self.cfg.trainer_group_id, self.ccfg.kafka_timeout_seconds,
                                   reader=make_consumer(kcfg, self.cfg.trainer_group_id))

@@ -122,6 +122,9 @@ class PlanningState:
         devices: one entry per device, in rank order.
         last_step_seconds: wall time of the last completed step, None before the first.
         carry: what the policy returned in `Plan.carry` last step (None at the start).
+        step_overhead_seconds: the part of a step's wall period spent outside compute by the rank
+            that waited least (exposed communication, the plan's and the data's round trip): a fixed
+            cost of every step, measured (median over recent steps); 0 before it is known.
     """
 
     step: int
@@ -129,6 +132,7 @@ class PlanningState:
     devices: tuple[DeviceState, ...]
     last_step_seconds: float | None = None
     carry: Any = None
+    step_overhead_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         ids = [d.device_id for d in self.devices]

@@ -1,13 +1,15 @@
 """`ett-stream` (default): equal estimated training time per step, consuming at each device's line rate.
 
 1. Step-time target T. A device with arrival rate r, mean sample size m and model T(s) = a·s + b
-   keeps up with its stream iff its utilisation rho = a·r·m < 1, and then needs a step of at least
-   b / (1 - rho·(1 + headroom)) to train, within it, what arrives during it plus some spare to drain
-   backlog. T is the longest such need over the devices that can keep up (so every one of them
-   trains at line rate), and at least long enough that the fixed cost b is at most
-   `max_overhead_fraction` of a step. When no device has a stream it can keep up with (backlog
-   only, e.g. an epoch over stored data), T is the equal time in which the fleet trains
-   `global_batch` samples. Either way every device must be able to train b_min samples; T is
+   keeps up with its stream iff its utilisation rho = a·r·m < 1. A step's wall period is T plus the
+   measured overhead o outside compute (communication, the plan's and the data's round trip:
+   `PlanningState.step_overhead_seconds`), and samples arrive through all of it, so the device
+   needs T >= (b + rho'·o) / (1 - rho') with rho' = rho·(1 + headroom) to train, within T, what
+   arrives during the period plus some spare to drain backlog. T is the longest such need over the
+   devices that can keep up (so every one of them trains at line rate), and at least long enough
+   that the fixed costs b + o are at most `max_overhead_fraction` of a step. When no device has a
+   stream it can keep up with (backlog only, e.g. an epoch over stored data), T is the equal time in
+   which the fleet trains `global_batch` samples. Either way every device must be able to train b_min samples; T is
    clamped to [min_step_seconds, max_step_seconds]; `target_step_seconds` fixes it instead.
    Devices that cannot keep up at any T simply fill T; their backlog is the truncation policy's.
 2. Fill. Each device's size budget is (T - b) / a, within its memory. It takes its oldest pending
@@ -36,8 +38,12 @@ from .common import normalized, size_limit
 __all__ = ["choose_step_time", "fill_reference", "plan_ett_stream", "plan_ett_stream_reference"]
 
 
-def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig) -> tuple[float, dict[str, float]]:
-    """The step-time target T and the bounds it came from (line rate, overhead, backlog batch, b_min)."""
+def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig,
+                     overhead_s: float = 0.0) -> tuple[float, dict[str, float]]:
+    """The step-time target T and the bounds it came from (line rate, overhead, backlog batch, b_min).
+
+    `overhead_s` is the measured per-step time outside compute (`PlanningState.step_overhead_seconds`).
+    """
     if config.target_step_seconds is not None:
         return config.target_step_seconds, {"fixed": config.target_step_seconds}
     n = len(devices)
@@ -50,8 +56,9 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
     keeps_up = active & (rate > 0) & (need < 1.0)
     bounds: dict[str, float] = {}
     if keeps_up.any():
-        bounds["line_rate"] = float((b[keeps_up] / (1.0 - need[keeps_up])).max())
-        bounds["overhead"] = float(b[active].max() / config.max_overhead_fraction)
+        o = max(overhead_s, 0.0)
+        bounds["line_rate"] = float(((b[keeps_up] + need[keeps_up] * o) / (1.0 - need[keeps_up])).max())
+        bounds["overhead"] = float((b[active].max() + o) / config.max_overhead_fraction)
     elif active.any():
         # Backlog only: the equal time at which the fleet trains global_batch samples (LB-BSP, CHRONICA).
         inv = 1.0 / np.maximum(a[active] * m[active], 1e-12)
@@ -281,7 +288,7 @@ def _plan(state: PlanningState, config: CoordinatorConfig, fill: _Fill) -> Plan:
     devices = state.devices
     if not devices:
         return Plan("ett-stream", state.step, 0.0, 0.0, ())
-    target, bounds = choose_step_time(devices, config)
+    target, bounds = choose_step_time(devices, config, state.step_overhead_seconds)
     limits = np.array([size_limit(d, config) for d in devices])
     budgets = np.minimum([d.model.capacity(target) for d in devices], limits)
     n = len(devices)

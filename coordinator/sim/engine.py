@@ -137,7 +137,8 @@ def simulate(
             )
             for i in range(n)
         )
-        plan = plan_step(PlanningState(step, now, devices, last_step, carry), config, policy)
+        plan = plan_step(PlanningState(step, now, devices, last_step, carry,
+                                       step_overhead_seconds=scenario.comm_seconds), config, policy)
         carry = plan.carry
         counts = np.array([b.count for b in plan.devices], dtype=np.int64)
         sizes = np.array([b.total_size for b in plan.devices])

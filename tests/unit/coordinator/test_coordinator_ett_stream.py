@@ -58,6 +58,22 @@ def test_step_time_trains_at_line_rate() -> None:
     assert plan.devices[1].predicted_seconds == pytest.approx(target, abs=5e-3)
 
 
+def test_measured_step_overhead_lengthens_the_step_so_fixed_costs_stay_a_fraction_of_it() -> None:
+    # Streams arrive through the whole period T + o: T >= (b + rho'·o) / (1 - rho'), rho' = 0.55 here.
+    keeps_up = device("k", [5.0] * 10, a=1e-3, b=0.1, arrival_rate=100.0, mean_size=5.0)
+    cfg = CoordinatorConfig(max_overhead_fraction=1.0)
+    _, bounds = choose_step_time((keeps_up,), cfg, overhead_s=0.2)
+    assert bounds["line_rate"] == pytest.approx((0.1 + 0.55 * 0.2) / 0.45)
+    # And the fixed costs b + o are at most max_overhead_fraction of a step: (0.1 + 0.2) / 0.2.
+    target, bounds = choose_step_time((keeps_up,), CoordinatorConfig(max_overhead_fraction=0.2), overhead_s=0.2)
+    assert bounds["overhead"] == pytest.approx(1.5) and target == pytest.approx(1.5)
+    # The policy reads it from the planning state: a longer target, more samples in the step.
+    short = plan_step(state(keeps_up), CoordinatorConfig(max_overhead_fraction=0.2), "ett-stream")
+    long = plan_step(PlanningState(step=0, now=0.0, devices=(keeps_up,), step_overhead_seconds=0.2),
+                     CoordinatorConfig(max_overhead_fraction=0.2), "ett-stream")
+    assert short.step_time_target == pytest.approx(0.5) and long.step_time_target == pytest.approx(1.5)
+
+
 def test_unknown_index_gives_count_and_size_budget() -> None:
     blind = DeviceState(device_id="b", model=device("x", [1.0]).model, pending=None, lag=1000, mean_size=10.0,
                         end_offset=5000)

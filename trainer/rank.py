@@ -62,7 +62,8 @@ class TrainerRank:
         self.runner = build_step_runner(self.trainer, ctx)  # bad plug-ins or slowdowns fail before Kafka is touched
         ensure_topics(make_admin(config.kafka), [TopicSpec.from_config(config.kafka, name) for name in (
             topics.device(device_id), topics.feedback, topics.assignments, topics.dead_letter)])
-        self.producer = make_producer(config.kafka)
+        # Feedback is on every step's critical path (feedback -> plan -> next step): sent at once, not lingered.
+        self.producer = make_producer(config.kafka, **{"linger.ms": 0})
         self.plans = PlanBook(config.job)
         self.consumer = RankConsumer(config.kafka, self.trainer, device_id, self.group_id, self.plans,
                                      self.producer, dead_letter_plans=ctx.is_main)

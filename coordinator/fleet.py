@@ -331,6 +331,7 @@ class FleetTracker:
             received: when it arrived, on the monotonic clock the due-step wait uses.
         """
         rec = self.device(fb.device_id)
+        prev = rec.last_feedback
         if rec.last_feedback is None or fb.step >= rec.last_feedback.step:
             rec.last_feedback = fb
             rec.rank = fb.rank
@@ -348,6 +349,9 @@ class FleetTracker:
         # The step's wall period as the stream sees it: the runner's time plus the waits for the plan
         # and the data (truncate keeps arrivals over this period; step_seconds alone would keep too few).
         period = fb.step_seconds + max(0.0, fb.data_wait_seconds)
+        if prev is not None and fb.step == prev.step + 1 and fb.sent_at > prev.sent_at:
+            # Between two feedback records the rank also checkpointed and committed: the cycle the stream sees.
+            period = max(period, (fb.sent_at - prev.sent_at) / 1000.0)
         self._step_seconds[fb.step] = max(self._step_seconds.get(fb.step, 0.0), period)
         if fb.plan_step == fb.step:  # a local fallback's wait is the missing plan's, not a cost of every step
             # The rank that waited least (the step's straggler) spent the rest of its period on fixed costs.

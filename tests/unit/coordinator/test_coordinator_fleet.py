@@ -155,6 +155,19 @@ def test_last_step_seconds_is_the_wall_period_including_plan_and_data_waits() ->
     assert fleet.planning_state(1, now=1.0).last_step_seconds == pytest.approx(0.8)
 
 
+def test_last_step_seconds_covers_the_whole_cycle_between_a_ranks_feedback_records() -> None:
+    # Checkpoints and commits happen between steps, outside step and wait time; the stream arrives through them.
+    fleet = FleetTracker(CoordinatorConfig(devices=("a",)))
+    first = feedback(0, "a", seconds=0.2)
+    fleet.ingest_feedback(first, received=0.0)
+    later = StepFeedback(**{**feedback(1, "a", seconds=0.2).__dict__, "sent_at": first.sent_at + 350})
+    fleet.ingest_feedback(later, received=0.35)
+    assert fleet.planning_state(2, now=1.0).last_step_seconds == pytest.approx(0.35)
+    skipped = StepFeedback(**{**feedback(3, "a", seconds=0.2).__dict__, "sent_at": first.sent_at + 2_000})
+    fleet.ingest_feedback(skipped, received=2.0)  # not the next step: its gap spans two cycles, unused
+    assert fleet.planning_state(4, now=2.0).last_step_seconds == pytest.approx(0.2)
+
+
 def _timed(step: int, device: str, *, compute: float, step_s: float, wait: float, plan_step: int | None = None,
            rank: int = 0) -> StepFeedback:
     base = feedback(step, device, plan_step=plan_step, rank=rank)

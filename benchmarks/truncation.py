@@ -67,7 +67,7 @@ class TruncationSetup:
     seed: int = 0
     rate_preset: str = "S2"
     planner: str = "scadles"
-    b_max: int = 32
+    b_max: int = 12
     max_lag_samples: int = 512
     size_mean: float = 45.0
     size_dif: float = 15.0
@@ -414,7 +414,8 @@ def render_truncation(doc: dict[str, Any], ctx: Any) -> str:
             "after training to target accuracy (hours of streams), which is why its ratios are larger than ours "
             f"after {doc['steps']} steps. Truncation trained {_num(truncate['trained_samples'])} samples against "
             f"persistence's {_num(persist['trained_samples'])}: it keeps arrival rate {_X} the last step's "
-            "compute time (StepFeedback.step_seconds), shorter than the wall time between steps.")
+            "cycle (the time between a rank's feedback records), and arrivals jitter around that rate, so a step "
+            "sometimes drops a sample a longer one would have trained.")
     bounded = by.get("bounded")
     if bounded is not None:
         over = [d for d, n in bounded.get("retained_records_per_device", {}).items()
@@ -453,7 +454,7 @@ def truncation_command(
     devices: Annotated[int | None, typer.Option(min=1, max=16, help="Device streams, one gloo rank each "
                                                 "(default 4; 2 with --quick).")] = None,
     b_max: Annotated[int, typer.Option(min=1, help="coordinator.b_max: most samples per device per step "
-                                       "(what makes the streams outrun training).")] = 32,
+                                       "(what makes the streams outrun training).")] = 12,
     max_lag_samples: Annotated[int, typer.Option(min=1, help="bounded: coordinator.max_lag_samples.")] = 512,
     policy: Annotated[list[str] | None, typer.Option("--policy", help="Truncation policy to run (repeatable; "
                                                      "default all three).")] = None,

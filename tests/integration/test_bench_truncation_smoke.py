@@ -16,8 +16,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~40 s: two coordinat
 @pytest.mark.timeout(150)
 def test_truncate_retains_far_fewer_records_than_persist(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
     # Enough steps that the run outlasts the coordinator's 0.5 s lag poll (its DeleteRecords cadence) many times over.
-    setup = TruncationSetup(devices=1, steps=160, policies=("persist", "truncate"), hidden_size=16, num_layers=1,
-                            heldout=200, sample_every_s=0.3, start_timeout_s=90, run_timeout_s=60)
+    # b_max pinned: a smaller cap makes steps shorter and the run (in seconds) with them.
+    setup = TruncationSetup(devices=1, steps=300, b_max=32, policies=("persist", "truncate"), hidden_size=16,
+                            num_layers=1, heldout=200, sample_every_s=0.3, start_timeout_s=90, run_timeout_s=60)
     seen: list[tuple[str, int]] = []
     doc = run_truncation(StreamtrainConfig(kafka=kafka_cfg), setup, tmp_path, external=True,
                          progress=lambda policy, step, *_: seen.append((policy, step)))

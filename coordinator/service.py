@@ -26,7 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from prometheus_client import CollectorRegistry
 
 from streamtrain.config import StreamtrainConfig
-from streamtrain.kafka import DeadLetterSink, TopicSpec, ensure_topics, make_admin, make_consumer, make_producer
+from streamtrain.kafka import DeadLetterSink, TopicSpec, ensure_topics, make_admin, make_consumer, make_control_producer
 from streamtrain.wire import Assignment, StepFeedback, WireError, decode, encode
 
 from .fleet import FleetTracker
@@ -105,8 +105,7 @@ class Coordinator:
         admin = make_admin(kcfg)
         ensure_topics(admin, [TopicSpec.from_config(kcfg, t) for t in
                               (self.topics.feedback, self.topics.assignments, self.topics.dead_letter)])
-        # Plans are on every step's critical path (feedback -> plan -> next step): sent at once, not lingered.
-        self._producer = make_producer(kcfg, **{"linger.ms": 0})
+        self._producer = make_control_producer(kcfg)
         sink = DeadLetterSink(self._producer, self.topics.dead_letter, "coordinator")
         self._probe = OffsetProbe(admin, self.cfg.trainer_group_id, self.ccfg.kafka_timeout_seconds,
                                   reader=make_consumer(kcfg, self.cfg.trainer_group_id))

@@ -33,6 +33,7 @@ __all__ = [
     "list_topics",
     "make_admin",
     "make_consumer",
+    "make_control_producer",
     "make_producer",
     "produce",
     "read_to_end",
@@ -128,6 +129,12 @@ def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
         "retry.backoff.max.ms": 2_000,
     }
     return Producer(client_settings(cfg, **{**defaults, **overrides}))
+
+
+def make_control_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
+    """`make_producer` for the control plane (feedback, plans): every step waits for these records, so they are
+    sent at once rather than lingering for a batch."""
+    return make_producer(cfg, **{"linger.ms": 0, **overrides})
 
 
 def produce(producer: Producer, topic: str, value: bytes, headers: HeaderList | None = None,

@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, Message
 from prometheus_client import CollectorRegistry
 
 from streamtrain.config import StreamtrainConfig
-from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce
+from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_control_producer, produce
 from streamtrain.metrics import serve_metrics
 from streamtrain.wire import Assignment, StepFeedback, encode
 
@@ -62,8 +62,7 @@ class TrainerRank:
         self.runner = build_step_runner(self.trainer, ctx)  # bad plug-ins or slowdowns fail before Kafka is touched
         ensure_topics(make_admin(config.kafka), [TopicSpec.from_config(config.kafka, name) for name in (
             topics.device(device_id), topics.feedback, topics.assignments, topics.dead_letter)])
-        # Feedback is on every step's critical path (feedback -> plan -> next step): sent at once, not lingered.
-        self.producer = make_producer(config.kafka, **{"linger.ms": 0})
+        self.producer = make_control_producer(config.kafka)
         self.plans = PlanBook(config.job)
         self.consumer = RankConsumer(config.kafka, self.trainer, device_id, self.group_id, self.plans,
                                      self.producer, dead_letter_plans=ctx.is_main)

@@ -332,7 +332,7 @@ class FleetTracker:
         """
         rec = self.device(fb.device_id)
         prev = rec.last_feedback
-        if rec.last_feedback is None or fb.step >= rec.last_feedback.step:
+        if prev is None or fb.step >= prev.step:
             rec.last_feedback = fb
             rec.rank = fb.rank
         rec.tracker = rec.tracker.update(float(fb.total_size), fb.compute_seconds, fb.step, self.config)
@@ -348,14 +348,17 @@ class FleetTracker:
         self._first_report.setdefault(fb.step, received)
         # The step's wall period as the stream sees it: the runner's time plus the waits for the plan
         # and the data (truncate keeps arrivals over this period; step_seconds alone would keep too few).
-        period = fb.step_seconds + max(0.0, fb.data_wait_seconds)
+        in_step = fb.step_seconds + max(0.0, fb.data_wait_seconds)
+        period = in_step
         if prev is not None and fb.step == prev.step + 1 and fb.sent_at > prev.sent_at:
-            # Between two feedback records the rank also checkpointed and committed: the cycle the stream sees.
+            # Between two feedback records the rank may also have checkpointed, committed or idled: the stream
+            # arrives through those too.
             period = max(period, (fb.sent_at - prev.sent_at) / 1000.0)
         self._step_seconds[fb.step] = max(self._step_seconds.get(fb.step, 0.0), period)
         if fb.plan_step == fb.step:  # a local fallback's wait is the missing plan's, not a cost of every step
-            # The rank that waited least (the step's straggler) spent the rest of its period on fixed costs.
-            outside = max(0.0, period - fb.compute_seconds)
+            # The rank that waited least (the step's straggler) spent the rest of its step on fixed costs
+            # (occasional checkpoints and idle waits are not per-step costs, so the cycle is not used here).
+            outside = max(0.0, in_step - fb.compute_seconds)
             self._overhead[fb.step] = min(self._overhead.get(fb.step, outside), outside)
         return True
 

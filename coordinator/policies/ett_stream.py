@@ -9,8 +9,8 @@
    devices that can keep up (so every one of them trains at line rate), and at least long enough
    that the fixed costs b + o are at most `max_overhead_fraction` of a step. When no device has a
    stream it can keep up with (backlog only, e.g. an epoch over stored data), T is the equal time in
-   which the fleet trains `global_batch` samples. Either way every device must be able to train b_min samples; T is
-   clamped to [min_step_seconds, max_step_seconds]; `target_step_seconds` fixes it instead.
+   which the fleet trains `global_batch` samples. Either way every device must be able to train b_min
+   samples; T is clamped to [min_step_seconds, max_step_seconds]; `target_step_seconds` fixes it.
    Devices that cannot keep up at any T simply fill T; their backlog is the truncation policy's.
 2. Fill. Each device's size budget is (T - b) / a, within its memory. It takes its oldest pending
    samples while they fit (so nothing starves), then up to `best_fit_rounds` more, each the largest

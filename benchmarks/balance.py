@@ -335,12 +335,10 @@ def combine_repeats(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         ranks = sorted({d for r in ok for d in (r.get("rank_compute_seconds_median") or {})})
         for key in ("rank_compute_seconds_median", "rank_samples_median"):
             cell[key] = {d: median([r[key][d] for r in ok if d in (r.get(key) or {})]) for d in ranks}
-        reached = sorted(r["seconds_to_target_loss"] for r in ok if r.get("seconds_to_target_loss") is not None)
-        misses = len(ok) - len(reached)
-        ordered = [*reached, *([math.inf] * misses)]
-        mid = ordered[(len(ordered) - 1) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1]
-                                                                        + ordered[len(ordered) // 2]) / 2
-        cell["seconds_to_target_loss"] = None if not math.isfinite(mid) else mid
+        # A run that never reached the target counts as the slowest: None when most runs did not.
+        mid = median([math.inf if r.get("seconds_to_target_loss") is None else r["seconds_to_target_loss"]
+                      for r in ok])
+        cell["seconds_to_target_loss"] = mid if mid is not None and math.isfinite(mid) else None
         cell["samples_lost"] = sum(int(r.get("samples_lost") or 0) for r in ok)
         cell["steps_measured"] = min(int(r.get("steps_measured") or 0) for r in ok)
         cell["local_plan_rank_steps"] = sum(int(r.get("local_plan_rank_steps") or 0) for r in ok)

@@ -77,7 +77,7 @@ def live_broker(cfg: StreamtrainConfig, external: bool, tag: str) -> Iterator[Li
         try:
             kafka = cfg.kafka.model_copy(update={"bootstrap_servers": bootstrap,
                                                  "topic_prefix": f"{cfg.kafka.topic_prefix}.{tag}"})
-            yield LiveBroker(kafka, broker.pid(), True, heap_mb(cfg.broker.heap))
+            yield LiveBroker(kafka, broker.pid(), True, cfg.broker.heap_mb)
         finally:
             broker.stop()
 
@@ -248,12 +248,6 @@ class FeedbackTail:
     def close(self) -> None:
         with contextlib.suppress(KafkaException, RuntimeError):
             self.consumer.close()
-
-
-def heap_mb(heap: str) -> float:
-    """A Java heap size as broker.heap spells it (768m, 2g, 1048576k) in MiB."""
-    scale = {"k": 1 / 1024, "m": 1.0, "g": 1024.0}[heap[-1].lower()]
-    return float(heap[:-1]) * scale
 
 
 def robust_slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -114,11 +114,9 @@ def _pyplot() -> Any:
 
 def save_figure(fig: Any, path: Path) -> Path:
     """Lay out, write (PNG, 110 dpi) and close a benchmark's figure; returns `path`."""
-    import matplotlib.pyplot as plt
-
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
 
 

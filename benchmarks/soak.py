@@ -569,5 +569,3 @@ def soak_command(
     if doc["failures"]:  # a verdict is a finding (it is in the JSON); a service that failed is an error
         console.print(f"[red]failures: {'; '.join(doc['failures'])}")
         raise typer.Exit(1)
-
-

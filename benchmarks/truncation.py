@@ -266,7 +266,7 @@ def _run_policy(policy: str, broker: LiveBroker, setup: TruncationSetup, out: Pa
         tail.close()
         probe.close()
     accuracy, heldout_loss = _evaluate(setup, ckpt)
-    tail_from = (step0 or idle_step) + max(0, setup.steps - 10)
+    tail_from = (idle_step + 1 if step0 is None else step0) + max(0, setup.steps - 10)
     tail_losses = [(loss, n) for s, loss, n in losses if s >= tail_from]
     final_loss = (sum(loss * n for loss, n in tail_losses) / sum(n for _, n in tail_losses)) if tail_losses else None
     retained_final = sum(hi - lo for lo, hi in final_marks.values())
@@ -514,4 +514,3 @@ def truncation_command(
 
 def _ratio(value: float | None) -> str:
     return "—" if value is None else f"{value:g}"
-

@@ -68,6 +68,7 @@ def produce(
         port = cfg.producer.metrics_port if cfg.producer.metrics_port is not None else cfg.metrics.port
         bound = serve_metrics(service.metrics.registry, cfg.metrics.bind_address, port)
         console.print(f"metrics on http://{cfg.metrics.bind_address}:{bound}/metrics")
+
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         # SIGINT (Ctrl-C) and SIGTERM (docker stop, supervisors) both end the stream and flush every accepted
         # record; handled explicitly, since a process started in the background inherits SIGINT ignored.

@@ -183,6 +183,11 @@ class BrokerConfig(_Section):
     heap: str = Field(default="768m", pattern=r"^[0-9]+[kmgKMG]$")
     """Java heap size (-Xmx), e.g. 768m or 2g."""
 
+    @property
+    def heap_mb(self) -> float:
+        """`heap` in MiB."""
+        return float(self.heap[:-1]) * {"k": 1 / 1024, "m": 1.0, "g": 1024.0}[self.heap[-1].lower()]
+
     log_file: Path | None = None
     """Broker log file; default <data_dir>/broker.log."""
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.live import heap_mb, robust_slope, slope
+from benchmarks.live import robust_slope, slope
+from streamtrain.config import BrokerConfig
 
 
 def test_a_single_step_is_not_growth_but_a_steady_rise_is() -> None:
@@ -20,4 +21,4 @@ def test_a_single_step_is_not_growth_but_a_steady_rise_is() -> None:
 
 @pytest.mark.parametrize(("heap", "mb"), [("768m", 768.0), ("2g", 2048.0), ("1048576k", 1024.0), ("1G", 1024.0)])
 def test_java_heap_sizes_in_mib(heap: str, mb: float) -> None:
-    assert heap_mb(heap) == mb
+    assert BrokerConfig(heap=heap).heap_mb == mb

@@ -31,7 +31,9 @@ logger = logging.getLogger(__name__)
 # Weight of the newest sample size in a device's mean-size EWMA.
 _SIZE_ALPHA = 0.05
 _OVERHEAD_STEPS = 8
-"""Steps whose measured overhead outside compute the step-time target takes the median of."""
+"""Steps whose measured overhead outside compute the step-time target takes the least of."""
+_OVERHEAD_MIN_STEPS = 4
+"""Steps measured before the overhead is used (the first steps also wait for start-up)."""
 
 
 class RateEstimator:
@@ -431,7 +433,9 @@ class FleetTracker:
                              step_overhead_seconds=self.step_overhead_seconds())
 
     def step_overhead_seconds(self) -> float:
-        """Median over the last steps of the per-step time outside compute of the rank that waited
-        least (communication, the plan's and the data's round trip); 0 before any feedback."""
-        recent = list(self._overhead.values())
-        return float(np.median(recent)) if recent else 0.0
+        """The least per-step time outside compute (communication, the plan's and the data's round trip) of
+        the rank that waited least, over the last steps; 0 before any feedback. A fixed cost is the floor of
+        what steps spend: the least, not a median, so start-up waits and hiccups do not read as overhead."""
+        if len(self._overhead) < _OVERHEAD_MIN_STEPS:
+            return 0.0
+        return min(self._overhead.values())

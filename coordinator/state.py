@@ -124,7 +124,7 @@ class PlanningState:
         carry: what the policy returned in `Plan.carry` last step (None at the start).
         step_overhead_seconds: the part of a step's wall period spent outside compute by the rank
             that waited least (exposed communication, the plan's and the data's round trip): a fixed
-            cost of every step, measured (median over recent steps); 0 before it is known.
+            cost of every step, measured (the least over recent steps); 0 before it is known.
     """
 
     step: int

@@ -175,24 +175,28 @@ def _timed(step: int, device: str, *, compute: float, step_s: float, wait: float
                            "data_wait_seconds": wait})
 
 
-def test_step_overhead_is_the_least_waiting_ranks_time_outside_compute_median_over_recent_steps() -> None:
+def test_step_overhead_is_the_least_waiting_ranks_time_outside_compute_least_over_recent_steps() -> None:
     fleet = FleetTracker(CoordinatorConfig(devices=("a", "b")))
-    assert fleet.planning_state(0, now=0.0).step_overhead_seconds == 0.0  # unknown: no fixed cost assumed
-    for step, (o_a, o_b) in enumerate([(0.03, 0.20), (0.25, 0.05), (0.04, 0.30)]):
+    waits = [(1.5, 2.0), (0.9, 0.7), (0.25, 0.05), (0.04, 0.30), (0.06, 0.08)]  # steps 0-1: start-up waits
+    for step, (o_a, o_b) in enumerate(waits):
+        if step < 4:  # unknown until four steps are measured: no fixed cost assumed from start-up steps alone
+            assert fleet.planning_state(step, now=step).step_overhead_seconds == 0.0
         # Rank a waits for the plan and data, computes 0.1 s; b computes 0.1 s and waits for a in the all-reduce.
         fleet.ingest_feedback(_timed(step, "a", compute=0.1, step_s=0.1 + o_a / 2, wait=o_a / 2), received=step)
         fleet.ingest_feedback(_timed(step, "b", compute=0.1, step_s=0.1 + o_b, wait=0.0, rank=1), received=step)
-    # Per step the smaller of the two (0.03, 0.05, 0.04); the median of those.
-    assert fleet.planning_state(3, now=3.0).step_overhead_seconds == pytest.approx(0.04)
+    # Per step the smaller of the two (1.5, 0.7, 0.05, 0.04, 0.06); the least of those.
+    assert fleet.planning_state(5, now=5.0).step_overhead_seconds == pytest.approx(0.04)
 
 
 def test_step_overhead_ignores_steps_a_rank_trained_on_a_local_fallback_plan() -> None:
     # A fallback step waited trainer.plan_wait_s for a plan that never came: not a cost of every step.
     fleet = FleetTracker(CoordinatorConfig(devices=("a",)))
-    fleet.ingest_feedback(_timed(0, "a", compute=0.1, step_s=0.1, wait=2.0, plan_step=-1), received=0.0)
-    assert fleet.planning_state(1, now=1.0).step_overhead_seconds == 0.0
-    fleet.ingest_feedback(_timed(1, "a", compute=0.1, step_s=0.12, wait=0.01), received=1.0)
-    assert fleet.planning_state(2, now=2.0).step_overhead_seconds == pytest.approx(0.03)
+    for step in range(4):
+        fleet.ingest_feedback(_timed(step, "a", compute=0.1, step_s=0.1, wait=2.0, plan_step=-1), received=step)
+    assert fleet.planning_state(4, now=4.0).step_overhead_seconds == 0.0
+    for step in range(4, 8):
+        fleet.ingest_feedback(_timed(step, "a", compute=0.1, step_s=0.12, wait=0.01), received=step)
+    assert fleet.planning_state(8, now=8.0).step_overhead_seconds == pytest.approx(0.03)
 
 
 def test_recorded_truncation_sets_the_delete_target() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -173,8 +173,8 @@ class StepFeedback:
     sent_at: int = field(default_factory=now_ms)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["new_samples"] = [asdict(p) for p in self.new_samples]
+        d = _fields_of(self)
+        d["new_samples"] = [_fields_of(p) for p in self.new_samples]
         return d
 
     @classmethod
@@ -217,8 +217,8 @@ class Assignment:
         return next((d for d in self.devices if d.device_id == device_id), None)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["devices"] = [{**asdict(p), "offsets": list(p.offsets)} for p in self.devices]
+        d = _fields_of(self)
+        d["devices"] = [_fields_of(p) for p in self.devices]
         return d
 
     @classmethod
@@ -246,11 +246,21 @@ class DeadLetter:
     value: bytes | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _fields_of(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeadLetter:
         return cls(**d)
+
+
+def _fields_of(record: Any) -> dict[str, Any]:
+    """A record's fields as the dict fastavro writes, without copying them.
+
+    `dataclasses.asdict` deep-copies every value (each offset of a plan, each pending sample of a report),
+    which made encoding the largest part of publishing a plan; the records are frozen, and fastavro only
+    reads the values (tuples serve as Avro arrays).
+    """
+    return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
 Record = Sample | StepFeedback | Assignment | DeadLetter

@@ -185,6 +185,9 @@ def _fill_indexed(
         ends = np.cumsum(lengths)
         starts = ends - lengths
     b_max = config.b_max
+    if keep is None and bool((lengths <= b_max).all()) and bool((np.add.reduceat(sizes, starts) <= budgets).all()):
+        # Everything pending fits every budget (the line-rate case, every step of a light stream): take it all.
+        return [np.arange(k) for k in lengths.tolist()]
     floor = min(max(config.b_min, 1), b_max)
     # Oldest-first prefix, on windows of each device's oldest samples.
     mean = np.fromiter((d.mean_size for d in devices), np.float64, n)

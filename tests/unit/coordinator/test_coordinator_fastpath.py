@@ -63,6 +63,24 @@ def test_fast_fill_picks_exactly_what_the_reference_picks() -> None:
             assert a.tolist() == b.tolist()
 
 
+def test_when_everything_pending_fits_the_fast_fill_takes_it_all_as_the_reference_does() -> None:
+    """The line-rate case (short buffers, budgets to spare) short-cuts the fill; edges included: a budget equal
+    to a device's total, a buffer as long as b_max, a memory limit some sample exceeds (no short cut)."""
+    rng = np.random.default_rng(5)
+    taken_all = 0
+    for _ in range(600):
+        devices = _random_devices(rng, int(rng.integers(1, 9)))
+        totals = np.array([d.pending.sizes.sum() for d in devices])  # type: ignore[union-attr]
+        limits = np.array([np.inf if d.size_limit is None else d.size_limit for d in devices])
+        budgets = np.minimum(totals + rng.choice([0.0, 0.5, 100.0], len(devices)), limits)
+        cfg = _random_config(rng).model_copy(update={"b_max": int(rng.choice([60, 100]))})
+        fast = _fill_indexed(devices, budgets, limits, cfg)
+        slow = fill_reference(devices, budgets, limits, cfg)
+        assert [a.tolist() for a in fast] == [b.tolist() for b in slow]
+        taken_all += all(len(a) == len(d.pending) for a, d in zip(fast, devices, strict=True))  # type: ignore[arg-type]
+    assert taken_all > 100  # the short cut was taken often
+
+
 def test_fast_plan_equals_the_reference_plan() -> None:
     rng = np.random.default_rng(11)
     for step in range(400):

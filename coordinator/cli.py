@@ -68,7 +68,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         global_batch: Annotated[int | None, typer.Option(min=1, help="coordinator.global_batch.")] = None,
         series: Annotated[bool, typer.Option(help="Include per-step series in sim.json.")] = True,
     ) -> None:
-        cfg = config_from(ctx, {"coordinator.global_batch": global_batch}).coordinator
+        full = config_from(ctx, {"coordinator.global_batch": global_batch})
+        cfg = full.coordinator
         from rich.progress import Progress, TaskID
 
         from .policies import POLICIES
@@ -86,7 +87,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             if wrong:
                 die(f"--padded {', '.join(wrong)}: unknown policy; choose from {', '.join(POLICIES)} or none",
                     EXIT_CONFIG)
-        overrides = dict(padded=pad, devices=devices, steps=steps, duration=duration, seed=seed,
+        overrides = dict(padded=pad, hold_max_seconds=full.trainer.hold_max_s,
+                         devices=devices, steps=steps, duration=duration, seed=seed,
                          disturb_seconds=disturb_seconds, speed=_floats(speed, "--speed"), rate=_floats(rate, "--rate"))
         difs: list[float | None] = list(dif) if dif else [None]
         try:

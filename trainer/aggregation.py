@@ -46,7 +46,7 @@ class AggregationState:
         self.process_group = process_group
         self.compressor = compressor
         self._weight = 0.0
-        self._sums = torch.zeros(3, dtype=torch.float64, device=device)
+        self._sums = torch.zeros(4, dtype=torch.float64, device=device)
         self._sums_work: dist.Work | None = None
         self._scale: torch.Tensor | None = None
         self.hook_calls = 0
@@ -56,8 +56,8 @@ class AggregationState:
         self.last_hook_left_at: float | None = None
         """perf_counter when the last hook of this step returned: local gradients were all ready."""
 
-    def begin_step(self, weight: float, samples: int, stop: bool = False) -> None:
-        """Start the step: publish this rank's λ, sample count and stop flag (async all-reduce, no wait).
+    def begin_step(self, weight: float, samples: int, stop: bool = False, backlog: int = 0) -> None:
+        """Start the step: publish this rank's λ, sample count, stop flag and backlog (async all-reduce, no wait).
 
         Every rank must call this once per step, before the forward pass, in the same order
         relative to other collectives.
@@ -66,11 +66,12 @@ class AggregationState:
             weight: λ_i, this rank's aggregation weight (0 when it trains nothing).
             samples: Samples this rank trains this step (summed into the global batch).
             stop: This rank wants the group to stop after this step (see `group_stop`).
+            backlog: Reported samples this rank keeps buffered past this step (see `group_backlog`).
         """
         if weight < 0:
             raise ValueError(f"aggregation weight must be >= 0, got {weight}")
         self._weight = float(weight)
-        values = [float(weight), float(samples), 1.0 if stop else 0.0]
+        values = [float(weight), float(samples), 1.0 if stop else 0.0, float(backlog)]
         self._sums = torch.tensor(values, dtype=torch.float64, device=self.device)
         self._sums_work = dist.all_reduce(self._sums, group=self.process_group, async_op=True)
         self._scale = None
@@ -96,13 +97,18 @@ class AggregationState:
     def global_totals(self) -> tuple[float, int]:
         """(Σλ, Σ samples) over all ranks for this step; waits for the weight all-reduce (host sync)."""
         self._wait_sums()
-        total_weight, total_samples, _stops = self._sums.tolist()
+        total_weight, total_samples, _stops, _backlog = self._sums.tolist()
         return float(total_weight), round(total_samples)
 
     def group_stop(self) -> bool:
         """Whether any rank passed stop=True to this step's `begin_step` (the same answer on every rank)."""
         self._wait_sums()
         return bool(self._sums[2].item() > 0)
+
+    def group_backlog(self) -> int:
+        """Σ of the ranks' `backlog` for this step (the same answer on every rank)."""
+        self._wait_sums()
+        return round(self._sums[3].item())
 
     def end_step(self) -> None:
         """Close the step's compression statistics (call after backward)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import takewhile
 
 from streamtrain.wire import PendingSample, Sample
 
@@ -175,6 +176,15 @@ class SampleBuffer:
         if self._in_flight:
             lowest = min(lowest, min(self._in_flight))
         return lowest
+
+    @property
+    def reported_depth(self) -> int:
+        """Buffered samples already reported in feedback: ones the coordinator knew of when it last planned.
+
+        Samples arrive in offset order, so the unreported ones are those from the first new offset on.
+        """
+        unreported = self._new[0].offset if self._new else self.position
+        return sum(1 for _ in takewhile(lambda offset: offset < unreported, self._entries))
 
     def drain_new(self) -> tuple[PendingSample, ...]:
         """(offset, size) of samples buffered since the last call that are still buffered (for feedback)."""

@@ -37,12 +37,14 @@ class TrainerMetrics:
         self.step = gauge("step_seconds", "Collate-to-optimizer time of the last step.").labels(**labels)
         self.data_wait = gauge("data_wait_seconds", "Time the last step waited for its plan and data.").labels(
             **labels)
+        self.hold = gauge("hold_seconds", "Time the last step's report was held so the next plan batches what "
+                          "arrives meanwhile (line rate; trainer.hold_max_s).").labels(**labels)
         self.comm = gauge("comm_seconds", "Communication time the last step's backward waited for.").labels(**labels)
         self.buffer_depth = gauge("buffer_depth_samples", "Samples buffered and not yet trained.").labels(**labels)
         self.buffer_bytes = gauge("buffer_bytes", "Record bytes buffered.").labels(**labels)
         self.loss = gauge("loss", "Mean loss of the last step with samples.").labels(**labels)
         self.samples_per_second = gauge("samples_per_second", "Samples trained per second of the last step, "
-                                        "waiting included.").labels(**labels)
+                                        "waiting and holding included.").labels(**labels)
         self.global_step = gauge("step", "Steps completed.").labels(**labels)
         self.committed_offset = gauge("committed_offset", "Last offset committed for the device topic.").labels(
             **labels)
@@ -55,8 +57,9 @@ class TrainerMetrics:
         self.compressed_steps = counter("compressed_steps", "Steps whose every gradient bucket went Top-k.").labels(
             **labels)
 
-    def record_step(self, feedback: StepFeedback, *, late: bool, compressed: bool, dead_lettered: int) -> None:
-        """Update every metric from one step's feedback and counters."""
+    def record_step(self, feedback: StepFeedback, *, late: bool, compressed: bool, dead_lettered: int,
+                    held: float = 0.0) -> None:
+        """Update every metric from one step's feedback and counters (`held`: seconds the report was held)."""
         self.batch_samples.set(feedback.samples)
         self.batch_size.set(feedback.total_size)
         self.compute.set(feedback.compute_seconds)
@@ -68,7 +71,8 @@ class TrainerMetrics:
         self.global_step.set(feedback.step + 1)
         if feedback.loss is not None:
             self.loss.set(feedback.loss)
-        wall = feedback.step_seconds + feedback.data_wait_seconds
+        self.hold.set(held)
+        wall = feedback.step_seconds + feedback.data_wait_seconds + held
         self.samples_per_second.set(feedback.samples / wall if wall > 0 else 0.0)
         self.samples.inc(feedback.samples)
         self.truncated.inc(feedback.dropped)

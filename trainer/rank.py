@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_control_producer, produce
 from streamtrain.metrics import serve_metrics
+from streamtrain.pacing import report_hold_seconds
 from streamtrain.wire import Assignment, StepFeedback, encode
 
 from .checkpoint import Checkpoint, load_checkpoint, resume_offset, save_checkpoint
@@ -32,7 +33,7 @@ from .consumer import RankConsumer
 from .distributed import DistContext, destroy_distributed, init_distributed
 from .metrics import TrainerMetrics
 from .plans import LocalPlanner, PlanBook, Selection, selection_from
-from .step import build_step_runner
+from .step import StepResult, build_step_runner
 
 __all__ = ["TrainerRank", "run_rank"]
 
@@ -149,13 +150,14 @@ class TrainerRank:
         offsets = self._gather(selection, time.perf_counter() + self.trainer.data_wait_s)
         data_wait = time.perf_counter() - started
         samples = self.buffer.take(offsets)
-        result = self.runner.run_step(samples, stop=self.stop_requested)
+        result = self.runner.run_step(samples, stop=self.stop_requested, backlog=self.buffer.reported_depth)
         self.group_stop = result.stop
         self.group_idle = not result.stepped
         self.buffer.complete_step()  # the optimizer step is done: these offsets are processed
         self.local.observe(result.total_size, result.compute_seconds)
         if plan is not None:
             self.local.remember(plan, plan.for_device(self.device_id), result.samples)
+        held = self._hold(plan, started, result)
         feedback = StepFeedback(
             job=self.config.job, step=step, device_id=self.device_id, rank=self.ctx.rank,
             plan_step=selection.plan_step, samples=result.samples, total_size=result.total_size,
@@ -171,11 +173,25 @@ class TrainerRank:
         dead = self.consumer.dead_lettered - self._dead_lettered_seen
         self._dead_lettered_seen = self.consumer.dead_lettered
         compressed = result.buckets > 0 and result.compressed_buckets == result.buckets
-        self.metrics.record_step(feedback, late=plan is None, compressed=compressed, dead_lettered=dead)
+        self.metrics.record_step(feedback, late=plan is None, compressed=compressed, dead_lettered=dead, held=held)
         self.metrics.buffer_bytes.set(self.buffer.nbytes)
         if self.step % self.trainer.log_every == 0:
             self._log(feedback)
         return feedback
+
+    def _hold(self, plan: Assignment | None, started: float, result: StepResult) -> float:
+        """Hold the step's report until the plan's target time when the group drained its buffers
+        (`streamtrain.pacing`); the samples that arrive meanwhile go into this step's feedback. Returns
+        the seconds held. Not part of the feedback's timings: the coordinator's overhead estimate
+        must not count a wait it asked for."""
+        if plan is None or result.stop or not result.stepped:
+            return 0.0  # a local plan has no target; an empty group step waits in `run` instead
+        now = time.perf_counter()
+        hold = report_hold_seconds(plan.step_time_target, now - started, result.group_backlog,
+                                   self.trainer.hold_max_s)
+        if hold > 0:
+            self.consumer.wait_until(lambda: self.stop_requested, now + hold)
+        return time.perf_counter() - now if hold > 0 else 0.0
 
     def _wait_for_plan(self, step: int, deadline: float) -> Assignment | None:
         # A plan for a later step means this step's plan is never coming: fall back at once.

@@ -73,6 +73,8 @@ class StepResult:
     buckets: int = 0
     stop: bool = False
     """Some rank asked the group to stop after this step (every rank sees the same value)."""
+    group_backlog: int = 0
+    """Σ over the ranks of the `backlog` they passed (every rank sees the same value)."""
     slowdown_seconds: float = 0.0
     """Emulated extra compute slept after the step (`trainer.slowdowns`), included in compute and step seconds."""
     cpu_seconds: float = 0.0
@@ -168,6 +170,7 @@ class StepRunner:
         lr_scale: float | None = None,
         *,
         stop: bool = False,
+        backlog: int = 0,
     ) -> StepResult:
         """Train one step on `samples` (possibly none) together with the other ranks.
 
@@ -179,6 +182,8 @@ class StepRunner:
                 the measured global batch. Ignored when `config.lr_scaling` is off.
             stop: This rank asks the group to stop after this step; the answer (any rank asked)
                 is `StepResult.stop`. It rides on the step's weight all-reduce: no extra collective.
+            backlog: Samples the coordinator knew of that this rank keeps past the step; summed over the
+                ranks into `StepResult.group_backlog` on the same all-reduce.
 
         Returns:
             Timings, loss, sizes and memory of the step.
@@ -189,7 +194,7 @@ class StepRunner:
         batch = self.collate(samples, self.config).to(self.device)
         collated = time.perf_counter()
         own_weight = self._weight_of(samples) if weight is None else float(weight)
-        self.state.begin_step(own_weight, batch.num_samples, stop)
+        self.state.begin_step(own_weight, batch.num_samples, stop, backlog)
         self.optimizer.zero_grad(set_to_none=True)
         self.model.train()
         logits = self.model(batch)
@@ -243,6 +248,7 @@ class StepRunner:
             compressed_buckets=sum(decisions),
             buckets=self.state.hook_calls,
             stop=self.state.group_stop(),
+            group_backlog=self.state.group_backlog(),
             slowdown_seconds=slept,
             cpu_seconds=cpu_seconds,
         )

@@ -4,7 +4,10 @@ Each step: build a `PlanningState` from the simulated buffers and the fitted mod
 `plan_step` (truncation + policy), train what the plan says (compute time from the scenario's true
 speeds, noise and disturbances), advance the clock by the slowest device plus the all-reduce, feed
 the compute times back into the `ModelBank`, and let the streams deliver what arrived meanwhile.
-A device with too little data trains what it has (no one waits for data).
+A device with too little data trains what it has (no one waits for data before a step); when a plan
+took every pending sample of every device, the ranks hold their reports until the plan's target as
+the live trainers do (`streamtrain.pacing`, `Scenario.hold_max_seconds`), so the step's period is the
+target and the next plan gets what arrived meanwhile.
 
 Device cost model. A device's compute seconds for a batch are `(a / speed) · size + b`, times noise,
 slow-downs and disturbances, where `size` is what the trainer actually computes on:
@@ -35,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from streamtrain.config import CoordinatorConfig
+from streamtrain.pacing import report_hold_seconds
 
 from ..metrics import dif, straggler_effect
 from ..perfmodel import ModelBank
@@ -157,6 +161,9 @@ def simulate(
             compute[disturbed] += scenario.disturb_seconds
         compute = np.where(counts > 0, compute, 0.0)
         step_seconds = float(compute.max()) + scenario.comm_seconds
+        left = sum(len(o) for o in buffers.offsets)  # what the plan saw and did not take: the group's backlog
+        if counts.any() and not (scenario.is_epoch and left == 0):  # an epoch ends with its last sample
+            step_seconds += report_hold_seconds(plan.step_time_target, step_seconds, left, scenario.hold_max_seconds)
         busy = counts > 0
         bank = bank.update(sizes, compute, busy, step, config)
         last_samples, last_size = counts, sizes

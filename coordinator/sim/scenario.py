@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from streamtrain.config import TrainerConfig
+
 __all__ = ["COUNT_BASED", "PRESETS", "Scenario", "Slowdown", "build_scenario", "draw_sizes"]
 
 
@@ -46,6 +48,8 @@ class Scenario:
         padded: policies whose simulated trainer pads every sample of a batch to the batch's largest
             (a dense-batch trainer, as the papers' count-based baselines ran); the others pack
             variable-size samples as streamtrain's trainer does. See `coordinator.sim.engine`.
+        hold_max_seconds: the simulated trainers' `trainer.hold_max_s`: when a plan drains every
+            buffer, the step's report is held until its target (`streamtrain.pacing`); 0 = never.
         seed: random seed of arrivals, sizes and noise.
     """
 
@@ -67,6 +71,7 @@ class Scenario:
     disturb_period: int = 30
     slowdowns: tuple[Slowdown, ...] = field(default_factory=tuple)
     padded: tuple[str, ...] = ()
+    hold_max_seconds: float = TrainerConfig.model_fields["hold_max_s"].default
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -78,6 +83,8 @@ class Scenario:
             raise ValueError("arrival rates must be >= 0")
         if self.size_mean < 1 or self.size_dif < 0:
             raise ValueError("size_mean must be >= 1 and size_dif >= 0")
+        if self.hold_max_seconds < 0:
+            raise ValueError("hold_max_seconds must be >= 0")
         if self.disturb_period < 1:
             raise ValueError("disturb_period must be >= 1")
 

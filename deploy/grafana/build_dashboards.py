@@ -61,11 +61,13 @@ BALANCE = (
            q(f"streamtrain_coordinator_actual_compute_seconds{{{DEVICE}}}", "actual {{device}}")), unit="s"),
     Panel("Prediction error", "Smoothed |predicted - actual| / actual of each device's time model.",
           (q(f"streamtrain_coordinator_prediction_error_ratio{{{DEVICE}}}"),), unit="percentunit"),
-    Panel("Compute, data wait and communication", "Per rank: compute, waiting for plan and data, and "
-          "exposed gradient communication of the last step.",
+    Panel("Compute, data wait, communication and hold", "Per rank: compute, waiting for plan and data, and "
+          "exposed gradient communication of the last step, and how long its report was held for the plan's "
+          "target because the group had drained its buffers (line rate; trainer.hold_max_s).",
           (q(f"streamtrain_trainer_compute_seconds{{{DEVICE}}}", "compute {{device}}"),
            q(f"streamtrain_trainer_data_wait_seconds{{{DEVICE}}}", "wait {{device}}"),
-           q(f"streamtrain_trainer_comm_seconds{{{DEVICE}}}", "comm {{device}}")), unit="s"),
+           q(f"streamtrain_trainer_comm_seconds{{{DEVICE}}}", "comm {{device}}"),
+           q(f"streamtrain_trainer_hold_seconds{{{DEVICE}}}", "hold {{device}}")), unit="s"),
     Panel("Plan: step-time target, global batch, DIF, LR scale", "The last plan's step-time target, "
           "global batch (samples), std of the per-device batches, and learning-rate scale.",
           (q("streamtrain_coordinator_step_time_target_seconds", "step target (s)"),

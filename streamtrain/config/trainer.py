@@ -140,6 +140,12 @@ class TrainerConfig(BaseModel):
     before its next step, so an idle group (streams paused or not started) does not spin through empty
     steps, plans, feedback and checkpoints as fast as the broker answers."""
 
+    hold_max_s: float = Field(default=1.0, ge=0, le=600)
+    """Longest a rank holds a step's report when the plan drained every rank's buffer (line rate): the
+    report waits until the plan's step-time target has passed, so the next plan batches what arrived
+    meanwhile instead of a few samples buried in fixed costs (`streamtrain.pacing`). It costs freshness,
+    at most this much; 0 reports every step at once."""
+
     local_batch: int = Field(default=32, ge=1)
     """Samples of a local plan before any Assignment or time model exists."""
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from trainer_ranks import BASE, COUNTS, reference_sgd, reference_size_weighted_grads, run_ranks, step_samples
+from trainer_ranks import BASE, COUNTS, backlog, reference_sgd, reference_size_weighted_grads, run_ranks, step_samples
 
 from trainer.compression import topk
 
@@ -51,6 +51,7 @@ def test_idle_ranks_report_no_loss_and_weight_zero(observed: dict[str, list[dict
             assert (result.loss is None) == (own == 0)
             assert result.global_samples == sum(COUNTS[step]) == result.global_weight
             assert result.stepped == (sum(COUNTS[step]) > 0)
+            assert result.group_backlog == sum(backlog(step, r) for r in range(WORLD))
             assert result.comm_seconds >= 0 and result.compute_seconds >= 0 and result.memory_bytes > 0
 
 

@@ -205,3 +205,34 @@ def test_an_idle_group_waits_for_data_instead_of_spinning_through_empty_steps(
         gaps = [sent[device, s + 1] - sent[device, s] for s in range(5)]
         assert gaps[0] >= 1.4, gaps  # empty buffers everywhere: the group waited before step 1
         assert gaps[-1] < 1.0, gaps  # samples buffered: no idle wait although the plans still assign nothing
+
+
+def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
+    """Line rate: a plan that takes every sample the coordinator knew of leaves steps short for want of data,
+    so the ranks hold their reports until the plan's target and report what arrived meanwhile. A plan that
+    leaves reported samples behind (a backlog) is reported at once, whatever its target."""
+    producer = _setup(kafka_cfg)
+    for device in DEVICES:
+        _produce_samples(producer, kafka_cfg, device, 12)
+    target = 1.2
+    plans = [range(0, 2), range(2, 4), range(4, 12)]  # step 0's report lists all 12; step 1 leaves 4-11 behind
+    for step, offsets in enumerate(plans):
+        _publish(producer, kafka_cfg, Assignment(JOB, step, "test", target, 2 * len(offsets), 1.0, tuple(
+            DevicePlan(d, 0.01, 0.5, offsets=tuple(offsets)) for d in DEVICES)))
+    proc = _train(kafka_cfg, tmp_path, "--steps", "3", plan_wait=3.0,
+                  overrides={"trainer.hold_max_s": 5.0, "trainer.checkpoint_every": 100})
+    assert _finish(proc, tmp_path) == 0
+
+    sent: dict[tuple[str, int], float] = {}  # (device, step) -> broker timestamp of its feedback, s
+    reports: dict[tuple[str, int], StepFeedback] = {}
+    for m in read_to_end(kafka_cfg, [kafka_cfg.topics.feedback]):
+        fb = decode(m.value(), m.headers(), StepFeedback)
+        sent[fb.device_id, fb.step] = m.timestamp()[1] / 1000
+        reports[fb.device_id, fb.step] = fb
+    assert sorted(sent) == [(d, s) for d in DEVICES for s in range(3)]
+    for device in DEVICES:
+        # Step 0 held (nothing reported yet): its report lists every untrained sample fetched meanwhile.
+        assert [p.offset for p in reports[device, 0].new_samples] == list(range(2, 12))
+        assert sent[device, 1] - sent[device, 0] < 0.8 * target  # step 1 left 4-11 behind: no hold
+        assert sent[device, 2] - sent[device, 1] >= 0.9 * target  # step 2 drained the buffer: held to the target
+        assert reports[device, 2].step_seconds < 0.5 * target  # the hold is not step time: overhead stays honest

@@ -53,6 +53,11 @@ def step_samples(step: int, rank: int) -> list[Sample]:
     return synthetic_samples(sizes, BASE.num_features, BASE.num_classes, seed=100 * step + rank, device_id=f"d{rank}")
 
 
+def backlog(step: int, rank: int) -> int:
+    """The backlog rank `rank` reports in `step` (summed over the group into `StepResult.group_backlog`)."""
+    return 10 * rank + step
+
+
 def reference_sgd(config: TrainerConfig, world: int) -> tuple[dict[str, torch.Tensor], list[float]]:
     """Single-process SGD on the union of every rank's samples, per step: parameters and learning rates."""
     model = build_model(config)
@@ -76,7 +81,8 @@ def reference_sgd(config: TrainerConfig, world: int) -> tuple[dict[str, torch.Te
 def _train(config: TrainerConfig, rank: int, world: int) -> dict[str, Any]:
     ctx = init_distributed(config)
     runner = build_step_runner(config, ctx)
-    results = [runner.run_step(step_samples(step, rank)) for step in range(len(COUNTS))]
+    # Each rank's backlog differs by rank and step: the group's sum rides on the weight all-reduce.
+    results = [runner.run_step(step_samples(step, rank), backlog=backlog(step, rank)) for step in range(len(COUNTS))]
     stats = runner.compression_stats
     return {
         "params": {k: v.detach().cpu().clone() for k, v in runner.model.module.state_dict().items()},

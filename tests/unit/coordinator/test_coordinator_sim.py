@@ -99,3 +99,29 @@ def test_table_iv_shape_static_grows_steeply_ett_stream_stays_flat() -> None:
     assert epoch["static", 64.0] > 2.0 * epoch["static", 0.0]  # the paper: +147%
     assert epoch["ett-stream", 64.0] <= 1.1 * epoch["ett-stream", 0.0]  # the paper: +7%
     assert runs["static", 64.0]["epoch_seconds"] > 2.5 * runs["static", 0.0]["epoch_seconds"]
+
+
+def test_light_streams_fill_the_step_target_by_holding_reports() -> None:
+    """Streams a fleet trains in a fraction of a step: without holding, every step trains the one or two
+    samples that arrived during the last one and is mostly fixed cost; holding the reports until the
+    plan's target makes each step about the target long, at the same line rate."""
+    sc = build_scenario("stream", devices=4, rate=(30.0, 45.0), duration=30.0)
+    cfg = CoordinatorConfig()
+    held = simulate(sc, cfg, "ett-stream")
+    eager = simulate(replace(sc, hold_max_seconds=0.0), cfg, "ett-stream")
+    h, e = held.summary, eager.summary
+    assert h["samples_per_second"] == pytest.approx(e["samples_per_second"], rel=0.02)  # line rate either way
+    assert h["steps"] * 2 < e["steps"]
+    late = slice(len(held.series["step_seconds"]) // 2, None)  # once the models are fitted
+    steps, targets = held.series["step_seconds"][late], held.series["step_target"][late]
+    filled = [s >= 0.95 * t for s, t in zip(steps, targets, strict=True)]
+    assert sum(filled) >= 0.9 * len(filled)  # the others left a sample behind (it did not fit): no hold
+    assert e["median_step_seconds"] < 0.5 * h["median_step_seconds"]
+
+
+def test_a_backlog_is_never_held() -> None:
+    sc = build_scenario("table-iv", size_dif=16.0, initial=400)
+    cfg = CoordinatorConfig(global_batch=64)
+    held = simulate(sc, cfg, "ett-stream").summary
+    eager = simulate(replace(sc, hold_max_seconds=0.0), cfg, "ett-stream").summary
+    assert held["epoch_seconds"] == eager["epoch_seconds"] and held["steps"] == eager["steps"]

@@ -95,3 +95,19 @@ def test_new_samples_are_reported_once_and_only_while_pending() -> None:
     buf.complete_step()
     assert buf.drain_new() == (PendingSample(1, 4), PendingSample(2, 5))
     assert buf.drain_new() == ()
+
+
+def test_reported_depth_counts_only_samples_already_reported() -> None:
+    buf = _filled([1, 1, 1, 1])
+    assert buf.reported_depth == 0  # nothing reported yet: the coordinator knows of none of them
+    assert [p.offset for p in buf.drain_new()] == [0, 1, 2, 3]
+    assert buf.reported_depth == 4
+    buf.add(4, _sample(4), nbytes=100)
+    buf.add(5, _sample(5), nbytes=100)
+    assert buf.reported_depth == 4  # 4 and 5 arrived after the report
+    buf.take([0, 1, 2, 3])
+    assert buf.reported_depth == 0 and len(buf) == 2  # the plan took all it knew of: drained
+    buf.complete_step()
+    buf.drain_new()
+    buf.take([4])
+    assert buf.reported_depth == 1  # 5 was reported and left behind: a backlog

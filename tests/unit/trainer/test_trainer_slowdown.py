@@ -111,6 +111,14 @@ def test_stop_flag_rides_on_the_step(ctx: DistContext) -> None:
     assert runner.run_step(samples).stop is False
 
 
+def test_backlog_rides_on_the_step(ctx: DistContext) -> None:
+    runner = build_step_runner(CONFIG, ctx)
+    samples = synthetic_samples([3, 4], num_features=4, num_classes=3)
+    assert runner.run_step(samples, backlog=7).group_backlog == 7  # a group of one: its own
+    assert runner.run_step([], backlog=2).group_backlog == 2
+    assert runner.run_step(samples).group_backlog == 0
+
+
 def test_train_reports_setup_errors_as_configuration_errors() -> None:
     result = CliRunner().invoke(app, [
         "--set", "kafka.bootstrap_servers=127.0.0.1:1", "--set", "trainer.device=cpu", "--set", "metrics.port=0",

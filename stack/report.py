@@ -11,6 +11,7 @@ import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from streamtrain.wire import StepFeedback
 
 from .ledger import DeviceTally, RunRecords
 
-__all__ = ["build_report", "build_series", "by_step", "median", "weighted_loss", "write_json"]
+__all__ = ["build_report", "build_series", "by_step", "median", "sample_delays", "step_periods", "weighted_loss",
+           "write_json"]
 
 #: Steps averaged into `final_loss` (one step's loss is one small batch: noisy).
 FINAL_LOSS_STEPS = 10
@@ -108,12 +110,42 @@ def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
             "rates": {"bin_s": bin_s, "t": edges[:-1].tolist(), "devices": rates}, "plans": plans}
 
 
+def step_periods(steps: Mapping[int, Sequence[StepFeedback]]) -> list[float]:
+    """Seconds between consecutive steps' last reports: a step's wall period, held reports and plan waits included."""
+    ends = [(step, max(fb.sent_at for fb in records)) for step, records in steps.items()]
+    return [(t - t_prev) / 1e3 for (s_prev, t_prev), (s, t) in pairwise(ends) if s == s_prev + 1]
+
+
+def sample_delays(run: RunRecords) -> list[float]:
+    """Seconds from each sample's append to the report of the step that processed it (trained or dropped).
+
+    A report's lowest unprocessed offset says that every offset below it is done; the first report that
+    passes a sample's offset is the one that processed it. Samples never passed are left out.
+    """
+    out: list[float] = []
+    for device in run.devices:
+        reports = sorted((fb for fb in run.feedback if fb.device_id == device), key=lambda fb: fb.step)
+        if not reports:
+            continue
+        passed = np.maximum.accumulate([fb.lowest_unprocessed_offset for fb in reports])
+        sent = np.array([fb.sent_at for fb in reports], dtype=np.float64)
+        records = run.records[device]
+        offsets = np.array([r.offset for r in records], dtype=np.int64)
+        appended = np.array([r.timestamp_ms for r in records], dtype=np.float64)
+        first = np.searchsorted(passed, offsets, side="right")  # the first report with lowest > offset
+        done = first < len(reports)
+        out.extend(((sent[first[done]] - appended[done]) / 1e3).tolist())
+    return out
+
+
 def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping[str, Any]) -> dict[str, Any]:
     """The figures of `report.json`: `extra` (policy, run settings, plan latency, ...) plus what Kafka holds."""
     steps = by_step(run.feedback)
     full = {s: r for s, r in steps.items() if len(r) == len(run.devices) and len(r) > 1}
     se = [straggler_effect([fb.compute_seconds for fb in r]) for r in full.values()]
     step_wall = [max(fb.step_seconds for fb in r) for r in steps.values()]
+    periods = step_periods(steps)
+    delays = sample_delays(run)
     trained = sum(t.trained for t in tallies)
     span_s = 0.0
     if run.feedback:
@@ -136,6 +168,9 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
         "samples_unaccounted": sum(t.unaccounted for t in tallies),
         "straggler_effect_median": median(se),
         "step_seconds_median": median(step_wall),
+        "step_period_seconds_median": median(periods),
+        "sample_delay_seconds_median": median(delays),
+        "sample_delay_seconds_p99": float(np.percentile(delays, 99)) if delays else None,
         "throughput_samples_per_s": trained / span_s if span_s > 0 else None,
         "training_seconds": span_s,
         "initial_loss": weighted_loss(first),

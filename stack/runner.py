@@ -420,6 +420,7 @@ class LocalStack:
             "started_at": self.started_at.isoformat(timespec="seconds"), "stopped_by": self.stopped_by,
             "drained": self.drained, "backlog_per_device": self.opts.backlog or None,
             "plan_latency_ms_median": status.get("plan_latency_ms_median"),
+            "plan_latency_step_fraction_median": status.get("plan_latency_step_fraction_median"),
             "streams": [{"device": s.device_id, "rate": s.rate, "size_mean": s.size_mean, "size_dif": s.size_dif}
                         for s in self.opts.streams],
             "prometheus_url": self.prometheus_url, "failures": list(self.failures),

@@ -151,6 +151,10 @@ def test_report_has_the_required_figures_and_series() -> None:
     assert report["steps"] == 2 and report["devices"] == 2
     assert report["straggler_effect_median"] == pytest.approx((0.2 / 0.2 + 0.0) / 2)  # step 0: SE 1, step 1: SE 0
     assert report["final_loss"] == pytest.approx((1.0 * 4 + 0.5 * 2 + 0.25 * 2) / 8)
+    assert report["step_period_seconds_median"] == pytest.approx(0.1)  # the steps' last reports: 110 and 210 ms
+    # Appended at 0-3 ms; device 0's offsets 0-1 were passed by its report at 100 ms, 2-3 at 200 ms; device 1 +10.
+    assert report["sample_delay_seconds_median"] == pytest.approx((0.110 + 0.197) / 2)
+    assert report["sample_delay_seconds_p99"] == pytest.approx(0.208, abs=1e-3)
     series = build_series(run)
     lag = series["devices"]["0"]["lag"]
     assert lag == [2, 0]  # all 4 appended before step 0 ended, 2 processed; then all 4

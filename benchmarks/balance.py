@@ -76,7 +76,6 @@ __all__ = [
     "finish_figures",
     "plot_balance",
     "run_balance",
-    "size_kind_for",
     "summarise",
 ]
 
@@ -168,21 +167,6 @@ class BalanceSetup:
     def cells(self) -> list[BalanceCell]:
         """The matrix, slow-downs outermost, then DIF, then policy (so one DIF's policies run back to back)."""
         return [BalanceCell(p, s, d) for s in self.slowdowns for d in self.difs for p in self.policies]
-
-
-def size_kind_for(mean: float, dif: float) -> str:
-    """producer.size.kind for a DIF: fixed at 0, normal where a normal truncated at size 1 can have this
-    mean and std, else lognormal (same mean and std, any DIF: a normal with mean 45 stays >= 1 only for
-    std up to about 44)."""
-    if dif <= 0:
-        return "fixed"
-    from producers.sizes import solve_truncated_normal
-
-    try:
-        solve_truncated_normal(mean, math.sqrt(max(dif**2 - 1.0 / 12.0, 1e-12)), 0.5)
-    except ValueError:
-        return "lognormal"
-    return "normal"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,7 +395,7 @@ def run_cell(setup: BalanceSetup, cell: BalanceCell, index: int, bootstrap: str,
              on_step: Callable[[int, str], None] | None = None) -> dict[str, Any]:
     """Run one cell on the broker at `bootstrap`; returns its figures (`error` set when it failed)."""
     from stack.runner import LocalStack, StackError, StackOptions
-    from stack.services import DeviceStream
+    from stack.services import DeviceStream, size_kind_for
 
     run_id = uuid.uuid4().hex[:6]
     prefix = f"bal{run_id}c{index}"

@@ -31,8 +31,10 @@ _PARAGRAPHS = (
     "Examples:\n\n"
     "  streamtrain up --duration 60\n\n"
     "  streamtrain up --steps 200 --policy static --out reports/static\n\n"
-    "  streamtrain up --devices 8 --rates 20,80 --sizes 64,16 --truncation bounded "
-    "--set coordinator.max_lag_samples=200",
+    "  streamtrain --set coordinator.max_lag_samples=200 up --devices 8 --rates 20,80 --sizes 64,16 "
+    "--truncation bounded\n\n"
+    "  streamtrain --set trainer.slowdowns=[1,1,1,4] up --backlog 3000 --steps 150 --dif 64   "
+    "# balance: one rank 4x slower",
 )
 _HELP = "\n\n".join(_PARAGRAPHS)
 
@@ -79,7 +81,8 @@ def up(
     sizes: Annotated[str | None, typer.Option(help="Per-device mean sample sizes, cycled over the devices.")]
     = None,
     dif: Annotated[float | None, typer.Option(min=0.0, help="DIF (std of sample sizes) of every device "
-                                              "(default 30% of its mean).")] = None,
+                                              "(default 30% of its mean): a normal where one that stays >= 1 "
+                                              "can have it, else a lognormal of the same mean and std.")] = None,
     broker: Annotated[str, typer.Option(help="auto: the broker at kafka.bootstrap_servers when it is set and "
                                         "answers, else an embedded one; embedded; external.")] = "auto",
     prometheus: Annotated[bool, typer.Option(help="Run Prometheus scraping every service.")] = True,
@@ -93,6 +96,9 @@ def up(
     live: Annotated[bool, typer.Option(help="Live table on a terminal (off when output is not a terminal).")]
     = True,
     keep_kafka: Annotated[bool, typer.Option(help="Keep the embedded broker's data under DIR/kafka.")] = False,
+    backlog: Annotated[int, typer.Option(min=0, help="Instead of live streams, produce this many samples per "
+                                         "device (each stream's sizes) before training starts: the fleet works "
+                                         "through a fixed data set at full capacity, where balancing shows.")] = 0,
 ) -> None:
     import shutil
 
@@ -120,7 +126,7 @@ def up(
                         steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
-                        global_args=global_args)
+                        global_args=global_args, backlog=backlog)
     if duration is None and steps is None:
         console.print("running until Ctrl-C (or use --duration / --steps)")
     show = live and console.is_terminal

@@ -9,6 +9,7 @@ prefix, metrics ports), so a child sees exactly the configuration the parent was
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ __all__ = [
     "device_streams",
     "producer_spec",
     "prometheus_spec",
+    "size_kind_for",
     "stream_settings",
     "trainer_spec",
 ]
@@ -64,6 +66,21 @@ class ServiceSpec:
     ports: tuple[int, ...]
 
 
+def size_kind_for(mean: float, dif: float) -> str:
+    """producer.size.kind for a DIF: fixed at 0, normal where a normal truncated at size 1 can have this
+    mean and std, else lognormal (same mean and std, any DIF: a normal with mean 45 stays >= 1 only for
+    std up to about 44)."""
+    if dif <= 0:
+        return "fixed"
+    from producers.sizes import solve_truncated_normal
+
+    try:
+        solve_truncated_normal(mean, math.sqrt(max(dif**2 - 1.0 / 12.0, 1e-12)), 0.5)
+    except ValueError:
+        return "lognormal"
+    return "normal"
+
+
 def device_streams(n: int, rates: Sequence[float] | None = None, sizes: Sequence[float] | None = None,
                    dif: float | None = None) -> list[DeviceStream]:
     """`n` device streams "0".."n-1"; rates and mean sizes are cycled from the given lists (or the defaults).
@@ -82,8 +99,8 @@ def device_streams(n: int, rates: Sequence[float] | None = None, sizes: Sequence
     streams = []
     for i in range(n):
         mean = sizes[i % len(sizes)]
-        streams.append(DeviceStream(str(i), rates[i % len(rates)], mean,
-                                    dif if dif is not None else round(DEFAULT_DIF_FRACTION * mean, 2)))
+        std = dif if dif is not None else round(DEFAULT_DIF_FRACTION * mean, 2)
+        streams.append(DeviceStream(str(i), rates[i % len(rates)], mean, std, size_kind_for(mean, std)))
     return streams
 
 

@@ -110,10 +110,11 @@ def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
             "rates": {"bin_s": bin_s, "t": edges[:-1].tolist(), "devices": rates}, "plans": plans}
 
 
-def step_periods(steps: Mapping[int, Sequence[StepFeedback]]) -> list[float]:
-    """Seconds between consecutive steps' last reports: a step's wall period, held reports and plan waits included."""
+def step_periods(steps: Mapping[int, Sequence[StepFeedback]]) -> dict[int, float]:
+    """Seconds between consecutive steps' last reports, by the later step: a step's wall period, held
+    reports and plan waits included."""
     ends = [(step, max(fb.sent_at for fb in records)) for step, records in steps.items()]
-    return [(t - t_prev) / 1e3 for (s_prev, t_prev), (s, t) in pairwise(ends) if s == s_prev + 1]
+    return {s: (t - t_prev) / 1e3 for (s_prev, t_prev), (s, t) in pairwise(ends) if s == s_prev + 1}
 
 
 def sample_delays(run: RunRecords) -> list[float]:
@@ -141,10 +142,13 @@ def sample_delays(run: RunRecords) -> list[float]:
 def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping[str, Any]) -> dict[str, Any]:
     """The figures of `report.json`: `extra` (policy, run settings, plan latency, ...) plus what Kafka holds."""
     steps = by_step(run.feedback)
-    full = {s: r for s, r in steps.items() if len(r) == len(run.devices) and len(r) > 1}
+    # Step figures count the steps that trained something: the idle steps of a paused or drained stream
+    # (each an idle wait on near-zero compute) would otherwise swamp them.
+    busy = {s: r for s, r in steps.items() if sum(fb.samples for fb in r) > 0}
+    full = {s: r for s, r in busy.items() if len(r) == len(run.devices) and len(r) > 1}
     se = [straggler_effect([fb.compute_seconds for fb in r]) for r in full.values()]
-    step_wall = [max(fb.step_seconds for fb in r) for r in steps.values()]
-    periods = step_periods(steps)
+    step_wall = [max(fb.step_seconds for fb in r) for r in busy.values()]
+    periods = [p for s, p in step_periods(steps).items() if s in busy]
     delays = sample_delays(run)
     trained = sum(t.trained for t in tallies)
     span_s = 0.0
@@ -159,6 +163,7 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
         **extra,
         "devices": len(run.devices),
         "steps": len(steps),
+        "steps_idle": len(steps) - len(busy),
         "samples_produced": sum(t.produced for t in tallies),
         "samples_trained": trained,
         "samples_truncated": sum(t.truncated for t in tallies),

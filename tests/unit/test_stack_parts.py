@@ -7,8 +7,10 @@ import json
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from producers.sizes import make_size_sampler
 from stack.dashboards import dashboard_queries, expand_variables
 from stack.ledger import DeviceRecord, RunRecords, tally_devices
 from stack.prometheus import find_prometheus, scrape_config
@@ -19,7 +21,7 @@ from stack.services import (
     producer_spec,
     trainer_spec,
 )
-from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
+from streamtrain.config import ProducerConfig, StreamtrainConfig, load_config, parse_assignment
 from streamtrain.net import free_port_block, free_ports, listening_range
 from streamtrain.wire import DeadLetter, StepFeedback
 
@@ -42,6 +44,18 @@ def test_streams_cycle_rates_and_sizes_and_reject_bad_values() -> None:
         device_streams(2, rates=[0])
     with pytest.raises(ValueError, match="--sizes"):
         device_streams(2, sizes=[0.5])
+
+
+def test_any_dif_gets_a_size_distribution_the_producers_can_draw() -> None:
+    """A normal that never goes below size 1 cannot have a std near its mean: such a DIF is a lognormal."""
+    kinds = {dif: device_streams(1, sizes=[30], dif=dif)[0].size_kind for dif in (0.0, 9.0, 64.0)}
+    assert kinds == {0.0: "fixed", 9.0: "normal", 64.0: "lognormal"}
+    for dif in kinds:
+        (stream,) = device_streams(1, sizes=[30], dif=dif)
+        size = ProducerConfig.model_validate({"size": {"kind": stream.size_kind, "mean": 30, "dif": dif}}).size
+        drawn = make_size_sampler(size)(np.random.default_rng(0), 20_000)
+        assert drawn.min() >= 1 and abs(drawn.mean() - 30) < 3
+        assert abs(drawn.std() - dif) < 0.3 * dif + 1  # a lognormal's sample std is noisy: a heavy tail
 
 
 def test_service_command_lines_load_as_the_intended_configuration(tmp_path: Path) -> None:
@@ -140,7 +154,9 @@ def test_tally_accounts_trained_truncated_dead_lettered_and_pending() -> None:
 def test_report_has_the_required_figures_and_series() -> None:
     records = {"0": _records(4), "1": _records(4)}
     feedback = [_fb("0", 0, 2, t=100, floor=2, compute=0.1), _fb("1", 0, 2, t=110, floor=2, compute=0.3),
-                _fb("0", 1, 2, t=200, floor=4, loss=0.5), _fb("1", 1, 2, t=210, floor=4, loss=0.25)]
+                _fb("0", 1, 2, t=200, floor=4, loss=0.5), _fb("1", 1, 2, t=210, floor=4, loss=0.25),
+                # An idle step (the streams drained): counted, but not in the step figures.
+                _fb("0", 2, 0, t=500, floor=4, loss=None, compute=0.001), _fb("1", 2, 0, t=510, floor=4, loss=None)]
     cfg, run = _run(records, {"0": 4, "1": 4}, feedback, [])
     report = build_report(run, tally_devices(cfg, run), {"policy": "ett-stream", "plan_latency_ms_median": 1.0})
     for key in ("policy", "devices", "steps", "samples_produced", "samples_trained", "samples_truncated",
@@ -148,7 +164,7 @@ def test_report_has_the_required_figures_and_series() -> None:
                 "throughput_samples_per_s", "plan_latency_ms_median", "final_loss"):
         assert key in report, key
     assert report["samples_produced"] == 8 and report["samples_trained"] == 8 and report["samples_unaccounted"] == 0
-    assert report["steps"] == 2 and report["devices"] == 2
+    assert report["steps"] == 3 and report["steps_idle"] == 1 and report["devices"] == 2
     assert report["straggler_effect_median"] == pytest.approx((0.2 / 0.2 + 0.0) / 2)  # step 0: SE 1, step 1: SE 0
     assert report["final_loss"] == pytest.approx((1.0 * 4 + 0.5 * 2 + 0.25 * 2) / 8)
     assert report["step_period_seconds_median"] == pytest.approx(0.1)  # the steps' last reports: 110 and 210 ms
@@ -157,7 +173,7 @@ def test_report_has_the_required_figures_and_series() -> None:
     assert report["sample_delay_seconds_p99"] == pytest.approx(0.208, abs=1e-3)
     series = build_series(run)
     lag = series["devices"]["0"]["lag"]
-    assert lag == [2, 0]  # all 4 appended before step 0 ended, 2 processed; then all 4
+    assert lag == [2, 0, 0]  # all 4 appended before step 0 ended, 2 processed; then all 4
     assert sum(sum(r["trained_per_s"]) for r in series["rates"]["devices"].values()) == 8
 
 

@@ -11,24 +11,26 @@ from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
 
 __all__ = ["register"]
 
-_SIM_HELP = """Run planning policies on a simulated fleet and write DIR/sim.json and PNG plots.
-
-The policies are the coordinator's own functions (truncation, then the policy), fed by simulated
-buffers, stream arrivals and fitted performance models. Scenarios:
-
-[bold]stream[/]: 8 devices, half twice as fast, streams of 30-150 samples/s, 60 simulated seconds.
-[bold]table-iv[/]: CHRONICA Table IV — one epoch of 1500 samples per device, sizes normal with mean 45
-  and std DIF, clipped to >= 1 (which raises the mean to ~54 at DIF 64); sweep the imbalance
-  with --dif 0 --dif 16 --dif 64 and compare epoch times (epoch_vs_dif.png). The
-  count-based policies (static, lbbsp, lbb, scadles) run on a simulated dense-batch trainer that pads
-  each batch to its largest sample, as the paper's baselines did; --padded none turns that off.
-[bold]lbb-disturbance[/]: LBB §4.4 — +50 ms on one device at a time, moving every 30 steps;
-  the summary gives the steps until SE is back under 0.1 after each move.
-
-Examples:
-  streamtrain sim --scenario table-iv -p static -p ett-stream --dif 0 --dif 16 --dif 64 --global-batch 64 --out out/t4
-  streamtrain sim --scenario stream --devices 2000 --duration 30 -p ett-stream --out out/big
-"""
+_SIM_HELP = "\n\n".join((
+    "Run planning policies on a simulated fleet and write DIR/sim.json and PNG plots.",
+    "The policies are the coordinator's own functions (truncation, then the policy), fed by simulated buffers, "
+    "stream arrivals and fitted performance models. Scenarios:",
+    "[bold]stream[/]: 8 devices, half twice as fast, streams of 30-150 samples/s, 60 simulated seconds.",
+    "[bold]table-iv[/]: CHRONICA Table IV — one epoch of 1500 samples per device, sizes normal with mean 45 and "
+    "std DIF, clipped to >= 1 (which raises the mean to ~54 at DIF 64); sweep the imbalance with --dif 0 --dif 16 "
+    "--dif 64 and compare epoch times (epoch_vs_dif.png). The count-based policies (static, lbbsp, lbb, scadles) "
+    "run on a simulated dense-batch trainer that pads each batch to its largest sample, as the paper's baselines "
+    "did; --padded none turns that off.",
+    "[bold]lbb-disturbance[/]: LBB §4.4 — +50 ms on one device at a time, moving every 30 steps; the summary "
+    "gives the steps until SE is back under 0.1 after each move.",
+    "The simulated ranks hold a step's report until the plan's target when the plan took every pending sample, "
+    "as live ranks do (streamtrain.pacing; at most trainer.hold_max_s; "
+    "streamtrain --set trainer.hold_max_s=0 sim ... turns it off).",
+    "Examples:\n\n"
+    "  streamtrain sim --scenario table-iv -p static -p ett-stream --dif 0 --dif 16 --dif 64 --global-batch 64 "
+    "--out out/t4\n\n"
+    "  streamtrain sim --scenario stream --devices 2000 --duration 30 -p ett-stream --out out/big",
+))
 
 
 def _floats(text: str | None, name: str) -> tuple[float, ...] | None:

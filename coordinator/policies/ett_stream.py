@@ -11,6 +11,8 @@
    stream it can keep up with (backlog only, e.g. an epoch over stored data), T is the equal time in
    which the fleet trains `global_batch` samples. Either way every device must be able to train b_min
    samples; T is clamped to [min_step_seconds, max_step_seconds]; `target_step_seconds` fixes it.
+   Only devices with a fitted model count once there is one: a warm-start guess does not set T (before
+   any is fitted, T is the b_min bound alone).
    Devices that cannot keep up at any T simply fill T; their backlog is the truncation policy's.
 2. Fill. Each device's size budget is (T - b) / a, within its memory. It takes its oldest pending
    samples while they fit (so nothing starves), then up to `best_fit_rounds` more, each the largest
@@ -51,7 +53,13 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
     b = np.fromiter((d.model.b for d in devices), np.float64, n)
     m = np.fromiter((d.mean_size for d in devices), np.float64, n)
     rate = np.fromiter((d.arrival_rate for d in devices), np.float64, n)
-    active = np.fromiter((d.pending_count > 0 for d in devices), bool, n) | (rate > 0)
+    # T rests on measured speeds. The warm-start guesses are slow by design (an unknown device gets a small
+    # batch), so they would call every stream a backlog and T seconds long: once some device is measured the
+    # guessed ones are filled to its T, and before any is, T is only the guessed time of each device's first
+    # b_min samples (small steps that measure the fleet).
+    measured = np.fromiter((d.model.fitted for d in devices), bool, n)
+    counted = measured if measured.any() else np.ones(n, dtype=bool)
+    active = (np.fromiter((d.pending_count > 0 for d in devices), bool, n) | (rate > 0)) & measured
     need = a * rate * m * (1.0 + config.line_rate_headroom)
     keeps_up = active & (rate > 0) & (need < 1.0)
     bounds: dict[str, float] = {}
@@ -70,7 +78,7 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
             first[i] = float(d.pending.sizes[0]) if want == 1 else float(d.pending.sizes[:want].sum())
         elif d.pending is None and d.lag > 0:
             first[i] = min(want, d.lag) * d.mean_size
-    some = ~np.isnan(first)
+    some = ~np.isnan(first) & counted
     bmin = max(float((a[some] * first[some] + b[some]).max()), 0.0) if some.any() else 0.0
     bounds["b_min"] = bmin
     target = float(np.clip(max(bounds.values()), config.min_step_seconds, config.max_step_seconds))

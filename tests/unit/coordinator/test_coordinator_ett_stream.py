@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from coordinator_helpers import device, state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator.perfmodel import PerfModel
 from coordinator.policies import POLICIES, plan_step
 from coordinator.policies.ett_stream import choose_step_time
 from coordinator.state import DeviceState, PlanningState
@@ -72,6 +75,26 @@ def test_measured_step_overhead_lengthens_the_step_so_fixed_costs_stay_a_fractio
     long = plan_step(PlanningState(step=0, now=0.0, devices=(keeps_up,), step_overhead_seconds=0.2),
                      CoordinatorConfig(max_overhead_fraction=0.2), "ett-stream")
     assert short.step_time_target == pytest.approx(0.5) and long.step_time_target == pytest.approx(1.5)
+
+
+def test_warm_start_guesses_do_not_set_the_step_time_once_a_speed_is_measured() -> None:
+    """A device still on its warm-start model (slow by design) would make the fleet look backlogged and T
+    seconds long; measured devices set T, and the guessed one is filled to it."""
+    measured = device("m", [5.0] * 4, a=1e-3, b=0.1, arrival_rate=100.0, mean_size=5.0)
+    # Its first sample would take 0.5 s by the guess (a b_min bound) and it "cannot keep up" (rho = 22.5).
+    guess = replace(device("g", [450.0] * 4, a=1e-3, b=0.05, arrival_rate=50.0, mean_size=450.0),
+                    model=PerfModel(a=1e-3, b=0.05, fitted=False))
+    cfg = CoordinatorConfig(max_overhead_fraction=1.0)
+    alone, _ = choose_step_time((measured,), cfg)
+    target, bounds = choose_step_time((measured, guess), cfg)
+    assert target == pytest.approx(alone) and bounds["line_rate"] == pytest.approx(0.1 / 0.45)
+    plan = plan_step(state(measured, guess), cfg, "ett-stream")
+    assert plan.devices[1].count >= 1  # filled to T (at least its floor), not left out
+    # Before any device is measured, T is the guessed time of each device's first sample: small steps that
+    # measure the fleet, not a line-rate or backlog target built on guesses.
+    unmeasured = replace(measured, model=PerfModel(a=1e-3, b=0.1, fitted=False))
+    both, bounds = choose_step_time((unmeasured, guess), cfg)
+    assert bounds == {"b_min": pytest.approx(0.5)} and both == pytest.approx(0.5)
 
 
 def test_unknown_index_gives_count_and_size_budget() -> None:

@@ -6,10 +6,11 @@ from typing import Annotated
 
 import typer
 
-from .cli_support import GlobalOptions
+from .cli_support import GlobalOptions, ProseGroup
 
 app = typer.Typer(
     name="streamtrain",
+    cls=ProseGroup,
     help=(
         "Kafka-fed streaming online training with ETT-balanced batches.\n\n"
         "Settings come from a TOML file (--config or $STREAMTRAIN_CONFIG), then environment "

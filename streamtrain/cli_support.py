@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -10,10 +12,12 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from typer.core import TyperGroup
 
 from .config import ConfigError, StreamtrainConfig, load_config, parse_assignment
 
-__all__ = ["EXIT_CONFIG", "GlobalOptions", "config_from", "console", "die", "err_console", "setup_logging"]
+__all__ = ["EXIT_CONFIG", "GlobalOptions", "ProseGroup", "config_from", "console", "die", "err_console", "prose",
+           "setup_logging"]
 
 #: Exit status for a configuration that cannot be used (the service never started).
 EXIT_CONFIG = 2
@@ -86,3 +90,42 @@ def setup_logging(level: str = "INFO") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root._streamtrain_configured = True  # type: ignore[attr-defined]
+
+
+# A line that starts a list item, an indented block (examples) or a markup heading keeps its line break.
+_KEEP_BREAK = re.compile(r"^(\s|[-*] |\d+[.)] |\[bold\])")
+
+
+def prose(text: str) -> str:
+    """Help text with each paragraph's hard line breaks removed, so the terminal wraps it.
+
+    Docstrings are wrapped for the source file; the help renderer keeps single line breaks, which split
+    sentences mid-line on any terminal narrower or wider than the source. Indented lines (examples),
+    list items and `[bold]` headings keep their breaks.
+    """
+    paragraphs = []
+    for para in inspect.cleandoc(text).split("\n\n"):
+        lines = para.split("\n")
+        merged = [lines[0]]
+        for line in lines[1:]:
+            if _KEEP_BREAK.match(line) or merged[-1][:1].isspace():
+                merged.append(line)
+            else:
+                merged[-1] = f"{merged[-1].rstrip()} {line.strip()}"
+        paragraphs.append("\n".join(merged))
+    return "\n\n".join(paragraphs)
+
+
+def _prose_tree(command: Any) -> None:
+    if command.help:
+        command.help = prose(command.help)
+    for sub in getattr(command, "commands", {}).values():
+        _prose_tree(sub)
+
+
+class ProseGroup(TyperGroup):
+    """The root command group: every command's help is `prose` (built once, when the CLI is assembled)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _prose_tree(self)

@@ -8,6 +8,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from streamtrain.cli import app
+from streamtrain.cli_support import prose
 
 
 def _commands(group: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -44,3 +45,17 @@ def test_broker_start_documents_its_settings() -> None:
     result = CliRunner().invoke(app, ["broker", "start", "--help"], env={"COLUMNS": "200"})
     for option in ("--data-dir", "--port", "--controller-port", "--heap", "--log-file", "broker.data_dir"):
         assert option in result.output
+
+
+def test_help_paragraphs_wrap_to_the_terminal_and_examples_keep_their_lines() -> None:
+    """Docstrings are wrapped for the source; the help joins each paragraph's lines so the terminal wraps them."""
+    wide = CliRunner().invoke(app, ["bench", "truncation", "--help"], env={"COLUMNS": "240"}).output
+    assert "producers at S2 rates, a coordinator with that truncation (DeleteRecords on" in wide
+    up = CliRunner().invoke(app, ["up", "--help"], env={"COLUMNS": "240"}).output
+    lines = [line.strip() for line in up.splitlines()]
+    assert "streamtrain up --duration 60" in lines  # an example stays a line of its own
+
+
+def test_prose_keeps_lists_indented_blocks_and_headings() -> None:
+    text = "A sentence\nthat goes on.\n\n- one\n- two\n\n  example --flag\n  another\n\n[bold]x[/]: a\nb"
+    assert prose(text) == "A sentence that goes on.\n\n- one\n- two\n\n  example --flag\n  another\n\n[bold]x[/]: a b"

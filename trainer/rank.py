@@ -150,7 +150,10 @@ class TrainerRank:
         offsets = self._gather(selection, time.perf_counter() + self.trainer.data_wait_s)
         data_wait = time.perf_counter() - started
         samples = self.buffer.take(offsets)
-        result = self.runner.run_step(samples, stop=self.stop_requested, backlog=self.buffer.reported_depth)
+        # Samples the plan left behind, and any truncation dropped (streams outran training): either way not a
+        # step short for want of data, so no rank holds its report (`_hold`).
+        backlog = self.buffer.reported_depth + self.buffer.dropped_since_report
+        result = self.runner.run_step(samples, stop=self.stop_requested, backlog=backlog)
         self.group_stop = result.stop
         self.group_idle = not result.stepped
         self.buffer.complete_step()  # the optimizer step is done: these offsets are processed

@@ -161,7 +161,8 @@ def simulate(
             compute[disturbed] += scenario.disturb_seconds
         compute = np.where(counts > 0, compute, 0.0)
         step_seconds = float(compute.max()) + scenario.comm_seconds
-        left = sum(len(o) for o in buffers.offsets)  # what the plan saw and did not take: the group's backlog
+        # What the plan saw and did not take, and what truncation dropped: the group's backlog.
+        left = sum(len(o) for o in buffers.offsets) + truncated
         if counts.any() and not (scenario.is_epoch and left == 0):  # an epoch ends with its last sample
             step_seconds += report_hold_seconds(plan.step_time_target, step_seconds, left, scenario.hold_max_seconds)
         busy = counts > 0

@@ -210,17 +210,25 @@ def test_an_idle_group_waits_for_data_instead_of_spinning_through_empty_steps(
 def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
     """Line rate: a plan that takes every sample the coordinator knew of leaves steps short for want of data,
     so the ranks hold their reports until the plan's target and report what arrived meanwhile. A plan that
-    leaves reported samples behind (a backlog) is reported at once, whatever its target."""
+    leaves reported samples behind (a backlog), or whose truncation dropped some (a stream that outruns
+    training), is reported at once, whatever its target."""
     producer = _setup(kafka_cfg)
     for device in DEVICES:
-        _produce_samples(producer, kafka_cfg, device, 12)
-    target = 1.2
-    plans = [range(0, 2), range(2, 4), range(4, 12)]  # step 0's report lists all 12; step 1 leaves 4-11 behind
-    for step, offsets in enumerate(plans):
+        _produce_samples(producer, kafka_cfg, device, 20)
+    target = 3.0
+    # Step 0's report lists all 20; step 1 leaves 4-19 behind; step 2 truncates 4-15 and takes the rest;
+    # step 3 takes what the test produces after step 2 (20-23), all there is.
+    plans = [(range(0, 2), None), (range(2, 4), None), (range(16, 20), 16), (range(20, 24), None)]
+    for step, (offsets, before) in enumerate(plans):
         _publish(producer, kafka_cfg, Assignment(JOB, step, "test", target, 2 * len(offsets), 1.0, tuple(
-            DevicePlan(d, 0.01, 0.5, offsets=tuple(offsets)) for d in DEVICES)))
-    proc = _train(kafka_cfg, tmp_path, "--steps", "3", plan_wait=3.0,
-                  overrides={"trainer.hold_max_s": 5.0, "trainer.checkpoint_every": 100})
+            DevicePlan(d, 0.01, 0.5, offsets=tuple(offsets), truncate_before=before) for d in DEVICES)))
+    proc = _train(kafka_cfg, tmp_path, "--steps", "4", plan_wait=3.0,
+                  overrides={"trainer.hold_max_s": 5.0, "trainer.checkpoint_every": 100, "trainer.data_wait_s": 10})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(f.step >= 2 for f in _feedback(kafka_cfg)):
+        time.sleep(0.1)
+    for device in DEVICES:
+        _produce_samples(producer, kafka_cfg, device, 4)  # offsets 20-23 (the stream restarts its seq: no matter)
     assert _finish(proc, tmp_path) == 0
 
     sent: dict[tuple[str, int], float] = {}  # (device, step) -> broker timestamp of its feedback, s
@@ -229,10 +237,14 @@ def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: Kafk
         fb = decode(m.value(), m.headers(), StepFeedback)
         sent[fb.device_id, fb.step] = m.timestamp()[1] / 1000
         reports[fb.device_id, fb.step] = fb
-    assert sorted(sent) == [(d, s) for d in DEVICES for s in range(3)]
+    assert sorted(sent) == [(d, s) for d in DEVICES for s in range(4)]
     for device in DEVICES:
+        r = [reports[device, s] for s in range(4)]
         # Step 0 held (nothing reported yet): its report lists every untrained sample fetched meanwhile.
-        assert [p.offset for p in reports[device, 0].new_samples] == list(range(2, 12))
-        assert sent[device, 1] - sent[device, 0] < 0.8 * target  # step 1 left 4-11 behind: no hold
-        assert sent[device, 2] - sent[device, 1] >= 0.9 * target  # step 2 drained the buffer: held to the target
-        assert reports[device, 2].step_seconds < 0.5 * target  # the hold is not step time: overhead stays honest
+        assert [p.offset for p in r[0].new_samples] == list(range(2, 20))
+        assert [x.samples for x in r] == [2, 2, 4, 4] and r[2].dropped == 12
+        assert sent[device, 1] - sent[device, 0] < 0.8 * target  # step 1 left 4-19 behind: no hold
+        assert sent[device, 2] - sent[device, 1] < 0.8 * target  # step 2 truncated 4-15: no hold
+        # Step 3 took all there was: held to the target, and the held time is neither step nor data wait.
+        assert sent[device, 3] - sent[device, 2] >= 0.9 * target
+        assert r[3].step_seconds + r[3].data_wait_seconds < 0.6 * target

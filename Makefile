@@ -56,9 +56,11 @@ demo: setup system-deps
 	$(VENV)/bin/streamtrain up --duration 60 --out reports/demo $(DEMO_ARGS)
 	@echo "report: reports/demo/report.json, plots in reports/demo/plots/"
 
+# ruff (style), mypy (types), lint-imports (the package layering in pyproject.toml: the core imports no service).
 lint: $(VENV_STAMP)
-	$(VENV)/bin/ruff check streamtrain producers coordinator trainer stack benchmarks tests
+	$(VENV)/bin/ruff check streamtrain streamtrain_cli producers coordinator trainer stack benchmarks tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 test: setup compose-tool lint
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -51,7 +50,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         `streamtrain bench <name> --out DIR` process, with the global --config/--set passed on, under
         a time limit; a failure is recorded in DIR/all.json and the others still run.
         """
-        from streamtrain.cli_support import console, die
+        from streamtrain.cli_support import CLI_MODULE, console, die, module_command
 
         from .registry import available, command_names
 
@@ -68,7 +67,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         benches = chosen
         for i, item in enumerate(benches, 1):
             args = item.quick_args if quick else item.args
-            argv = [sys.executable, "-m", "streamtrain.cli", *root_opts, "bench", item.name, "--out", str(out), *args]
+            argv = list(module_command(CLI_MODULE, "bench", item.name, "--out", str(out), *args, global_args=root_opts))
             left = deadline - time.monotonic()
             console.rule(f"[bold][{i}/{len(benches)}] streamtrain bench {item.name} {' '.join(args)}")
             if left < 30:

@@ -11,14 +11,12 @@ and the resident memory of every process from `/proc` (Linux).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
-import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,7 @@ from streamtrain.kafka import TopicSpec, consume_available, ensure_topics, list_
 from streamtrain.wire import StepFeedback, WireError, decode
 
 __all__ = ["FeedbackTail", "LiveBroker", "Services", "live_broker", "robust_slope", "rss_tree", "slope",
-           "streamtrain_argv", "train_command", "watermarks"]
+           "train_command", "watermarks"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,15 +78,6 @@ def live_broker(cfg: StreamtrainConfig, external: bool, tag: str) -> Iterator[Li
             yield LiveBroker(kafka, broker.pid(), True, cfg.broker.heap_mb)
         finally:
             broker.stop()
-
-
-def streamtrain_argv(global_args: Sequence[str], sets: Mapping[str, object], *command: str) -> tuple[str, ...]:
-    """`python -m streamtrain.cli <global args> --set k=v ... <command>` (lists and dicts as JSON)."""
-    flags: list[str] = []
-    for key, value in sets.items():
-        text = json.dumps(value) if isinstance(value, list | tuple | dict) else str(value)
-        flags += ["--set", f"{key}={text}"]
-    return (sys.executable, "-m", "streamtrain.cli", *global_args, *flags, *command)
 
 
 def train_command(devices: Sequence[str], checkpoint_dir: Path) -> tuple[str, ...]:

@@ -38,6 +38,7 @@ import numpy as np
 import typer
 from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
+from streamtrain.cli_support import module_command
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.config.producer import RateConfig
 from streamtrain.kafka import list_topics, make_consumer
@@ -51,7 +52,6 @@ from .live import (
     live_broker,
     robust_slope,
     rss_tree,
-    streamtrain_argv,
     train_command,
     watermarks,
 )
@@ -224,23 +224,24 @@ def _soak(broker: LiveBroker, setup: SoakSetup, out: Path, global_args: Sequence
     failures: list[str] = []
     try:
         def coordinator(truncation: str) -> None:
-            services.start(f"coordinator-{truncation}", "coordinator", streamtrain_argv(
-                global_args, {**common, **coord_sets, "coordinator.truncation": truncation}, "coordinate",
-                "--port", "0"))
+            services.start(f"coordinator-{truncation}", "coordinator", module_command(
+                "coordinator", "coordinate", "--port", "0", global_args=global_args,
+                sets={**common, **coord_sets, "coordinator.truncation": truncation}))
 
         coordinator(setup.phases[0])
         if ranked:
-            services.start("trainers", "trainer", streamtrain_argv(
-                global_args, {**common, **trainer_sets}, *train_command(ranked, ckpt)))
+            services.start("trainers", "trainer", module_command(
+                "trainer", *train_command(ranked, ckpt), global_args=global_args, sets={**common, **trainer_sets}))
             _wait_for_ranks(services, FeedbackTail(kafka, job), ranked, setup.start_timeout_s)
         follower.start()
         for i, (ids, rates) in enumerate(setup.producer_groups()):
-            services.start(f"producer-{i}", "producer", streamtrain_argv(global_args, {
+            services.start(f"producer-{i}", "producer", module_command("producers", "produce", "--no-progress",
+                                                                       global_args=global_args, sets={
                 **common, "producer.devices": len(ids), "producer.device_ids": ids, "producer.rate.rates": rates,
                 "producer.seed": setup.seed + i, "producer.size.kind": "normal", "producer.size.mean": setup.size_mean,
                 "producer.size.dif": setup.size_dif, "producer.synthetic.features": setup.features,
-                "producer.synthetic.classes": setup.classes, "producer.duration_s": 0, "producer.tick_s": 0.01,
-                "producer.metrics": False}, "produce", "--no-progress"))
+                "producer.synthetic.classes": setup.classes, "producer.duration_s": 0,
+                "producer.tick_s": 0.01, "producer.metrics": False}))
         began = time.monotonic()
         for index, truncation in enumerate(setup.phases):
             if index > 0:

@@ -30,6 +30,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from streamtrain.cli_support import module_command
 from streamtrain.config import ProducerConfig, StreamtrainConfig
 from streamtrain.config.producer import RateConfig
 from streamtrain.config.trainer import TrainerConfig
@@ -41,7 +42,6 @@ from .live import (
     Services,
     ensure_device_topics,
     live_broker,
-    streamtrain_argv,
     train_command,
     watermarks,
 )
@@ -201,10 +201,12 @@ def _run_policy(policy: str, broker: LiveBroker, setup: TruncationSetup, out: Pa
     losses: list[tuple[int, float, int]] = []
     dropped = trained = 0
     try:
-        services.start("coordinator", "coordinator", streamtrain_argv(
-            global_args, {**common, **setup.coordinator_sets(policy)}, "coordinate", "--port", "0"))
-        services.start("trainers", "trainer", streamtrain_argv(
-            global_args, {**common, **setup.trainer_sets(ckpt)}, *train_command(devices, ckpt)))
+        services.start("coordinator", "coordinator", module_command(
+            "coordinator", "coordinate", "--port", "0", global_args=global_args,
+            sets={**common, **setup.coordinator_sets(policy)}))
+        services.start("trainers", "trainer", module_command(
+            "trainer", *train_command(devices, ckpt), global_args=global_args,
+            sets={**common, **setup.trainer_sets(ckpt)}))
 
         def take_feedback() -> None:
             nonlocal dropped, trained
@@ -224,8 +226,8 @@ def _run_policy(policy: str, broker: LiveBroker, setup: TruncationSetup, out: Pa
                 raise RuntimeError(f"{policy}: the trainers did not report a step within {setup.start_timeout_s:.0f} s")
             time.sleep(0.2)
         idle_step = max(fb.step for fb in latest.values())
-        services.start("producers", "producer", streamtrain_argv(
-            global_args, {**common, **setup.producer_sets()}, "produce", "--no-progress"))
+        services.start("producers", "producer", module_command(
+            "producers", "produce", "--no-progress", global_args=global_args, sets={**common, **setup.producer_sets()}))
         began = time.monotonic()
         deadline = began + setup.run_timeout_s
         final_marks: dict[str, tuple[int, int]] = {}

@@ -45,8 +45,8 @@ def _floats(text: str | None, name: str) -> tuple[float, ...] | None:
     return values
 
 
-def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add `streamtrain sim` to the root CLI and `streamtrain bench scheduler` to the benchmarks."""
+def register(app: typer.Typer, bench: typer.Typer | None = None) -> None:
+    """Add `sim` and `coordinate` to a command group and, when given one, `scheduler` to the benchmarks group."""
 
     @app.command("sim", help=_SIM_HELP)
     def sim(
@@ -161,6 +161,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         except (KafkaException, TimeoutError) as exc:
             service.close()
             die(f"Kafka at {cfg.kafka.bootstrap_servers}: {exc}")
+
+    if bench is None:
+        return
 
     @bench.command("scheduler")
     def scheduler(

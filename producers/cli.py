@@ -14,10 +14,11 @@ import typer
 __all__ = ["register"]
 
 
-def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add `streamtrain produce` to the root CLI and `streamtrain bench ingest` to the benchmarks."""
+def register(app: typer.Typer, bench: typer.Typer | None = None) -> None:
+    """Add `produce` to a command group and, when given one, `ingest` to the benchmarks group."""
     app.command("produce")(produce)
-    bench.command("ingest")(ingest)
+    if bench is not None:
+        bench.command("ingest")(ingest)
 
 
 def produce(

@@ -1,19 +1,20 @@
 """What `streamtrain up` runs: the device streams, and one command line per service.
 
-Every service is the ordinary `streamtrain` command a person would run by hand (`produce`,
-`coordinate`, `train --local-ranks N`, the `prometheus` binary), started with the parent's
-`--config` / `--set` options followed by the stack's own `--set` overrides (broker address, topic
-prefix, metrics ports), so a child sees exactly the configuration the parent was given.
+Every service is the command a person would run by hand (`produce`, `coordinate`, `train --local-ranks N`,
+each through its service's own entry, `python -m producers|coordinator|trainer`, and the `prometheus`
+binary), started with the parent's `--config` / `--set` options followed by the stack's own `--set`
+overrides (broker address, topic prefix, metrics ports), so a child sees exactly the configuration the
+parent was given.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from streamtrain.cli_support import module_command
 
 __all__ = [
     "DEFAULT_RATES",
@@ -104,14 +105,6 @@ def device_streams(n: int, rates: Sequence[float] | None = None, sizes: Sequence
     return streams
 
 
-def _streamtrain(global_args: Sequence[str], sets: dict[str, object], *command: str) -> tuple[str, ...]:
-    flags: list[str] = []
-    for key, value in sets.items():
-        text = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-        flags += ["--set", f"{key}={text}"]
-    return (sys.executable, "-m", "streamtrain.cli", *global_args, *flags, *command)
-
-
 def stream_settings(stream: DeviceStream, index: int, seed: int) -> dict[str, object]:
     """The `producer.*` settings of one device's stream: its id, rate, size distribution and seed.
 
@@ -137,8 +130,8 @@ def producer_spec(stream: DeviceStream, index: int, seed: int, port: int, common
         "producer.duration_s": 0, "producer.metrics_port": port,
         "producer.tick_s": 0.01,  # 100 pacing ticks/s per process is plenty at these rates, and spares the CPU
     }
-    return ServiceSpec(f"producer-{stream.device_id}", "producer",
-                       _streamtrain(global_args, sets, "produce", "--no-progress"), (port,))
+    argv = module_command("producers", "produce", "--no-progress", global_args=global_args, sets=sets)
+    return ServiceSpec(f"producer-{stream.device_id}", "producer", argv, (port,))
 
 
 def coordinator_spec(devices: Sequence[str], policy: str | None, truncation: str | None, port: int,
@@ -150,7 +143,8 @@ def coordinator_spec(devices: Sequence[str], policy: str | None, truncation: str
         argv += ["--policy", policy]
     if truncation:
         argv += ["--truncation", truncation]
-    return ServiceSpec("coordinator", "coordinator", _streamtrain(global_args, sets, *argv), (port,))
+    return ServiceSpec("coordinator", "coordinator", module_command("coordinator", *argv, global_args=global_args,
+                                                                    sets=sets), (port,))
 
 
 def trainer_spec(devices: Sequence[str], base_port: int, checkpoint_dir: Path, torch_threads: int,
@@ -159,7 +153,7 @@ def trainer_spec(devices: Sequence[str], base_port: int, checkpoint_dir: Path, t
     sets: dict[str, object] = {**common, "metrics.port": base_port, "trainer.torch_threads": torch_threads}
     argv = ["train", "--local-ranks", str(len(devices)), "--devices", ",".join(devices),
             "--checkpoint-dir", str(checkpoint_dir)]
-    return ServiceSpec("trainers", "trainer", _streamtrain(global_args, sets, *argv),
+    return ServiceSpec("trainers", "trainer", module_command("trainer", *argv, global_args=global_args, sets=sets),
                        tuple(base_port + r for r in range(len(devices))))
 
 

@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import re
 import sys
-from collections.abc import Mapping
-from typing import Any, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from .config import ConfigError, StreamtrainConfig, load_config, parse_assignment
 
-__all__ = ["EXIT_CONFIG", "GlobalOptions", "ProseGroup", "config_from", "console", "die", "err_console", "prose",
-           "setup_logging"]
+__all__ = ["CLI_MODULE", "EXIT_CONFIG", "GlobalOptions", "ProseGroup", "command_app", "config_from", "console", "die",
+           "err_console", "module_command", "prose", "setup_logging"]
 
 #: Exit status for a configuration that cannot be used (the service never started).
 EXIT_CONFIG = 2
+
+#: The package `python -m` runs for the whole `streamtrain` command line (the console script's own package).
+#: Named here, not imported: it sits above every other package.
+CLI_MODULE = "streamtrain_cli"
 
 console = Console()
 err_console = Console(stderr=True)
@@ -34,9 +40,73 @@ class GlobalOptions:
         self.sets = list(sets or [])
 
 
+def _global_options(
+    ctx: typer.Context,
+    config: Annotated[
+        str | None, typer.Option("--config", "-c", help="TOML configuration file.", metavar="FILE")
+    ] = None,
+    sets: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override one setting, e.g. --set kafka.partitions=2 (repeatable).",
+                     metavar="KEY=VALUE"),
+    ] = None,
+) -> None:
+    ctx.obj = GlobalOptions(config, sets)
+
+
+def command_app(name: str, help_text: str) -> typer.Typer:
+    """A command group that takes the global `--config FILE` and `--set KEY=VALUE` before its subcommand.
+
+    The whole `streamtrain` command and each service's own entry (`python -m trainer train ...`) are built
+    with it, so one command line works with any of them.
+
+    Args:
+        name: the program name shown in usage lines.
+        help_text: the group's help (made `prose` with every command's help once the group is built).
+
+    Returns:
+        The group; commands are added to it, then it is called.
+    """
+    app = typer.Typer(
+        name=name,
+        cls=ProseGroup,
+        help=help_text,
+        no_args_is_help=True,
+        rich_markup_mode="rich",
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_global_options)
+    return app
+
+
+def module_command(module: str, *command: str, global_args: Sequence[str] = (),
+                   sets: Mapping[str, object] | None = None) -> tuple[str, ...]:
+    """The command line `python -m <module> <global args> --set k=v ... <command>` for this interpreter.
+
+    Every runnable entry (`CLI_MODULE` for the whole command line, `producers`, `coordinator` and `trainer`
+    for one service) takes the same options before its subcommand, so this one builder serves all of them.
+
+    Args:
+        module: the package to run.
+        command: the subcommand and its arguments.
+        global_args: options before the subcommand (`--config FILE`, `--set k=v`), passed on as they are.
+        sets: settings passed as `--set key=value` after `global_args`, so they win over them; lists,
+            tuples and dicts as JSON.
+
+    Returns:
+        The argument vector, for `subprocess`.
+    """
+    flags: list[str] = []
+    for key, value in (sets or {}).items():
+        text = json.dumps(value) if isinstance(value, list | tuple | dict) else str(value)
+        flags += ["--set", f"{key}={text}"]
+    return (sys.executable, "-m", module, *global_args, *flags, *command)
+
+
 def die(message: str, code: int = 1) -> NoReturn:
-    """Print an error for a person and exit with `code`."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    """Print an error for a person and exit with `code` (the message is plain text, not rich markup)."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -54,8 +124,7 @@ def config_from(ctx: typer.Context, flags: Mapping[str, Any] | None = None) -> S
         overrides.update({k: v for k, v in (flags or {}).items() if v is not None})
         cfg = load_config(opts.config_file, overrides=overrides)
     except ConfigError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(EXIT_CONFIG) from None
+        die(str(exc), EXIT_CONFIG)
     setup_logging(cfg.log_level)
     return cfg
 

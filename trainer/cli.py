@@ -11,8 +11,8 @@ import typer
 __all__ = ["register"]
 
 
-def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add `streamtrain train` to the root CLI (no trainer benchmarks yet)."""
+def register(app: typer.Typer, bench: typer.Typer | None = None) -> None:
+    """Add `train` to a command group (no trainer benchmarks yet)."""
     del bench
     app.command("train")(train)
 

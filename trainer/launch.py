@@ -1,6 +1,6 @@
 """`streamtrain train --local-ranks N`: N rank processes on this machine, as torchrun would start them.
 
-Each child is `python -m streamtrain.cli train --device-id <id>` with RANK / WORLD_SIZE /
+Each child is the trainer's own entry, `python -m trainer train --device-id <id>`, with RANK / WORLD_SIZE /
 LOCAL_RANK / MASTER_ADDR / MASTER_PORT set, and the parent's fully resolved configuration passed
 as one JSON environment variable per section (STREAMTRAIN_<SECTION>), so flags, --set and the
 config file given to the parent reach every rank exactly. If one rank fails the others would
@@ -13,16 +13,16 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from types import FrameType
 
+from streamtrain.cli_support import module_command
 from streamtrain.config import ENV_PREFIX, StreamtrainConfig, config_environment
 
 from .distributed import allocator_environment, free_port
 
-__all__ = ["child_environment", "launch_local_ranks"]
+__all__ = ["child_environment", "launch_local_ranks", "rank_command"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,11 @@ def child_environment(config: StreamtrainConfig, rank: int, world_size: int, por
     return env
 
 
+def rank_command(device: str) -> tuple[str, ...]:
+    """The command line of the rank that trains `device`: the trainer's own entry, not the whole CLI."""
+    return module_command("trainer", "train", "--device-id", device)
+
+
 def _has_cuda() -> bool:
     import torch
 
@@ -59,8 +64,7 @@ def launch_local_ranks(config: StreamtrainConfig, devices: Sequence[str]) -> int
     port = free_port()
     world = len(devices)
     children = [
-        subprocess.Popen([sys.executable, "-m", "streamtrain.cli", "train", "--device-id", device],
-                         env=child_environment(config, rank, world, port))
+        subprocess.Popen(rank_command(device), env=child_environment(config, rank, world, port))
         for rank, device in enumerate(devices)
     ]
     logger.info("launched %d ranks (pids %s) on 127.0.0.1:%d", world, [c.pid for c in children], port)

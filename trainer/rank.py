@@ -2,7 +2,7 @@
 
 Run one rank per device, e.g. under torchrun (each rank picks `--devices`[RANK]):
 
-    torchrun --nproc-per-node 2 -m streamtrain.cli train --devices cam0,cam1
+    torchrun --nproc-per-node 2 -m trainer train --devices cam0,cam1
 
 or `streamtrain train --local-ranks 2 --devices cam0,cam1`. Every rank runs the same global step
 numbers and calls `run_step` once per step, with however many samples its plan gives it (possibly

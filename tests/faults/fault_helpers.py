@@ -1,6 +1,6 @@
 """What the whole-stack fault tests share: the services as real CLI processes, and the accounting at the end.
 
-Each service runs as `python -m streamtrain.cli ...` in its own session (so a SIGKILL reaches the
+Each service runs as `python -m streamtrain_cli ...` in its own session (so a SIGKILL reaches the
 process group: the `--local-ranks` launcher and its ranks, or one service alone). The trainer logs
 every (device, seq) it hands to a step through the seq-log collate plug-in of the trainer tests,
 and `account` reads the run back from Kafka (device topics, dead letters, feedback, committed
@@ -29,6 +29,8 @@ from streamtrain.wire import StepFeedback
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "trainer"))
 from trainer_seq_log import rank_environment, read_ledger, train_settings  # the trainer tests' helper
 
+from streamtrain.cli_support import CLI_MODULE, module_command
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -45,7 +47,7 @@ class Service:
         with self.log.open("ab") as out:
             out.write(f"\n===== start {self.starts + 1} of {self.name} =====\n".encode())
             out.flush()
-            self.proc = subprocess.Popen([sys.executable, "-m", "streamtrain.cli", *self.args], cwd=REPO,
+            self.proc = subprocess.Popen(module_command(CLI_MODULE, *self.args), cwd=REPO,
                                          env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.starts += 1
         return self

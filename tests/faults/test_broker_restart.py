@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +16,11 @@ from typer.testing import CliRunner
 
 from streamtrain.accounting import SeqLedger
 from streamtrain.broker import BrokerError, EmbeddedBroker
-from streamtrain.cli import app
+from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import BrokerConfig, KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
 from streamtrain.wire import Sample, decode, encode
+from streamtrain_cli import app
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
@@ -113,7 +113,7 @@ def test_broker_run_stays_in_the_foreground_and_stops_on_sigterm(tmp_path: Path)
     data_dir = tmp_path / "fg"
     log = tmp_path / "fg.log"
     with log.open("wb") as out:  # a file, not a pipe: an unread pipe would block the broker's logging
-        proc = subprocess.Popen([sys.executable, "-m", "streamtrain.cli", "broker", "run", "--data-dir", str(data_dir)],
+        proc = subprocess.Popen(module_command(CLI_MODULE, "broker", "run", "--data-dir", str(data_dir)),
                                 stdout=out, stderr=subprocess.STDOUT)
     try:
         broker = EmbeddedBroker(BrokerConfig(data_dir=data_dir))

@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -20,6 +19,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.service import Coordinator
+from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import CoordinatorConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
 from streamtrain.fuzz import (
     FuzzRecord,
@@ -81,8 +81,7 @@ def test_trainer_rank_dead_letters_every_bad_record_and_keeps_training(kafka_cfg
         "trainer.buffer_max_bytes": BUFFER_BYTES, "trainer.checkpoint_dir": str(tmp_path / "ckpt"),
         "metrics.port": 0,
     }
-    cmd = [sys.executable, "-m", "streamtrain.cli", *(x for k, v in sets.items() for x in ("--set", f"{k}={v}")),
-           "train", "--local-ranks", "1", "--devices", "d0", "--plan-wait", "0.2"]
+    cmd = module_command(CLI_MODULE, "train", "--local-ranks", "1", "--devices", "d0", "--plan-wait", "0.2", sets=sets)
     log = tmp_path / "train.log"
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})

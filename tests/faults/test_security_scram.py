@@ -9,7 +9,6 @@ import logging
 import os
 import stat
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -23,6 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from coordinator.service import Coordinator
 from producers.service import StreamProducer
 from streamtrain.broker import EmbeddedBroker, find_kafka_libs
+from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import BrokerConfig, KafkaConfig, MetricsConfig, ProducerConfig, StreamtrainConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, java_client_properties, make_admin, make_producer, read_to_end
 
@@ -63,7 +63,7 @@ def _env(kafka: KafkaConfig, password: str) -> dict[str, str]:
 
 
 def _cli(*args: str, env: dict[str, str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "streamtrain.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run(module_command(CLI_MODULE, *args), env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
 
 

@@ -64,7 +64,7 @@ def test_sigkilled_rank_comes_back_under_torchrun_and_loses_nothing(kafka_cfg: K
     })
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(len(DEVICES)),
            "--max-restarts", "2", "--monitor-interval", "0.5",
-           "-m", "streamtrain.cli", *sets, "train", "--devices", ",".join(DEVICES), "--steps", str(STEPS)]
+           "-m", "trainer", *sets, "train", "--devices", ",".join(DEVICES), "--steps", str(STEPS)]
     out = tmp_path / "torchrun.log"
     with out.open("wb") as log:
         run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=rank_environment(log_dir),

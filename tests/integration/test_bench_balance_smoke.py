@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from streamtrain.cli_support import CLI_MODULE, module_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -22,8 +23,8 @@ def test_bench_balance_writes_cells_for_every_policy(tmp_path: Path, broker: Any
     out = tmp_path / "bench"
     # b_max 64: a model this small costs almost nothing per sample, so in the first steps (before the time models
     # settle) ett-stream could hand the fast rank its whole backlog and leave the window with one rank idle.
-    cmd = [sys.executable, "-m", "streamtrain.cli", "--set", f"kafka.bootstrap_servers={broker.bootstrap}",
-           "--set", "trainer.hidden_size=16", "--set", "trainer.num_layers=1", "--set", "coordinator.b_max=64",
+    cmd = [*module_command(CLI_MODULE, sets={"kafka.bootstrap_servers": broker.bootstrap, "trainer.hidden_size": 16,
+                                             "trainer.num_layers": 1, "coordinator.b_max": 64}),
            "bench", "balance", "--external", "--out", str(out), "--policy", "static", "--policy", "ett-stream",
            "--dif", "16", "--slowdowns", "1,3", "--global-batch", "96", "--warmup", "3", "--steps", "4",
            "--runs", str(tmp_path / "runs")]

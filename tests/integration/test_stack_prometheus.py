@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -26,6 +25,7 @@ import pytest
 
 from stack.dashboards import load_dashboard_queries
 from stack.prometheus import INSTALL_HINT, find_prometheus, instant_query
+from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import make_producer
 
@@ -73,9 +73,9 @@ def test_every_dashboard_query_returns_data_from_the_local_stack(tmp_path: Path,
     prefix = f"t{uuid.uuid4().hex[:10]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
     env.update(STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS=bootstrap, STREAMTRAIN_KAFKA__TOPIC_PREFIX=prefix, COLUMNS="300")
-    cmd = [sys.executable, "-m", "streamtrain.cli", "--set", "trainer.hidden_size=16", "up", "--devices", "2",
-           "--rates", "20,40", "--sizes", "24,12", "--broker", "external", "--no-live", "--drain-timeout", "60",
-           "--out", str(out)]
+    cmd = module_command(CLI_MODULE, "up", "--devices", "2", "--rates", "20,40", "--sizes", "24,12", "--broker",
+                         "external", "--no-live", "--drain-timeout", "60", "--out", str(out),
+                         sets={"trainer.hidden_size": 16})
     with log.open("wb") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
     try:

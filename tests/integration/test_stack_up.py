@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from streamtrain.cli_support import CLI_MODULE, module_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -21,9 +22,9 @@ REQUIRED = ("policy", "devices", "steps", "samples_produced", "samples_trained",
 def test_up_for_n_steps_stops_in_order_and_accounts_for_every_sample(tmp_path: Path) -> None:
     out = tmp_path / "run"
     steps = 12
-    cmd = [sys.executable, "-m", "streamtrain.cli", "--set", "trainer.hidden_size=16", "up", "--devices", "2",
-           "--steps", str(steps), "--rates", "20,40", "--sizes", "24,12", "--broker", "embedded",
-           "--no-prometheus", "--no-live", "--drain-timeout", "60", "--out", str(out)]
+    cmd = module_command(CLI_MODULE, "up", "--devices", "2", "--steps", str(steps), "--rates", "20,40", "--sizes",
+                         "24,12", "--broker", "embedded", "--no-prometheus", "--no-live", "--drain-timeout", "60",
+                         "--out", str(out), sets={"trainer.hidden_size": 16})
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**env, "COLUMNS": "200"})
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"

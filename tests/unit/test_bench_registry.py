@@ -18,7 +18,7 @@ from benchmarks.registry import (
     refresh_markdown,
     render_sections,
 )
-from streamtrain.cli import app, bench_app
+from streamtrain_cli import app, bench_app
 
 DOC = """# Title
 

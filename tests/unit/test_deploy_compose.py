@@ -24,7 +24,7 @@ import typer.main
 import yaml
 from typer.testing import CliRunner
 
-from streamtrain.cli import app
+from streamtrain_cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "docker-compose.yml"

@@ -24,7 +24,7 @@ from stack.render import (
     legend_name,
     render_dashboard,
 )
-from streamtrain.cli import app
+from streamtrain_cli import app
 
 NOW = time.time()
 DASHBOARD: dict[str, Any] = {

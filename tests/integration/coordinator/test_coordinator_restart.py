@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from coordinator_it_helpers import JOB, Plans, Trainers, produce_samples
 
+from streamtrain.cli_support import module_command
 from streamtrain.config import KafkaConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -24,10 +24,9 @@ REPO = Path(__file__).resolve().parents[3]
 def coordinator_process(kafka_cfg: KafkaConfig, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS": kafka_cfg.bootstrap_servers,
            "STREAMTRAIN_KAFKA__TOPIC_PREFIX": kafka_cfg.topic_prefix, "STREAMTRAIN_JOB": JOB}
-    cmd = [sys.executable, "-m", "streamtrain.cli", "--set", 'coordinator.devices=["cam"]',
-           "--set", "coordinator.poll_interval_seconds=0.2", "--set", "coordinator.global_batch=8",
-           "--set", "coordinator.plan_wait_seconds=5",
-           "coordinate", "--policy", "chronica", "--port", "0"]
+    cmd = module_command("coordinator", "coordinate", "--policy", "chronica", "--port", "0", sets={
+        "coordinator.devices": ["cam"], "coordinator.poll_interval_seconds": 0.2, "coordinator.global_batch": 8,
+        "coordinator.plan_wait_seconds": 5})
     with log.open("ab") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from trainer_seq_log import (
 )
 
 from producers.service import ProducerSummary, StreamProducer
+from streamtrain.cli_support import module_command
 from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.kafka import make_producer, read_to_end
 from streamtrain.wire import DeadLetter, Sample, decode, encode
@@ -69,8 +69,8 @@ def test_producers_to_four_ranks_loss_falls_and_every_seq_is_accounted_for(
     sets = train_settings(kafka_cfg, JOB, tmp_path / "ckpt", **{
         "trainer.num_classes": 4, "trainer.local_batch": BATCH, "trainer.checkpoint_every": 5, "trainer.seed": 1,
     })
-    cmd = [sys.executable, "-m", "streamtrain.cli", *sets, "train", "--local-ranks", str(len(DEVICES)),
-           "--devices", ",".join(DEVICES), "--steps", str(STEPS)]
+    cmd = module_command("trainer", "train", "--local-ranks", str(len(DEVICES)), "--devices", ",".join(DEVICES),
+                         "--steps", str(STEPS), global_args=sets)
     with (tmp_path / "train.log").open("wb") as log:
         train = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=rank_environment(log_dir),
                                  start_new_session=True)

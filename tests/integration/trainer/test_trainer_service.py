@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
+from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, read_to_end
 from streamtrain.wire import Assignment, DeadLetter, DevicePlan, Sample, StepFeedback, decode, encode
@@ -62,8 +62,8 @@ def _train(kafka: KafkaConfig, tmp: Path, *args: str, plan_wait: float = 0.5,
         "trainer.checkpoint_every": 2, "trainer.checkpoint_dir": str(tmp / "ckpt"), "metrics.port": 0,
         **(overrides or {}),
     }
-    cmd = [sys.executable, "-m", "streamtrain.cli", *(x for k, v in sets.items() for x in ("--set", f"{k}={v}")),
-           "train", "--local-ranks", "2", "--devices", ",".join(DEVICES), "--plan-wait", str(plan_wait), *args]
+    cmd = module_command(CLI_MODULE, "train", "--local-ranks", "2", "--devices", ",".join(DEVICES), "--plan-wait",
+                         str(plan_wait), *args, sets=sets)
     log = (tmp / f"train-{time.monotonic_ns()}.log").open("wb")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from coordinator.sim import build_scenario, simulate
-from streamtrain.cli import app
 from streamtrain.config import CoordinatorConfig
+from streamtrain_cli import app
 
 
 def test_ett_stream_beats_static_on_straggler_effect() -> None:

@@ -11,10 +11,10 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from streamtrain.cli import app
 from streamtrain.config import load_config
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.synthetic import synthetic_samples
+from streamtrain_cli import app
 from trainer.distributed import DistContext, destroy_distributed, init_distributed
 from trainer.errors import TrainerSetupError
 from trainer.step import build_step_runner, slowdown_for

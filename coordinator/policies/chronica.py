@@ -15,8 +15,9 @@ Without a pending index for every device, counts are split by equal predicted ti
 descending order so the small samples the greedy mostly takes pop off the end of short lists; it
 notes which value each step took and whether as a fit (the newest of equal samples) or as the
 smallest (the oldest), and turns those into positions with a few numpy passes at the end.
-`plan_chronica_reference` is the greedy exactly as specified, one sample at a time; the two give
-identical plans (tests/unit/coordinator/test_coordinator_chronica_fast.py).
+`plan_chronica_reference` is the greedy exactly as specified, one sample at a time
+(`reference.pack_chronica_reference`); the two give identical plans, which the tests check on many
+random fleets.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from streamtrain.config import CoordinatorConfig
 
 from ..state import DeviceBatch, DeviceState, Plan, PlanningState
 from .common import batch_from_count, count_caps, normalized, size_limit, solve_equal_time, with_weights
+from .packing import ranges
+from .reference import oldest_pending, pack_chronica_reference
 
 __all__ = ["plan_chronica", "plan_chronica_reference"]
 
@@ -44,7 +47,8 @@ def plan_chronica(state: PlanningState, config: CoordinatorConfig) -> Plan:
 
 
 def plan_chronica_reference(state: PlanningState, config: CoordinatorConfig) -> Plan:
-    """`plan_chronica` through the sample-at-a-time greedy (`_pack_reference`): for equivalence tests and benchmarks."""
+    """`plan_chronica` through the sample-at-a-time greedy (`reference.pack_chronica_reference`): the specification
+    the fast path is tested against, and what `streamtrain bench scheduler --reference` times next to it."""
     return _plan(state, config, fast=False)
 
 
@@ -64,7 +68,7 @@ def _plan(state: PlanningState, config: CoordinatorConfig, fast: bool) -> Plan:
         packed = _pack_fast(state, config) if fast else None
         if packed is not None:
             return packed
-        batches = _pack_reference(state, config)
+        batches = pack_chronica_reference(state, config)
     weights = normalized(np.array([b.total_size for b in batches]))
     weighted = with_weights(batches, weights)
     target = max((b.predicted_seconds for b in weighted), default=0.0)
@@ -188,14 +192,8 @@ class _Runs:
         self.size = cat(run_sizes) if run_sizes else np.zeros(0)
 
 
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The concatenated index ranges [starts[i], starts[i] + counts[i])."""
-    firsts = np.cumsum(counts) - counts
-    return np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()))
-
-
 def _pack_fast(state: PlanningState, config: CoordinatorConfig) -> Plan | None:
-    """`_pack_reference`'s plan, on runs of equal ETT; None when an input needs the reference (a
+    """`pack_chronica_reference`'s plan, on runs of equal ETT; None when an input needs the reference (a
     non-finite ETT or fixed cost, or equal ETTs of different sizes on a device with a memory limit)."""
     devices = state.devices
     n = len(devices)
@@ -318,7 +316,7 @@ def _assemble(state: PlanningState, config: CoordinatorConfig, runs: _Runs, a: n
     hit = np.flatnonzero(n_fit + n_small)
     size = runs.count[hit]
     # Every sample of every run that was picked from, in position order per run.
-    gi = _ranges(runs.start[hit], size)
+    gi = ranges(runs.start[hit], size)
     which = np.repeat(np.arange(len(hit)), size)
     pos = runs.order[gi]
     rank = gi - runs.start[hit][which]
@@ -359,88 +357,15 @@ def _assemble(state: PlanningState, config: CoordinatorConfig, runs: _Runs, a: n
     return Plan("chronica", state.step, target, int(count.sum()) / config.global_batch, batches)
 
 
-def _pack_reference(state: PlanningState, config: CoordinatorConfig) -> list[DeviceBatch]:
-    """The greedy as specified: one heap pop, bisect and list pop per sample (what `_pack_fast` must match)."""
-    devices = state.devices
-    n = len(devices)
-    # Per device: pending positions sorted by ETT (ascending), as parallel lists for bisect and pop.
-    etts: list[list[float]] = []
-    positions: list[list[int]] = []
-    for d in devices:
-        assert d.pending is not None
-        ett = d.model.a * d.pending.sizes
-        order = np.argsort(ett, kind="stable")
-        etts.append(ett[order].tolist())
-        positions.append(order.tolist())
-    loads = [d.model.b for d in devices]
-    room = [size_limit(d, config) for d in devices]
-    chosen: list[list[int]] = [[] for _ in range(n)]
-    budget = config.global_batch
-
-    def take(i: int, k: int) -> None:
-        pos = positions[i].pop(k)
-        ett = etts[i].pop(k)
-        chosen[i].append(pos)
-        loads[i] += ett
-        room[i] -= float(devices[i].pending.sizes[pos])  # type: ignore[union-attr]
-
-    pivot = _oldest(state)
-    if pivot is not None and budget > 0:
-        i, pos = pivot
-        if devices[i].pending.sizes[pos] <= room[i]:  # type: ignore[union-attr]
-            take(i, positions[i].index(pos))
-            budget -= 1
-    heap = [(loads[i], i) for i in range(n) if etts[i]]
-    heapq.heapify(heap)
-    max_load = max(loads)
-    while budget > 0 and heap:
-        load, i = heapq.heappop(heap)
-        if load != loads[i]:
-            continue
-        if len(chosen[i]) >= config.b_max or not etts[i]:
-            continue
-        a = devices[i].model.a
-        room_ett = a * room[i] if math.isfinite(room[i]) else math.inf
-        k = bisect.bisect_right(etts[i], min(max_load - loads[i], room_ett)) - 1
-        if k < 0:
-            if etts[i][0] > room_ett:
-                continue  # memory full: this device takes no more
-            k = 0  # nothing fits the gap: the smallest sample overshoots it least
-        take(i, k)
-        budget -= 1
-        max_load = max(max_load, loads[i])
-        if etts[i]:
-            heapq.heappush(heap, (loads[i], i))
-    out = []
-    for i, d in enumerate(devices):
-        assert d.pending is not None
-        picked = np.sort(np.array(chosen[i], dtype=np.int64))
-        total = float(d.pending.sizes[picked].sum()) if len(picked) else 0.0
-        predicted = float(d.model.predict(total)) if len(picked) else 0.0
-        out.append(DeviceBatch(d.device_id, d.pending.offsets[picked], len(picked), total, predicted))
-    return out
-
-
 def _oldest_fast(state: PlanningState, lengths: np.ndarray) -> tuple[int, int] | None:
-    """`_oldest` with one pass over every arrival time rather than one call per device."""
+    """`oldest_pending` with one pass over every arrival time rather than one call per device."""
     nonempty = np.flatnonzero(lengths)
     if not len(nonempty):
         return None
     arrivals = np.concatenate([d.pending.arrivals for d in state.devices])  # type: ignore[union-attr]
     firsts = np.minimum.reduceat(arrivals, (np.cumsum(lengths) - lengths)[nonempty])
     if np.isnan(firsts).any():
-        return _oldest(state)
+        return oldest_pending(state)
     i = int(nonempty[int(np.argmin(firsts))])  # the first device holding the oldest sample
     return i, int(np.argmin(state.devices[i].pending.arrivals))  # type: ignore[union-attr]
 
-
-def _oldest(state: PlanningState) -> tuple[int, int] | None:
-    """(device index, position) of the fleet's oldest pending sample."""
-    best: tuple[float, int, int] | None = None
-    for i, d in enumerate(state.devices):
-        if d.pending is not None and len(d.pending):
-            pos = int(np.argmin(d.pending.arrivals))
-            key = (float(d.pending.arrivals[pos]), i, pos)
-            if best is None or key < best:
-                best = key
-    return None if best is None else (best[1], best[2])

@@ -22,7 +22,9 @@
    `best_fit_lookahead` samples just past the prefix, so planning costs the same however long the backlog.
 
 All devices are packed at once on flattened arrays, so planning a thousand devices costs a few
-numpy passes rather than a Python loop per sample.
+numpy passes rather than a Python loop per sample. What step 2 must pick is written plainly, one device
+and one sample at a time, in `reference.fill_device`; `plan_ett_stream_reference` plans with it, and
+the tests check the two give the same plans.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from streamtrain.config import CoordinatorConfig
 
 from ..state import DeviceBatch, DeviceState, Plan, PlanningState
 from .common import normalized, size_limit
+from .packing import ranges, run_heads
+from .reference import fill_reference
 
-__all__ = ["choose_step_time", "fill_reference", "plan_ett_stream", "plan_ett_stream_reference"]
+__all__ = ["choose_step_time", "plan_ett_stream", "plan_ett_stream_reference"]
 
 
 def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig,
@@ -85,57 +89,6 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
     return target, bounds
 
 
-def _segment_cumsum(values: np.ndarray, starts: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    cum = np.cumsum(values)
-    base = np.concatenate([[0.0], cum])[starts]
-    return cum - base[seg]
-
-
-def fill_reference(
-    devices: list[DeviceState], budgets: np.ndarray, limits: np.ndarray, config: CoordinatorConfig
-) -> list[np.ndarray]:
-    """The straightforward step-2 fill on full flattened arrays: the specification `_fill_indexed` must match.
-
-    Kept callable so the equivalence test and `streamtrain bench scheduler` can check and time the fast
-    path against it; plans never call it.
-    """
-    lengths = np.array([len(d.pending) for d in devices])  # type: ignore[arg-type]
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    seg = np.repeat(np.arange(len(devices)), lengths)
-    sizes = np.concatenate([d.pending.sizes for d in devices])  # type: ignore[union-attr]
-    idx = np.arange(len(sizes))
-    fits = sizes <= limits[seg]
-    eff = np.where(fits, sizes, 0.0)
-    cum = _segment_cumsum(eff, starts, seg)
-    rank = _segment_cumsum(fits.astype(np.float64), starts, seg) - 1.0
-    chosen = fits & (cum <= budgets[seg]) & (rank < config.b_max)  # budgets are within memory
-    # Oldest-first floor: at least max(b_min, 1) samples while memory allows, even past the target.
-    floor = max(config.b_min, 1)
-    chosen |= fits & (rank < min(floor, config.b_max)) & (cum <= limits[seg])
-    big = len(sizes)
-    count = np.add.reduceat(chosen.astype(np.int64), starts)
-    used = np.add.reduceat(np.where(chosen, sizes, 0.0), starts)
-    # Best fit looks at the `best_fit_lookahead` fitting samples just past the prefix (all when None).
-    ahead = config.best_fit_lookahead
-    near = rank < (count + ahead)[seg] if ahead is not None else np.ones(len(sizes), dtype=bool)
-    for _ in range(config.best_fit_rounds):
-        gap = budgets - used
-        cand = fits & ~chosen & near & (sizes <= gap[seg]) & (count[seg] < config.b_max)
-        if not cand.any():
-            break
-        val = np.where(cand, sizes, -1.0)
-        best = np.maximum.reduceat(val, starts)
-        first = np.minimum.reduceat(np.where(cand & (val == best[seg]), idx, big), starts)
-        hit = first < big
-        pick = first[hit]
-        chosen[pick] = True
-        count[hit] += 1
-        used[hit] += sizes[pick]
-    local = idx - starts[seg]
-    sel = np.flatnonzero(chosen)
-    return np.split(local[sel], np.cumsum(count)[:-1])
-
-
 def _prefix_count(cum: np.ndarray, starts: np.ndarray, lengths: np.ndarray, base: np.ndarray,
                   bound: np.ndarray) -> np.ndarray:
     """Per segment, how many leading elements have `cum - base <= bound` (cum non-decreasing).
@@ -154,13 +107,6 @@ def _prefix_count(cum: np.ndarray, starts: np.ndarray, lengths: np.ndarray, base
             break
         k = k + up - down
     return k
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The concatenated index ranges [starts[i], starts[i] + counts[i])."""
-    total = int(counts.sum())
-    firsts = np.cumsum(counts) - counts
-    return np.repeat(starts - firsts, counts) + np.arange(total)
 
 
 def _fill_indexed(
@@ -204,7 +150,7 @@ def _fill_indexed(
     width = np.minimum(lengths, np.maximum(np.minimum(guess, 1 << 40), floor).astype(np.int64))
     width = np.minimum(width, lengths)
     while True:
-        window = sizes if bool((width == lengths).all()) else sizes[_ranges(starts, width)]
+        window = sizes if bool((width == lengths).all()) else sizes[ranges(starts, width)]
         wends = np.cumsum(width)
         wstarts = wends - width
         cum = np.cumsum(window)
@@ -227,7 +173,7 @@ def _fill_indexed(
         tl = np.minimum(tl, config.best_fit_lookahead)
     if config.best_fit_rounds and tl.any():
         # Best fit looks only past the prefix: the tail, as its own flattened arrays.
-        tail = _ranges(starts + prefix, tl)
+        tail = ranges(starts + prefix, tl)
         ts = sizes[tail]
         tends = np.cumsum(tl)
         gap = budgets - used
@@ -242,11 +188,11 @@ def _fill_indexed(
             if not len(pool):
                 break
             ps = ts[pool]
-            heads = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
+            heads = run_heads(seg)
             if r:  # round one's pool holds only each device's largest fitting samples
                 best = np.maximum.reduceat(ps, heads)
                 top = np.flatnonzero(ps == np.repeat(best, np.diff(np.append(heads, len(pool)))))
-                heads = top[np.concatenate([[True], seg[top][1:] != seg[top][:-1]])]  # oldest of equals
+                heads = top[run_heads(seg[top])]  # oldest of equals
             owners = seg[heads]
             picks.append(tail[pool[heads]])
             count[owners] += 1
@@ -288,7 +234,8 @@ def plan_ett_stream(state: PlanningState, config: CoordinatorConfig) -> Plan:
 
 
 def plan_ett_stream_reference(state: PlanningState, config: CoordinatorConfig) -> Plan:
-    """`plan_ett_stream` with the straightforward fill (`fill_reference`): for equivalence tests and benchmarks."""
+    """`plan_ett_stream` with the plain fill of `reference.fill_device`: the specification the fast path is tested
+    against, and what `streamtrain bench scheduler --reference` times next to it."""
     return _plan(state, config, fill_reference)
 
 

@@ -1,9 +1,9 @@
-"""The fast planning paths against the straightforward versions they replaced, on random inputs.
+"""The coordinator's fast bookkeeping against the straightforward versions it replaced, on random inputs.
 
-- ett-stream's fill (`_fill_indexed`) against `fill_reference`, and whole plans against
-  `plan_ett_stream_reference`;
 - the numpy `PendingBook` against a dict-of-offsets model of the same rules;
 - the sorting row median against `np.nanmedian`.
+
+The planners' fast paths are checked against their specification in test_coordinator_reference.py.
 """
 
 from __future__ import annotations
@@ -11,92 +11,10 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pytest
 
 from coordinator.fleet import PendingBook
-from coordinator.perfmodel import PerfModel, _row_nanmedian
-from coordinator.policies.ett_stream import (
-    _fill_indexed,
-    fill_reference,
-    plan_ett_stream,
-    plan_ett_stream_reference,
-)
-from coordinator.state import DeviceState, PendingIndex, PlanningState
-from streamtrain.config import CoordinatorConfig
+from coordinator.perfmodel import _row_nanmedian
 from streamtrain.wire import PendingSample, StepFeedback
-
-
-def _random_devices(rng: np.random.Generator, n: int, pending: bool = True) -> list[DeviceState]:
-    out = []
-    for i in range(n):
-        k = int(rng.integers(1, 60))
-        sizes = rng.integers(1, int(rng.choice([5, 60, 3000])), k).astype(float)
-        limit = None if rng.random() < 0.5 else float(rng.uniform(5, 400))
-        out.append(DeviceState(
-            f"d{i}", PerfModel(a=float(rng.uniform(1e-4, 1e-2)), b=float(rng.uniform(0, 0.1))),
-            pending=PendingIndex(np.sort(rng.choice(10_000, k, replace=False)), sizes, np.sort(rng.uniform(0, 9, k)))
-            if pending or rng.random() < 0.7 else None,
-            arrival_rate=float(rng.choice([0.0, rng.uniform(1, 200)])), mean_size=float(rng.uniform(1, 50)),
-            lag=k, size_limit=limit))
-    return out
-
-
-def _random_config(rng: np.random.Generator) -> CoordinatorConfig:
-    b_max = int(rng.integers(1, 40))
-    return CoordinatorConfig(b_min=min(int(rng.integers(0, 5)), b_max), b_max=b_max,
-                             best_fit_rounds=int(rng.integers(0, 7)), global_batch=int(rng.integers(1, 300)),
-                             best_fit_lookahead=[None, 1, 2, 5, 20][int(rng.integers(0, 5))],
-                             weight_by=str(rng.choice(["samples", "size"])))  # type: ignore[arg-type]
-
-
-def test_fast_fill_picks_exactly_what_the_reference_picks() -> None:
-    rng = np.random.default_rng(7)
-    for _ in range(1500):
-        devices = _random_devices(rng, int(rng.integers(1, 9)))
-        limits = np.array([np.inf if d.size_limit is None else d.size_limit for d in devices])
-        budgets = np.minimum(rng.uniform(-20, 600, len(devices)), limits)
-        cfg = _random_config(rng)
-        fast = _fill_indexed(devices, budgets, limits, cfg)
-        slow = fill_reference(devices, budgets, limits, cfg)
-        assert len(fast) == len(slow)
-        for a, b in zip(fast, slow, strict=True):
-            assert a.tolist() == b.tolist()
-
-
-def test_when_everything_pending_fits_the_fast_fill_takes_it_all_as_the_reference_does() -> None:
-    """The line-rate case (short buffers, budgets to spare) short-cuts the fill; edges included: a budget equal
-    to a device's total, a buffer as long as b_max, a memory limit some sample exceeds (no short cut)."""
-    rng = np.random.default_rng(5)
-    taken_all = 0
-    for _ in range(600):
-        devices = _random_devices(rng, int(rng.integers(1, 9)))
-        totals = np.array([d.pending.sizes.sum() for d in devices])  # type: ignore[union-attr]
-        limits = np.array([np.inf if d.size_limit is None else d.size_limit for d in devices])
-        budgets = np.minimum(totals + rng.choice([0.0, 0.5, 100.0], len(devices)), limits)
-        cfg = _random_config(rng).model_copy(update={"b_max": int(rng.choice([60, 100]))})
-        fast = _fill_indexed(devices, budgets, limits, cfg)
-        slow = fill_reference(devices, budgets, limits, cfg)
-        assert [a.tolist() for a in fast] == [b.tolist() for b in slow]
-        taken_all += all(len(a) == len(d.pending) for a, d in zip(fast, devices, strict=True))  # type: ignore[arg-type]
-    assert taken_all > 100  # the short cut was taken often
-
-
-def test_fast_plan_equals_the_reference_plan() -> None:
-    rng = np.random.default_rng(11)
-    for step in range(400):
-        devices = _random_devices(rng, int(rng.integers(1, 7)), pending=False)
-        state = PlanningState(step=step, now=10.0, devices=tuple(devices))
-        cfg = _random_config(rng)
-        fast, slow = plan_ett_stream(state, cfg), plan_ett_stream_reference(state, cfg)
-        assert (fast.step_time_target, fast.lr_scale, fast.notes) == (slow.step_time_target, slow.lr_scale, slow.notes)
-        for a, b in zip(fast.devices, slow.devices, strict=True):
-            assert a.device_id == b.device_id and a.count == b.count
-            assert (a.offsets is None) == (b.offsets is None)
-            if a.offsets is not None:
-                assert a.offsets.tolist() == b.offsets.tolist()  # type: ignore[union-attr]
-            assert a.total_size == pytest.approx(b.total_size)
-            assert a.predicted_seconds == pytest.approx(b.predicted_seconds)
-            assert a.weight == pytest.approx(b.weight)
 
 
 class _DictBook:

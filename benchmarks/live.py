@@ -2,10 +2,10 @@
 
 The services are the ordinary `streamtrain produce | coordinate | train` commands, each in its own
 session (`stack.procs.Child`), started with the parent's `--config` / `--set` options followed by
-the benchmark's own `--set` overrides. While they run, the benchmark reads what Kafka itself says:
-every device topic's log start offset and high watermark (records the broker retains), the
-trainers' `StepFeedback` records (step, loss, trainer buffer depth, samples dropped by truncation),
-and the resident memory of every process from `/proc` (Linux).
+the benchmark's own `--set` overrides (`common.LaunchOptions.command`). While they run, the
+benchmark reads what Kafka itself says: every device topic's log start offset and high watermark
+(records the broker retains), the trainers' `StepFeedback` records (step, loss, trainer buffer
+depth, samples dropped by truncation), and the resident memory of every process from `/proc` (Linux).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from stack.procs import Child
@@ -31,8 +30,8 @@ from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import TopicSpec, consume_available, ensure_topics, list_topics, make_admin, make_consumer
 from streamtrain.wire import StepFeedback, WireError, decode
 
-__all__ = ["FeedbackTail", "LiveBroker", "Services", "live_broker", "robust_slope", "rss_tree", "slope",
-           "train_command", "watermarks"]
+__all__ = ["FeedbackTail", "LiveBroker", "Services", "ensure_device_topics", "live_broker", "rss_tree", "train_command",
+           "watermarks"]
 
 logger = logging.getLogger(__name__)
 
@@ -237,30 +236,3 @@ class FeedbackTail:
     def close(self) -> None:
         with contextlib.suppress(KafkaException, RuntimeError):
             self.consumer.close()
-
-
-def robust_slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Theil-Sen slope: the median of the slopes between every pair of points (None with fewer than 3).
-
-    A trend that goes on moves it; a single step (a process mapping in one larger batch's memory, a
-    coordinator restart) moves only the pairs that straddle the step, so it does not read as growth.
-    """
-    if len(ts) < 3 or len(ts) != len(ys):
-        return None
-    t, y = np.asarray(ts, dtype=np.float64), np.asarray(ys, dtype=np.float64)
-    i, j = np.triu_indices(len(t), k=1)
-    dt = t[j] - t[i]
-    keep = dt > 0
-    return float(np.median((y[j] - y[i])[keep] / dt[keep])) if keep.any() else None
-
-
-def slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Least-squares slope of ys over ts (units of y per unit of t); None with fewer than 3 points."""
-    if len(ts) < 3 or len(ts) != len(ys):
-        return None
-    n = len(ts)
-    mt, my = sum(ts) / n, sum(ys) / n
-    var = sum((t - mt) ** 2 for t in ts)
-    if var == 0:
-        return None
-    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var

@@ -46,7 +46,8 @@ def _floats(text: str | None, name: str) -> tuple[float, ...] | None:
 
 
 def register(app: typer.Typer, bench: typer.Typer | None = None) -> None:
-    """Add `sim` and `coordinate` to a command group and, when given one, `scheduler` to the benchmarks group."""
+    """Add `sim` and `coordinate` to a command group (its benchmark, `bench scheduler`, is in `benchmarks`)."""
+    del bench
 
     @app.command("sim", help=_SIM_HELP)
     def sim(
@@ -162,26 +163,3 @@ def register(app: typer.Typer, bench: typer.Typer | None = None) -> None:
             service.close()
             die(f"Kafka at {cfg.kafka.bootstrap_servers}: {exc}")
 
-    if bench is None:
-        return
-
-    @bench.command("scheduler")
-    def scheduler(
-        ctx: typer.Context,
-        out: Annotated[Path, typer.Option("--out", help="Directory for scheduler.json.", metavar="DIR")] = Path(
-            "bench-out"),
-        repeats: Annotated[int, typer.Option(min=3, help="Plans timed per cell.")] = 30,
-        reference: Annotated[bool, typer.Option(help="Also time the straightforward implementations the fast "
-                                                "paths replaced (cells named '<policy>@reference').")] = False,
-    ) -> None:
-        """Plan latency (median, p99) of ett-stream and chronica for 8-1024 devices x 256/4096 pending."""
-        cfg = config_from(ctx).coordinator
-        from .bench import measure_scheduler
-
-        out.mkdir(parents=True, exist_ok=True)
-        cells = measure_scheduler(cfg, repeats=repeats, reference=reference,
-                                  progress=lambda text: console.print(text, highlight=False))
-        import json
-
-        (out / "scheduler.json").write_text(json.dumps({"cells": cells}, indent=1) + "\n")
-        console.print(f"wrote {out / 'scheduler.json'}", highlight=False)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import signal
-import tempfile
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -15,10 +13,9 @@ __all__ = ["register"]
 
 
 def register(app: typer.Typer, bench: typer.Typer | None = None) -> None:
-    """Add `produce` to a command group and, when given one, `ingest` to the benchmarks group."""
+    """Add `produce` to a command group (its benchmark, `bench ingest`, is in `benchmarks`)."""
+    del bench
     app.command("produce")(produce)
-    if bench is not None:
-        bench.command("ingest")(ingest)
 
 
 def produce(
@@ -93,48 +90,3 @@ def produce(
     if not summary.ok:
         raise typer.Exit(1)
 
-
-def ingest(
-    ctx: typer.Context,
-    out: Annotated[Path, typer.Option(help="Directory for ingest.json.")],
-    seconds: Annotated[float, typer.Option(help="Measuring window per cell.")] = 30.0,
-    streams: Annotated[str, typer.Option(help="Comma-separated stream counts.")] = "1,4,8,16,32",
-    rates: Annotated[str, typer.Option(help="Comma-separated rates, samples/s per device.")] = "100,600",
-    external: Annotated[
-        bool, typer.Option(help="Use the configured Kafka instead of a private embedded broker.")
-    ] = False,
-    trainer_samples: Annotated[
-        int, typer.Option(help="1 KiB samples the trainer's consume -> decode -> collate rate is measured on.", min=1)
-    ] = 50_000,
-) -> None:
-    """Achieved per-device rates for 1-32 streams at 100 and 600 samples/s, throughput vs Kafka's perf tool,
-    and the trainer's consume -> decode -> collate rate on one core for 1 KiB samples (target >= 20,000/s)."""
-    from streamtrain.broker import EmbeddedBroker, find_kafka_libs
-    from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
-
-    from .bench import IngestBench
-
-    cfg = config_from(ctx)
-    try:
-        stream_counts = [int(s) for s in streams.split(",")]
-        rate_values = [float(r) for r in rates.split(",")]
-    except ValueError:
-        die("--streams and --rates take comma-separated numbers", EXIT_CONFIG)
-    libs = find_kafka_libs(cfg.broker.libs_dir)
-    broker = None
-    kafka = cfg.kafka
-    with tempfile.TemporaryDirectory(prefix="st-ingest-") as tmp:
-        if not external:
-            broker = EmbeddedBroker(cfg.broker.model_copy(update={"data_dir": Path(tmp) / "kafka", "port": 0,
-                                                                   "controller_port": 0, "heap": "1g"}))
-            kafka = kafka.model_copy(update={"bootstrap_servers": broker.start()})
-        try:
-            bench = IngestBench(kafka, stream_counts, rate_values, seconds, libs=libs, progress=console.print,
-                                trainer_samples=trainer_samples)
-            result = bench.run()
-        finally:
-            if broker is not None:
-                broker.stop()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "ingest.json").write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {out / 'ingest.json'}")

@@ -34,7 +34,6 @@ def _register_commands() -> None:
     from coordinator.cli import register as register_coordinator
     from producers.cli import register as register_producers
     from stack.cli import register as register_stack
-    from streamtrain.bench_kafka import register as register_kafka_bench
     from streamtrain.broker.cli import app as broker_app
     from streamtrain.config_cli import app as config_app
     from streamtrain.demo import register as register_demo
@@ -44,12 +43,11 @@ def _register_commands() -> None:
     app.add_typer(bench_app, name="bench")
     app.add_typer(config_app, name="config")
     register_demo(app)
-    register_kafka_bench(bench_app)
     register_producers(app, bench_app)
     register_coordinator(app, bench_app)
     register_trainer(app, bench_app)
     register_stack(app, bench_app)
-    register_benchmarks(app, bench_app)  # last: `bench all` runs whatever the others registered
+    register_benchmarks(app, bench_app)
 
 
 _register_commands()

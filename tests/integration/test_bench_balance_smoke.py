@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -10,12 +9,10 @@ from typing import Any
 
 import pytest
 
+from benchmarks.balance.results import BalanceResult
 from streamtrain.cli_support import CLI_MODULE, module_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-KEYS = ("policy", "slowdowns", "dif", "step_seconds_median", "straggler_effect_median", "samples_per_s",
-        "seconds_to_target_loss", "wall_step_seconds_median", "samples_lost", "steps_measured")
 
 
 @pytest.mark.timeout(240)
@@ -32,23 +29,26 @@ def test_bench_balance_writes_cells_for_every_policy(tmp_path: Path, broker: Any
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=230, env={**env, "COLUMNS": "200"})
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
 
-    doc = json.loads((out / "balance.json").read_text())
+    doc = BalanceResult.load(out / "balance.json")
     assert (out / "balance.png").stat().st_size > 0
-    cells = {c["policy"]: c for c in doc["cells"]}
+    cells = {c.policy: c for c in doc.cells}
     assert sorted(cells) == ["ett-stream", "static"]
     for cell in cells.values():
-        for key in KEYS:
-            assert key in cell, key
-        assert cell["slowdowns"] == [1.0, 3.0] and cell["dif"] == 16.0 and "error" not in cell
-        assert cell["steps_measured"] == 4 and cell["samples_lost"] == 0
-        assert 0 < cell["step_seconds_median"] < 30 and cell["samples_per_s"] > 0
-        assert cell["straggler_effect_median"] >= 0
-        assert abs(cell["size_dif_measured"] - 16.0) < 3.0  # the same DIF-16 backlog in both cells
+        assert cell.slowdowns == (1.0, 3.0) and cell.dif == 16.0 and cell.error is None
+        assert cell.steps_measured == 4 and cell.samples_lost == 0
+        assert cell.step_seconds_median is not None and 0 < cell.step_seconds_median < 30
+        assert cell.samples_per_s is not None and cell.samples_per_s > 0
+        assert cell.straggler_effect_median is not None and cell.straggler_effect_median >= 0
+        assert cell.wall_step_seconds_median is not None
+        # the same DIF-16 backlog in both cells
+        assert cell.size_dif_measured is not None and abs(cell.size_dif_measured - 16.0) < 3.0
     # static splits the batch evenly; ett-stream gives the 3x slower rank less.
-    assert cells["static"]["rank_samples_median"]["0"] == cells["static"]["rank_samples_median"]["1"]
-    ett = cells["ett-stream"]["rank_samples_median"]
-    assert ett["1"] < ett["0"]
+    static = cells["static"]
+    assert static.rank_samples_median["0"] == static.rank_samples_median["1"]
+    ett = cells["ett-stream"].rank_samples_median
+    assert (ett["1"] or 0) < (ett["0"] or 0)
     # The target loss is static's own at mid-window, so static reaches it.
-    assert doc["target_loss"]["16"] is not None and cells["static"]["seconds_to_target_loss"] is not None
-    assert cells["static"]["straggler_effect_of_medians"] >= 0
-    assert set(doc["targets"]) >= {"speedup_vs_static", "straggler_effect_median", "per_cell"}
+    assert doc.target_loss["16"] is not None and static.seconds_to_target_loss is not None
+    assert static.straggler_effect_of_medians is not None and static.straggler_effect_of_medians >= 0
+    assert doc.targets.slowdowns == (1.0, 3.0) and doc.targets.speedup_vs_static is not None
+    assert [p.dif for p in doc.targets.per_cell] == [16.0]

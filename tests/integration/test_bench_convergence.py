@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from benchmarks.convergence import AGGREGATIONS, ConvergenceSetup, run_convergence
+from benchmarks.convergence.results import ConvergenceResult
+from benchmarks.convergence.run import run_convergence
+from benchmarks.convergence.setup import AGGREGATIONS, ConvergenceSetup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~15-30 s: three process groups start torch
 
@@ -19,20 +20,18 @@ def test_weighted_matches_sgd_and_plain_does_not(tmp_path: Path) -> None:
     seen: list[tuple[str, int]] = []
     doc = run_convergence(setup, tmp_path, progress=lambda cell, step, *_: seen.append((cell, step)))
 
-    on_disk = json.loads((tmp_path / "convergence.json").read_text())
-    assert on_disk["cells"] == doc["cells"]
+    assert ConvergenceResult.load(tmp_path / "convergence.json") == doc
     assert (tmp_path / "convergence.png").stat().st_size > 1000
-    assert [c["aggregation"] for c in doc["cells"]] == list(AGGREGATIONS)
+    assert [c.aggregation for c in doc.cells] == list(AGGREGATIONS)
     for name in AGGREGATIONS:
         assert {("sgd", 1), (name, setup.steps)} <= set(seen)
-        curve = doc["curves"][name]
-        assert curve["step"] == list(range(1, setup.steps + 1))
-        assert curve["samples"] == doc["curves"]["sgd"]["samples"]  # the same samples in the same order
-        assert curve["samples"][-1] == int(setup.counts().sum())
+        curve = doc.curves[name]
+        assert curve.step == list(range(1, setup.steps + 1))
+        assert curve.samples == doc.curves["sgd"].samples  # the same samples in the same order
+        assert curve.samples[-1] == int(setup.counts().sum())
     # The hook's weighting is SGD on the union up to float32 rounding; plain averaging is not.
-    assert doc["weighted_vs_sgd_max_param_diff"] < 1e-5
-    assert doc["plain_vs_sgd_max_param_diff"] > 1e-3
-    cells = {c["aggregation"]: c for c in doc["cells"]}
-    assert cells["weighted"]["final_accuracy"] == pytest.approx(cells["sgd"]["final_accuracy"], abs=0.02)
-    for key in ("samples_to_target", "steps_to_target", "final_accuracy", "ratio_to_sgd"):
-        assert key in cells["plain"]
+    assert doc.weighted_vs_sgd_max_param_diff < 1e-5
+    assert doc.plain_vs_sgd_max_param_diff > 1e-3
+    weighted, sgd = doc.cell("weighted"), doc.cell("sgd")
+    assert weighted is not None and sgd is not None
+    assert weighted.final_accuracy == pytest.approx(sgd.final_accuracy, abs=0.02)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from benchmarks.truncation import TruncationSetup, run_truncation
+from benchmarks.truncation.results import TruncationResult
+from benchmarks.truncation.run import run_truncation
+from benchmarks.truncation.setup import TruncationSetup
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~40 s: two coordinator + rank start-ups
@@ -23,26 +24,24 @@ def test_truncate_retains_far_fewer_records_than_persist(kafka_cfg: KafkaConfig,
     doc = run_truncation(StreamtrainConfig(kafka=kafka_cfg), setup, tmp_path, external=True,
                          progress=lambda policy, step, *_: seen.append((policy, step)))
 
-    assert json.loads((tmp_path / "truncation.json").read_text()) == doc
+    assert TruncationResult.load(tmp_path / "truncation.json") == doc
     assert (tmp_path / "truncation.png").stat().st_size > 1000
-    assert doc["steps"] == setup.steps
-    cells = {c["policy"]: c for c in doc["cells"]}
+    assert doc.steps == setup.steps
+    cells = {c.policy: c for c in doc.cells}
     assert list(cells) == ["persist", "truncate"]
     for cell in cells.values():
-        for key in ("retained_records_final", "retained_ratio_to_persist", "buffer_depth_final", "truncated",
-                    "final_loss", "accuracy", "trained_samples"):
-            assert key in cell
-        assert 0.0 <= cell["accuracy"] <= 1.0
-        assert cell["trained_samples"] > 0
-        curve = doc["series"][cell["policy"]]
-        assert len(curve["step"]) == len(curve["retained_records"]) == len(curve["buffer_depth"]) > 3
-        assert curve["step"][-1] >= setup.steps
-        assert (cell["policy"], curve["step"][-1]) in seen
+        assert cell.accuracy is not None and 0.0 <= cell.accuracy <= 1.0
+        assert cell.final_loss is not None and cell.retained_ratio_to_persist is not None
+        assert cell.trained_samples > 0
+        curve = doc.series[cell.policy]
+        assert len(curve.step) == len(curve.retained_records) == len(curve.buffer_depth) > 3
+        assert curve.step[-1] >= setup.steps
+        assert (cell.policy, curve.step[-1]) in seen
     persist, truncate = cells["persist"], cells["truncate"]
     # Persistence keeps every record produced; truncation drops (and deletes on the broker) all but the newest.
-    assert persist["retained_records_final"] == persist["produced_records"] > 500
-    assert persist["truncated"] == 0 and persist["deleted_records"] == 0
-    assert truncate["truncated"] > 0 and truncate["deleted_records"] > 0
-    assert truncate["retained_records_final"] * 4 < persist["retained_records_final"]
-    assert truncate["retained_ratio_to_persist"] > 4
-    assert truncate["buffer_depth_final"] < persist["buffer_depth_final"] or persist["buffer_depth_final"] == 0
+    assert persist.retained_records_final == persist.produced_records > 500
+    assert persist.truncated == 0 and persist.deleted_records == 0
+    assert truncate.truncated > 0 and truncate.deleted_records > 0
+    assert truncate.retained_records_final * 4 < persist.retained_records_final
+    assert truncate.retained_ratio_to_persist is not None and truncate.retained_ratio_to_persist > 4
+    assert truncate.buffer_depth_final < persist.buffer_depth_final or persist.buffer_depth_final == 0

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from benchmarks.convergence import ConvergenceSetup, analyse, smoothed
-from benchmarks.registry import (
-    REGISTRY,
-    available,
-    command_names,
-    marker_names,
-    refresh_markdown,
-    render_sections,
-)
+from benchmarks.cli import register
+from benchmarks.convergence.results import ConvergenceResult, Curve, analyse, schedule_summary, smoothed
+from benchmarks.convergence.setup import ConvergenceSetup
+from benchmarks.registry import REGISTRY, bench_named
+from benchmarks.report import BenchRun, SuiteRuns, marker_names, refresh_markdown, render_sections
+from benchmarks.suite import choose
 from streamtrain_cli import app, bench_app
 
 DOC = """# Title
@@ -60,33 +56,31 @@ def test_refresh_is_idempotent_and_sections_do_not_leak_into_each_other() -> Non
     assert "A1" in changed and "B2" in changed and "B1" not in changed
 
 
-def test_the_registry_runs_the_commands_that_exist() -> None:
-    names = command_names(bench_app)
-    assert {"kafka", "ingest", "scheduler", "convergence", "all", "report"} <= names
-    got = [b.name for b in available(names)]
-    assert got[:4] == ["kafka", "ingest", "scheduler", "convergence"]
-    assert set(got) == {b.name for b in REGISTRY} & names
-    assert len({b.name for b in REGISTRY}) == len(REGISTRY)
+def test_every_benchmark_of_the_registry_is_a_bench_command() -> None:
+    names = [b.name for b in REGISTRY]
+    assert names == ["kafka", "ingest", "scheduler", "convergence", "balance", "truncation", "soak"]
     assert all(b.json_name == f"{b.name}.json" for b in REGISTRY)
+    registered = {info.name for info in bench_app.registered_commands}
+    assert registered >= {*names, "all", "report"}
+    # The registry is the one place: a fresh group gets exactly its benchmarks, `all` and `report`.
+    fresh = typer.Typer()
+    register(typer.Typer(), fresh)
+    assert [info.name for info in fresh.registered_commands] == [*names, "all", "report"]
+    assert bench_named("soak") is REGISTRY[-1]
+    with pytest.raises(KeyError, match="have: kafka"):
+        bench_named("nosuch")
 
 
-def test_a_benchmark_is_picked_up_as_soon_as_its_command_is_registered() -> None:
-    later = typer.Typer()
-
-    @later.command("balance")
-    def balance() -> None:
-        """A stand-in."""
-
-    @later.command()
-    def truncation() -> None:
-        """Named from the function."""
-
-    assert [b.name for b in available(command_names(later))] == ["balance", "truncation"]
+def test_only_and_skip_choose_in_registry_order() -> None:
+    assert [b.name for b in choose(["soak", "kafka"], [])] == ["kafka", "soak"]
+    assert "balance" not in [b.name for b in choose([], ["balance"])]
+    with pytest.raises(ValueError, match="nosuch"):
+        choose(["nosuch"], [])
 
 
 def test_every_registered_benchmark_accepts_the_arguments_bench_all_gives_it() -> None:
     runner = CliRunner()
-    for bench in available(command_names(bench_app)):
+    for bench in REGISTRY:
         for args in (bench.args, bench.quick_args):
             # --help after the arguments: click parses (and rejects unknown) options before acting on it.
             result = runner.invoke(app, ["bench", bench.name, "--out", "x", *args, "--help"])
@@ -99,10 +93,10 @@ def test_bench_all_rejects_an_unknown_benchmark() -> None:
     assert "nosuch" in result.output
 
 
-def _curve(accuracy: list[float], per_step: int = 10) -> dict[str, list[float]]:
+def _curve(accuracy: list[float], per_step: int = 10) -> Curve:
     n = len(accuracy)
-    return {"step": list(range(1, n + 1)), "samples": [per_step * (i + 1) for i in range(n)],
-            "accuracy": accuracy, "loss": [1.0 - a for a in accuracy]}
+    return Curve(step=list(range(1, n + 1)), samples=[per_step * (i + 1) for i in range(n)], accuracy=accuracy,
+                 loss=[1.0 - a for a in accuracy])
 
 
 def test_analysis_judges_the_target_on_the_smoothed_curve() -> None:
@@ -112,12 +106,12 @@ def test_analysis_judges_the_target_on_the_smoothed_curve() -> None:
         "weighted": _curve([0.1, 0.4, 0.6, 0.6, 0.7, 0.7]),
         "plain": _curve([0.9, 0.1, 0.9, 0.6, 0.2, 0.2]),     # smoothed: .9 .5 .5 .75 .4 .2 -> hit at 1, never stays
     }
-    rows = {r["aggregation"]: r for r in analyse(setup, curves)}
-    assert rows["sgd"]["samples_to_target"] == 30 and rows["sgd"]["steps_to_target"] == 3
-    assert rows["sgd"]["samples_to_stay_at_target"] == 30
-    assert rows["weighted"]["ratio_to_sgd"] == 1.0
-    assert rows["plain"]["samples_to_target"] == 10 and rows["plain"]["ratio_to_sgd"] == pytest.approx(1 / 3, 1e-3)
-    assert rows["plain"]["samples_to_stay_at_target"] is None and rows["plain"]["stay_ratio_to_sgd"] is None
+    rows = {r.aggregation: r for r in analyse(setup, curves)}
+    assert rows["sgd"].samples_to_target == 30 and rows["sgd"].steps_to_target == 3
+    assert rows["sgd"].samples_to_stay_at_target == 30
+    assert rows["weighted"].ratio_to_sgd == 1.0
+    assert rows["plain"].samples_to_target == 10 and rows["plain"].ratio_to_sgd == pytest.approx(1 / 3, 1e-3)
+    assert rows["plain"].samples_to_stay_at_target is None and rows["plain"].stay_ratio_to_sgd is None
     assert smoothed([1.0, 0.0, 1.0], 2).tolist() == [1.0, 0.5, 0.5]
 
 
@@ -142,18 +136,14 @@ def test_schedule_is_uneven_with_idle_ranks_and_reproducible() -> None:
 def test_report_renders_a_convergence_json_with_relative_plot_links(tmp_path: Path) -> None:
     setup = ConvergenceSetup(steps=4, smooth_steps=1)
     curves = {name: _curve([0.2, 0.5, 0.9, 0.9]) for name in ("sgd", "weighted", "plain")}
-    doc = {"target_accuracy": 0.85, "cells": analyse(setup, curves), "weighted_vs_sgd_max_param_diff": 1e-7,
-           "plain_vs_sgd_max_param_diff": 0.3, "seconds": 1.0, "curves": curves,
-           "schedule": {"idle_rank_steps": 1, "rank_steps": 16, "empty_steps": 0},
-           "setup": {**{k: getattr(setup, k) for k in ("world", "steps", "batch_min", "batch_max", "idle_probability",
-                                                      "labels_per_device", "classes", "size_mean", "size_dif",
-                                                      "signal", "smooth_steps", "heldout")},
-                     "shares": list(setup.shares)}}
+    result = ConvergenceResult(target_accuracy=0.85, cells=analyse(setup, curves), weighted_vs_sgd_max_param_diff=1e-7,
+                               plain_vs_sgd_max_param_diff=0.3, schedule=schedule_summary(setup), setup=setup,
+                               cell_seconds={}, seconds=1.0, curves=curves)
     data = tmp_path / "reports" / "bench"
     data.mkdir(parents=True)
-    (data / "convergence.json").write_text(json.dumps(doc))
-    runs = [{"name": "kafka", "status": "ok", "seconds": 90.0}, {"name": "convergence", "status": "ok", "seconds": 60}]
-    (data / "all.json").write_text(json.dumps({"quick": False, "runs": runs}))
+    result.write(data / "convergence.json")
+    runs = [BenchRun(name="kafka", status="ok", seconds=90.0), BenchRun(name="convergence", status="ok", seconds=60)]
+    SuiteRuns(quick=False, runs=runs).write(data / "all.json")
     sections = render_sections([data], tmp_path)
     assert set(sections) == {"convergence", "all"}
     assert "2 of 2 benchmarks run, in 2.5 minutes" in sections["all"]
@@ -166,8 +156,8 @@ def test_report_renders_a_convergence_json_with_relative_plot_links(tmp_path: Pa
     md = tmp_path / "BENCHMARKS.md"
     md.write_text("intro\n<!-- bench:convergence -->\nold\n<!-- /bench:convergence -->\n<!-- bench:balance -->\n"
                   "Not yet measured.\n<!-- /bench:balance -->\nend\n")
-    result = CliRunner().invoke(app, ["bench", "report", "--out", str(data), "--markdown", str(md)])
-    assert result.exit_code == 0, result.output
+    result_cli = CliRunner().invoke(app, ["bench", "report", "--out", str(data), "--markdown", str(md)])
+    assert result_cli.exit_code == 0, result_cli.output
     text = md.read_text()
     assert text.startswith("intro\n<!-- bench:convergence -->\nSetup:") and text.endswith("end\n")
     assert "old" not in text and "Not yet measured." in text

@@ -1,0 +1,50 @@
+"""`streamtrain bench balance`: every planning policy on the live stack, under emulated heterogeneity and DIF.
+
+Each cell is one `stack.runner.LocalStack` run — coordinator, `streamtrain train --local-ranks 4` (gloo on
+the CPU), the real Kafka broker — differing only in the policy, the per-rank slow-down factors (the fleet)
+and the DIF (std of sample sizes) of the device streams.
+
+Emulated devices. Rank r's compute takes time_scale x factor_r x the CPU time its training thread used
+(`trainer.slowdowns` on the CPU clock: the rank sleeps the difference after its step). CPU time, unlike
+elapsed time, hardly changes when four ranks, the coordinator and the broker time-share two cores, and
+time_scale (4) leaves each rank needing a fraction of a core, so a rank's step time is its plan's, not the
+scheduler's. The ranks run on jemalloc with a memory reserve (`trainer.cpu_allocator`,
+`trainer.memory_reserve_mb`): without them a batch larger than any before page-faults its new memory in,
+which doubled single steps at random. What is left is the machine's own step-to-step CPU-time noise; the
+optional control row (every factor 1, DIF 0, identical batches under static) measures it.
+
+One embedded broker serves the whole benchmark; each cell gets its own topic prefix and job, and its
+topics are deleted once its records are read back.
+
+Fairness:
+
+- the same data: before a cell's services start, every device topic is filled with the same fixed
+  backlog (each device's stream drawn from its own seeded generator), and no live producer runs, so
+  step times reflect the plan rather than arrival rates, and every cell of a DIF trains the same samples;
+- the same global batch: `coordinator.global_batch` samples per step for the count-based policies
+  (static, lbbsp, lbb, chronica); ett-stream, seeing only backlog, sets its step-time target to the
+  equal time in which the fleet trains that many samples. scadles sizes batches by stream rate
+  (b_i = S_i); a backlog has no rate, and equal streams would have equal rates, so its cells give
+  every device b_min = global_batch / devices — what ScaDLES does with equal stream rates;
+- the same model, seed, learning rate (trainer.base_batch = global_batch, so lr is `trainer.lr`) and
+  weighted aggregation everywhere;
+- a fixed window: the first `warmup_steps` steps (models still fitting) are left out of every figure
+  but the time to the target loss, which counts from the start of step 0.
+
+Figures per cell (all read back from the feedback topic): see `results.CellFigures`.
+
+Modules: `setup` (the matrix; `FLEETS`, the named slow-down patterns), `run` (the cells on the live
+stack), `analysis` (figures from feedback, repeats combined, targets), `results` (typed figures, the
+JSON), `render` (plot, BENCHMARKS.md section), `command` (the CLI). This package imports only what
+the CLI needs to list the command; the run and the analysis load when it runs.
+"""
+
+from ..common import Bench
+from .command import balance_command
+from .render import render_balance
+from .results import BalanceResult
+
+__all__ = ["BENCH"]
+
+BENCH = Bench("balance", balance_command, BalanceResult, render_balance, args=("--control",), quick_args=("--quick",),
+              timeout_s=1500)

@@ -1,0 +1,141 @@
+"""What `bench balance` measures, typed: each cell's figures, the targets, and `balance.json` as a whole."""
+
+from __future__ import annotations
+
+from pydantic import Field, JsonValue
+
+from ..common import Record
+from .setup import BalanceSetup
+
+__all__ = ["BalanceResult", "BalanceRunSetup", "BalanceTargets", "CellComparison", "CellFigures", "CellResult",
+           "RunSummary"]
+
+
+class CellFigures(Record):
+    """What one run of a cell's feedback records give, over its measured window."""
+
+    steps_measured: int = 0
+    """Steps of the window every rank reported."""
+    step_seconds_median: float | None = None
+    """The slowest rank's step (collate, compute, all-reduce, emulated sleep): LBB Table 2's iteration time."""
+    wall_step_seconds_median: float | None = None
+    """Time between consecutive step completions, plan round trip and data waits included."""
+    straggler_effect_median: float | None = None
+    """LBB Eq. 4 on the ranks' compute seconds, per step."""
+    samples_per_s: float | None = None
+    size_per_s: float | None = None
+    """Work: sample size trained per second."""
+    global_batch_median: float | None = None
+    step_size_median: float | None = None
+    trained_size_mean: float | None = None
+    """Mean size of the samples trained (a policy that picks small samples first trains less per sample)."""
+    rank_compute_seconds_median: dict[str, float | None] = Field(default_factory=dict)
+    rank_samples_median: dict[str, float | None] = Field(default_factory=dict)
+    local_plan_rank_steps: int = 0
+    """Rank-steps trained on a local fallback plan (no plan from the coordinator in time)."""
+    final_loss: float | None = None
+    loss_curve: list[tuple[float, float]] | None = None
+    """[seconds since step 0 began, trailing-mean loss] per step up to the window's end (kept in single runs)."""
+
+
+class RunSummary(Record):
+    """One run of a repeated cell, as the cell lists it."""
+
+    repeat: int | None = None
+    step_seconds_median: float | None = None
+    straggler_effect_median: float | None = None
+    size_per_s: float | None = None
+    seconds_to_target_loss: float | None = None
+    run_dir: str | None = None
+    error: str | None = None
+
+
+class CellResult(CellFigures):
+    """One cell of the matrix: a single run, or (`runs` set) the median over its repeated runs."""
+
+    policy: str
+    slowdowns: tuple[float, ...]
+    dif: float
+    size_kind: str | None = None
+    repeat: int | None = None
+    """Which run of the matrix this is (single runs)."""
+    repeats: int | None = None
+    """Runs combined (combined cells)."""
+    seconds: float | None = None
+    steps: int | None = None
+    samples_trained: int | None = None
+    samples_pending: int | None = None
+    samples_unaccounted: int | None = None
+    samples_lost: int | None = None
+    """Samples neither trained nor left pending (a lost sample; 0 expected)."""
+    size_mean_measured: float | None = None
+    size_dif_measured: float | None = None
+    plan_latency_ms_median: float | None = None
+    backlog_seconds: float | None = None
+    run_dir: str | None = None
+    straggler_effect_of_medians: float | None = None
+    """LBB Eq. 4 on the ranks' median compute over the window."""
+    target_loss: float | None = None
+    seconds_to_target_loss: float | None = None
+    """From the start of step 0 to the first step whose trailing-mean loss reaches its DIF's target."""
+    runs: list[RunSummary] | None = None
+    failed_runs: int | None = None
+    error: str | None = None
+
+    def summary(self) -> RunSummary:
+        return RunSummary(repeat=self.repeat, step_seconds_median=self.step_seconds_median,
+                          straggler_effect_median=self.straggler_effect_median, size_per_s=self.size_per_s,
+                          seconds_to_target_loss=self.seconds_to_target_loss, run_dir=self.run_dir, error=self.error)
+
+
+class CellComparison(Record):
+    """ett-stream against the best policy of one (fleet, DIF) cell, by work rate."""
+
+    slowdowns: tuple[float, ...]
+    dif: float
+    best_policy: str
+    best_size_per_s: float
+    ett_stream_size_per_s: float
+    best_over_ett_stream: float
+    within_5_percent: bool
+
+
+class BalanceTargets(Record):
+    """The targets, judged at the first heterogeneous fleet and the largest DIF."""
+
+    slowdowns: tuple[float, ...]
+    dif: float
+    speedup_vs_static: float | None
+    """static's median step time over ett-stream's (target >= 2.5)."""
+    speedup_met: bool | None
+    work_ratio: float | None
+    """ett-stream's median step size over static's (what a step holds)."""
+    straggler_effect_median: float | None
+    straggler_effect_met: bool | None
+    straggler_effect_of_medians: float | None
+    per_cell: list[CellComparison]
+    best_or_within_5_percent_met: bool | None
+
+
+class BalanceRunSetup(BalanceSetup):
+    """The setup as `balance.json` stores it: with the settings every cell ran with."""
+
+    settings: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class BalanceResult(Record):
+    """What `balance.json` holds."""
+
+    setup: BalanceRunSetup
+    target_loss: dict[str, float]
+    """Per DIF (as `f"{dif:g}"`): the loss a policy must reach (see `target_loss_rule`)."""
+    target_loss_rule: str
+    seconds: float
+    cells: list[CellResult]
+    targets: BalanceTargets
+    runs: list[CellResult] | None = None
+    """With repeats: every run of every cell (without loss curves); `cells` are their medians."""
+
+    def find(self, policy: str, slowdowns: tuple[float, ...], dif: float) -> CellResult | None:
+        """The cell of `policy` at this fleet and DIF."""
+        return next((c for c in self.cells if (c.policy, c.slowdowns, c.dif) == (policy, slowdowns, dif)), None)

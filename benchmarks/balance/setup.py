@@ -1,0 +1,147 @@
+"""What `bench balance` runs: the matrix of policies x fleets x DIF, the stream, the batch, the window."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import model_validator
+
+from streamtrain.config.coordinator import POLICY_NAMES
+
+from ..common import Record
+
+__all__ = ["FLEETS", "BalanceCell", "BalanceSetup", "cell_settings", "fleet_label"]
+
+#: Named fleets, one slow-down factor per rank (rank r computes factor_r times slower). `--fleet NAME` runs one;
+#: a new pattern is one line here.
+FLEETS: dict[str, tuple[float, ...]] = {
+    "one-slow": (1.0, 1.0, 1.0, 4.0),  # three devices and one four times slower (LBB Table 2, CHRONICA Table IV)
+}
+
+#: Largest share of the global batch any policy is expected to give one device (backlog sizing).
+_MAX_SHARE = 0.42
+#: Steps the ranks may run past `until_step` before they stop (the stack polls twice a second).
+_OVERSHOOT_STEPS = 12
+
+
+def fleet_label(slowdowns: tuple[float, ...], sep: str = ",") -> str:
+    """`1,1,1,4`: a fleet as its factors."""
+    return sep.join(f"{f:g}" for f in slowdowns)
+
+
+@dataclass(frozen=True)
+class BalanceCell:
+    """One run of the matrix."""
+
+    policy: str
+    slowdowns: tuple[float, ...]
+    dif: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.policy} slow-downs {fleet_label(self.slowdowns)} DIF {self.dif:g}"
+
+
+class BalanceSetup(Record):
+    """The balance experiment: the matrix, the stream, the batch and the measured window."""
+
+    policies: tuple[str, ...] = POLICY_NAMES
+    slowdowns: tuple[tuple[float, ...], ...] = (FLEETS["one-slow"],)
+    """The fleets: one list of per-rank slow-down factors each, all of the same length."""
+    difs: tuple[float, ...] = (0.0, 16.0, 64.0)
+    size_mean: float = 45.0
+    global_batch: int = 512
+    """Samples per step over all ranks (coordinator.global_batch)."""
+    time_scale: float = 4.0
+    """Every rank computes this many times slower than its CPU time on this machine (the slow-down factors
+    multiply on top, on the CPU clock: `trainer.slowdown_clock=cpu`). With 4 ranks time-sharing 2 cores, a rank
+    timed by the wall clock is as slow as its neighbours are busy; a rank that needs only a third of a core
+    for its emulated speed is not, so the cell's balance is the plan's, not the scheduler's."""
+    warmup_steps: int = 10
+    """Steps left out of every figure but the time to the target loss."""
+    steps: int = 30
+    """Measured steps after the warm-up."""
+    smooth_steps: int = 5
+    """Trailing steps the loss is averaged over before it is compared with the target."""
+    model_window: int = 8
+    """coordinator.model_window: feedback records each device's time model is fitted on (every policy
+    that uses the models gets the same)."""
+    seed: int = 0
+    repeats: int = 1
+    """Runs of the whole matrix, one after another (each cell's figures are the median over its runs, so slow
+    drift of the machine falls on every policy alike)."""
+    start_timeout_s: float = 240.0
+    extra_sets: tuple[str, ...] = ()
+    """Further `KEY=VALUE` settings for every cell, as `--set` takes them (after the benchmark's own)."""
+    devices: int = 0
+    """Ranks (the length of each fleet); filled in from `slowdowns`."""
+    backlog_per_device: int = 0
+    """Samples pre-produced per device: enough for the hungriest device of any policy, with margin; filled in."""
+    quick: bool = False
+    """Whether `--quick` chose the matrix and the window (a note for the reader of the JSON)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived(cls, data: Any) -> Any:
+        # Stored with the setup (a result says what it ran with), computed when not given.
+        if isinstance(data, dict):
+            defaults = cls.model_fields
+            slowdowns = data.get("slowdowns", defaults["slowdowns"].default)
+            until = data.get("warmup_steps", defaults["warmup_steps"].default) + data.get(
+                "steps", defaults["steps"].default)
+            batch = data.get("global_batch", defaults["global_batch"].default)
+            data = {"devices": len(slowdowns[0]) if slowdowns else 0,
+                    "backlog_per_device": math.ceil(_MAX_SHARE * batch * (until + _OVERSHOOT_STEPS)), **data}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BalanceSetup:
+        unknown = sorted(set(self.policies) - set(POLICY_NAMES))
+        if unknown:
+            raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICY_NAMES)}")
+        if not self.slowdowns or len({len(s) for s in self.slowdowns}) != 1:
+            raise ValueError("slowdowns: give one or more factor lists, all of the same length (one per rank)")
+        if self.devices != len(self.slowdowns[0]):
+            raise ValueError(f"devices {self.devices} differs from the {len(self.slowdowns[0])} factors per fleet")
+        if self.global_batch < self.devices:
+            raise ValueError(f"global_batch {self.global_batch} is below the {self.devices} devices")
+        if not self.time_scale >= 1.0:
+            raise ValueError(f"time_scale must be >= 1 (got {self.time_scale})")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1 (got {self.repeats})")
+        if self.steps < 1 or self.warmup_steps < 0:
+            raise ValueError("steps >= 1 and warmup_steps >= 0 are required")
+        return self
+
+    @property
+    def until_step(self) -> int:
+        return self.warmup_steps + self.steps
+
+    def cells(self) -> list[BalanceCell]:
+        """The matrix, slow-downs outermost, then DIF, then policy (so one DIF's policies run back to back)."""
+        return [BalanceCell(p, s, d) for s in self.slowdowns for d in self.difs for p in self.policies]
+
+
+def cell_settings(setup: BalanceSetup, cell: BalanceCell) -> dict[str, object]:
+    """The settings a cell runs with, besides its broker, topic prefix and job (and the command's own --set)."""
+    sets: dict[str, object] = {
+        "coordinator.global_batch": setup.global_batch,
+        "coordinator.seed": setup.seed,
+        # The fit forgets the warm-up: its first steps (warm-start plans, DDP start-up) are slow, large batches
+        # whose leverage would bias the models for most of the window with the default 64 records.
+        "coordinator.model_window": setup.model_window,
+        "trainer.slowdowns": ",".join(f"{setup.time_scale * f:g}" for f in cell.slowdowns),
+        "trainer.slowdown_clock": "cpu",
+        "trainer.seed": setup.seed,
+        "trainer.base_batch": setup.global_batch,  # lr is trainer.lr at the benchmark's global batch
+        "trainer.checkpoint_every": 100_000,  # no checkpoint pauses inside the window (one when it stops)
+        "trainer.log_every": 50,
+        "trainer.device": "cpu",
+        "trainer.backend": "gloo",
+        "producer.synthetic.task_seed": setup.seed,
+    }
+    if cell.policy == "scadles":
+        sets["coordinator.b_min"] = setup.global_batch // setup.devices  # equal streams, equal rates
+    return sets

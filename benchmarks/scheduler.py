@@ -1,0 +1,173 @@
+"""`streamtrain bench scheduler`: plan latency of the planning policies on synthetic backlogged fleets.
+
+Each cell times `coordinator.policies.plan_step` (truncation decision included) on one fleet of
+`devices` devices with `pending` samples each: speeds 1-4x, sizes lognormal (mean 45, std 32),
+streams at 50-150 samples/s. With `--reference`, each policy that has a plain specification
+(`coordinator.policies.reference`) is also timed through it, interleaved with the fast path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import numpy as np
+import typer
+
+from streamtrain.config import CoordinatorConfig
+
+from .common import TIMES, Bench, Record, RenderContext, pyplot, save_figure, table, verdict
+
+if TYPE_CHECKING:
+    from coordinator.policies import Policy
+    from coordinator.state import PlanningState
+
+__all__ = ["BENCH", "GRID", "LatencyCell", "SchedulerResult", "measure_scheduler", "references", "render_scheduler",
+           "synthetic_state"]
+
+#: (devices, pending samples per device) of every cell.
+GRID = ((8, 256), (8, 4096), (32, 256), (32, 4096), (128, 256), (128, 4096), (1024, 256), (1024, 4096))
+
+
+class LatencyCell(Record):
+    """Plan latency of one policy on one fleet."""
+
+    policy: str
+    devices: int
+    pending_per_device: int
+    latency_ms_median: float
+    latency_ms_p99: float
+
+
+class SchedulerResult(Record):
+    """What `scheduler.json` holds."""
+
+    cells: list[LatencyCell]
+
+
+def references() -> dict[str, Policy]:
+    """The plain specifications of the fast paths, timed by `--reference` as "<policy>@reference"."""
+    from coordinator.policies.chronica import plan_chronica_reference
+    from coordinator.policies.ett_stream import plan_ett_stream_reference
+
+    return {"ett-stream": plan_ett_stream_reference, "chronica": plan_chronica_reference}
+
+
+def synthetic_state(devices: int, pending: int, seed: int = 0) -> PlanningState:
+    """A backlogged fleet: speeds 1-4x, sizes lognormal (mean 45, std 32), streams at 50-150 samples/s."""
+    from coordinator.perfmodel import PerfModel
+    from coordinator.state import DeviceState, PendingIndex, PlanningState
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(devices):
+        sizes = np.maximum(np.rint(rng.lognormal(3.6, 0.6, pending)), 1.0)
+        speed = rng.uniform(1.0, 4.0)
+        out.append(DeviceState(
+            device_id=f"d{i}", model=PerfModel(a=2e-4 / speed, b=0.02, n_obs=10, fitted=True),
+            pending=PendingIndex(np.arange(pending), sizes, np.sort(rng.uniform(0, 10, pending))),
+            arrival_rate=float(rng.uniform(50, 150)), mean_size=45.0, lag=pending, size_limit=20_000.0,
+        ))
+    return PlanningState(step=1, now=10.0, devices=tuple(out), last_step_seconds=0.3)
+
+
+def measure_scheduler(
+    config: CoordinatorConfig,
+    policies: tuple[str, ...] = ("ett-stream", "chronica"),
+    repeats: int = 30,
+    progress: Callable[[str], None] | None = None,
+    reference: bool = False,
+) -> list[LatencyCell]:
+    """Median and p99 plan latency (ms) per policy and (devices, pending per device) cell.
+
+    With `reference`, each policy that has one in `references()` is also timed through its plain
+    specification, interleaved with the fast one (same states, same moment), as "<policy>@reference".
+    """
+    from coordinator.policies import plan_step, plan_with
+
+    plain = references()
+    cells = []
+    names = [p for policy in policies for p in (policy, f"{policy}@reference")
+             if p == policy or (reference and policy in plain)]
+    for devices, pending in GRID:
+        state = synthetic_state(devices, pending)
+        # chronica packs a fixed global batch: about one step's worth of what the fleet buffers.
+        cfg = config.model_copy(update={"global_batch": max(devices * 32, 1)})
+        timings: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(repeats):
+            for name in names:
+                t0 = time.perf_counter()
+                if name.endswith("@reference"):
+                    plan_with(replace(state, step=r), cfg, plain[name.removesuffix("@reference")])
+                else:
+                    plan_step(replace(state, step=r), cfg, name)
+                timings[name].append((time.perf_counter() - t0) * 1000.0)
+        for policy in names:
+            times = timings[policy]
+            cell = LatencyCell(policy=policy, devices=devices, pending_per_device=pending,
+                               latency_ms_median=float(np.median(times)),
+                               latency_ms_p99=float(np.percentile(times, 99)))
+            cells.append(cell)
+            if progress is not None:
+                progress(f"{policy:10s} {devices:5d} devices x {pending:5d} pending: "
+                         f"median {cell.latency_ms_median:.2f} ms, p99 {cell.latency_ms_p99:.2f} ms")
+    return cells
+
+
+def scheduler_command(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", help="Directory for scheduler.json.", metavar="DIR")] = Path(
+        "bench-out"),
+    repeats: Annotated[int, typer.Option(min=3, help="Plans timed per cell.")] = 30,
+    reference: Annotated[bool, typer.Option(help="Also time the plain specifications of the fast paths (cells "
+                                            "named '<policy>@reference').")] = False,
+) -> None:
+    """Plan latency (median, p99) of ett-stream and chronica for 8-1024 devices x 256/4096 pending."""
+    from streamtrain.cli_support import config_from, console
+
+    cfg = config_from(ctx).coordinator
+    out.mkdir(parents=True, exist_ok=True)
+    cells = measure_scheduler(cfg, repeats=repeats, reference=reference,
+                              progress=lambda text: console.print(text, highlight=False))
+    SchedulerResult(cells=cells).write(out / "scheduler.json")
+    console.print(f"wrote {out / 'scheduler.json'}", highlight=False)
+
+
+def render_scheduler(result: SchedulerResult, ctx: RenderContext) -> str:
+    """The `scheduler` section of BENCHMARKS.md: targets, every cell, the plot."""
+    cells = result.cells
+    rows = [[c.policy, c.devices, c.pending_per_device, c.latency_ms_median, c.latency_ms_p99] for c in cells]
+
+    def median_at(policy: str, devices: int, pending: int) -> float | None:
+        return next((c.latency_ms_median for c in cells
+                     if (c.policy, c.devices, c.pending_per_device) == (policy, devices, pending)), None)
+
+    fig, ax = pyplot().subplots(figsize=(6, 3))
+    for policy in sorted({c.policy for c in cells}):
+        for pending in sorted({c.pending_per_device for c in cells}):
+            pts = sorted((c.devices, c.latency_ms_median) for c in cells
+                         if c.policy == policy and c.pending_per_device == pending)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{policy}, {pending} pending")
+    ax.set_xscale("log", base=2)
+    devices = sorted({c.devices for c in cells})
+    ax.set_xticks(devices, [str(n) for n in devices])
+    ax.set_yscale("log")
+    ax.set(xlabel="devices", ylabel="plan latency, median (ms)")
+    ax.legend(fontsize=7)
+    png = save_figure(fig, ctx.plot_path("scheduler.png"))
+    a, b = median_at("ett-stream", 32, 4096), median_at("ett-stream", 1024, 256)
+    targets = table(["target (ett-stream)", "measured median", "paper", "verdict"], [
+        [f"≤ 5 ms at 32 devices {TIMES} 4096 pending", "—" if a is None else f"{a:.2f} ms", "not reported",
+         verdict(None if a is None else a <= 5.0)],
+        [f"≤ 50 ms at 1024 devices {TIMES} 256 pending", "—" if b is None else f"{b:.2f} ms", "not reported",
+         verdict(None if b is None else b <= 50.0)],
+    ])
+    return "\n\n".join([targets, table(["policy", "devices", "pending/device", "median ms", "p99 ms"], rows),
+                        f"![scheduler]({ctx.link(png)})"])
+
+
+BENCH = Bench("scheduler", scheduler_command, SchedulerResult, render_scheduler, quick_args=("--repeats", "5"),
+              timeout_s=300)

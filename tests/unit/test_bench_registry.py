@@ -9,6 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from benchmarks.cli import register
+from benchmarks.common import LaunchOptions
 from benchmarks.convergence.results import ConvergenceResult, Curve, analyse, schedule_summary, smoothed
 from benchmarks.convergence.setup import ConvergenceSetup
 from benchmarks.registry import REGISTRY, bench_named
@@ -161,3 +162,18 @@ def test_report_renders_a_convergence_json_with_relative_plot_links(tmp_path: Pa
     text = md.read_text()
     assert text.startswith("intro\n<!-- bench:convergence -->\nSetup:") and text.endswith("end\n")
     assert "old" not in text and "Not yet measured." in text
+
+
+def test_launch_options_pass_the_root_options_on_under_the_benchmarks_own_settings(tmp_path: Path) -> None:
+    toml = tmp_path / "st.toml"
+    toml.write_text('job = "from-file"\n[coordinator]\nglobal_batch = 64\n')
+    launch = LaunchOptions(str(toml), ("coordinator.b_max=7", "trainer.log_every=5"))
+    cfg = launch.config({"coordinator.global_batch": 96, "coordinator.devices": ["0", "1"]})
+    assert (cfg.job, cfg.coordinator.b_max, cfg.coordinator.global_batch) == ("from-file", 7, 96)
+    argv = launch.command("coordinator", "coordinate", settings={"coordinator.devices": ["0", "1"]})
+    assert argv[1:3] == ("-m", "coordinator") and argv[-1] == "coordinate"
+    # Root options first, as given; the benchmark's settings after them (so they win), lists as JSON.
+    assert list(argv[3:-1]) == ["--config", str(toml), "--set", "coordinator.b_max=7", "--set",
+                                "trainer.log_every=5", "--set", 'coordinator.devices=["0", "1"]']
+    assert launch.argv({"kafka.topic_prefix": "p"})[-2:] == ["--set", "kafka.topic_prefix=p"]
+    assert launch.overrides() == {"coordinator.b_max": "7", "trainer.log_every": "5"}

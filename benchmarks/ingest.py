@@ -113,7 +113,7 @@ class IngestBench:
 
     def _producer_cfg(self, devices: int, rate: dict[str, Any], duration: float) -> ProducerConfig:
         return ProducerConfig.model_validate({
-            "devices": devices, "duration_s": duration, "rate": rate, "metrics": False,
+            "devices": devices, "duration_seconds": duration, "rate": rate, "metrics": False,
             "size": {"kind": "fixed", "mean": self.size}, "synthetic": {"features": self.features},
         })
 
@@ -180,7 +180,7 @@ class IngestBench:
         torch.set_num_threads(1)
         frames, features = 16, 16  # 16 x 16 float32 = 1 KiB of payload per sample
         cfg = ProducerConfig.model_validate({
-            "devices": 1, "duration_s": 600.0, "max_samples": self.trainer_samples, "rate": {"kind": "unlimited"},
+            "devices": 1, "duration_seconds": 600.0, "max_samples": self.trainer_samples, "rate": {"kind": "unlimited"},
             "metrics": False, "size": {"kind": "fixed", "mean": frames}, "synthetic": {"features": features},
         })
         kafka = self._kafka("trainer")

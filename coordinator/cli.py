@@ -24,8 +24,8 @@ _SIM_HELP = "\n\n".join((
     "[bold]lbb-disturbance[/]: LBB §4.4 — +50 ms on one device at a time, moving every 30 steps; the summary "
     "gives the steps until SE is back under 0.1 after each move.",
     "The simulated ranks hold a step's report until the plan's target when the plan took every pending sample, "
-    "as live ranks do (streamtrain.pacing; at most trainer.hold_max_s; "
-    "streamtrain --set trainer.hold_max_s=0 sim ... turns it off).",
+    "as live ranks do (streamtrain.pacing; at most trainer.hold_max_seconds; "
+    "streamtrain --set trainer.hold_max_seconds=0 sim ... turns it off).",
     "Examples:\n\n"
     "  streamtrain sim --scenario table-iv -p static -p ett-stream --dif 0 --dif 16 --dif 64 --global-batch 64 "
     "--out out/t4\n\n"
@@ -90,7 +90,7 @@ def register(app: typer.Typer, bench: typer.Typer | None = None) -> None:
             if wrong:
                 die(f"--padded {', '.join(wrong)}: unknown policy; choose from {', '.join(POLICIES)} or none",
                     EXIT_CONFIG)
-        overrides = dict(padded=pad, hold_max_seconds=full.trainer.hold_max_s,
+        overrides = dict(padded=pad, hold_max_seconds=full.trainer.hold_max_seconds,
                          devices=devices, steps=steps, duration=duration, seed=seed,
                          disturb_seconds=disturb_seconds, speed=_floats(speed, "--speed"), rate=_floats(rate, "--rate"))
         difs: list[float | None] = list(dif) if dif else [None]

@@ -407,7 +407,7 @@ class FleetTracker:
             return None
         s = max(steps)
         complete = set(self.expected) <= self._reports[s]
-        if complete or now - self._first_report[s] >= self.config.plan_wait_seconds:
+        if complete or now - self._first_report[s] >= self.config.feedback_wait_seconds:
             return s + 1, complete
         return None
 

@@ -2,7 +2,7 @@
 
 One loop (confluent-kafka style: poll, check the error, process): feedback in, offsets and
 arrival rates polled every `poll_interval_seconds`, and as soon as every device reported step t
-(or `plan_wait_seconds` after the first did) the plan for step t+1 is built by the same
+(or `feedback_wait_seconds` after the first did) the plan for step t+1 is built by the same
 `plan_step` the simulator runs and published on the assignments topic. Trainers never wait for
 it beyond their own bounded wait. Before any feedback exists, as soon as the devices and their lag
 are known, a plan for step 0 is published from the warm-start models, so the first step does not

@@ -23,7 +23,8 @@ Settings (environment):
   STREAMTRAIN_TRAINER_SERVICE        name to resolve (default: trainer)
   STREAMTRAIN_TRAINER_ADDRESS        this replica's address (default: its host name's address)
   STREAMTRAIN_TRAINER_METRICS_PORT   the one /metrics port of every replica (optional)
-  STREAMTRAIN_RENDEZVOUS_TIMEOUT_S   seconds to wait for all replicas (default 300)
+  STREAMTRAIN_RENDEZVOUS_TIMEOUT_SECONDS   seconds to wait for all replicas (default 300; the old
+                                           name STREAMTRAIN_RENDEZVOUS_TIMEOUT_S works until 0.2)
 
 Only the standard library: it runs before anything else in the image.
 """
@@ -97,7 +98,8 @@ def identity(env: dict[str, str], argv: Sequence[str]) -> dict[str, str]:
     if "RANK" not in env:
         service = env.get("STREAMTRAIN_TRAINER_SERVICE", "trainer")
         own = env.get("STREAMTRAIN_TRAINER_ADDRESS") or own_address()
-        timeout_s = float(env.get("STREAMTRAIN_RENDEZVOUS_TIMEOUT_S", "300"))
+        timeout_s = float(_renamed_variable(env, "STREAMTRAIN_RENDEZVOUS_TIMEOUT_S",
+                                            "STREAMTRAIN_RENDEZVOUS_TIMEOUT_SECONDS") or "300")
         peers = wait_for_peers(service, world_size, timeout_s)
         rank, master = assign_rank(own, peers, world_size)
         extra.update(RANK=str(rank), MASTER_ADDR=env.get("MASTER_ADDR") or master)
@@ -113,6 +115,15 @@ def identity(env: dict[str, str], argv: Sequence[str]) -> dict[str, str]:
             raise RankError(f"--devices names {len(names)} devices but WORLD_SIZE is {world_size}: "
                             "one trainer replica per device")
     return extra
+
+
+def _renamed_variable(env: dict[str, str], old: str, new: str) -> str | None:
+    """The value of `new`, or of `old` with a note saying it is renamed (accepted until release 0.2)."""
+    if new not in env and old in env:
+        print(f"trainer entrypoint: {old} is renamed {new}; the old name is accepted until release 0.2",
+              file=sys.stderr)
+        return env[old]
+    return env.get(new)
 
 
 def main(argv: Sequence[str]) -> int:

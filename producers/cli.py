@@ -50,7 +50,7 @@ def produce(
     from .service import ProducerError, StreamProducer
 
     flags: dict[str, Any] = {
-        "producer.devices": devices, "producer.duration_s": duration, "producer.max_samples": max_samples,
+        "producer.devices": devices, "producer.duration_seconds": duration, "producer.max_samples": max_samples,
         "producer.rate.mean": rate, "producer.rate.kind": rate_kind, "producer.rate.std": rate_std,
         "producer.rate.preset": preset, "producer.size.kind": size_kind, "producer.size.mean": size,
         "producer.size.dif": dif, "producer.synthetic.labels_per_device": labels_per_device,

@@ -62,7 +62,7 @@ def summary_view(summary: ProducerSummary) -> Group:
     ]
     if summary.given_up.sum():
         parts.append(Text(f"{int(summary.given_up.sum()):,} samples of stream given up after stalls "
-                          "longer than rate.catch_up_s (the producer could not keep up)", style="yellow"))
+                          "longer than rate.catch_up_seconds (the producer could not keep up)", style="yellow"))
     for failure in summary.failures[:10]:
         parts.append(Text(f"failed: device {failure.device} seq {failure.seq}: {failure.error}", style="red"))
     if len(summary.failures) > 10:

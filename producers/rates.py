@@ -121,20 +121,20 @@ class RateProfile:
 
     def __init__(self, cfg: RateConfig, base: np.ndarray) -> None:
         self.base = np.asarray(base, dtype=np.float64)
-        self._sched_t = np.asarray([c.at_s for c in cfg.schedule], dtype=np.float64)
+        self._sched_t = np.asarray([c.at_seconds for c in cfg.schedule], dtype=np.float64)
         self._sched_f = np.asarray([c.factor for c in cfg.schedule], dtype=np.float64)
-        self._sched_period = cfg.schedule_period_s
+        self._sched_period = cfg.schedule_period_seconds
         self._bursts = cfg.bursts
         self._trace: tuple[np.ndarray, np.ndarray, float] | None = None
         if cfg.trace is not None:
-            times, factors = load_trace(cfg.trace, cfg.trace_step_s)
-            # A trace loops after its last step has lasted as long as a step (or trace_step_s).
-            last = float(np.diff(times)[-1]) if len(times) > 1 else cfg.trace_step_s
+            times, factors = load_trace(cfg.trace, cfg.trace_step_seconds)
+            # A trace loops after its last step has lasted as long as a step (or trace_step_seconds).
+            last = float(np.diff(times)[-1]) if len(times) > 1 else cfg.trace_step_seconds
             self._trace = (times, factors, float(times[-1]) + last)
         n = len(self.base)
         self._phase: np.ndarray = np.zeros(n)
         if self._bursts is not None and self._bursts.stagger:
-            self._phase = np.arange(n) * (self._bursts.every_s / n)
+            self._phase = np.arange(n) * (self._bursts.every_seconds / n)
 
     @property
     def time_varying(self) -> bool:
@@ -153,7 +153,7 @@ class RateProfile:
         out = np.full(len(self.base), common)
         if self._bursts is not None:
             b = self._bursts
-            in_burst = ((t + self._phase) % b.every_s) < b.duration_s
+            in_burst = ((t + self._phase) % b.every_seconds) < b.duration_seconds
             out = np.where(in_burst, out * b.factor, out)
         return out
 
@@ -175,17 +175,17 @@ class Pacer:
 
     Each call to `due` adds `rate * dt` tokens per device and returns the whole tokens; the caller
     publishes that many samples. A device whose tokens pile up (the caller could not keep up) keeps
-    at most `catch_up_s` seconds of them, so after a stall it bursts briefly instead of forever.
+    at most `catch_up_seconds` seconds of them, so after a stall it bursts briefly instead of forever.
 
     Args:
         profile: target rates over time.
-        catch_up_s: most seconds of stream a device may owe.
+        catch_up_seconds: most seconds of stream a device may owe.
         unlimited_batch: samples per device per call when the rate is infinite.
     """
 
-    def __init__(self, profile: RateProfile, catch_up_s: float = 1.0, unlimited_batch: int = 64) -> None:
+    def __init__(self, profile: RateProfile, catch_up_seconds: float = 1.0, unlimited_batch: int = 64) -> None:
         self.profile = profile
-        self.catch_up_s = catch_up_s
+        self.catch_up_seconds = catch_up_seconds
         self.unlimited_batch = unlimited_batch
         n = len(profile.base)
         self.tokens: np.ndarray = np.zeros(n)
@@ -212,7 +212,7 @@ class Pacer:
         rates = self.profile.rates(t)
         finite = np.isfinite(rates)
         self.tokens += np.where(finite, rates, 0.0) * dt
-        cap = np.maximum(np.where(finite, rates, 0.0) * self.catch_up_s, 1.0)
+        cap = np.maximum(np.where(finite, rates, 0.0) * self.catch_up_seconds, 1.0)
         over = np.maximum(self.tokens - cap, 0.0)
         if over.any():
             self.given_up += over

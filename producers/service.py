@@ -2,7 +2,7 @@
 
 Publishing follows the confluent-kafka pattern: `produce` with a delivery callback, `poll(0)`
 every tick to serve callbacks, `flush` at the end. The producer is idempotent with `acks=all`, so
-librdkafka's retries (while the broker is away, for up to `delivery_timeout_s`) never duplicate
+librdkafka's retries (while the broker is away, for up to `delivery_timeout_seconds`) never duplicate
 or reorder a device's records. A full local queue is backpressure: publishing waits for
 deliveries instead of dropping. Every record that still fails is counted per device and reported.
 
@@ -85,7 +85,7 @@ class ProducerSummary:
     mean_rates: np.ndarray
     """Each device's own acknowledged samples per second over the whole run."""
     given_up: np.ndarray
-    """Samples of stream each device gave up after stalls longer than rate.catch_up_s."""
+    """Samples of stream each device gave up after stalls longer than rate.catch_up_seconds."""
     failures: list[DeliveryFailure] = field(default_factory=list)
     skipped_files: list[SkippedFile] = field(default_factory=list)
     stopped_by: str = "duration"
@@ -121,7 +121,7 @@ class StreamProducer:
         n = len(self.ids)
         self.base_rates = sample_base_rates(cfg.rate, n, device_rng(cfg.seed, 0, 4))
         self.profile = RateProfile(cfg.rate, self.base_rates)
-        self.pacer = Pacer(self.profile, cfg.rate.catch_up_s)
+        self.pacer = Pacer(self.profile, cfg.rate.catch_up_seconds)
         self.dataset: Dataset | None = None
         if source is None:
             source, self.dataset = build_source(cfg)
@@ -182,7 +182,7 @@ class StreamProducer:
         stop = stop or self.stop_event
         if self.cfg.create_topics:
             self.ensure_topics()
-        settings = {"delivery.timeout.ms": int(self.cfg.delivery_timeout_s * 1000), "error_cb": self._on_error,
+        settings = {"delivery.timeout.ms": int(self.cfg.delivery_timeout_seconds * 1000), "error_cb": self._on_error,
                     **self.cfg.client}
         self._producer = make_producer(self.kafka, **settings)
         stopped_by = "duration"
@@ -213,7 +213,7 @@ class StreamProducer:
                 return self.stop_reason
             if self._fatal is not None:
                 return "fatal error"
-            if cfg.duration_s is not None and t >= cfg.duration_s:
+            if cfg.duration_seconds is not None and t >= cfg.duration_seconds:
                 return "duration"
             for d in np.flatnonzero(active):
                 reached = cfg.max_samples is not None and self.own[d] >= cfg.max_samples
@@ -233,7 +233,7 @@ class StreamProducer:
             if t - last_sync >= _SYNC_EVERY_S:
                 self._sync_metrics(t)
                 last_sync = t
-            pause = cfg.tick_s - (time.monotonic() - self._t0 - t)
+            pause = cfg.tick_seconds - (time.monotonic() - self._t0 - t)
             if pause > 0:
                 time.sleep(pause)
 
@@ -294,7 +294,7 @@ class StreamProducer:
         elif err.code() in _BROKER_DOWN:
             if self.broker_up:
                 logger.warning("broker unreachable (%s): records wait in the local queue and are retried "
-                               "for up to %.0f s", err.str(), self.cfg.delivery_timeout_s)
+                               "for up to %.0f s", err.str(), self.cfg.delivery_timeout_seconds)
             self.broker_up = False
         else:
             logger.info("producer: %s", err.str())
@@ -303,10 +303,10 @@ class StreamProducer:
         producer = self._producer
         if producer is None:
             return
-        left = producer.flush(self.cfg.flush_timeout_s)
+        left = producer.flush(self.cfg.flush_timeout_seconds)
         if left:
             logger.error("%d records still undelivered after %.0f s; they are counted as failed", left,
-                         self.cfg.flush_timeout_s)
+                         self.cfg.flush_timeout_seconds)
             producer.purge()  # their delivery callbacks report them as failed
             producer.flush(5.0)
         self._sync_metrics(time.monotonic() - self._t0)

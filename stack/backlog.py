@@ -35,7 +35,7 @@ def backlog_config(base: ProducerConfig, stream: DeviceStream, index: int, seed:
         _set_dotted(tree, key.removeprefix("producer."), value)
     tree["rate"] = {**tree["rate"], "kind": "unlimited", "preset": None, "rates": None, "schedule": [],
                     "bursts": None, "trace": None}
-    tree.update(max_samples=samples, duration_s=None, metrics=False, metrics_port=None)
+    tree.update(max_samples=samples, duration_seconds=None, metrics=False, metrics_port=None)
     return ProducerConfig.model_validate(tree)
 
 

@@ -127,8 +127,8 @@ def producer_spec(stream: DeviceStream, index: int, seed: int, port: int, common
         **common,
         **stream_settings(stream, index, seed),
         # Runs until the stack stops it (SIGINT flushes every accepted record first).
-        "producer.duration_s": 0, "producer.metrics_port": port,
-        "producer.tick_s": 0.01,  # 100 pacing ticks/s per process is plenty at these rates, and spares the CPU
+        "producer.duration_seconds": 0, "producer.metrics_port": port,
+        "producer.tick_seconds": 0.01,  # 100 pacing ticks/s per process is plenty at these rates, and spares the CPU
     }
     argv = module_command("producers", "produce", "--no-progress", global_args=global_args, sets=sets)
     return ServiceSpec(f"producer-{stream.device_id}", "producer", argv, (port,))

@@ -178,7 +178,8 @@ class TopicSpec:
     @classmethod
     def from_config(cls, cfg: KafkaConfig, name: str, **config: str) -> TopicSpec:
         """A spec with the configured partitions, replication and retention."""
-        return cls(name, cfg.partitions, cfg.replication_factor, {"retention.ms": str(cfg.retention_ms), **config})
+        retention = {"retention.ms": str(cfg.kafka_retention_ms)}
+        return cls(name, cfg.partitions, cfg.replication_factor, {**retention, **config})
 
 
 def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float = 30.0) -> list[str]:

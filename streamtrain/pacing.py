@@ -30,7 +30,7 @@ def report_hold_seconds(target_s: float, elapsed_s: float, group_backlog: int, m
         group_backlog: reported samples the group's ranks still hold after taking the step's batches, plus
             the samples truncation dropped in the step; above 0 the plan could not take everything there
             was, so steps are not short for want of data and holding would only delay (or drop) more.
-        max_hold_s: the longest hold (`trainer.hold_max_s`); 0 turns holding off.
+        max_hold_s: the longest hold (`trainer.hold_max_seconds`); 0 turns holding off.
     """
     if group_backlog > 0 or target_s <= 0 or max_hold_s <= 0:
         return 0.0

@@ -47,7 +47,7 @@ def train(
     flags: dict[str, Any] = {
         "trainer.max_steps": steps,
         "trainer.checkpoint_dir": str(checkpoint_dir) if checkpoint_dir is not None else None,
-        "trainer.plan_wait_s": plan_wait,
+        "trainer.plan_wait_seconds": plan_wait,
     }
     cfg = config_from(ctx, flags)
     names = [d.strip() for d in devices.split(",")] if devices else []

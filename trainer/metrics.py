@@ -38,7 +38,7 @@ class TrainerMetrics:
         self.data_wait = gauge("data_wait_seconds", "Time the last step waited for its plan and data.").labels(
             **labels)
         self.hold = gauge("hold_seconds", "Time the last step's report was held so the next plan batches what "
-                          "arrives meanwhile (line rate; trainer.hold_max_s).").labels(**labels)
+                          "arrives meanwhile (line rate; trainer.hold_max_seconds).").labels(**labels)
         self.comm = gauge("comm_seconds", "Communication time the last step's backward waited for.").labels(**labels)
         self.buffer_depth = gauge("buffer_depth_samples", "Samples buffered and not yet trained.").labels(**labels)
         self.buffer_bytes = gauge("buffer_bytes", "Record bytes buffered.").labels(**labels)

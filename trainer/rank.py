@@ -130,7 +130,7 @@ class TrainerRank:
             self._after_step()
             if self.group_idle and not self.group_stop:
                 self.consumer.wait_until(lambda: len(self.buffer) > 0 or self.stop_requested,
-                                         time.perf_counter() + self.trainer.idle_wait_s)
+                                         time.perf_counter() + self.trainer.idle_wait_seconds)
         self._finish()
         return self.step - first
 
@@ -138,7 +138,7 @@ class TrainerRank:
         """One step: wait (bounded) for the plan, gather its samples, train, report the feedback."""
         started = time.perf_counter()
         step = self.step
-        plan = self._wait_for_plan(step, started + self.trainer.plan_wait_s)
+        plan = self._wait_for_plan(step, started + self.trainer.plan_wait_seconds)
         if plan is not None:
             selection = selection_from(plan, self.device_id)
         else:
@@ -147,7 +147,7 @@ class TrainerRank:
             self.plans_late += 1
         if selection.truncate_before is not None:
             self.buffer.truncate_before(selection.truncate_before)
-        offsets = self._gather(selection, time.perf_counter() + self.trainer.data_wait_s)
+        offsets = self._gather(selection, time.perf_counter() + self.trainer.data_wait_seconds)
         data_wait = time.perf_counter() - started
         samples = self.buffer.take(offsets)
         # Samples the plan left behind, and any truncation dropped (streams outran training): either way not a
@@ -191,7 +191,7 @@ class TrainerRank:
             return 0.0  # a local plan has no target; an empty group step waits in `run` instead
         now = time.perf_counter()
         hold = report_hold_seconds(plan.step_time_target, now - started, result.group_backlog,
-                                   self.trainer.hold_max_s)
+                                   self.trainer.hold_max_seconds)
         if hold > 0:
             self.consumer.wait_until(lambda: self.stop_requested, now + hold)
         return time.perf_counter() - now if hold > 0 else 0.0

@@ -145,12 +145,12 @@ def _soak(broker: LiveBroker, setup: SoakSetup, out: Path, launch: LaunchOptions
         "coordinator.devices": devices, "coordinator.policy": setup.planner, "coordinator.delete_records": True,
         "coordinator.delete_trained": True,
         "coordinator.b_max": setup.b_max, "coordinator.poll_interval_seconds": 1.0,
-        "coordinator.plan_wait_seconds": 0.2, "coordinator.max_lag_samples": setup.max_lag_samples,
+        "coordinator.feedback_wait_seconds": 0.2, "coordinator.max_lag_samples": setup.max_lag_samples,
         "coordinator.seed": setup.seed}
     trainer_sets = {"trainer.device": "cpu", "trainer.backend": "gloo", "trainer.torch_threads": 1,
                     "trainer.num_features": setup.features, "trainer.num_classes": setup.classes,
-                    "trainer.hidden_size": 32, "trainer.num_layers": 1, "trainer.plan_wait_s": 1.0,
-                    "trainer.data_wait_s": 0.5, "trainer.checkpoint_every": 5, "trainer.log_every": 50,
+                    "trainer.hidden_size": 32, "trainer.num_layers": 1, "trainer.plan_wait_seconds": 1.0,
+                    "trainer.data_wait_seconds": 0.5, "trainer.checkpoint_every": 5, "trainer.log_every": 50,
                     "trainer.metrics": False}
     ckpt = run_dir / "checkpoints"
     if ckpt.exists():
@@ -180,8 +180,8 @@ def _soak(broker: LiveBroker, setup: SoakSetup, out: Path, launch: LaunchOptions
                 **common, "producer.devices": len(ids), "producer.device_ids": ids, "producer.rate.rates": rates,
                 "producer.seed": setup.seed + i, "producer.size.kind": "normal", "producer.size.mean": setup.size_mean,
                 "producer.size.dif": setup.size_dif, "producer.synthetic.features": setup.features,
-                "producer.synthetic.classes": setup.classes, "producer.duration_s": 0, "producer.tick_s": 0.01,
-                "producer.metrics": False}
+                "producer.synthetic.classes": setup.classes, "producer.duration_seconds": 0,
+                "producer.tick_seconds": 0.01, "producer.metrics": False}
             services.start(f"producer-{i}", "producer",
                            launch.command("producers", "produce", "--no-progress", settings=producer_sets))
         began = time.monotonic()

@@ -40,20 +40,20 @@ class TruncationSetup(StreamsSetup):
             "producer.size.kind": "normal" if self.size_dif > 0 else "fixed", "producer.size.mean": self.size_mean,
             "producer.size.dif": self.size_dif, "producer.synthetic.features": self.features,
             "producer.synthetic.classes": self.classes, "producer.synthetic.signal": self.signal,
-            "producer.duration_s": 0, "producer.tick_s": 0.01, "producer.metrics": False,
+            "producer.duration_seconds": 0, "producer.tick_seconds": 0.01, "producer.metrics": False,
         }
 
     def trainer_config(self, checkpoint_dir: Path | None = None) -> TrainerConfig:
         return TrainerConfig(
             device="cpu", backend="gloo", torch_threads=1, num_features=self.features, num_classes=self.classes,
-            hidden_size=self.hidden_size, num_layers=self.num_layers, seed=self.seed, plan_wait_s=1.0,
-            data_wait_s=0.5, checkpoint_dir=checkpoint_dir, checkpoint_every=self.checkpoint_every, log_every=10,
+            hidden_size=self.hidden_size, num_layers=self.num_layers, seed=self.seed, plan_wait_seconds=1.0,
+            data_wait_seconds=0.5, checkpoint_dir=checkpoint_dir, checkpoint_every=self.checkpoint_every, log_every=10,
             metrics=False)
 
     def trainer_sets(self, checkpoint_dir: Path) -> dict[str, object]:
         cfg = self.trainer_config(checkpoint_dir)
         keys = ("device", "backend", "torch_threads", "num_features", "num_classes", "hidden_size", "num_layers",
-                "seed", "plan_wait_s", "data_wait_s", "checkpoint_every", "log_every", "metrics")
+                "seed", "plan_wait_seconds", "data_wait_seconds", "checkpoint_every", "log_every", "metrics")
         return {f"trainer.{k}": getattr(cfg, k) for k in keys}
 
     def coordinator_sets(self, policy: str) -> dict[str, object]:
@@ -62,7 +62,7 @@ class TruncationSetup(StreamsSetup):
             "coordinator.truncation": policy, "coordinator.delete_records": policy != "persist",
             "coordinator.delete_trained": policy != "persist",
             "coordinator.b_max": self.b_max, "coordinator.poll_interval_seconds": 0.5,
-            "coordinator.plan_wait_seconds": 0.5, "coordinator.seed": self.seed,
+            "coordinator.feedback_wait_seconds": 0.5, "coordinator.seed": self.seed,
         }
         if policy == "bounded":
             sets["coordinator.max_lag_samples"] = self.max_lag_samples

@@ -48,7 +48,7 @@ class Scenario:
         padded: policies whose simulated trainer pads every sample of a batch to the batch's largest
             (a dense-batch trainer, as the papers' count-based baselines ran); the others pack
             variable-size samples as streamtrain's trainer does. See `coordinator.sim.engine`.
-        hold_max_seconds: the simulated trainers' `trainer.hold_max_s`: when a plan drains every
+        hold_max_seconds: the simulated trainers' `trainer.hold_max_seconds`: when a plan drains every
             buffer, the step's report is held until its target (`streamtrain.pacing`); 0 = never.
         seed: random seed of arrivals, sizes and noise.
     """
@@ -71,7 +71,7 @@ class Scenario:
     disturb_period: int = 30
     slowdowns: tuple[Slowdown, ...] = field(default_factory=tuple)
     padded: tuple[str, ...] = ()
-    hold_max_seconds: float = TrainerConfig.model_fields["hold_max_s"].default
+    hold_max_seconds: float = TrainerConfig.model_fields["hold_max_seconds"].default
     seed: int = 0
 
     def __post_init__(self) -> None:

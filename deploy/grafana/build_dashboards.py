@@ -63,7 +63,7 @@ BALANCE = (
           (q(f"streamtrain_coordinator_prediction_error_ratio{{{DEVICE}}}"),), unit="percentunit"),
     Panel("Compute, data wait, communication and hold", "Per rank: compute, waiting for plan and data, and "
           "exposed gradient communication of the last step, and how long its report was held for the plan's "
-          "target because the group had drained its buffers (line rate; trainer.hold_max_s).",
+          "target because the group had drained its buffers (line rate; trainer.hold_max_seconds).",
           (q(f"streamtrain_trainer_compute_seconds{{{DEVICE}}}", "compute {{device}}"),
            q(f"streamtrain_trainer_data_wait_seconds{{{DEVICE}}}", "wait {{device}}"),
            q(f"streamtrain_trainer_comm_seconds{{{DEVICE}}}", "comm {{device}}"),

@@ -50,7 +50,8 @@ def start(
     heap: Heap = None,
     log_file: LogFile = None,
     timeout: Annotated[
-        float | None, typer.Option(help="Seconds to wait for the broker to answer (setting broker.start_timeout_s).")
+        float | None,
+        typer.Option(help="Seconds to wait for the broker to answer (setting broker.start_timeout_seconds)."),
     ] = None,
 ) -> None:
     """Start the broker in the background; return once it answers and print its bootstrap address.
@@ -59,7 +60,7 @@ def start(
     Example: `export STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS=$(streamtrain broker start -d /tmp/kafka)`.
     """
     broker = _broker(ctx, data_dir=data_dir, port=port, controller_port=controller_port, host=host, heap=heap,
-                     log_file=log_file, start_timeout_s=timeout)
+                     log_file=log_file, start_timeout_seconds=timeout)
     began = time.monotonic()
     try:
         with console.status(f"starting Kafka broker in {broker.data_dir} ...", spinner="dots"):
@@ -76,11 +77,11 @@ def stop(
     data_dir: DataDir = None,
     timeout: Annotated[
         float | None,
-        typer.Option(help="Seconds to wait for a clean shutdown before SIGKILL (setting broker.stop_timeout_s)."),
+        typer.Option(help="Seconds to wait for a clean shutdown before SIGKILL (setting broker.stop_timeout_seconds)."),
     ] = None,
 ) -> None:
     """Shut the broker down cleanly (SIGTERM, controlled shutdown); kill it only after the timeout."""
-    broker = _broker(ctx, data_dir=data_dir, stop_timeout_s=timeout)
+    broker = _broker(ctx, data_dir=data_dir, stop_timeout_seconds=timeout)
     if broker.pid() is None:
         typer.echo(f"no broker running in {broker.data_dir}", err=True)
         return

@@ -243,7 +243,7 @@ class EmbeddedBroker:
         users = {name: pw.get_secret_value() for name, pw in self.cfg.scram_users.items()}
         admin = AdminClient({"bootstrap.servers": state.bootstrap, "log_level": 0, **self.admin_settings()})
         try:
-            scram.upsert_users(admin, users, timeout=self.cfg.start_timeout_s)
+            scram.upsert_users(admin, users, timeout=self.cfg.start_timeout_seconds)
         except KafkaException as exc:
             self.stop()
             raise BrokerError(f"could not update the SCRAM users of broker.scram_users: {exc.args[0].str()}") from None
@@ -256,7 +256,7 @@ class EmbeddedBroker:
         os.execv(command[0], command)
 
     def _wait_ready(self, state: BrokerState) -> None:
-        deadline = time.monotonic() + self.cfg.start_timeout_s
+        deadline = time.monotonic() + self.cfg.start_timeout_seconds
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
                 raise BrokerError(f"broker exited with status {self._proc.returncode} while starting; "
@@ -264,8 +264,8 @@ class EmbeddedBroker:
             if self.answers(state.bootstrap, timeout=2.0, settings=self.admin_settings()):
                 return
             time.sleep(0.25)
-        raise BrokerError(f"broker did not answer on {state.bootstrap} within {self.cfg.start_timeout_s:.0f} s "
-                          f"(broker.start_timeout_s); last lines of {self.log_path}:\n{self.log_tail()}")
+        raise BrokerError(f"broker did not answer on {state.bootstrap} within {self.cfg.start_timeout_seconds:.0f} s "
+                          f"(broker.start_timeout_seconds); last lines of {self.log_path}:\n{self.log_tail()}")
 
     @staticmethod
     def answers(bootstrap: str, timeout: float = 2.0, settings: dict[str, str] | None = None) -> bool:
@@ -289,15 +289,15 @@ class EmbeddedBroker:
 
         Returns:
             True when it stopped by itself within the timeout (or was not running), False when it
-            had to be killed after `broker.stop_timeout_s`.
+            had to be killed after `broker.stop_timeout_seconds`.
         """
         pid = self.pid()
         if pid is None:
             return True
         os.kill(pid, signal.SIGTERM)
-        clean = self._wait_exit(pid, self.cfg.stop_timeout_s if timeout is None else timeout)
+        clean = self._wait_exit(pid, self.cfg.stop_timeout_seconds if timeout is None else timeout)
         if not clean:
-            logger.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", pid, self.cfg.stop_timeout_s)
+            logger.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", pid, self.cfg.stop_timeout_seconds)
             os.kill(pid, signal.SIGKILL)
             self._wait_exit(pid, 10.0)
         self._forget_pid()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..wire.topics import validate_name_part
+from .renames import Renamed
 
 __all__ = ["POLICY_NAMES", "CoordinatorConfig", "PolicyName", "TruncationName"]
 
@@ -21,6 +22,8 @@ class CoordinatorConfig(BaseModel):
     """How the coordinator models devices, plans each step and truncates backlog."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # Said what it waits for: trainer.plan_wait_seconds is the rank's wait for a plan.
+    renamed_settings: ClassVar[dict[str, Renamed]] = {"plan_wait_seconds": Renamed("feedback_wait_seconds")}
 
     policy: PolicyName = "ett-stream"
     """Planning policy: static, lbbsp, lbb, scadles, chronica or ett-stream (equal ETT at line rate)."""
@@ -142,7 +145,7 @@ class CoordinatorConfig(BaseModel):
     """Devices the service plans for, in rank order; empty plans for every device that has sent feedback
     (ordered by rank) and waits for exactly those before planning the next step."""
 
-    plan_wait_seconds: float = Field(default=1.0, gt=0.0, le=600.0)
+    feedback_wait_seconds: float = Field(default=1.0, gt=0.0, le=600.0)
     """Service: longest wait, after the first feedback of a step, for the other devices' feedback; the
     plan for the next step is then published with what has arrived (trainers never block on it)."""
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from ..wire.topics import TopicNames, validate_name_part
 from .coordinator import CoordinatorConfig
 from .producer import ProducerConfig
+from .renames import Renamed, milliseconds_to_seconds, seconds_renamed
 from .trainer import TrainerConfig
 
 __all__ = ["BrokerConfig", "KafkaConfig", "MetricsConfig", "StreamtrainConfig"]
@@ -57,8 +58,8 @@ class KafkaConfig(_Section):
     replication_factor: int = Field(default=1, ge=1, le=32)
     """Replicas per topic when streamtrain creates it (1 on the embedded single-node broker)."""
 
-    retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=-1)
-    """Retention of created topics in milliseconds (-1 keeps records forever)."""
+    retention_seconds: float = Field(default=7 * 24 * 3600.0, ge=-1)
+    """Retention of created topics in seconds (-1 keeps records forever); Kafka's retention.ms."""
 
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] | None = None
     """How clients talk to the brokers (librdkafka security.protocol); None leaves librdkafka's PLAINTEXT."""
@@ -94,6 +95,21 @@ class KafkaConfig(_Section):
 
     client_secrets: dict[str, SecretStr] = Field(default_factory=dict)
     """Other secret librdkafka settings (ssl.keystore.password, sasl.oauthbearer.client.secret), always masked."""
+
+    renamed_settings: ClassVar[dict[str, Renamed]] = {
+        "retention_ms": Renamed("retention_seconds", milliseconds_to_seconds)}
+
+    @field_validator("retention_seconds")
+    @classmethod
+    def _retention_is_positive_or_forever(cls, value: float) -> float:
+        if value != -1 and value < 0.001:
+            raise ValueError("must be -1 (forever) or at least 0.001 (one millisecond)")
+        return value
+
+    @property
+    def kafka_retention_ms(self) -> int:
+        """`retention_seconds` as Kafka's `retention.ms` (-1: forever)."""
+        return -1 if self.retention_seconds == -1 else round(self.retention_seconds * 1000)
 
     @field_validator("topic_prefix")
     @classmethod
@@ -194,10 +210,10 @@ class BrokerConfig(_Section):
     libs_dir: Path | None = None
     """Directory of the Kafka jars; default kafka/libs in the source tree (filled by `make kafka`)."""
 
-    start_timeout_s: float = Field(default=90.0, gt=0)
+    start_timeout_seconds: float = Field(default=90.0, gt=0)
     """Seconds `broker start` waits for the broker to answer before giving up."""
 
-    stop_timeout_s: float = Field(default=60.0, gt=0)
+    stop_timeout_seconds: float = Field(default=60.0, gt=0)
     """Seconds `broker stop` waits for a clean shutdown before killing the process."""
 
     properties: dict[str, str] = Field(default_factory=dict)
@@ -214,6 +230,8 @@ class BrokerConfig(_Section):
 
     inter_broker_mechanism: ScramMechanism = "SCRAM-SHA-512"
     """SCRAM mechanism the broker authenticates to itself with (its own generated user, kept in the data dir)."""
+
+    renamed_settings: ClassVar[dict[str, Renamed]] = seconds_renamed("start_timeout_s", "stop_timeout_s")
 
     @field_validator("scram_users")
     @classmethod

@@ -2,7 +2,8 @@
 
 Precedence, lowest first: defaults < TOML file < ``STREAMTRAIN_<SECTION>__<FIELD>`` environment
 variables < flags. A bad value raises `ConfigError` naming the setting, where it came from, and
-what is allowed; the CLI turns that into exit status 2 before any service starts.
+what is allowed; the CLI turns that into exit status 2 before any service starts. A renamed setting
+still loads under its old name for one release, with a warning naming the new one (`renames`).
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
 from .core import StreamtrainConfig
+from .renames import RenamedSettingError, upgrade_dotted, upgrade_tree
 
 __all__ = ["ENV_PREFIX", "ConfigError", "config_environment", "load_config", "parse_assignment"]
 
@@ -56,23 +58,43 @@ def load_config(
     sources: dict[str, str] = {}
     merged: dict[str, Any] = {}
     path = path or env.get(CONFIG_FILE_ENV) or None
-    if path is not None:
-        file_data = _read_toml(Path(path))
-        _record_sources(file_data, (), f"file {path}", sources)
-        _deep_merge(merged, file_data)
-    for name, raw in sorted(env.items()):
-        dotted = _env_key(name)
-        if dotted is not None:
-            _set_dotted(merged, dotted, _maybe_json(raw))
-            sources[dotted] = f"environment {name}"
-    for dotted, value in (overrides or {}).items():
-        if value is not None:
-            _set_dotted(merged, dotted, value)
-            sources[dotted] = "command line"
+    try:
+        if path is not None:
+            file_data = upgrade_tree(_read_toml(Path(path)), StreamtrainConfig, f"file {path}")
+            _record_sources(file_data, (), f"file {path}", sources)
+            _deep_merge(merged, file_data)
+        env_settings = ((f"environment {name}", dotted, _maybe_json(raw))
+                        for name, raw in sorted(env.items()) if (dotted := _env_key(name)) is not None)
+        flag_settings = (("command line", dotted, value) for dotted, value in (overrides or {}).items()
+                         if value is not None)
+        # Environment variables have no order, so one setting under two names is an error; on the command line
+        # the later one wins, as it does for one name (a command's own flag over --set).
+        _set_all(merged, env_settings, sources, one_name=True)
+        _set_all(merged, flag_settings, sources, one_name=False)
+    except RenamedSettingError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return StreamtrainConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, sources)) from None
+
+
+def _set_all(merged: dict[str, Any], settings: Iterable[tuple[str, str, Any]], sources: dict[str, str], *,
+             one_name: bool) -> None:
+    """Set one kind of source's dotted settings, (source, key, value) each, under their current names.
+
+    Raises:
+        RenamedSettingError: with `one_name`, a setting is given under its old and its new name.
+    """
+    given: dict[str, str] = {}
+    for source, dotted, value in settings:
+        current, value = upgrade_dotted(dotted, value, StreamtrainConfig, source)
+        if one_name and current in given and (current != dotted or given[current] != current):
+            raise RenamedSettingError(f"{current} is given twice, by {sources[current]} and by {source} (one "
+                                      f"under its old name): keep only {current}")
+        given[current] = dotted
+        _set_dotted(merged, current, value)
+        sources[current] = source
 
 
 def config_environment(config: BaseModel) -> dict[str, str]:

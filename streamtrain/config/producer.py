@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .renames import Renamed, seconds_renamed
 
 __all__ = [
     "RATE_PRESETS",
@@ -33,9 +35,11 @@ class _Model(BaseModel):
 
 
 class RateChange(_Model):
-    """One step of a rate schedule: from `at_s` on, every device runs at `factor` x its base rate."""
+    """One step of a rate schedule: from `at_seconds` on, every device runs at `factor` x its base rate."""
 
-    at_s: float = Field(ge=0)
+    renamed_settings: ClassVar[dict[str, Renamed]] = seconds_renamed("at_s")
+
+    at_seconds: float = Field(ge=0)
     """Seconds since the start of the run at which this factor takes effect."""
 
     factor: float = Field(ge=0)
@@ -43,13 +47,15 @@ class RateChange(_Model):
 
 
 class BurstConfig(_Model):
-    """Periodic bursts: every `every_s` seconds the rate is multiplied by `factor` for `duration_s`."""
+    """Periodic bursts: every `every_seconds` seconds the rate is multiplied by `factor` for `duration_seconds`."""
 
-    every_s: float = Field(gt=0)
+    renamed_settings: ClassVar[dict[str, Renamed]] = seconds_renamed("every_s", "duration_s")
+
+    every_seconds: float = Field(gt=0)
     """Period of the bursts in seconds."""
 
-    duration_s: float = Field(gt=0)
-    """Length of each burst in seconds (shorter than `every_s`)."""
+    duration_seconds: float = Field(gt=0)
+    """Length of each burst in seconds (shorter than `every_seconds`)."""
 
     factor: float = Field(default=4.0, ge=0)
     """Rate multiplier during a burst."""
@@ -59,13 +65,16 @@ class BurstConfig(_Model):
 
     @model_validator(mode="after")
     def _burst_fits_period(self) -> BurstConfig:
-        if self.duration_s >= self.every_s:
-            raise ValueError(f"duration_s ({self.duration_s}) must be shorter than every_s ({self.every_s})")
+        if self.duration_seconds >= self.every_seconds:
+            raise ValueError(f"duration_seconds ({self.duration_seconds}) must be shorter than every_seconds "
+                             f"({self.every_seconds})")
         return self
 
 
 class RateConfig(_Model):
     """How many samples per second each device publishes, and how that changes over time."""
+
+    renamed_settings: ClassVar[dict[str, Renamed]] = seconds_renamed("schedule_period_s", "trace_step_s", "catch_up_s")
 
     kind: Literal["constant", "uniform", "normal", "unlimited"] = "constant"
     """constant: every device at `mean`; uniform / normal: each device's base rate drawn once from
@@ -88,9 +97,9 @@ class RateConfig(_Model):
     """Explicit per-device base rates in samples/s, one per device; overrides kind/mean/std."""
 
     schedule: list[RateChange] = Field(default_factory=list)
-    """Step changes of every device's rate over time, as factors of its base rate, ordered by at_s."""
+    """Step changes of every device's rate over time, as factors of its base rate, ordered by at_seconds."""
 
-    schedule_period_s: float | None = Field(default=None, gt=0)
+    schedule_period_seconds: float | None = Field(default=None, gt=0)
     """Repeat the schedule with this period in seconds (default: hold the last factor)."""
 
     bursts: BurstConfig | None = None
@@ -100,10 +109,10 @@ class RateConfig(_Model):
     """A rate trace to replay: a text/CSV file with one factor per line (or `seconds,factor`), applied
     to each device's base rate and looped. Use kind=constant, mean=1 to replay absolute rates."""
 
-    trace_step_s: float = Field(default=1.0, gt=0)
+    trace_step_seconds: float = Field(default=1.0, gt=0)
     """Seconds each line of a one-column trace lasts."""
 
-    catch_up_s: float = Field(default=1.0, ge=0)
+    catch_up_seconds: float = Field(default=1.0, ge=0)
     """After a stall (full queue, paused process), a device may burst to catch up at most this many
     seconds of its stream; older deficit is given up, so the rate never spikes without bound."""
 
@@ -125,17 +134,18 @@ class RateConfig(_Model):
     @field_validator("schedule")
     @classmethod
     def _schedule_ordered(cls, value: list[RateChange]) -> list[RateChange]:
-        times = [c.at_s for c in value]
+        times = [c.at_seconds for c in value]
         if times != sorted(times) or len(set(times)) != len(times):
-            raise ValueError("schedule entries must have strictly increasing at_s")
+            raise ValueError("schedule entries must have strictly increasing at_seconds")
         return value
 
     @model_validator(mode="after")
     def _distribution_is_usable(self) -> RateConfig:
         if self.kind == "constant" and self.std > 0 and self.preset is None and self.rates is None:
             raise ValueError("std > 0 needs kind 'uniform' or 'normal' (kind 'constant' has no spread)")
-        if self.schedule_period_s is not None and self.schedule and self.schedule[-1].at_s >= self.schedule_period_s:
-            raise ValueError("schedule_period_s must be longer than the last schedule entry's at_s")
+        period = self.schedule_period_seconds
+        if period is not None and self.schedule and self.schedule[-1].at_seconds >= period:
+            raise ValueError("schedule_period_seconds must be longer than the last schedule entry's at_seconds")
         return self
 
     def resolved(self) -> tuple[str, float, float]:
@@ -263,16 +273,19 @@ class InjectionConfig(_Model):
 class ProducerConfig(_Model):
     """How the producers publish device streams."""
 
+    renamed_settings: ClassVar[dict[str, Renamed]] = seconds_renamed("duration_s", "tick_s", "flush_timeout_s",
+                                                               "delivery_timeout_s")
+
     devices: int = Field(default=4, ge=1, le=100_000)
     """Number of device streams (topics <prefix>.device.<id>)."""
 
     device_ids: list[str] | None = None
     """Explicit device ids, one per device (default "0", "1", ...)."""
 
-    duration_s: float | None = Field(default=None, ge=0)
+    duration_seconds: float | None = Field(default=None, ge=0)
     """Seconds to run; unset (or 0) runs until max_samples, Ctrl-C or SIGTERM, as a service does."""
 
-    @field_validator("duration_s")
+    @field_validator("duration_seconds")
     @classmethod
     def _zero_means_forever(cls, value: float | None) -> float | None:
         return None if value == 0 else value
@@ -292,13 +305,13 @@ class ProducerConfig(_Model):
     create_topics: bool = True
     """Create missing device topics (with the [kafka] partitions, replication and retention)."""
 
-    tick_s: float = Field(default=0.002, gt=0, le=1.0)
+    tick_seconds: float = Field(default=0.002, gt=0, le=1.0)
     """Period of the pacing loop in seconds (all devices are paced from one loop)."""
 
-    flush_timeout_s: float = Field(default=300.0, gt=0)
+    flush_timeout_seconds: float = Field(default=300.0, gt=0)
     """Seconds to wait at exit for outstanding deliveries; what is still undelivered then counts as failed."""
 
-    delivery_timeout_s: float = Field(default=300.0, gt=0)
+    delivery_timeout_seconds: float = Field(default=300.0, gt=0)
     """Seconds librdkafka keeps retrying a record while the broker is away before reporting it failed."""
 
     metrics_port: int | None = Field(default=None, ge=0, le=65_535)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .renames import Renamed, seconds_renamed
 
 __all__ = ["DOTTED_PATH", "TrainerConfig"]
 
@@ -18,6 +20,8 @@ class TrainerConfig(BaseModel):
     """How each trainer rank builds its model, trains a batch and aggregates gradients."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    renamed_settings: ClassVar[dict[str, Renamed]] = seconds_renamed("plan_wait_s", "data_wait_s", "idle_wait_s",
+                                                                      "hold_max_s")
 
     num_features: int = Field(default=16, ge=1, le=65536)
     """Features per frame: every sample's payload has shape (size, num_features)."""
@@ -129,18 +133,18 @@ class TrainerConfig(BaseModel):
     buffer_resume_ratio: float = Field(default=0.8, gt=0, lt=1)
     """Fetching resumes once the buffer is below this fraction of both bounds (hysteresis)."""
 
-    plan_wait_s: float = Field(default=2.0, ge=0, le=600)
+    plan_wait_seconds: float = Field(default=2.0, ge=0, le=600)
     """Seconds a rank waits for the coordinator's Assignment of a step before it falls back to a local plan."""
 
-    data_wait_s: float = Field(default=1.0, ge=0, le=600)
+    data_wait_seconds: float = Field(default=1.0, ge=0, le=600)
     """Seconds a rank waits for planned offsets (or, on a local plan, for any sample) to arrive from Kafka."""
 
-    idle_wait_s: float = Field(default=0.25, ge=0, le=60)
+    idle_wait_seconds: float = Field(default=0.25, ge=0, le=60)
     """After a step in which the whole group trained nothing, seconds a rank waits for a sample to arrive
     before its next step, so an idle group (streams paused or not started) does not spin through empty
     steps, plans, feedback and checkpoints as fast as the broker answers."""
 
-    hold_max_s: float = Field(default=1.0, ge=0, le=600)
+    hold_max_seconds: float = Field(default=1.0, ge=0, le=600)
     """Longest a rank holds a step's report when the plan drained every rank's buffer (line rate): the
     report waits until the plan's step-time target has passed, so the next plan batches what arrived
     meanwhile instead of a few samples buried in fixed costs (`streamtrain.pacing`). It costs freshness,

@@ -130,11 +130,11 @@ class FaultStack:
             "job": job, "kafka.bootstrap_servers": kafka.bootstrap_servers, "kafka.topic_prefix": kafka.topic_prefix,
             "metrics.port": 0,
         }.items() for x in ("--set", f"{k}={v}")]
-        coord = {"devices": f"[{ids}]", "poll_interval_seconds": 0.2, "plan_wait_seconds": 0.5,
+        coord = {"devices": f"[{ids}]", "poll_interval_seconds": 0.2, "feedback_wait_seconds": 0.5,
                  "kafka_timeout_seconds": 10.0, **(coordinator or {})}
         self.coordinator_args = [*self.base, *(x for k, v in coord.items() for x in ("--set", f"coordinator.{k}={v}")),
                                  "coordinate", "--port", "0"]
-        trainer_sets = {"trainer.num_classes": 4, "trainer.local_batch": 16, "trainer.plan_wait_s": 1.0,
+        trainer_sets = {"trainer.num_classes": 4, "trainer.local_batch": 16, "trainer.plan_wait_seconds": 1.0,
                         "trainer.checkpoint_every": 1, "trainer.log_every": 1,
                         **{f"trainer.{k}": v for k, v in (trainer or {}).items()}}
         self.trainer_args = [*train_settings(kafka, job, tmp / "ckpt", **trainer_sets),

@@ -77,7 +77,7 @@ def test_trainer_rank_dead_letters_every_bad_record_and_keeps_training(kafka_cfg
         "job": JOB, "kafka.bootstrap_servers": kafka_cfg.bootstrap_servers,
         "kafka.topic_prefix": kafka_cfg.topic_prefix,
         "trainer.device": "cpu", "trainer.torch_threads": 1, "trainer.hidden_size": 8, "trainer.num_layers": 1,
-        "trainer.local_batch": 64, "trainer.data_wait_s": 0.2, "trainer.log_every": 1000,
+        "trainer.local_batch": 64, "trainer.data_wait_seconds": 0.2, "trainer.log_every": 1000,
         "trainer.buffer_max_bytes": BUFFER_BYTES, "trainer.checkpoint_dir": str(tmp_path / "ckpt"),
         "metrics.port": 0,
     }

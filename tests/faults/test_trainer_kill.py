@@ -39,7 +39,7 @@ STEPS = 60  # 50 steps of data, then a few that find the streams drained
 
 def _produce(kafka: KafkaConfig) -> None:
     cfg = ProducerConfig.model_validate({
-        "devices": len(DEVICES), "max_samples": PER_DEVICE, "duration_s": 60, "metrics": False,
+        "devices": len(DEVICES), "max_samples": PER_DEVICE, "duration_seconds": 60, "metrics": False,
         "rate": {"kind": "unlimited"}, "size": {"kind": "fixed", "mean": 8}, "synthetic": {"classes": 4},
     })
     summary = StreamProducer(kafka, cfg).run()

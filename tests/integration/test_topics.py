@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_creating_topics_is_idempotent_with_partitions_and_retention(kafka_cfg: KafkaConfig) -> None:
-    cfg = kafka_cfg.model_copy(update={"partitions": 3, "retention_ms": 3_600_000})
+    cfg = kafka_cfg.model_copy(update={"partitions": 3, "retention_seconds": 3600.0})
     names = cfg.topics
     specs = [TopicSpec.from_config(cfg, t) for t in (names.device("a"), names.feedback, names.assignments,
                                                        names.dead_letter)]

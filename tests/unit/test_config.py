@@ -24,12 +24,12 @@ def test_defaults_need_nothing() -> None:
 
 
 def test_precedence_is_file_then_env_then_flags(tmp_path: Path) -> None:
-    path = _toml(tmp_path, '[kafka]\npartitions = 2\ntopic_prefix = "fromfile"\nretention_ms = 1000\n')
+    path = _toml(tmp_path, '[kafka]\npartitions = 2\ntopic_prefix = "fromfile"\nretention_seconds = 1.5\n')
     env = {"STREAMTRAIN_KAFKA__PARTITIONS": "3", "STREAMTRAIN_KAFKA__TOPIC_PREFIX": "fromenv"}
     cfg = load_config(path, env=env, overrides={"kafka.partitions": 4})
     assert cfg.kafka.partitions == 4  # flag beats env beats file
     assert cfg.kafka.topic_prefix == "fromenv"  # env beats file
-    assert cfg.kafka.retention_ms == 1000  # file beats default
+    assert cfg.kafka.retention_seconds == 1.5  # file beats default
 
 
 def test_config_file_can_come_from_the_environment(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -59,12 +60,22 @@ _PRINT_ENV = ("import json, os; print(json.dumps({k: os.environ.get(k) for k in 
 def test_the_entrypoint_resolves_the_service_and_execs_the_command_with_torchrun_variables() -> None:
     env = {"WORLD_SIZE": "1", "STREAMTRAIN_TRAINER_SERVICE": "localhost",
            "STREAMTRAIN_TRAINER_ADDRESS": "127.0.0.1", "STREAMTRAIN_TRAINER_METRICS_PORT": "9400",
-           "STREAMTRAIN_RENDEZVOUS_TIMEOUT_S": "20"}
+           "STREAMTRAIN_RENDEZVOUS_TIMEOUT_SECONDS": "20"}
     result = _run(env, sys.executable, "-c", _PRINT_ENV, "--devices", "0")
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     assert seen == {"RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
                     "STREAMTRAIN_METRICS__PORT": "9400", "WORLD_SIZE": "1"}
+    assert "renamed" not in result.stderr
+
+
+def test_the_old_rendezvous_timeout_name_still_works_and_says_it_is_renamed() -> None:
+    env = {"WORLD_SIZE": "2", "STREAMTRAIN_TRAINER_SERVICE": "localhost", "STREAMTRAIN_TRAINER_ADDRESS": "127.0.0.1",
+           "STREAMTRAIN_RENDEZVOUS_TIMEOUT_S": "0.5"}
+    started = time.monotonic()
+    result = _run(env, sys.executable, "-c", "pass")  # one replica of two ever resolves: waits out the timeout
+    assert result.returncode == 2 and time.monotonic() - started < 30
+    assert "STREAMTRAIN_RENDEZVOUS_TIMEOUT_S is renamed STREAMTRAIN_RENDEZVOUS_TIMEOUT_SECONDS" in result.stderr
 
 
 def test_a_given_rank_is_kept_and_every_replica_serves_one_port() -> None:

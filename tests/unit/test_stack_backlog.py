@@ -18,7 +18,7 @@ def test_backlog_uses_the_live_streams_settings_unpaced_and_bounded() -> None:
     assert cfg.device_ids == ["cam7"] and cfg.devices == 1
     assert cfg.seed == live["producer.seed"] == 7
     assert cfg.size.kind == "lognormal" and cfg.size.mean == 45.0 and cfg.size.dif == 64.0
-    assert cfg.rate.kind == "unlimited" and cfg.max_samples == 1234 and cfg.duration_s is None
+    assert cfg.rate.kind == "unlimited" and cfg.max_samples == 1234 and cfg.duration_seconds is None
     assert not cfg.metrics
     sizes = make_size_sampler(cfg.size)(device_rng(cfg.seed, 0, 0), 20000)
     assert abs(sizes.mean() - 45.0) < 2.0 and abs(sizes.std() - 64.0) < 8.0 and sizes.min() >= 1

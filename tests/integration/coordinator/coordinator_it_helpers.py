@@ -17,7 +17,8 @@ JOB = "itjob"
 
 
 def config(kafka_cfg: KafkaConfig, **coordinator: object) -> StreamtrainConfig:
-    settings = {"plan_wait_seconds": 5.0, "poll_interval_seconds": 0.2, "kafka_timeout_seconds": 15.0, **coordinator}
+    settings = {"feedback_wait_seconds": 5.0, "poll_interval_seconds": 0.2, "kafka_timeout_seconds": 15.0,
+                **coordinator}
     return StreamtrainConfig(job=JOB, kafka=kafka_cfg, metrics=MetricsConfig(bind_address="127.0.0.1", port=0),
                              coordinator=CoordinatorConfig.model_validate(settings))
 

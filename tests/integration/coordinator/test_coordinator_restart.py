@@ -26,7 +26,7 @@ def coordinator_process(kafka_cfg: KafkaConfig, log: Path) -> Iterator[subproces
            "STREAMTRAIN_KAFKA__TOPIC_PREFIX": kafka_cfg.topic_prefix, "STREAMTRAIN_JOB": JOB}
     cmd = module_command("coordinator", "coordinate", "--policy", "chronica", "--port", "0", sets={
         "coordinator.devices": ["cam"], "coordinator.poll_interval_seconds": 0.2, "coordinator.global_batch": 8,
-        "coordinator.plan_wait_seconds": 5})
+        "coordinator.feedback_wait_seconds": 5})
     with log.open("ab") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:

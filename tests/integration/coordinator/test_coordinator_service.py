@@ -137,7 +137,7 @@ def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConf
 
 def test_truncate_policy_keeps_about_one_step_of_the_newest(kafka_cfg: KafkaConfig) -> None:
     sizes = produce_samples(kafka_cfg, {"cam": 60})
-    cfg = config(kafka_cfg, truncation="truncate", plan_wait_seconds=0.5)
+    cfg = config(kafka_cfg, truncation="truncate", feedback_wait_seconds=0.5)
     trainers, plans = Trainers(kafka_cfg), Plans(kafka_cfg)
     try:
         with running(cfg):

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 def test_broker_killed_and_restarted_mid_run_loses_nothing(broker_factory: Callable[..., Any]) -> None:
     broker = broker_factory()
     kafka = KafkaConfig(bootstrap_servers=broker.start(), topic_prefix="outage")
-    cfg = ProducerConfig.model_validate({"devices": 3, "duration_s": 14.0, "metrics": False,
+    cfg = ProducerConfig.model_validate({"devices": 3, "duration_seconds": 14.0, "metrics": False,
                                          "rate": {"kind": "constant", "mean": 100}})
     producer = StreamProducer(kafka, cfg)
     result: dict[str, ProducerSummary] = {}

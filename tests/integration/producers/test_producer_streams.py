@@ -58,7 +58,7 @@ def achieved_rate(samples: list[Sample]) -> float:
 
 def test_constant_rate_is_achieved_and_every_sample_read_back(kafka_cfg: KafkaConfig) -> None:
     registry = CollectorRegistry()
-    _producer, summary, samples = run(kafka_cfg, registry, devices=4, duration_s=3.0,
+    _producer, summary, samples = run(kafka_cfg, registry, devices=4, duration_seconds=3.0,
                                       rate={"kind": "constant", "mean": 200})
     for device, got in samples.items():
         assert len(got) == pytest.approx(600, rel=0.05)
@@ -73,7 +73,7 @@ def test_constant_rate_is_achieved_and_every_sample_read_back(kafka_cfg: KafkaCo
 
 @pytest.mark.parametrize(("kind", "mean", "std"), [("uniform", 120.0, 50.0), ("normal", 150.0, 40.0)])
 def test_sampled_rates_are_achieved_per_device(kafka_cfg: KafkaConfig, kind: str, mean: float, std: float) -> None:
-    producer, _summary, samples = run(kafka_cfg, devices=4, duration_s=3.0, seed=3,
+    producer, _summary, samples = run(kafka_cfg, devices=4, duration_seconds=3.0, seed=3,
                                       rate={"kind": kind, "mean": mean, "std": std})
     assert len(set(producer.base_rates.round(3).tolist())) == 4  # the devices really differ
     for d, device in enumerate(producer.ids):
@@ -81,8 +81,8 @@ def test_sampled_rates_are_achieved_per_device(kafka_cfg: KafkaConfig, kind: str
 
 
 def test_rate_schedule_is_followed(kafka_cfg: KafkaConfig) -> None:
-    _p, _s, samples = run(kafka_cfg, devices=2, duration_s=3.0, rate={
-        "mean": 60, "schedule": [{"at_s": 0, "factor": 1}, {"at_s": 1.5, "factor": 4}]})
+    _p, _s, samples = run(kafka_cfg, devices=2, duration_seconds=3.0, rate={
+        "mean": 60, "schedule": [{"at_seconds": 0, "factor": 1}, {"at_seconds": 1.5, "factor": 4}]})
     for got in samples.values():
         t0 = min(s.produced_at for s in got)
         early = sum(1 for s in got if s.produced_at - t0 < 1500)
@@ -94,7 +94,7 @@ def test_rate_schedule_is_followed(kafka_cfg: KafkaConfig) -> None:
 def test_replayed_trace_is_followed(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
     trace = tmp_path / "trace.txt"
     trace.write_text("0.5\n2\n")
-    _p, _s, samples = run(kafka_cfg, devices=1, duration_s=4.0, rate={"mean": 100, "trace": str(trace)})
+    _p, _s, samples = run(kafka_cfg, devices=1, duration_seconds=4.0, rate={"mean": 100, "trace": str(trace)})
     got = samples["0"]
     t0 = min(s.produced_at for s in got)
     per_second = Counter(int((s.produced_at - t0) // 1000) for s in got)
@@ -108,7 +108,7 @@ def test_replayed_trace_is_followed(kafka_cfg: KafkaConfig, tmp_path: Path) -> N
     ({"kind": "lognormal", "mean": 45, "dif": 64}, 10000),
 ])
 def test_sizes_read_back_match_mean_and_dif(kafka_cfg: KafkaConfig, size: dict[str, Any], n: int) -> None:
-    _p, _s, samples = run(kafka_cfg, devices=2, duration_s=None, max_samples=n // 2, rate={"kind": "unlimited"},
+    _p, _s, samples = run(kafka_cfg, devices=2, duration_seconds=None, max_samples=n // 2, rate={"kind": "unlimited"},
                           size=size, synthetic={"features": 4})
     sizes = np.asarray([s.size for got in samples.values() for s in got])
     assert len(sizes) == n and sizes.min() >= 1
@@ -119,7 +119,7 @@ def test_sizes_read_back_match_mean_and_dif(kafka_cfg: KafkaConfig, size: dict[s
 
 
 def test_non_iid_devices_publish_only_their_labels(kafka_cfg: KafkaConfig) -> None:
-    _p, _s, samples = run(kafka_cfg, devices=4, duration_s=None, max_samples=200, rate={"kind": "unlimited"},
+    _p, _s, samples = run(kafka_cfg, devices=4, duration_seconds=None, max_samples=200, rate={"kind": "unlimited"},
                           synthetic={"classes": 8, "labels_per_device": 2})
     sets = device_label_sets(4, 8, 2)
     for d in range(4):
@@ -128,7 +128,7 @@ def test_non_iid_devices_publish_only_their_labels(kafka_cfg: KafkaConfig) -> No
 
 def test_injection_counts_on_the_topics(kafka_cfg: KafkaConfig) -> None:
     # 4 devices, alpha 0.5 -> 2 recipients, beta 0.25 of 16-sample rounds -> 4 samples; 4 rounds each
-    _producer, summary, samples = run(kafka_cfg, devices=4, duration_s=None, max_samples=64,
+    _producer, summary, samples = run(kafka_cfg, devices=4, duration_seconds=None, max_samples=64,
                                       rate={"kind": "unlimited"}, synthetic={"labels_per_device": 1},
                                       injection={"alpha": 0.5, "beta": 0.25, "round_samples": 16})
     injected = [s for got in samples.values() for s in got if "injected_from" in s.metadata]
@@ -153,7 +153,7 @@ def _write_classes(root: Path, counts: dict[int, int], rng: np.random.Generator)
 def test_stratified_dataset_keeps_class_proportions_per_device(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
     _write_classes(tmp_path, {0: 48, 1: 24, 2: 8}, np.random.default_rng(0))
     (tmp_path / "1" / "corrupt.npy").write_bytes(b"\x93NUMPY\x01\x00broken")
-    _p, summary, samples = run(kafka_cfg, devices=4, duration_s=None, rate={"kind": "unlimited"},
+    _p, summary, samples = run(kafka_cfg, devices=4, duration_seconds=None, rate={"kind": "unlimited"},
                                dataset={"path": str(tmp_path), "sharding": "stratified", "loop": False})
     assert [Path(s.path).name for s in summary.skipped_files] == ["corrupt.npy"]  # reported, rest published
     assert sum(len(v) for v in samples.values()) == 80
@@ -167,7 +167,7 @@ def test_distribution_aware_dataset_broadcasts_sparse_neighbourhoods(kafka_cfg: 
     rows = [rng.standard_normal((6, 3)) * 0.2 + c for c in (0.0, 10.0) for _ in range(24)]
     rows += [np.full((6, 3), 90.0), np.full((6, 3), 90.5)]  # a neighbourhood of 2 < 4 devices
     np.savez(tmp_path / "data.npz", x=np.stack(rows).astype(np.float32), y=np.array([0] * 24 + [1] * 24 + [2, 2]))
-    _p, _s, samples = run(kafka_cfg, devices=4, duration_s=None, rate={"kind": "unlimited"},
+    _p, _s, samples = run(kafka_cfg, devices=4, duration_seconds=None, rate={"kind": "unlimited"},
                           dataset={"path": str(tmp_path), "sharding": "distribution-aware", "neighbourhoods": 3,
                                    "loop": False})
     for got in samples.values():

@@ -41,7 +41,7 @@ STEPS = 20  # 12 steps of data at full batches; the rest find the streams draine
 
 def _producer(kafka: KafkaConfig) -> StreamProducer:
     cfg = ProducerConfig.model_validate({
-        "devices": len(DEVICES), "max_samples": PER_DEVICE, "duration_s": 60, "metrics": False, "seed": 3,
+        "devices": len(DEVICES), "max_samples": PER_DEVICE, "duration_seconds": 60, "metrics": False, "seed": 3,
         "rate": {"kind": "constant", "mean": 60.0},  # streams for ~3 s, while the ranks start and train
         "size": {"kind": "fixed", "mean": 12}, "synthetic": {"classes": 4, "signal": 1.0, "task_seed": 5},
     })

@@ -58,7 +58,7 @@ def _train(kafka: KafkaConfig, tmp: Path, *args: str, plan_wait: float = 0.5,
     sets = {
         "job": JOB, "kafka.bootstrap_servers": kafka.bootstrap_servers, "kafka.topic_prefix": kafka.topic_prefix,
         "trainer.device": "cpu", "trainer.torch_threads": 1, "trainer.hidden_size": 16, "trainer.num_layers": 1,
-        "trainer.num_classes": 3, "trainer.local_batch": 3, "trainer.data_wait_s": 0.5, "trainer.log_every": 1,
+        "trainer.num_classes": 3, "trainer.local_batch": 3, "trainer.data_wait_seconds": 0.5, "trainer.log_every": 1,
         "trainer.checkpoint_every": 2, "trainer.checkpoint_dir": str(tmp / "ckpt"), "metrics.port": 0,
         **(overrides or {}),
     }
@@ -182,13 +182,13 @@ def test_sigterm_checkpoints_and_a_restart_trains_nothing_twice(kafka_cfg: Kafka
 def test_an_idle_group_waits_for_data_instead_of_spinning_through_empty_steps(
         kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
     """Plans that assign nothing to ranks with empty buffers: each empty step is followed by an idle wait of
-    trainer.idle_wait_s; once samples are buffered the ranks step without waiting."""
+    trainer.idle_wait_seconds; once samples are buffered the ranks step without waiting."""
     producer = _setup(kafka_cfg)
     for step in range(6):
         _publish(producer, kafka_cfg, Assignment(JOB, step, "test", 0.0, 0, 1.0, tuple(
             DevicePlan(d, 0.0, 1.0, count=0) for d in DEVICES)))
     proc = _train(kafka_cfg, tmp_path, "--steps", "6", plan_wait=3.0,
-                  overrides={"trainer.idle_wait_s": 1.5})
+                  overrides={"trainer.idle_wait_seconds": 1.5})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(f.step >= 1 for f in _feedback(kafka_cfg)):
         time.sleep(0.1)
@@ -223,7 +223,8 @@ def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: Kafk
         _publish(producer, kafka_cfg, Assignment(JOB, step, "test", target, 2 * len(offsets), 1.0, tuple(
             DevicePlan(d, 0.01, 0.5, offsets=tuple(offsets), truncate_before=before) for d in DEVICES)))
     proc = _train(kafka_cfg, tmp_path, "--steps", "4", plan_wait=3.0,
-                  overrides={"trainer.hold_max_s": 5.0, "trainer.checkpoint_every": 100, "trainer.data_wait_s": 10})
+                  overrides={"trainer.hold_max_seconds": 5.0, "trainer.checkpoint_every": 100,
+                             "trainer.data_wait_seconds": 10})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(f.step >= 2 for f in _feedback(kafka_cfg)):
         time.sleep(0.1)

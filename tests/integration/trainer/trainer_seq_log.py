@@ -54,7 +54,8 @@ def train_settings(kafka: KafkaConfig, job: str, checkpoint_dir: Path, **extra: 
     sets: dict[str, object] = {
         "job": job, "kafka.bootstrap_servers": kafka.bootstrap_servers, "kafka.topic_prefix": kafka.topic_prefix,
         "metrics.port": 0, "trainer.device": "cpu", "trainer.torch_threads": 1, "trainer.hidden_size": 16,
-        "trainer.num_layers": 1, "trainer.plan_wait_s": 0.05, "trainer.data_wait_s": 0.2, "trainer.log_every": 5,
+        "trainer.num_layers": 1, "trainer.plan_wait_seconds": 0.05, "trainer.data_wait_seconds": 0.2,
+        "trainer.log_every": 5,
         "trainer.checkpoint_dir": str(checkpoint_dir), "trainer.collate": "trainer_seq_log:collate", **extra,
     }
     return [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]

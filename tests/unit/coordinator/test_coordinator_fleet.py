@@ -110,7 +110,7 @@ def test_truncation_drops_below_and_an_unreported_buffer_makes_the_index_incompl
 # --- fleet: due steps and planning state ------------------------------------------------------
 
 def test_step_is_due_when_all_report_or_after_the_bounded_wait() -> None:
-    fleet = FleetTracker(CoordinatorConfig(plan_wait_seconds=2.0))
+    fleet = FleetTracker(CoordinatorConfig(feedback_wait_seconds=2.0))
     fleet.ingest_feedback(feedback(0, "a", new=range(5), rank=0), received=10.0)
     fleet.ingest_feedback(feedback(0, "b", new=range(5), rank=1), received=10.1)
     assert fleet.expected == ["a", "b"]
@@ -189,7 +189,7 @@ def test_step_overhead_is_the_least_waiting_ranks_time_outside_compute_least_ove
 
 
 def test_step_overhead_ignores_steps_a_rank_trained_on_a_local_fallback_plan() -> None:
-    # A fallback step waited trainer.plan_wait_s for a plan that never came: not a cost of every step.
+    # A fallback step waited trainer.plan_wait_seconds for a plan that never came: not a cost of every step.
     fleet = FleetTracker(CoordinatorConfig(devices=("a",)))
     for step in range(4):
         fleet.ingest_feedback(_timed(step, "a", compute=0.1, step_s=0.1, wait=2.0, plan_step=-1), received=step)

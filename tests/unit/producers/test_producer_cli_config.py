@@ -22,7 +22,7 @@ from streamtrain_cli import app
         ({"producer.rate.mean": 0}, "producer.rate.mean"),
         ({"producer.devices": 2, "producer.rate.rates": [1, 2, 3]}, "rate.rates"),
         ({"producer.client": {"acks": "1"}}, "producer.client"),
-        ({"producer.rate.bursts": {"every_s": 1, "duration_s": 2}}, "producer.rate.bursts"),
+        ({"producer.rate.bursts": {"every_seconds": 1, "duration_seconds": 2}}, "producer.rate.bursts"),
         ({"producer.synthetic.labels_per_device": 11}, "labels_per_device"),
         ({"producer.dataset.sharding": "kmeans"}, "producer.dataset.sharding"),
     ],
@@ -60,8 +60,8 @@ def test_metrics_have_conventional_names_and_a_child_per_device() -> None:
 
 
 def test_producers_run_until_stopped_by_default_and_zero_duration_means_the_same() -> None:
-    assert load_config(env={}).producer.duration_s is None
-    assert load_config(env={}, overrides={"producer.duration_s": 0}).producer.duration_s is None
-    assert load_config(env={}, overrides={"producer.duration_s": 2.5}).producer.duration_s == 2.5
-    with pytest.raises(ConfigError, match=r"producer\.duration_s"):
-        load_config(env={}, overrides={"producer.duration_s": -1})
+    assert load_config(env={}).producer.duration_seconds is None
+    assert load_config(env={}, overrides={"producer.duration_seconds": 0}).producer.duration_seconds is None
+    assert load_config(env={}, overrides={"producer.duration_seconds": 2.5}).producer.duration_seconds == 2.5
+    with pytest.raises(ConfigError, match=r"producer\.duration_seconds"):
+        load_config(env={}, overrides={"producer.duration_seconds": -1})

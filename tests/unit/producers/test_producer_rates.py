@@ -64,8 +64,8 @@ def test_explicit_rates_override_the_distribution() -> None:
 
 
 def test_schedule_changes_the_factor_at_its_times() -> None:
-    cfg = RateConfig.model_validate({"mean": 100, "schedule": [{"at_s": 0, "factor": 1}, {"at_s": 10, "factor": 3},
-                                                                {"at_s": 20, "factor": 0}]})
+    cfg = RateConfig.model_validate({"mean": 100, "schedule": [
+        {"at_seconds": 0, "factor": 1}, {"at_seconds": 10, "factor": 3}, {"at_seconds": 20, "factor": 0}]})
     profile = RateProfile(cfg, np.array([100.0, 10.0]))
     assert profile.rates(5).tolist() == [100.0, 10.0]
     assert profile.rates(10).tolist() == [300.0, 30.0]
@@ -73,14 +73,14 @@ def test_schedule_changes_the_factor_at_its_times() -> None:
 
 
 def test_schedule_repeats_with_its_period() -> None:
-    cfg = RateConfig.model_validate({"schedule": [{"at_s": 0, "factor": 1}, {"at_s": 5, "factor": 2}],
-                                     "schedule_period_s": 10})
+    cfg = RateConfig.model_validate({"schedule": [{"at_seconds": 0, "factor": 1}, {"at_seconds": 5, "factor": 2}],
+                                     "schedule_period_seconds": 10})
     profile = RateProfile(cfg, np.array([10.0]))
     assert [profile.rates(t)[0] for t in (1, 6, 11, 16)] == [10.0, 20.0, 10.0, 20.0]
 
 
 def test_bursts_are_staggered_across_devices() -> None:
-    cfg = RateConfig.model_validate({"bursts": {"every_s": 4, "duration_s": 1, "factor": 5}})
+    cfg = RateConfig.model_validate({"bursts": {"every_seconds": 4, "duration_seconds": 1, "factor": 5}})
     profile = RateProfile(cfg, np.full(4, 10.0))
     # device d bursts when (t + d) mod 4 < 1: exactly one device at a time
     for t in np.arange(0.0, 8.0, 0.25):
@@ -92,7 +92,7 @@ def test_bursts_are_staggered_across_devices() -> None:
 def test_trace_is_replayed_and_looped(tmp_path: Path) -> None:
     trace = tmp_path / "trace.csv"
     trace.write_text("factor\n1\n2\n0.5\n")
-    cfg = RateConfig(trace=trace, trace_step_s=2.0)
+    cfg = RateConfig(trace=trace, trace_step_seconds=2.0)
     profile = RateProfile(cfg, np.array([100.0]))
     assert [profile.rates(t)[0] for t in (0, 2.5, 5, 6.1)] == [100.0, 200.0, 50.0, 100.0]
 
@@ -128,7 +128,7 @@ def test_pacer_keeps_the_rate_under_jittery_ticks() -> None:
 
 
 def test_pacer_gives_up_deficit_beyond_catch_up() -> None:
-    pacer = Pacer(RateProfile(RateConfig(), np.array([100.0])), catch_up_s=0.5)
+    pacer = Pacer(RateProfile(RateConfig(), np.array([100.0])), catch_up_seconds=0.5)
     pacer.start(0.0)
     burst = pacer.due(10.0)  # a 10 s stall
     assert burst[0] == 50

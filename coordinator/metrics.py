@@ -1,31 +1,72 @@
-"""Fleet balance measures shared by the service, the simulator and benchmarks (pure functions)."""
+"""Prometheus metrics of the coordinator service, declared once (labels: `job`, and `device` per device).
+
+Each `Coordinator` gets its own registry, so tests can run several in one process.
+"""
 
 from __future__ import annotations
 
-import numpy as np
+from prometheus_client import CollectorRegistry
 
-__all__ = ["dif", "straggler_effect", "summarize_times"]
+from streamtrain.metrics import MetricSet
 
+__all__ = ["CoordinatorMetrics"]
 
-def straggler_effect(seconds: np.ndarray | list[float]) -> float:
-    """LBB Eq. 4: SE = (max T - min T) / mean T over the devices' compute times (0 for < 2 devices)."""
-    t = np.asarray(seconds, dtype=np.float64)
-    if t.size < 2:
-        return 0.0
-    mean = float(t.mean())
-    return float((t.max() - t.min()) / mean) if mean > 0 else 0.0
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
-def dif(values: np.ndarray | list[float]) -> float:
-    """Data imbalance factor (CHRONICA): population standard deviation of the values (0 for none)."""
-    v = np.asarray(values, dtype=np.float64)
-    return float(v.std()) if v.size else 0.0
+class CoordinatorMetrics:
+    """The coordinator's metrics on one registry.
 
+    Args:
+        registry: where to register (each service instance passes a fresh `CollectorRegistry()`).
+        job: the value of every metric's `job` label.
+    """
 
-def summarize_times(seconds: np.ndarray | list[float]) -> dict[str, float]:
-    """Median, p99, mean and max of a series of durations (empty series gives zeros)."""
-    t = np.asarray(seconds, dtype=np.float64)
-    if t.size == 0:
-        return {"median": 0.0, "p99": 0.0, "mean": 0.0, "max": 0.0}
-    return {"median": float(np.median(t)), "p99": float(np.percentile(t, 99)), "mean": float(t.mean()),
-            "max": float(t.max())}
+    def __init__(self, registry: CollectorRegistry, job: str) -> None:
+        self.registry = registry
+        self.job = job
+        fleet = MetricSet(registry, "coordinator", ("job",))
+        device = MetricSet(registry, "coordinator", ("job", "device"))
+        reasons = MetricSet(registry, "coordinator", ("job", "reason"))
+
+        self.plan_latency = fleet.histogram("plan_latency_seconds",
+                                            "From the step being due to its plan handed to the producer.",
+                                            _LATENCY_BUCKETS)
+        self.plans = fleet.counter("plans_published", "Plans published on the assignments topic.")
+        self.plans_warm = fleet.counter("plans_warm_start",
+                                        "Step-0 plans published from warm-start models and lag before any feedback.")
+        self.plan_latency_fraction = fleet.gauge("plan_latency_step_fraction",
+                                                 "Last plan's latency over the wall time of the step it followed "
+                                                 "(target < 0.01).")
+        self.plans_partial = fleet.counter("plans_partial",
+                                           "Plans published after the bounded wait without every device's feedback.")
+        self.dead_lettered = reasons.counter("dead_lettered", "Feedback records sent to the dead-letter topic.")
+        self.straggler_effect = fleet.gauge("straggler_effect",
+                                            "SE = (max T - min T) / mean T of the last step's compute seconds.")
+        self.batch_dif = fleet.gauge("batch_dif", "Std of the per-device batch sizes (samples) in the last plan.")
+        self.global_batch = fleet.gauge("global_batch_samples", "Samples over all devices in the last plan.")
+        self.lr_scale = fleet.gauge("lr_scale", "Learning-rate scale of the last plan.")
+        self.step_target = fleet.gauge("step_time_target_seconds", "Step-time target of the last plan.")
+        self.next_step = fleet.gauge("next_plan_step", "The step the next plan is for.")
+        self.predicted = device.gauge("predicted_compute_seconds", "Predicted compute seconds of the device's batch.")
+        self.actual = device.gauge("actual_compute_seconds", "Compute seconds the device reported for its last step.")
+        self.pred_error = device.gauge("prediction_error_ratio",
+                                       "Smoothed |predicted - actual| / actual of the device's model.")
+        self.model_a = device.gauge("model_seconds_per_size", "Model slope a (seconds per unit of sample size).")
+        self.model_b = device.gauge("model_fixed_seconds", "Model intercept b (fixed seconds per step).")
+        self.batch = device.gauge("batch_samples", "Samples planned for the device in the last plan.")
+        self.batch_size = device.gauge("batch_size_total", "Total size planned for the device in the last plan.")
+        self.lag = device.gauge("lag_records", "High watermark minus the trainers' committed offset.")
+        self.lag_seconds = device.gauge("lag_seconds", "Age of the device's oldest pending sample.")
+        self.rate = device.gauge("arrival_rate_samples_per_second", "Records/s arriving on the device topic (EWMA).")
+        self.pending = device.gauge("pending_samples", "Samples in the device's pending index.")
+        self.truncated = device.counter("truncated_samples", "Pending samples plans truncated.")
+        self.deleted = device.counter("deleted_records", "Records removed on the broker by DeleteRecords.")
+        self.feedback = device.counter("feedback_records", "Feedback records applied.")
+
+    def add_device(self, device: str) -> None:
+        """Create the device's children up front, so every series exists from the start."""
+        for metric in (self.predicted, self.actual, self.pred_error, self.model_a, self.model_b, self.batch,
+                       self.batch_size, self.lag, self.lag_seconds, self.rate, self.pending, self.truncated,
+                       self.deleted, self.feedback):
+            metric.labels(job=self.job, device=device)

@@ -29,11 +29,11 @@ from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import DeadLetterSink, TopicSpec, ensure_topics, make_admin, make_consumer, make_control_producer
 from streamtrain.wire import Assignment, StepFeedback, WireError, decode, encode
 
+from .balance import dif, straggler_effect
 from .fleet import FleetTracker
 from .inputs import FeedbackReader, OffsetProbe, read_tail
-from .metrics import dif, straggler_effect
+from .metrics import CoordinatorMetrics
 from .policies import plan_step
-from .service_metrics import CoordinatorMetrics
 from .state import plan_to_assignment
 from .status import StatusServer
 

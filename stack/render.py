@@ -2,7 +2,7 @@
 
 Each dashboard's panels are placed on Grafana's grid (24 columns, 30 px rows, 8 px gaps) from their
 `gridPos`, every target is evaluated with /api/v1/query_range over the last few minutes (variables
-expanded as `stack.dashboards` does), and each series is drawn as one line named by the target's
+expanded as `stack.dashboard_queries` does), and each series is drawn as one line named by the target's
 `legendFormat`, in Grafana's dark theme, with the y axis in the panel's unit. A panel whose targets
 all come back empty says "No data", as Grafana does, and is reported.
 
@@ -27,7 +27,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .dashboards import dashboard_variables, expand_variables
+from .dashboard_queries import dashboard_variables, expand_variables
 
 __all__ = ["Box", "DashboardRender", "Panel", "Series", "dashboard_panels", "dashboards_app", "grid_boxes",
            "legend_name", "query_range", "range_step", "render_dashboard", "render_dashboards"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.metrics import straggler_effect
+from coordinator.balance import straggler_effect
 from streamtrain.wire import StepFeedback
 
 from .ledger import DeviceTally, RunRecords

@@ -36,7 +36,7 @@ def _register_commands() -> None:
     from stack.cli import register as register_stack
     from streamtrain.broker.cli import app as broker_app
     from streamtrain.config_cli import app as config_app
-    from streamtrain.demo import register as register_demo
+    from streamtrain.round_trip import register as register_demo
     from trainer.cli import register as register_trainer
 
     app.add_typer(broker_app, name="broker")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coordinator.metrics import straggler_effect
+from coordinator.balance import straggler_effect
 from stack.report import by_step, median, weighted_loss
 from streamtrain.wire import StepFeedback
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from streamtrain.config import CoordinatorConfig
 
-from ..metrics import straggler_effect
+from ..balance import straggler_effect
 from ..state import Plan, PlanningState
 from .common import batch_from_count, count_caps, normalized, solve_equal_time, with_weights
 

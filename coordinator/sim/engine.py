@@ -40,7 +40,7 @@ import numpy as np
 from streamtrain.config import CoordinatorConfig
 from streamtrain.pacing import report_hold_seconds
 
-from ..metrics import dif, straggler_effect
+from ..balance import dif, straggler_effect
 from ..perfmodel import ModelBank
 from ..policies import plan_step
 from ..state import DeviceBatch, DeviceState, PendingIndex, PlanningState

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from stack.dashboards import load_dashboard_queries
+from stack.dashboard_queries import load_dashboard_queries
 from stack.prometheus import INSTALL_HINT, find_prometheus, instant_query
 from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import KafkaConfig

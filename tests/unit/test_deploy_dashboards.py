@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from coordinator.service_metrics import CoordinatorMetrics
+from coordinator.metrics import CoordinatorMetrics
 from producers.metrics import ProducerMetrics
 from trainer.metrics import TrainerMetrics
 

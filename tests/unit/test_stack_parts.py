@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from producers.sizes import make_size_sampler
-from stack.dashboards import dashboard_queries, expand_variables
+from stack.dashboard_queries import dashboard_queries, expand_variables
 from stack.ledger import DeviceRecord, RunRecords, tally_devices
 from stack.prometheus import find_prometheus, scrape_config
 from stack.report import build_report, build_series

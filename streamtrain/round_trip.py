@@ -1,7 +1,8 @@
 """`streamtrain demo`: the embedded broker and a visible produce → consume round trip.
 
 Variable-size samples go to one topic per device through the idempotent `acks=all` producer,
-are read back, and every seq and size is checked. Later issues grow this into the whole stack.
+are read back, and every seq and size is checked: a check that Kafka works here, before
+`streamtrain up` runs the whole stack.
 """
 
 from __future__ import annotations

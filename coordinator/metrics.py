@@ -35,17 +35,18 @@ class CoordinatorMetrics:
         self.plans = fleet.counter("plans_published", "Plans published on the assignments topic.")
         self.plans_warm = fleet.counter("plans_warm_start",
                                         "Step-0 plans published from warm-start models and lag before any feedback.")
-        self.plan_latency_fraction = fleet.gauge("plan_latency_step_fraction",
+        self.plan_latency_fraction = fleet.gauge("plan_latency_step_ratio",
                                                  "Last plan's latency over the wall time of the step it followed "
                                                  "(target < 0.01).")
         self.plans_partial = fleet.counter("plans_partial",
                                            "Plans published after the bounded wait without every device's feedback.")
-        self.dead_lettered = reasons.counter("dead_lettered", "Feedback records sent to the dead-letter topic.")
-        self.straggler_effect = fleet.gauge("straggler_effect",
+        self.dead_lettered = reasons.counter("dead_lettered_records", "Feedback records sent to the dead-letter topic.")
+        self.straggler_effect = fleet.gauge("straggler_effect_ratio",
                                             "SE = (max T - min T) / mean T of the last step's compute seconds.")
-        self.batch_dif = fleet.gauge("batch_dif", "Std of the per-device batch sizes (samples) in the last plan.")
+        self.batch_dif = fleet.gauge("batch_dif_samples",
+                                     "Std of the per-device batch sizes (samples) in the last plan.")
         self.global_batch = fleet.gauge("global_batch_samples", "Samples over all devices in the last plan.")
-        self.lr_scale = fleet.gauge("lr_scale", "Learning-rate scale of the last plan.")
+        self.lr_scale = fleet.gauge("lr_scale_ratio", "Learning-rate scale of the last plan.")
         self.step_target = fleet.gauge("step_time_target_seconds", "Step-time target of the last plan.")
         self.next_step = fleet.gauge("next_plan_step", "The step the next plan is for.")
         self.predicted = device.gauge("predicted_compute_seconds", "Predicted compute seconds of the device's batch.")
@@ -55,7 +56,7 @@ class CoordinatorMetrics:
         self.model_a = device.gauge("model_seconds_per_size", "Model slope a (seconds per unit of sample size).")
         self.model_b = device.gauge("model_fixed_seconds", "Model intercept b (fixed seconds per step).")
         self.batch = device.gauge("batch_samples", "Samples planned for the device in the last plan.")
-        self.batch_size = device.gauge("batch_size_total", "Total size planned for the device in the last plan.")
+        self.batch_size = device.gauge("batch_total_size", "Total size planned for the device in the last plan.")
         self.lag = device.gauge("lag_records", "High watermark minus the trainers' committed offset.")
         self.lag_seconds = device.gauge("lag_seconds", "Age of the device's oldest pending sample.")
         self.rate = device.gauge("arrival_rate_samples_per_second", "Records/s arriving on the device topic (EWMA).")

@@ -35,7 +35,7 @@ class ProducerMetrics:
                                             "Times the local queue was full and publishing waited for deliveries.")
         self.queued = process.gauge("queued_records", "Records waiting in the local queue for the broker.")
         self.broker_up = process.gauge("broker_up", "1 while the broker is reachable, 0 while it is reported down.")
-        self.skipped_files = process.gauge("dataset_files_skipped", "Dataset files skipped as unusable.")
+        self.skipped_files = process.gauge("dataset_skipped_files", "Dataset files skipped as unusable.")
         self.broker_up.set(1)
         for d in devices:
             for metric in (self.sent, self.failed, self.injected, self.bytes_sent, self.size_sent,

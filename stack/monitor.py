@@ -132,7 +132,7 @@ class Monitor:
                 buffer=_value(tm, "streamtrain_trainer_buffer_depth_samples"),
                 loss=_value(tm, "streamtrain_trainer_loss"),
                 trained=_value(tm, "streamtrain_trainer_samples_total"),
-                truncated=_value(tm, "streamtrain_trainer_truncated_total"),
+                truncated=_value(tm, "streamtrain_trainer_truncated_samples_total"),
             ))
         for i, row in enumerate(rows):  # a service that has stopped keeps showing its last values
             last = self._last.get(row.device)
@@ -143,7 +143,7 @@ class Monitor:
             self._last[row.device] = rows[i]
         return StackSnapshot(
             elapsed_s=time.monotonic() - self.started, phase=self.phase, policy=status.get("policy"),
-            step=self.step(), straggler_effect=_value(coord, "streamtrain_coordinator_straggler_effect"),
+            step=self.step(), straggler_effect=_value(coord, "streamtrain_coordinator_straggler_effect_ratio"),
             plan_latency_ms=status.get("plan_latency_ms_median"), rows=rows, notes=list(self.notes))
 
 

@@ -30,7 +30,7 @@ class TrainerMetrics:
         gauge, counter = metrics.gauge, metrics.counter
 
         self.batch_samples = gauge("batch_samples", "Samples this rank trained in the last step.").labels(**labels)
-        self.batch_size = gauge("batch_size_total", "Total size of the samples trained in the last step.").labels(
+        self.batch_size = gauge("batch_total_size", "Total size of the samples trained in the last step.").labels(
             **labels)
         self.compute = gauge("compute_seconds", "Compute time of the last step, less exposed communication.").labels(
             **labels)
@@ -45,13 +45,13 @@ class TrainerMetrics:
         self.loss = gauge("loss", "Mean loss of the last step with samples.").labels(**labels)
         self.samples_per_second = gauge("samples_per_second", "Samples trained per second of the last step, "
                                         "waiting and holding included.").labels(**labels)
-        self.global_step = gauge("step", "Steps completed.").labels(**labels)
+        self.global_step = gauge("completed_steps", "Steps completed.").labels(**labels)
         self.committed_offset = gauge("committed_offset", "Last offset committed for the device topic.").labels(
             **labels)
         self.memory = gauge("memory_bytes", "Peak memory of the last step.").labels(**labels)
         self.samples = counter("samples", "Samples trained.").labels(**labels)
-        self.dead_lettered = counter("dead_lettered", "Records sent to the dead-letter topic.").labels(**labels)
-        self.truncated = counter("truncated", "Samples dropped by truncation.").labels(**labels)
+        self.dead_lettered = counter("dead_lettered_records", "Records sent to the dead-letter topic.").labels(**labels)
+        self.truncated = counter("truncated_samples", "Samples dropped by truncation.").labels(**labels)
         self.plans_late = counter("plans_late", "Steps run on a local plan because the Assignment was late.").labels(
             **labels)
         self.compressed_steps = counter("compressed_steps", "Steps whose every gradient bucket went Top-k.").labels(

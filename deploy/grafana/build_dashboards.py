@@ -46,7 +46,7 @@ def q(expr: str, legend: str = "{{device}}") -> Query:
 BALANCE = (
     Panel("Straggler effect (SE)", "SE = (max T - min T) / mean T of the last step's compute seconds "
           "(coordinator). 0 is a perfectly balanced step.",
-          (q("streamtrain_coordinator_straggler_effect", "SE"),), unit="percentunit"),
+          (q("streamtrain_coordinator_straggler_effect_ratio", "SE"),), unit="percentunit"),
     Panel("Step time per device", "Collate-to-optimizer seconds of each rank's last step (trainer).",
           (q(f"streamtrain_trainer_step_seconds{{{DEVICE}}}"),), unit="s"),
     Panel("Batch per device (samples)", "Samples each rank trained in its last step, and what the "
@@ -54,7 +54,7 @@ BALANCE = (
           (q(f"streamtrain_trainer_batch_samples{{{DEVICE}}}", "trained {{device}}"),
            q(f"streamtrain_coordinator_batch_samples{{{DEVICE}}}", "planned {{device}}"))),
     Panel("Batch per device (total size)", "Total size (frames, tokens) of each rank's last batch.",
-          (q(f"streamtrain_trainer_batch_size_total{{{DEVICE}}}"),)),
+          (q(f"streamtrain_trainer_batch_total_size{{{DEVICE}}}"),)),
     Panel("Predicted vs actual compute", "The coordinator's predicted compute seconds of each device's "
           "batch against the compute seconds the device reported.",
           (q(f"streamtrain_coordinator_predicted_compute_seconds{{{DEVICE}}}", "predicted {{device}}"),
@@ -72,8 +72,8 @@ BALANCE = (
           "global batch (samples), std of the per-device batches, and learning-rate scale.",
           (q("streamtrain_coordinator_step_time_target_seconds", "step target (s)"),
            q("streamtrain_coordinator_global_batch_samples", "global batch"),
-           q("streamtrain_coordinator_batch_dif", "batch DIF"),
-           q("streamtrain_coordinator_lr_scale", "LR scale"))),
+           q("streamtrain_coordinator_batch_dif_samples", "batch DIF"),
+           q("streamtrain_coordinator_lr_scale_ratio", "LR scale"))),
 )
 
 THROUGHPUT = (
@@ -115,7 +115,7 @@ LAG = (
           "trainers dropped because of it.",
           (q(f"sum by (device) (rate(streamtrain_coordinator_truncated_samples_total{{{DEVICE}}}[1m]))",
              "planned {{device}}"),
-           q(f"sum by (device) (rate(streamtrain_trainer_truncated_total{{{DEVICE}}}[1m]))", "dropped {{device}}")),
+           q(f"sum by (device) (rate(streamtrain_trainer_truncated_samples_total{{{DEVICE}}}[1m]))", "dropped {{device}}")),
           unit="ops"),
     Panel("Pending samples and deleted records", "The coordinator's pending index per device, and records "
           "removed on the broker by DeleteRecords per second.",
@@ -124,9 +124,9 @@ LAG = (
              "deleted/s {{device}}"))),
     Panel("Dead letters", "Records sent to the dead-letter topic over 5 minutes: samples (trainers, per "
           "device) and feedback (coordinator, per reason; 0 until the first one).",
-          (q(f"sum by (device) (increase(streamtrain_trainer_dead_lettered_total{{{DEVICE}}}[5m]))",
+          (q(f"sum by (device) (increase(streamtrain_trainer_dead_lettered_records_total{{{DEVICE}}}[5m]))",
              "samples {{device}}"),
-           q("sum by (reason) (increase(streamtrain_coordinator_dead_lettered_total[5m])) or on() vector(0)",
+           q("sum by (reason) (increase(streamtrain_coordinator_dead_lettered_records_total[5m])) or on() vector(0)",
              "feedback {{reason}}")), width=12),
     Panel("Producer delivery failures", "Samples whose delivery failed for good, over 5 minutes, per device.",
           (q(f"sum by (device) (increase(streamtrain_producer_samples_failed_total{{{DEVICE}}}[5m]))"),)),
@@ -151,7 +151,7 @@ TRAINING = (
           "5 minutes, per device.",
           (q(f"sum by (device) (increase(streamtrain_trainer_plans_late_total{{{DEVICE}}}[5m]))"),)),
     Panel("Steps", "Steps completed by each rank.",
-          (q(f"streamtrain_trainer_step{{{DEVICE}}}"),)),
+          (q(f"streamtrain_trainer_completed_steps{{{DEVICE}}}"),)),
     Panel("Peak memory per step", "Peak memory of each rank's last step (CUDA allocated, or peak RSS on the "
           "CPU).", (q(f"streamtrain_trainer_memory_bytes{{{DEVICE}}}"),), unit="bytes"),
     Panel("Feedback records/s", "Feedback records the coordinator applied, per device.",

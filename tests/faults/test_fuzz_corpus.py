@@ -113,11 +113,11 @@ def test_trainer_rank_dead_letters_every_bad_record_and_keeps_training(kafka_cfg
         while time.monotonic() < deadline + 60:
             assert proc.poll() is None, log.read_text()[-4000:]  # no crash
             metrics = _scrape(url)
-            if (metrics.get("streamtrain_trainer_dead_lettered_total", 0) >= BAD + len(plans)
+            if (metrics.get("streamtrain_trainer_dead_lettered_records_total", 0) >= BAD + len(plans)
                     and metrics.get("streamtrain_trainer_samples_total", 0) >= good):
                 break
             time.sleep(0.5)
-        assert metrics["streamtrain_trainer_dead_lettered_total"] == BAD + len(plans)
+        assert metrics["streamtrain_trainer_dead_lettered_records_total"] == BAD + len(plans)
         assert metrics["streamtrain_trainer_samples_total"] >= good  # every good sample trained
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()[-4000:]
@@ -153,7 +153,7 @@ def test_coordinator_dead_letters_bad_feedback_by_reason(kafka_cfg: KafkaConfig)
         want = reason_counts(bad)
 
         def counted() -> Counter[str]:
-            return Counter({r: int(registry.get_sample_value("streamtrain_coordinator_dead_lettered_total",
+            return Counter({r: int(registry.get_sample_value("streamtrain_coordinator_dead_lettered_records_total",
                                                              {"job": JOB, "reason": r}) or 0) for r in want})
 
         deadline = time.monotonic() + 45

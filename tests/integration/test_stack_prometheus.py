@@ -84,7 +84,7 @@ def test_every_dashboard_query_returns_data_from_the_local_stack(tmp_path: Path,
         topics = _first(r"topics (\S+)\.\*", log)
         assert url and topics, log.read_text()
         _wait_for("every target scraped and 5 steps on both ranks", lambda: _value(url, "count(up == 1)") == 5
-                  and _value(url, "min(streamtrain_trainer_step)") >= 5, 120, proc, log)
+                  and _value(url, "min(streamtrain_trainer_completed_steps)") >= 5, 120, proc, log)
 
         kafka = KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=topics)
         producer = make_producer(kafka)
@@ -92,7 +92,8 @@ def test_every_dashboard_query_returns_data_from_the_local_stack(tmp_path: Path,
             producer.produce(kafka.topics.device("0"), value=f"not a sample {i}".encode())
         assert producer.flush(30) == 0
         _wait_for("the bad records dead-lettered and scraped",
-                  lambda: _value(url, "sum(streamtrain_trainer_dead_lettered_total)") >= BAD_RECORDS, 90, proc, log)
+                  lambda: _value(url, "sum(streamtrain_trainer_dead_lettered_records_total)") >= BAD_RECORDS, 90, proc,
+                  log)
         time.sleep(5.0)  # a few more scrapes, so every rate() window holds several points
 
         failures = []

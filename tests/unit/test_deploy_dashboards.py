@@ -18,11 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
-
-from coordinator.metrics import CoordinatorMetrics
-from producers.metrics import ProducerMetrics
-from trainer.metrics import TrainerMetrics
+from metric_families import service_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
@@ -65,18 +61,8 @@ def _targets() -> list[tuple[str, str, str]]:
 
 def _declared_metric_names() -> set[str]:
     """Every sample name the producers, trainer and coordinator expose (counters with _total, etc.)."""
-    registry = CollectorRegistry()
-    ProducerMetrics(registry, ["0"])
-    trainer_registry = CollectorRegistry()
-    TrainerMetrics(trainer_registry, "0", "job")
-    coordinator = CoordinatorMetrics(CollectorRegistry(), "job")
-    coordinator.add_device("0")
-    names: set[str] = set()
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
-    for reg in (registry, trainer_registry, coordinator.registry):
-        for family in reg.collect():
-            names.update(family.name + suffix for suffix in suffixes[family.type])
-    return names
+    return {family.name + suffix for _, family in service_metric_families() for suffix in suffixes[family.type]}
 
 
 def _generator() -> ModuleType:

@@ -180,7 +180,7 @@ def test_report_has_the_required_figures_and_series() -> None:
 def test_dashboard_variables_expand_to_queries_prometheus_can_run() -> None:
     dashboard = {
         "templating": {"list": [
-            {"name": "device", "type": "query", "query": "label_values(streamtrain_trainer_step, device)",
+            {"name": "device", "type": "query", "query": "label_values(streamtrain_trainer_completed_steps, device)",
              "includeAll": True, "current": {"value": ["$__all"]}},
             {"name": "ds", "type": "datasource", "current": {"value": "prom"}},
             {"name": "q", "type": "constant", "query": "0.99"},

@@ -115,7 +115,7 @@ def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConf
                                         {"job": JOB, "device": "slow"}) == 80
             assert reg.get_sample_value("streamtrain_coordinator_deleted_records_total",
                                         {"job": JOB, "device": "slow"}) == 80
-            assert reg.get_sample_value("streamtrain_coordinator_dead_lettered_total",
+            assert reg.get_sample_value("streamtrain_coordinator_dead_lettered_records_total",
                                         {"job": JOB, "reason": "missing-header"}) == 1
         letters = list(read_to_end(kafka_cfg, [kafka_cfg.topics.dead_letter]))
         assert [dict(m.headers() or [])[REASON_HEADER] for m in letters] == [b"missing-header"]

@@ -56,7 +56,7 @@ def test_step_zero_is_planned_from_warm_start_then_feedback_takes_over(kafka_cfg
         fraction = status["last_plan"]["latency_step_fraction"]
         assert fraction == pytest.approx(status["last_plan"]["latency_ms"] / 1e3 / 2.0)
         assert 0 < fraction < 0.01 and status["plan_latency_step_fraction_median"] == pytest.approx(fraction)
-        gauge = reg.get_sample_value("streamtrain_coordinator_plan_latency_step_fraction", {"job": JOB})
+        gauge = reg.get_sample_value("streamtrain_coordinator_plan_latency_step_ratio", {"job": JOB})
         assert gauge == pytest.approx(fraction)
         assert reg.get_sample_value("streamtrain_coordinator_plans_warm_start_total", {"job": JOB}) == 1
         assert time.monotonic() - started < 60

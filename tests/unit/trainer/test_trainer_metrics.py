@@ -31,12 +31,12 @@ def test_step_metrics_carry_device_and_job_labels() -> None:
         return registry.get_sample_value(f"streamtrain_trainer_{name}", labels)
 
     assert value("samples_total") == 10 and value("batch_samples") == 6
-    assert value("truncated_total") == 2 and value("dead_lettered_total") == 3
+    assert value("truncated_samples_total") == 2 and value("dead_lettered_records_total") == 3
     assert value("plans_late_total") == 1 and value("compressed_steps_total") == 1
     assert value("loss") == 0.5  # a step without samples leaves the last loss
     assert value("samples_per_second") == pytest.approx(6 / 0.5)
     assert value("step_seconds") == 0.4 and value("data_wait_seconds") == 0.1 and value("comm_seconds") == 0.05
-    assert value("buffer_depth_samples") == 3 and value("step") == 2
+    assert value("buffer_depth_samples") == 3 and value("completed_steps") == 2
 
 
 def test_child_environment_carries_the_resolved_config(monkeypatch: pytest.MonkeyPatch) -> None:

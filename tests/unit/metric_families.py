@@ -1,0 +1,23 @@
+"""Every metric family the producers, the coordinator and a trainer rank export, for tests that audit them."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+
+from coordinator.metrics import CoordinatorMetrics
+from producers.metrics import ProducerMetrics
+from trainer.metrics import TrainerMetrics
+
+
+def service_metric_families() -> list[tuple[str, Metric]]:
+    """(service, metric family) of each service's metrics, declared on fresh registries with one device."""
+    producer = CollectorRegistry()
+    ProducerMetrics(producer, ["0"])
+    trainer = CollectorRegistry()
+    TrainerMetrics(trainer, "0", "job")
+    coordinator = CoordinatorMetrics(CollectorRegistry(), "job")
+    coordinator.add_device("0")
+    return [(service, family) for service, registry in
+            (("producer", producer), ("trainer", trainer), ("coordinator", coordinator.registry))
+            for family in registry.collect()]

@@ -1,42 +1,65 @@
 #!/usr/bin/env python3
-"""Write the provisioned Grafana dashboards (deploy/grafana/dashboards/*.json) from one description.
+"""Write the provisioned Grafana dashboards (deploy/grafana/dashboards/*.json) with Grafana's own SDK.
 
-    python deploy/grafana/build_dashboards.py      # rewrites the JSON files next to this script
+    .venv/bin/python deploy/grafana/build_dashboards.py      # rewrites the JSON files next to this script
 
-Every panel queries the provisioned Prometheus datasource (uid `streamtrain-prometheus`) with plain
-PromQL over the metrics the services export (streamtrain/metrics.py naming: streamtrain_<service>_<name>).
-The only Grafana variable is `$device`, always used as `device=~"$device"`, so substituting `.*`
-gives an expression Prometheus evaluates as is. Rate windows are fixed ([1m], [5m]) for the same reason.
+The dashboards are built with `grafana-foundation-sdk`, the typed builders Grafana generates from its own
+schemas, pinned in pyproject.toml to the Grafana release docker-compose.yml runs (the SDK is pre-1.0: its
+builders change between releases, and a dashboard built for one Grafana version is what that version
+expects). Every panel queries the provisioned Prometheus datasource (uid `streamtrain-prometheus`) with
+plain PromQL over the metrics the services export (`streamtrain_<service>_<name>_<unit>`). The only
+Grafana variable is `$device`, always used as `device=~"$device"`, so substituting `.*` gives an
+expression Prometheus evaluates as is. Rate windows are fixed ([1m], [5m]) for the same reason.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DATASOURCE = {"type": "prometheus", "uid": "streamtrain-prometheus"}
+from grafana_foundation_sdk.builders.common import VizLegendOptions, VizTooltipOptions
+from grafana_foundation_sdk.builders.dashboard import Dashboard, DashboardLink, QueryVariable
+from grafana_foundation_sdk.builders.prometheus import Dataquery
+from grafana_foundation_sdk.builders.timeseries import Panel as Timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement, SortOrder, TooltipDisplayMode
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DashboardLinkType,
+    DataSourceRef,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
+
+DATASOURCE_UID = "streamtrain-prometheus"
 DEVICE = 'device=~"$device"'
 OUT = Path(__file__).resolve().parent / "dashboards"
+#: The series the `$device` variable lists its values from (every device has a producer stream).
+DEVICE_VALUES = "label_values(streamtrain_producer_target_rate_samples_per_second, device)"
+PANEL_HEIGHT = 8
 
 
 @dataclass(frozen=True)
 class Query:
+    """One PromQL target of a panel and the legend of its series."""
+
     expr: str
     legend: str = ""
 
 
 @dataclass(frozen=True)
 class Panel:
+    """A time-series panel: what it shows (title, description), its queries, unit and width (of 24 columns)."""
+
     title: str
     description: str
     queries: tuple[Query, ...]
     unit: str = "short"
-    kind: str = "timeseries"
     width: int = 12
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def q(expr: str, legend: str = "{{device}}") -> Query:
@@ -170,76 +193,57 @@ DASHBOARDS = {
 }
 
 
-def _panel(panel: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
-    return {
-        "id": pid,
-        "type": panel.kind,
-        "title": panel.title,
-        "description": panel.description,
-        "datasource": DATASOURCE,
-        "gridPos": {"h": 8, "w": panel.width, "x": x, "y": y},
-        "fieldConfig": {"defaults": {"unit": panel.unit, "custom": {"lineWidth": 1, "fillOpacity": 0}},
-                        "overrides": []},
-        "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-                    "tooltip": {"mode": "multi", "sort": "desc"}},
-        "targets": [
-            {"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": query.expr,
-             "legendFormat": query.legend, "range": True}
-            for i, query in enumerate(panel.queries)
-        ],
-        **panel.extra,
-    }
+def _datasource() -> DataSourceRef:
+    return DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
 
 
-def dashboard(uid: str, title: str, description: str, panels: tuple[Panel, ...]) -> dict[str, Any]:
-    """One dashboard's JSON model: panels laid out two per row (or full width), with the $device variable."""
-    laid_out, x, y = [], 0, 0
-    for pid, panel in enumerate(panels, start=1):
-        if x + panel.width > 24:
-            x, y = 0, y + 8
-        laid_out.append(_panel(panel, pid, x, y))
-        x += panel.width
-    links = [{"title": other_title, "url": f"/d/{other_uid}", "type": "link", "keepTime": True,
-              "includeVars": True}
-             for other_uid, (other_title, _, _) in DASHBOARDS.items() if other_uid != uid]
-    return {
-        "uid": uid,
-        "title": title,
-        "description": description,
-        "tags": ["streamtrain"],
-        "timezone": "browser",
-        "editable": True,
-        "graphTooltip": 1,
-        "refresh": "10s",
-        "time": {"from": "now-30m", "to": "now"},
-        "schemaVersion": 39,
-        "version": 1,
-        "links": links,
-        "templating": {"list": [{
-            "name": "device",
-            "label": "device",
-            "type": "query",
-            "datasource": DATASOURCE,
-            "query": {"query": "label_values(streamtrain_producer_target_rate_samples_per_second, device)",
-                      "refId": "device"},
-            "definition": "label_values(streamtrain_producer_target_rate_samples_per_second, device)",
-            "refresh": 2,
-            "includeAll": True,
-            "multi": True,
-            "allValue": ".*",
-            "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-            "sort": 3,
-        }]},
-        "annotations": {"list": []},
-        "panels": laid_out,
-    }
+def _timeseries(panel: Panel) -> Timeseries:
+    """`panel` as a Grafana time-series panel: thin lines, legend below, a shared tooltip sorted by value."""
+    built = (Timeseries().title(panel.title).description(panel.description).datasource(_datasource())
+             .height(PANEL_HEIGHT).span(panel.width).unit(panel.unit).line_width(1).fill_opacity(0)
+             .legend(VizLegendOptions().display_mode(LegendDisplayMode.LIST).placement(LegendPlacement.BOTTOM)
+                     .show_legend(True))
+             .tooltip(VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.DESCENDING)))
+    for ref, query in zip("ABCDEFGH", panel.queries, strict=False):
+        built.with_target(Dataquery().ref_id(ref).datasource(_datasource()).expr(query.expr)
+                          .legend_format(query.legend).range())
+    return built
+
+
+def _device_variable() -> QueryVariable:
+    """`$device`: every device with a producer stream, several at once, "All" as the regex `.*`."""
+    return (QueryVariable("device").label("device").datasource(_datasource()).query(DEVICE_VALUES)
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.NUMERICAL_ASC)
+            .multi(True).include_all(True).all_value(".*")
+            .current(VariableOption(selected=True, text=["All"], value=["$__all"])))
+
+
+def dashboard(uid: str) -> Dashboard:
+    """The builder of one dashboard: its panels two per row (or full width), links to the others, `$device`."""
+    title, description, panels = DASHBOARDS[uid]
+    built = (Dashboard(title).uid(uid).description(description).tags(["streamtrain"]).timezone("browser")
+             .editable().tooltip(DashboardCursorSync.CROSSHAIR).refresh("10s").time("now-30m", "now")
+             .with_variable(_device_variable()))
+    for other_uid, (other_title, _, _) in DASHBOARDS.items():
+        if other_uid != uid:
+            built.link(DashboardLink(other_title).type(DashboardLinkType.LINK).url(f"/d/{other_uid}")
+                       .keep_time(True).include_vars(True))
+    for panel in panels:
+        built.with_panel(_timeseries(panel))
+    return built
+
+
+def dashboard_json(uid: str) -> dict[str, Any]:
+    """One dashboard's JSON model, as the file holds it."""
+    model: dict[str, Any] = json.loads(json.dumps(dashboard(uid).build(), cls=JSONEncoder))
+    return model
 
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    for uid, (title, description, panels) in DASHBOARDS.items():
+    for uid in DASHBOARDS:
         path = OUT / f"{uid}.json"
-        path.write_text(json.dumps(dashboard(uid, title, description, panels), indent=2, ensure_ascii=False) + "\n")
+        path.write_text(json.dumps(dashboard_json(uid), indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {path}")
     return 0
 

@@ -128,10 +128,30 @@ def test_queries_name_only_metrics_the_services_declare() -> None:
 
 def test_the_json_is_what_the_generator_writes() -> None:
     generator = _generator()
-    for uid, (title, description, panels) in generator.DASHBOARDS.items():
-        expected = generator.dashboard(uid, title, description, panels)
-        assert _load(DASHBOARDS / f"{uid}.json") == expected, (
+    assert sorted(generator.DASHBOARDS) == [p.stem for p in FILES]
+    for uid in generator.DASHBOARDS:
+        assert _load(DASHBOARDS / f"{uid}.json") == generator.dashboard_json(uid), (
             f"{uid}.json is stale: run python deploy/grafana/build_dashboards.py")
+
+
+def test_panels_tile_grafanas_grid_for_the_pinned_grafana() -> None:
+    """Panels sit side by side on the 24-column grid without overlapping; the schema is the pinned Grafana's."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    env = dict(line.split("=", 1) for line in (ROOT / ".env").read_text().splitlines()
+               if line and not line.startswith("#"))
+    assert env["GRAFANA_IMAGE"].startswith("grafana/grafana:11.6.")
+    assert compose["services"]["grafana"]["image"] == "${GRAFANA_IMAGE:-" + env["GRAFANA_IMAGE"] + "}"
+    for path in FILES:
+        model = _load(path)
+        assert model["schemaVersion"] == 41  # Grafana 11.6's dashboard schema
+        cells: set[tuple[int, int]] = set()
+        for panel in model["panels"]:
+            grid = panel["gridPos"]
+            assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, (path.name, panel["title"])
+            mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"])
+                    for y in range(grid["y"], grid["y"] + grid["h"])}
+            assert not mine & cells, (path.name, panel["title"])
+            cells |= mine
 
 
 def test_prometheus_parses_every_query(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Assigning a dataset's samples to devices: random, stratified, or distribution-aware sharding.
 
-From "systematic data sharding" (papers/systematic-data-sharding.md): stratified sharding deals
+From "Is Systematic Data Sharding able to Stabilize Asynchronous Parameter Server Training?" (Provatas
+et al.): stratified sharding deals
 each class round-robin over the devices so every shard keeps the class proportions;
 distribution-aware sharding does the same for k-means neighbourhoods found after PCA, and
 broadcasts neighbourhoods with fewer samples than devices to every device (too few to split, yet

@@ -1,6 +1,6 @@
 """Step plans of one rank: the coordinator's Assignments by step, and the local fallback when one is late.
 
-A late plan must not stall training (DESIGN section 5). The fallback repeats the last time budget
+A late plan must not stall training (docs/architecture.md, "Semantics"). The fallback repeats the last time budget
 the coordinator gave this device, turned into a size budget by a local fit of T = a*size + b over
 the rank's own recent steps; without a usable fit it repeats the last planned count, and before
 any plan at all it trains `local_batch` samples. Either way the oldest samples go first.

@@ -164,7 +164,8 @@ class TrainerConfig(BaseModel):
 
     commit_after_checkpoint: bool = True
     """With checkpoints on, commit device offsets only once a checkpoint holds the steps that trained them
-    (DESIGN section 5: a crash then retrains nothing committed); off commits after every step."""
+    (a crash then retrains nothing committed: at-least-once without repeats of committed work); off commits
+    after every step."""
 
     log_every: int = Field(default=10, ge=1)
     """Steps between a rank's one-line progress log."""

@@ -1,4 +1,4 @@
-"""The provisioned Grafana dashboards: valid JSON, the panels the issue asks for, the provisioned
+"""The provisioned Grafana dashboards: valid JSON, the panels operators need, the provisioned
 datasource, metric names the services really declare, and PromQL the real Prometheus parser accepts.
 
 (`tests/integration` evaluates every expression against a Prometheus scraping a live local stack.)
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
 FILES = sorted(DASHBOARDS.glob("*.json"))
 
-#: What the issue asks the dashboards to show, as (dashboard uid, words every matching panel title has).
+#: What the dashboards must show, as (dashboard uid, words every matching panel title has).
 REQUIRED = [
     ("streamtrain-balance", "straggler effect"),
     ("streamtrain-balance", "step time per device"),

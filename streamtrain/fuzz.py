@@ -66,7 +66,7 @@ def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_featur
 
     Args:
         count: records to generate.
-        device_id: written into the samples that decode.
+        device_id: the device topic's device, written into every sample (one kind claims another device).
         seed: seed of every random choice (same seed, same corpus).
         num_features: the trainer's features per frame (one kind has one too many).
         num_classes: the trainer's classes (one kind has a label out of range).
@@ -124,7 +124,8 @@ def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_featur
 
     def size_header_wrong(i: int) -> FuzzRecord:
         n = int(rng.integers(1, 6))
-        value, headers = _raw_sample(n, (n, feats), rows(n), seq=i, header_size=n + int(rng.integers(1, 1000)))
+        value, headers = _raw_sample(n, (n, feats), rows(n), seq=i, device_id=device_id,
+                                     header_size=n + int(rng.integers(1, 1000)))
         return FuzzRecord("size-header-mismatch", "size-mismatch", value, headers)
 
     def size_header_garbage(i: int) -> FuzzRecord:
@@ -134,45 +135,51 @@ def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_featur
 
     def negative_size(i: int) -> FuzzRecord:
         n = -int(rng.integers(1, 2**31 - 1))
-        value, headers = _raw_sample(n, (n, feats), rows(1), seq=i)
+        value, headers = _raw_sample(n, (n, feats), rows(1), seq=i, device_id=device_id)
         return FuzzRecord("negative-size", "invalid-sample", value, headers)
 
     def zero_size(i: int) -> FuzzRecord:
-        value, headers = _raw_sample(0, (0, feats), b"", seq=i)
+        value, headers = _raw_sample(0, (0, feats), b"", seq=i, device_id=device_id)
         return FuzzRecord("zero-size", "invalid-sample", value, headers)
 
     def huge_size(i: int) -> FuzzRecord:
         n = int(rng.integers(2**24, 2**31 - 1))  # claims gigabytes, carries a few rows
-        value, headers = _raw_sample(n, (n, feats), rows(2), seq=i)
+        value, headers = _raw_sample(n, (n, feats), rows(2), seq=i, device_id=device_id)
         return FuzzRecord("huge-size", "invalid-sample", value, headers)
 
     def shape_vs_data(i: int) -> FuzzRecord:
         n = int(rng.integers(2, 6))
         data = rows(n)[: -4 * int(rng.integers(1, feats + 1))]
-        value, headers = _raw_sample(n, (n, feats), data, seq=i)
+        value, headers = _raw_sample(n, (n, feats), data, seq=i, device_id=device_id)
         return FuzzRecord("shape-not-data-length", "invalid-sample", value, headers)
 
     def non_finite(i: int) -> FuzzRecord:
         n = int(rng.integers(1, 6))
         fill = (math.nan, math.inf, -math.inf)[i % 3]
-        value, headers = _raw_sample(n, (n, feats), rows(n, fill), seq=i)
+        value, headers = _raw_sample(n, (n, feats), rows(n, fill), seq=i, device_id=device_id)
         return FuzzRecord("nan-inf-payload", "invalid-sample", value, headers)
 
     def wrong_features(i: int) -> FuzzRecord:
         n = int(rng.integers(1, 6))
         arr = rng.standard_normal((n, feats + 1)).astype(np.float32)
-        value, headers = _raw_sample(n, (n, feats + 1), arr.tobytes(), seq=i)
+        value, headers = _raw_sample(n, (n, feats + 1), arr.tobytes(), seq=i, device_id=device_id)
         return FuzzRecord("wrong-feature-count", "untrainable", value, headers)
 
     def bad_label(i: int) -> FuzzRecord:
         n = int(rng.integers(1, 6))
-        value, headers = _raw_sample(n, (n, feats), rows(n), label=num_classes + int(rng.integers(0, 99)), seq=i)
+        value, headers = _raw_sample(n, (n, feats), rows(n), label=num_classes + int(rng.integers(0, 99)), seq=i,
+                                     device_id=device_id)
         return FuzzRecord("label-out-of-range", "untrainable", value, headers)
+
+    def other_device(i: int) -> FuzzRecord:
+        n = int(rng.integers(1, 6))
+        value, headers = _raw_sample(n, (n, feats), rows(n), seq=i, device_id=f"{device_id}-other")
+        return FuzzRecord("other-device", "device-mismatch", value, headers)
 
     makers: list[Callable[[int], FuzzRecord]] = [
         random_body, truncated, trailing, tombstone, unknown_fp, wrong_schema, no_headers, no_size_header,
         size_header_wrong, size_header_garbage, negative_size, zero_size, huge_size, shape_vs_data, non_finite,
-        wrong_features, bad_label,
+        wrong_features, bad_label, other_device,
     ]
     oversize_every = 0
     if oversize_bytes is not None:

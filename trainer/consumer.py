@@ -62,6 +62,7 @@ class RankConsumer:
         dead_letter_plans: bool = False,
     ) -> None:
         self.config = trainer
+        self.device_id = device_id
         self.topic = kafka.topics.device(device_id)
         self.assignments_topic = kafka.topics.assignments
         self.partition = TopicPartition(self.topic, 0)
@@ -163,7 +164,7 @@ class RankConsumer:
             self.buffer.skip(offset)
             return
         try:
-            sample = decode(value, msg.headers(), Sample)
+            sample = decode(value, msg.headers(), Sample, device=self.device_id)
         except WireError as exc:
             self._dead_letter(msg, exc.reason, str(exc))
             self.buffer.skip(offset)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import DeadLetterSink, make_consumer, read_to_end, tail_positions
 from streamtrain.wire import StepFeedback, WireError, decode
@@ -47,6 +48,7 @@ class FeedbackReader:
         self.job = job
         self.dead_letters = dead_letters
         self.on_dead_letter = on_dead_letter
+        self.kafka = cfg
         self._consumer = make_consumer(cfg, f"{job}.coordinator")
         self._replay_end: dict[int, int] = {}
 
@@ -75,6 +77,9 @@ class FeedbackReader:
     def _handle(self, msg: Message, out: list[StepFeedback]) -> None:
         err = msg.error()
         if err is not None:
+            if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                return  # its group is never used (no commits): a principal without rights on it reads just the same
+            raise_if_refused(self.kafka, err, "READ", msg.topic() or self.topic, "topic")
             if err.code() != KafkaError._PARTITION_EOF:
                 logger.warning("feedback consumer error: %s", err)
             return

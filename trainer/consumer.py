@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig, TrainerConfig
 from streamtrain.kafka import DeadLetterSink, consume_available, make_consumer
 from streamtrain.wire import Assignment, Sample, WireError, decode
@@ -62,6 +63,8 @@ class RankConsumer:
         dead_letter_plans: bool = False,
     ) -> None:
         self.config = trainer
+        self.kafka = kafka
+        self.group_id = group_id
         self.device_id = device_id
         self.topic = kafka.topics.device(device_id)
         self.assignments_topic = kafka.topics.assignments
@@ -96,7 +99,7 @@ class RankConsumer:
                 if not (err.retriable() or err.code() in _COORDINATOR_STARTING) or time.monotonic() > deadline:
                     raise
                 logger.info("committed offset of %s not available yet (%s); retrying", self.topic, err.str())
-                time.sleep(0.5)
+                self._refused_group(self.consumer.poll(0.5))  # nothing is assigned yet: only error events come
 
     def start(self, offset: int | None) -> int:
         """Assign the partitions: the device topic from `offset` (None: its log start), plans near their end.
@@ -127,6 +130,8 @@ class RankConsumer:
             if err is not None:
                 if err.fatal():
                     raise KafkaException(err)
+                self._refused_group(msg)
+                raise_if_refused(self.kafka, err, "READ", msg.topic(), "topic")
                 if err.code() != KafkaError._PARTITION_EOF:
                     logger.warning("consumer error (retrying): %s", err)
                 continue
@@ -142,6 +147,12 @@ class RankConsumer:
             self.consumer.seek(TopicPartition(self.topic, 0, rewind))
         self._flow_control()
         return len(messages)
+
+    def _refused_group(self, event: Message | None) -> None:
+        """Raise when `event` says this principal may not use the trainers' group (commits would only time out)."""
+        err = event.error() if event is not None else None
+        if err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            raise_if_refused(self.kafka, err, "READ", self.group_id, "group")
 
     def _flow_control(self) -> None:
         if not self.paused and self.buffer.full:

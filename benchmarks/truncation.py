@@ -204,9 +204,10 @@ def _run_policy(policy: str, broker: LiveBroker, setup: TruncationSetup, out: Pa
         services.start("coordinator", "coordinator", module_command(
             "coordinator", "coordinate", "--port", "0", global_args=global_args,
             sets={**common, **setup.coordinator_sets(policy)}))
+        # The ranks obey a plan's truncation only when the policy they are told of could ask for it.
         services.start("trainers", "trainer", module_command(
             "trainer", *train_command(devices, ckpt), global_args=global_args,
-            sets={**common, **setup.trainer_sets(ckpt)}))
+            sets={**common, **setup.coordinator_sets(policy), **setup.trainer_sets(ckpt)}))
 
         def take_feedback() -> None:
             nonlocal dropped, trained

@@ -192,8 +192,10 @@ class LocalStack:
         producers = [producer_spec(s, i, self.opts.seed, producer_ports[i], common, args)
                      for i, s in enumerate(self.opts.streams)] if self.opts.backlog <= 0 else []
         coordinator = coordinator_spec(self.devices, self.opts.policy, self.opts.truncation, coord_port, common, args)
+        # The ranks check each plan's truncation against the policy the coordinator was told to follow.
+        trainer_sets = {**common, "coordinator.truncation": self.opts.truncation} if self.opts.truncation else common
         trainers = trainer_spec(self.devices, trainer_base, self.out / "checkpoints", self.opts.torch_threads,
-                                common, args)
+                                trainer_sets, args)
         if (ids := self.identities) is not None:  # each service logs in as its own role
             producers = [replace(p, env=ids.env(ids.producers[s.device_id]))
                          for p, s in zip(producers, self.opts.streams, strict=False)]

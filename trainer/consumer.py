@@ -171,20 +171,20 @@ class RankConsumer:
         value = msg.value()
         nbytes = len(value) if value is not None else 0
         if nbytes > self.config.buffer_max_bytes:
-            self._dead_letter(msg, "oversize", f"record of {nbytes} bytes exceeds trainer.buffer_max_bytes")
+            self.dead_letter(msg, "oversize", f"record of {nbytes} bytes exceeds trainer.buffer_max_bytes")
             self.buffer.skip(offset)
             return
         try:
             sample = decode(value, msg.headers(), Sample, device=self.device_id)
         except WireError as exc:
-            self._dead_letter(msg, exc.reason, str(exc))
+            self.dead_letter(msg, exc.reason, str(exc))
             self.buffer.skip(offset)
             return
         problems = sample_problems(sample, self.config.num_features, wire_checked=True)  # decode validated it
         if sample.label is not None and sample.label >= self.config.num_classes:
             problems.append(f"label {sample.label} is not below trainer.num_classes={self.config.num_classes}")
         if problems:
-            self._dead_letter(msg, "untrainable", f"sample {sample.device_id}#{sample.seq}: " + "; ".join(problems))
+            self.dead_letter(msg, "untrainable", f"sample {sample.device_id}#{sample.seq}: " + "; ".join(problems))
             self.buffer.skip(offset)
             return
         self.buffer.add(offset, sample, nbytes)
@@ -194,13 +194,22 @@ class RankConsumer:
             plan = decode(msg.value(), msg.headers(), Assignment)
         except WireError as exc:
             if self.dead_letter_plans:
-                self._dead_letter(msg, exc.reason, str(exc))
+                self.dead_letter(msg, exc.reason, str(exc))
             else:
                 logger.debug("skipping a bad assignment record: %s", exc)
             return
-        self.plans.add(plan)
+        rejected = self.plans.add(plan, msg)
+        if rejected is None:
+            return
+        # Every rank rejects the same plan the same way: one dead letter for the group, a warning from each.
+        if self.dead_letter_plans:
+            self.dead_letter(msg, rejected.reason, rejected.detail)
+        else:
+            logger.warning("plan rejected at %s@%s: %s (%s)", msg.topic(), msg.offset(), rejected.reason,
+                           rejected.detail)
 
-    def _dead_letter(self, msg: Message, reason: str, detail: str) -> None:
+    def dead_letter(self, msg: Message, reason: str, detail: str) -> None:
+        """Send a consumed record to the dead-letter topic with `reason`, count it and say so at WARNING."""
         self.sink.send(msg, reason, detail)
         self.dead_lettered += 1
         self.dead_letter_reasons[reason] = self.dead_letter_reasons.get(reason, 0) + 1
@@ -224,6 +233,17 @@ class RankConsumer:
             logger.warning("commit of %s@%d failed (retried at the next commit): %s", self.topic, offset, exc)
             return False
         return True
+
+    def high_watermark(self, fresh: bool = False) -> int:
+        """The device topic's end offset: the last one fetched (cheap), or with `fresh` the broker's now."""
+        high = -1
+        try:
+            _low, high = self.consumer.get_watermark_offsets(self.partition, timeout=10.0, cached=not fresh)
+            if high < 0:  # nothing fetched yet: no cached value
+                _low, high = self.consumer.get_watermark_offsets(self.partition, timeout=10.0)
+        except KafkaException as exc:  # the broker is away: what this rank has seen is all it can vouch for
+            logger.warning("%s: end offset unavailable (%s)", self.topic, exc)
+        return max(int(high), self.buffer.position)
 
     def lag(self) -> int:
         """High watermark minus the lowest unprocessed offset (records not yet trained or dropped)."""

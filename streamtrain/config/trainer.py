@@ -132,6 +132,12 @@ class TrainerConfig(BaseModel):
     plan_wait_s: float = Field(default=2.0, ge=0, le=600)
     """Seconds a rank waits for the coordinator's Assignment of a step before it falls back to a local plan."""
 
+    plan_window_steps: int = Field(default=1000, ge=1)
+    """How many steps ahead of its own a rank accepts a plan. The coordinator plans one step ahead; a group
+    restarted from a checkpoint runs behind the plans already published by at most the steps since that
+    checkpoint (`checkpoint_every`). A plan further ahead is rejected (dead-lettered as plan-step-window):
+    kept, it would make every step until then fall back to a local plan and could push the real plans out."""
+
     data_wait_s: float = Field(default=1.0, ge=0, le=600)
     """Seconds a rank waits for planned offsets (or, on a local plan, for any sample) to arrive from Kafka."""
 
@@ -216,4 +222,8 @@ class TrainerConfig(BaseModel):
     def _device_fits_backend(self) -> TrainerConfig:
         if self.device == "cpu" and self.backend == "nccl":
             raise ValueError("backend 'nccl' needs device 'cuda' or 'auto', not 'cpu'")
+        if self.plan_window_steps <= self.checkpoint_every:
+            raise ValueError(f"plan_window_steps ({self.plan_window_steps}) must exceed checkpoint_every "
+                             f"({self.checkpoint_every}): a group restarted from a checkpoint runs that far behind "
+                             "the published plans")
         return self

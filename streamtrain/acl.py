@@ -271,10 +271,16 @@ def apply_users(admin: AdminClient, cfg: StreamtrainConfig, devices: Sequence[st
     """
     principals = role_principals(cfg, devices)
     users = {name: pw.get_secret_value() for name, pw in cfg.acl.passwords.items() if name in principals}
-    placeholders = sorted(n for n, pw in users.items() if pw.lower().startswith("change-me"))
+    own = config_of(admin)
+    if own is not None and own.sasl_username and own.sasl_password is not None:
+        users_and_self = {**users, own.sasl_username: own.sasl_password.get_secret_value()}
+    else:
+        users_and_self = users
+    # A published default password is no password: refuse to set up users (or to run as a super user) with one.
+    placeholders = sorted(n for n, pw in users_and_self.items() if pw.lower().startswith("change-me"))
     if placeholders:
         raise ValueError(f"the password of {', '.join(placeholders)} is still a change-me placeholder: set real "
-                         "ones (acl.passwords; in Compose, the *_PASSWORD values in .env)")
+                         "ones (acl.passwords, kafka.sasl_password; in Compose, the *_PASSWORD values in .env)")
     try:
         scram.upsert_users(admin, users, timeout)
     except KafkaException as exc:

@@ -99,14 +99,18 @@ class PartCheck:
         coordinator: the coordinator's settings this job runs with (its truncation policy and limits).
         high_watermark: the device topic's end offset; `fresh=True` asks the broker, otherwise a cached value
             may be given (a plan is only rejected once the fresh one confirms it).
+        wait_for: waits (bounded: the rank's data wait) until the topic holds a given offset. A plan may name
+            records the rank has not fetched yet; before calling them missing, the rank gives them the time it
+            would give any planned record to arrive.
     """
 
-    def __init__(self, device_id: str, coordinator: CoordinatorConfig,
-                 high_watermark: Callable[[bool], int]) -> None:
+    def __init__(self, device_id: str, coordinator: CoordinatorConfig, high_watermark: Callable[[bool], int],
+                 wait_for: Callable[[int], object] | None = None) -> None:
         self.device_id = device_id
         self.policy = coordinator.truncation
         self.keep = kept_by_truncation(coordinator)
         self.high_watermark = high_watermark
+        self.wait_for = wait_for
 
     def problem(self, plan: Assignment) -> PlanRejection | None:
         """What is wrong with this device's part of `plan`, or None (a device left out has nothing to check)."""
@@ -118,6 +122,9 @@ class PartCheck:
                                  f"below offset {part.truncate_before}, but coordinator.truncation is persist")
         found = self._against_end(plan.step, part, self.high_watermark(False))
         if found is not None:  # the cached end may be stale: ask the broker before refusing
+            found = self._against_end(plan.step, part, self.high_watermark(True))
+        if found is not None and found.reason == "plan-offsets" and self.wait_for is not None:
+            self.wait_for(max(part.offsets))  # records on their way are not missing ones
             found = self._against_end(plan.step, part, self.high_watermark(True))
         return found
 

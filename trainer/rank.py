@@ -68,7 +68,7 @@ class TrainerRank:
         self.plans = PlanBook(config.job, window=self.trainer.plan_window_steps)
         self.consumer = RankConsumer(config.kafka, self.trainer, device_id, self.group_id, self.plans,
                                      self.producer, dead_letter_plans=ctx.is_main)
-        self.part_check = PartCheck(device_id, config.coordinator, self.consumer.high_watermark)
+        self.part_check = PartCheck(device_id, config.coordinator, self.consumer.high_watermark, self._wait_for)
         self.buffer = self.consumer.buffer
         self.local = LocalPlanner(self.trainer.local_batch)
         self.metrics = TrainerMetrics(registry if registry is not None else CollectorRegistry(), device_id, config.job)
@@ -213,6 +213,11 @@ class TrainerRank:
         else:
             logger.warning("plan for step %d rejected: %s (%s)", plan.step, rejected.reason, rejected.detail)
         return None
+
+    def _wait_for(self, offset: int) -> None:
+        """Wait (at most the data wait) until this rank has fetched up to `offset` of its topic."""
+        self.consumer.wait_until(lambda: offset < self.buffer.position,
+                                 time.perf_counter() + self.trainer.data_wait_s)
 
     def _wait_for_plan(self, step: int, deadline: float) -> Assignment | None:
         # A plan for a later step means this step's plan is never coming: fall back at once.

@@ -264,7 +264,8 @@ def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: Kafk
         _publish(producer, kafka_cfg, Assignment(JOB, step, "test", target, 2 * len(offsets), 1.0, tuple(
             DevicePlan(d, 0.01, 0.5, offsets=tuple(offsets), truncate_before=before) for d in DEVICES)))
     proc = _train(kafka_cfg, tmp_path, "--steps", "4", plan_wait=3.0,
-                  overrides={"trainer.hold_max_s": 5.0, "trainer.checkpoint_every": 100, "trainer.data_wait_s": 10})
+                  overrides={"trainer.hold_max_s": 5.0, "trainer.checkpoint_every": 100, "trainer.data_wait_s": 10,
+                             "coordinator.truncation": "truncate"})  # step 2's truncation: obeyed under truncate
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(f.step >= 2 for f in _feedback(kafka_cfg)):
         time.sleep(0.1)

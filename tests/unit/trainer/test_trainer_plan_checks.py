@@ -110,6 +110,22 @@ def test_a_stale_cached_end_is_refreshed_before_a_plan_is_rejected() -> None:
     assert check.problem(_plan(truncate_before=20)) is None and topic.asked == 1  # within the cached end: no call
 
 
+def test_planned_records_on_their_way_are_waited_for_missing_ones_rejected_after_the_wait() -> None:
+    topic = _Topic(cached=100, fresh=100)
+    waited: list[int] = []
+
+    def arrive(offset: int) -> None:  # the rank's bounded data wait, during which the records arrive
+        waited.append(offset)
+        topic.fresh = 103
+
+    check = PartCheck("d0", CoordinatorConfig(), topic, wait_for=arrive)
+    assert check.problem(_plan(offsets=(101, 102))) is None and waited == [102]
+    found = check.problem(_plan(offsets=(5_000,)))  # still past the end after the wait: not coming
+    assert found is not None and found.reason == "plan-offsets" and waited == [102, 5_000]
+    truncating = PartCheck("d0", CoordinatorConfig(truncation="truncate"), topic, wait_for=arrive)
+    assert truncating.problem(_plan(truncate_before=10**9)) is not None and waited == [102, 5_000]  # no wait
+
+
 def test_offsets_past_the_topic_end_are_rejected() -> None:
     check = PartCheck("d0", CoordinatorConfig(), _Topic(100, 100))
     found = check.problem(_plan(offsets=(98, 99, 100)))

@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import DeadLetterSink, make_consumer, read_to_end, tail_positions
 from streamtrain.wire import StepFeedback, WireError, decode
+
+from .feedback_checks import FeedbackRejection
 
 __all__ = ["FeedbackReader", "OffsetProbe", "TopicOffsets", "read_tail"]
 
@@ -37,16 +40,20 @@ class FeedbackReader:
         cfg: Kafka settings.
         topic: the feedback topic.
         job: only this job's feedback is returned (others share the topic legitimately).
-        dead_letters: where undecodable records go.
+        dead_letters: where undecodable and rejected records go.
         on_dead_letter: called with the reason of each dead-lettered record (metrics).
+        check: why a decoded record of this job must not be used (`feedback_problem`), or None when it may.
     """
 
     def __init__(self, cfg: KafkaConfig, topic: str, job: str, dead_letters: DeadLetterSink,
-                 on_dead_letter: Callable[[str], None] | None = None) -> None:
+                 on_dead_letter: Callable[[str], None] | None = None,
+                 check: Callable[[StepFeedback], FeedbackRejection | None] | None = None) -> None:
         self.topic = topic
         self.job = job
         self.dead_letters = dead_letters
         self.on_dead_letter = on_dead_letter
+        self.check = check
+        self.kafka = cfg
         self._consumer = make_consumer(cfg, f"{job}.coordinator")
         self._replay_end: dict[int, int] = {}
 
@@ -75,6 +82,9 @@ class FeedbackReader:
     def _handle(self, msg: Message, out: list[StepFeedback]) -> None:
         err = msg.error()
         if err is not None:
+            if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                return  # its group is never used (no commits): a principal without rights on it reads just the same
+            raise_if_refused(self.kafka, err, "READ", msg.topic() or self.topic, "topic")
             if err.code() != KafkaError._PARTITION_EOF:
                 logger.warning("feedback consumer error: %s", err)
             return
@@ -85,15 +95,24 @@ class FeedbackReader:
         try:
             fb = decode(msg.value(), msg.headers(), StepFeedback)
         except WireError as exc:
-            if replay:
-                return  # dead-lettered by the run that first read it
-            logger.warning("feedback at %s[%d]@%d dead-lettered (%s): %s", self.topic, pid, offset, exc.reason, exc)
-            self.dead_letters.send_error(msg, exc)
-            if self.on_dead_letter is not None:
-                self.on_dead_letter(exc.reason)
+            self._reject(msg, exc.reason, str(exc), replay)
             return
-        if fb.job == self.job:
-            out.append(fb)
+        if fb.job != self.job:
+            return
+        rejected = self.check(fb) if self.check is not None else None
+        if rejected is not None:
+            self._reject(msg, rejected.reason, f"{fb.device_id} step {fb.step}: {rejected.detail}", replay)
+            return
+        out.append(fb)
+
+    def _reject(self, msg: Message, reason: str, detail: str, replay: bool) -> None:
+        if replay:
+            return  # dead-lettered by the run that first read it
+        logger.warning("feedback at %s[%d]@%d dead-lettered (%s): %s", self.topic, msg.partition() or 0,
+                       msg.offset() or 0, reason, detail)
+        self.dead_letters.send(msg, reason, detail)
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(reason)
 
     def close(self) -> None:
         self._consumer.close()

@@ -40,7 +40,8 @@ class CoordinatorMetrics:
                                                  "(target < 0.01).")
         self.plans_partial = fleet.counter("plans_partial",
                                            "Plans published after the bounded wait without every device's feedback.")
-        self.dead_lettered = reasons.counter("dead_lettered_records", "Feedback records sent to the dead-letter topic.")
+        self.dead_lettered = reasons.counter("dead_lettered_records", "Feedback records sent to the dead-letter topic "
+                                             "(undecodable or rejected), by reason.")
         self.straggler_effect = fleet.gauge("straggler_effect_ratio",
                                             "SE = (max T - min T) / mean T of the last step's compute seconds.")
         self.batch_dif = fleet.gauge("batch_dif_samples",

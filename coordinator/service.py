@@ -27,9 +27,10 @@ from prometheus_client import CollectorRegistry
 
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import DeadLetterSink, TopicSpec, ensure_topics, make_admin, make_consumer, make_control_producer
-from streamtrain.wire import Assignment, StepFeedback, WireError, decode, encode
+from streamtrain.wire import Assignment, StepFeedback, WireError, decode, encode, now_ms
 
 from .balance import dif, straggler_effect
+from .feedback_checks import feedback_problem
 from .fleet import FleetTracker
 from .inputs import FeedbackReader, OffsetProbe, read_tail
 from .metrics import CoordinatorMetrics
@@ -110,7 +111,8 @@ class Coordinator:
         self._probe = OffsetProbe(admin, self.cfg.trainer_group_id, self.ccfg.kafka_timeout_seconds,
                                   reader=make_consumer(kcfg, self.cfg.trainer_group_id))
         self._reader = FeedbackReader(kcfg, self.topics.feedback, self.cfg.job, sink,
-                                      lambda reason: self.metrics.dead_lettered.labels(self.cfg.job, reason).inc())
+                                      lambda reason: self.metrics.dead_lettered.labels(self.cfg.job, reason).inc(),
+                                      check=lambda fb: feedback_problem(fb, self._upcoming_step(), self.ccfg, now_ms()))
         self._recover()
         if self.serve_http:
             self.server = StatusServer(self.cfg.metrics.bind_address, self.cfg.metrics.port, lambda: self._status,

@@ -9,7 +9,7 @@ settings its live producer would use, `stack.services.stream_settings`).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from producers.service import ProducerError, StreamProducer
@@ -40,8 +40,17 @@ def backlog_config(base: ProducerConfig, stream: DeviceStream, index: int, seed:
 
 
 def produce_backlog(kafka: KafkaConfig, base: ProducerConfig, streams: Sequence[DeviceStream], seed: int,
-                    samples: int) -> float:
+                    samples: int, kafka_for: Callable[[str], KafkaConfig] | None = None) -> float:
     """Publish `samples` samples of every stream (creating the device topics); returns the seconds it took.
+
+    Args:
+        kafka: Kafka settings (topics are created with them).
+        base: producer settings the streams' own are applied on.
+        streams: the device streams.
+        seed: seed of the first stream (each next one adds one).
+        samples: samples per device.
+        kafka_for: the settings device d's samples are written with (its producer's principal under ACLs);
+            default `kafka`.
 
     Raises:
         ProducerError: when a sample cannot be delivered or the producer fails.
@@ -50,8 +59,8 @@ def produce_backlog(kafka: KafkaConfig, base: ProducerConfig, streams: Sequence[
     # Every device topic in one request (one at a time costs most of a second each on a fresh broker).
     ensure_topics(make_admin(kafka), [TopicSpec.from_config(kafka, kafka.topics.device(s.device_id)) for s in streams])
     for index, stream in enumerate(streams):
-        producer = StreamProducer(kafka, backlog_config(base, stream, index, seed, samples).model_copy(
-            update={"create_topics": False}))
+        settings = backlog_config(base, stream, index, seed, samples).model_copy(update={"create_topics": False})
+        producer = StreamProducer(kafka_for(stream.device_id) if kafka_for else kafka, settings)
         summary = producer.run()
         if not summary.ok or int(producer.sent.sum()) != samples:
             raise ProducerError(f"backlog of device {stream.device_id}: {int(producer.sent.sum())} of {samples} "

@@ -34,7 +34,8 @@ _PARAGRAPHS = (
     "  streamtrain --set coordinator.max_lag_samples=200 up --devices 8 --rates 20,80 --sizes 64,16 "
     "--truncation bounded\n\n"
     "  streamtrain --set trainer.slowdowns=[1,1,1,4] up --backlog 3000 --steps 150 --dif 64   "
-    "# balance: one rank 4x slower",
+    "# balance: one rank 4x slower\n\n"
+    "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal",
 )
 _HELP = "\n\n".join(_PARAGRAPHS)
 
@@ -99,6 +100,10 @@ def up(
     backlog: Annotated[int, typer.Option(min=0, help="Instead of live streams, produce this many samples per "
                                          "device (each stream's sizes) before training starts: the fleet works "
                                          "through a fixed data set at full capacity, where balancing shows.")] = 0,
+    secure: Annotated[bool, typer.Option(help="An embedded broker with SASL/SCRAM and Kafka's authorizer: every "
+                                         "service logs in as its own role (acl.*: one producer principal per "
+                                         "device, the trainers, the coordinator) with least-privilege ACLs, and "
+                                         "the run is read back as the admin role.")] = False,
 ) -> None:
     import shutil
 
@@ -126,7 +131,7 @@ def up(
                         steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
-                        global_args=global_args, backlog=backlog)
+                        global_args=global_args, backlog=backlog, secure=secure)
     if duration is None and steps is None:
         console.print("running until Ctrl-C (or use --duration / --steps)")
     show = live and console.is_terminal

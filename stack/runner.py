@@ -16,8 +16,9 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
@@ -37,6 +38,7 @@ from .plots import plot_series
 from .procs import Child, wait_http
 from .prometheus import INSTALL_HINT, find_prometheus, scrape_config
 from .report import build_report, build_series, write_json
+from .secure import Identities, secure_broker_config, set_up_secure_broker
 from .services import (
     DeviceStream,
     coordinator_spec,
@@ -82,6 +84,9 @@ class StackOptions:
     until_step: int | None = None
     """Stop once every rank has finished this many steps in all, counted from step 0 (unlike `steps`,
     which counts from the first step seen after start-up)."""
+    secure: bool = False
+    """Run the embedded broker with SASL/SCRAM and ACLs, each service as its own role's principal
+    (`stack.secure`)."""
 
 
 def _default_bootstrap() -> str:
@@ -123,6 +128,8 @@ class LocalStack:
         self.records: RunRecords | None = None
         """What the run left in Kafka, as read back for the report."""
         self.backlog_seconds: float | None = None
+        self.identities = Identities.generate(cfg, self.devices) if opts.secure else None
+        """The role principals of a secure run (`--secure`), None otherwise."""
         self.kafka_ready = False
         self.started = False
         self.started_at = datetime.now().astimezone()
@@ -165,9 +172,11 @@ class LocalStack:
     def _start_all(self) -> None:
         self._start_broker()
         if self.opts.backlog > 0:
+            ids = self.identities
             try:
-                self.backlog_seconds = produce_backlog(self.kafka, self.cfg.producer, self.opts.streams,
-                                                       self.opts.seed, self.opts.backlog)
+                self.backlog_seconds = produce_backlog(
+                    self.kafka, self.cfg.producer, self.opts.streams, self.opts.seed, self.opts.backlog,
+                    kafka_for=partial(ids.producer_kafka, self.kafka) if ids is not None else None)
             except ProducerError as exc:
                 raise StackError(f"the backlog could not be produced: {exc}") from None
             self.say(f"backlog: {self.opts.backlog} samples per device produced in {self.backlog_seconds:.1f} s")
@@ -183,8 +192,15 @@ class LocalStack:
         producers = [producer_spec(s, i, self.opts.seed, producer_ports[i], common, args)
                      for i, s in enumerate(self.opts.streams)] if self.opts.backlog <= 0 else []
         coordinator = coordinator_spec(self.devices, self.opts.policy, self.opts.truncation, coord_port, common, args)
+        # The ranks check each plan's truncation against the policy the coordinator was told to follow.
+        trainer_sets = {**common, "coordinator.truncation": self.opts.truncation} if self.opts.truncation else common
         trainers = trainer_spec(self.devices, trainer_base, self.out / "checkpoints", self.opts.torch_threads,
-                                common, args)
+                                trainer_sets, args)
+        if (ids := self.identities) is not None:  # each service logs in as its own role
+            producers = [replace(p, env=ids.env(ids.producers[s.device_id]))
+                         for p, s in zip(producers, self.opts.streams, strict=False)]
+            coordinator = replace(coordinator, env=ids.env(ids.coordinator))
+            trainers = replace(trainers, env=ids.env(ids.trainer))
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "160"}
         self.monitor = Monitor(self.devices, f"http://{host}:{coord_port}",
                                {d: f"http://{host}:{trainer_base + r}/metrics" for r, d in enumerate(self.devices)},
@@ -214,7 +230,11 @@ class LocalStack:
         mode = self.opts.broker
         configured = self.cfg.kafka.bootstrap_servers
         settings = self.cfg.kafka.security_settings()
-        if mode in ("auto", "external") and (mode == "external" or configured != _default_bootstrap()):
+        if self.identities is not None and mode == "external":
+            raise StackError("--secure runs its own embedded broker (with fresh users and ACLs); on another cluster "
+                             "set up users and ACLs with `streamtrain acl apply` and give each service its role")
+        if self.identities is None and mode in ("auto", "external") and (
+                mode == "external" or configured != _default_bootstrap()):
             if EmbeddedBroker.answers(configured, timeout=5.0, settings=settings):
                 stamp = self.started_at.strftime("%Y%m%d-%H%M%S")
                 prefix = f"{self.cfg.kafka.topic_prefix}.up-{stamp}"
@@ -228,6 +248,8 @@ class LocalStack:
             self.say(f"no Kafka broker answers at {configured} (kafka.bootstrap_servers): starting an embedded one")
         broker_cfg = self.cfg.broker.model_copy(update={"data_dir": self.out / "kafka", "port": 0,
                                                         "controller_port": 0})
+        if self.identities is not None:
+            broker_cfg = secure_broker_config(broker_cfg, self.identities)
         self.broker = EmbeddedBroker(broker_cfg)
         began = time.monotonic()
         try:
@@ -235,6 +257,14 @@ class LocalStack:
         except BrokerError as exc:
             raise StackError(f"the embedded Kafka broker did not start: {exc}") from None
         self.kafka = self.cfg.kafka.model_copy(update={"bootstrap_servers": bootstrap})
+        if self.identities is not None:
+            try:
+                set_up_secure_broker(self.broker, self.cfg.model_copy(update={"kafka": self.kafka}), self.devices)
+            except (KafkaException, ValueError) as exc:
+                raise StackError(f"could not set up the secure broker's ACLs and topics: {exc}") from None
+            self.kafka = self.identities.kafka(self.kafka, self.identities.admin)  # reads the run back as admin
+            users = ", ".join(sorted(self.identities.passwords))
+            self.say(f"security: SASL/SCRAM with ACLs, each service as its own principal ({users})")
         self.kafka_ready = True
         self.say(f"embedded Kafka broker on {bootstrap} after {time.monotonic() - began:.1f} s "
                  f"(data in {broker_cfg.data_dir})")
@@ -264,7 +294,7 @@ class LocalStack:
         self.monitor.notes.append(f"Prometheus {url}  (try {url}/graph?g0.expr=streamtrain_trainer_batch_samples)")
 
     def _spawn(self, spec: Any, env: dict[str, str]) -> Child:
-        child = Child(spec, self.log_dir, env)
+        child = Child(spec, self.log_dir, {**env, **spec.env})
         child.start()
         self.children.append(child)
         return child

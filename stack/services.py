@@ -10,8 +10,8 @@ parent was given.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamtrain.cli_support import module_command
@@ -59,12 +59,15 @@ class ServiceSpec:
         kind: producer, coordinator, trainer or prometheus.
         argv: the command line.
         ports: the metrics / HTTP ports it serves (what Prometheus scrapes).
+        env: its own environment variables.
     """
 
     name: str
     kind: str
     argv: tuple[str, ...]
     ports: tuple[int, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables of its own on top of the stack's (credentials: never on the command line)."""
 
 
 def size_kind_for(mean: float, dif: float) -> str:

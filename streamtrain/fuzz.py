@@ -8,6 +8,10 @@ topic with exactly its `reason`, while the good ones are trained. `feedback_corp
 Reasons are the `WireError.reason` codes of `streamtrain.wire`, plus the trainer consumer's own
 `oversize` (record bytes above trainer.buffer_max_bytes) and `untrainable` (a valid sample the model
 cannot take: wrong feature count, label out of range).
+
+`forged_feedback` and `forged_plans` are the other half: records that decode, but that no trainer or
+coordinator could have written (NaN or negative timings and weights, compute longer than the step, a
+plan a billion steps ahead), with the `feedback-*` / `plan-*` reason the coordinator and the ranks give.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from .wire import Assignment, DevicePlan, Sample, StepFeedback, encode
+from .wire import Assignment, DevicePlan, PendingSample, Sample, StepFeedback, encode, now_ms
 from .wire.codec import SCHEMA_HEADER, SIZE_HEADER, HeaderList, fingerprint_of
 
 __all__ = [
@@ -27,6 +32,8 @@ __all__ = [
     "assignment_corpus",
     "device_corpus",
     "feedback_corpus",
+    "forged_feedback",
+    "forged_plans",
     "good_sample",
     "reason_counts",
 ]
@@ -66,7 +73,7 @@ def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_featur
 
     Args:
         count: records to generate.
-        device_id: written into the samples that decode.
+        device_id: the device topic's device, written into every sample (one kind claims another device).
         seed: seed of every random choice (same seed, same corpus).
         num_features: the trainer's features per frame (one kind has one too many).
         num_classes: the trainer's classes (one kind has a label out of range).
@@ -124,7 +131,8 @@ def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_featur
 
     def size_header_wrong(i: int) -> FuzzRecord:
         n = int(rng.integers(1, 6))
-        value, headers = _raw_sample(n, (n, feats), rows(n), seq=i, header_size=n + int(rng.integers(1, 1000)))
+        value, headers = _raw_sample(n, (n, feats), rows(n), seq=i, device_id=device_id,
+                                     header_size=n + int(rng.integers(1, 1000)))
         return FuzzRecord("size-header-mismatch", "size-mismatch", value, headers)
 
     def size_header_garbage(i: int) -> FuzzRecord:
@@ -134,45 +142,51 @@ def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_featur
 
     def negative_size(i: int) -> FuzzRecord:
         n = -int(rng.integers(1, 2**31 - 1))
-        value, headers = _raw_sample(n, (n, feats), rows(1), seq=i)
+        value, headers = _raw_sample(n, (n, feats), rows(1), seq=i, device_id=device_id)
         return FuzzRecord("negative-size", "invalid-sample", value, headers)
 
     def zero_size(i: int) -> FuzzRecord:
-        value, headers = _raw_sample(0, (0, feats), b"", seq=i)
+        value, headers = _raw_sample(0, (0, feats), b"", seq=i, device_id=device_id)
         return FuzzRecord("zero-size", "invalid-sample", value, headers)
 
     def huge_size(i: int) -> FuzzRecord:
         n = int(rng.integers(2**24, 2**31 - 1))  # claims gigabytes, carries a few rows
-        value, headers = _raw_sample(n, (n, feats), rows(2), seq=i)
+        value, headers = _raw_sample(n, (n, feats), rows(2), seq=i, device_id=device_id)
         return FuzzRecord("huge-size", "invalid-sample", value, headers)
 
     def shape_vs_data(i: int) -> FuzzRecord:
         n = int(rng.integers(2, 6))
         data = rows(n)[: -4 * int(rng.integers(1, feats + 1))]
-        value, headers = _raw_sample(n, (n, feats), data, seq=i)
+        value, headers = _raw_sample(n, (n, feats), data, seq=i, device_id=device_id)
         return FuzzRecord("shape-not-data-length", "invalid-sample", value, headers)
 
     def non_finite(i: int) -> FuzzRecord:
         n = int(rng.integers(1, 6))
         fill = (math.nan, math.inf, -math.inf)[i % 3]
-        value, headers = _raw_sample(n, (n, feats), rows(n, fill), seq=i)
+        value, headers = _raw_sample(n, (n, feats), rows(n, fill), seq=i, device_id=device_id)
         return FuzzRecord("nan-inf-payload", "invalid-sample", value, headers)
 
     def wrong_features(i: int) -> FuzzRecord:
         n = int(rng.integers(1, 6))
         arr = rng.standard_normal((n, feats + 1)).astype(np.float32)
-        value, headers = _raw_sample(n, (n, feats + 1), arr.tobytes(), seq=i)
+        value, headers = _raw_sample(n, (n, feats + 1), arr.tobytes(), seq=i, device_id=device_id)
         return FuzzRecord("wrong-feature-count", "untrainable", value, headers)
 
     def bad_label(i: int) -> FuzzRecord:
         n = int(rng.integers(1, 6))
-        value, headers = _raw_sample(n, (n, feats), rows(n), label=num_classes + int(rng.integers(0, 99)), seq=i)
+        value, headers = _raw_sample(n, (n, feats), rows(n), label=num_classes + int(rng.integers(0, 99)), seq=i,
+                                     device_id=device_id)
         return FuzzRecord("label-out-of-range", "untrainable", value, headers)
+
+    def other_device(i: int) -> FuzzRecord:
+        n = int(rng.integers(1, 6))
+        value, headers = _raw_sample(n, (n, feats), rows(n), seq=i, device_id=f"{device_id}-other")
+        return FuzzRecord("other-device", "device-mismatch", value, headers)
 
     makers: list[Callable[[int], FuzzRecord]] = [
         random_body, truncated, trailing, tombstone, unknown_fp, wrong_schema, no_headers, no_size_header,
         size_header_wrong, size_header_garbage, negative_size, zero_size, huge_size, shape_vs_data, non_finite,
-        wrong_features, bad_label,
+        wrong_features, bad_label, other_device,
     ]
     oversize_every = 0
     if oversize_bytes is not None:
@@ -231,6 +245,50 @@ def assignment_corpus(count: int, job: str = "fuzz", seed: int = 0) -> Iterator[
     yield from _control_corpus(count, seed,
                                lambda i: encode(Assignment(job, i, "p", 0.1, 1, 1.0, (plan,), created_at=0)),
                                lambda i: encode(_feedback(i, job)))
+
+
+def forged_feedback(count: int, job: str = "fuzz", device_id: str = "d0", step: int = 0) -> Iterator[FuzzRecord]:
+    """`count` decodable feedback records for `step` with timings or counts no trainer reports."""
+    base = _feedback(step, job)
+    base = replace(base, device_id=device_id, step=step, plan_step=step, sent_at=now_ms())
+    kinds: list[tuple[str, str, dict[str, Any]]] = [
+        ("nan-compute", "feedback-non-finite", {"compute_seconds": math.nan}),
+        ("inf-step", "feedback-non-finite", {"step_seconds": math.inf}),
+        ("negative-wait", "feedback-negative", {"data_wait_seconds": -1.0}),
+        ("negative-samples", "feedback-negative", {"samples": -3}),
+        ("compute-longer-than-step", "feedback-impossible", {"compute_seconds": 5.0, "step_seconds": 1.0}),
+        ("a-billion-seconds", "feedback-impossible", {"compute_seconds": 1e9, "step_seconds": 1e9}),
+        ("size-below-count", "feedback-impossible", {"samples": 5, "total_size": 2}),
+        ("foreign-plan-step", "feedback-impossible", {"plan_step": step + 7}),
+        ("buffered-below-floor", "feedback-impossible",
+         {"lowest_unprocessed_offset": 10, "new_samples": (PendingSample(3, 4),)}),
+    ]
+    for i in range(count):
+        kind, reason, changes = kinds[i % len(kinds)]
+        yield FuzzRecord(kind, reason, *encode(replace(base, **changes)))
+
+
+def forged_plans(count: int, job: str = "fuzz", devices: tuple[str, ...] = ("d0",),
+                 step: int = 0) -> Iterator[FuzzRecord]:
+    """`count` decodable plans (for `step` unless forged further) every rank must refuse whatever its state."""
+    parts = tuple(DevicePlan(d, 0.1, 1.0 / len(devices), count=1) for d in devices)
+    base = Assignment(job, step, "forged", 0.1, len(devices), 1.0, parts)
+
+    def each(**changes: Any) -> tuple[DevicePlan, ...]:
+        return tuple(replace(p, **changes) for p in parts)
+
+    kinds: list[tuple[str, str, dict[str, Any]]] = [
+        ("nan-weights", "plan-non-finite", {"devices": each(weight=math.nan)}),
+        ("inf-step-target", "plan-non-finite", {"step_time_target": math.inf}),
+        ("nan-lr-scale", "plan-non-finite", {"lr_scale": math.nan}),
+        ("negative-weights", "plan-negative", {"devices": each(weight=-1.0)}),
+        ("negative-truncate-before", "plan-negative", {"devices": each(truncate_before=-5)}),
+        ("negative-count", "plan-negative", {"devices": each(count=-2)}),
+        ("a-billion-steps-ahead", "plan-step-window", {"step": step + 1_000_000_000}),
+    ]
+    for i in range(count):
+        kind, reason, changes = kinds[i % len(kinds)]
+        yield FuzzRecord(kind, reason, *encode(replace(base, **changes)))
 
 
 def reason_counts(records: list[FuzzRecord]) -> Counter[str]:

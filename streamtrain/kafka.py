@@ -16,17 +16,19 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
 
+from .authz import REFUSED_CODES, DeliveryCallback, GuardedProducer, raise_if_refused
 from .config import KafkaConfig
 from .wire import DeadLetter, WireError, encode
 from .wire.codec import HeaderList, header_items
 
-DeliveryCallback = Callable[[KafkaError | None, Message], None]
-
 __all__ = [
     "DeadLetterSink",
+    "KafkaAdmin",
+    "KafkaConsumer",
     "TopicSpec",
     "auth_failure_message",
     "client_settings",
+    "config_of",
     "consume_available",
     "ensure_topics",
     "java_client_properties",
@@ -73,6 +75,9 @@ def _auth_guard(cfg: KafkaConfig, inner: Callable[[KafkaError], None] | None) ->
         if err.code() == KafkaError._AUTHENTICATION:
             raise KafkaException(KafkaError(KafkaError._AUTHENTICATION, auth_failure_message(cfg, err.str()),
                                             fatal=True))
+        if err.fatal() and err.code() in REFUSED_CODES:
+            # The one fatal refusal: an idempotent producer's InitProducerId, allowed by WRITE on any topic.
+            raise_if_refused(cfg, err, "IDEMPOTENT_WRITE (implied by WRITE on a topic)")
     return on_error
 
 
@@ -117,7 +122,10 @@ def _jaas_quote(text: str) -> str:
 
 
 def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
-    """An idempotent producer with `acks=all`: no duplicates from retries, nothing acked and then lost."""
+    """An idempotent producer with `acks=all`: no duplicates from retries, nothing acked and then lost.
+
+    A write the broker's ACLs refuse raises `AuthorizationError` from the next poll or flush (`GuardedProducer`).
+    """
     defaults: dict[str, Any] = {
         "enable.idempotence": True,
         "acks": "all",
@@ -128,7 +136,7 @@ def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
         "retry.backoff.ms": 100,
         "retry.backoff.max.ms": 2_000,
     }
-    return Producer(client_settings(cfg, **{**defaults, **overrides}))
+    return GuardedProducer(cfg, client_settings(cfg, **{**defaults, **overrides}))
 
 
 def make_control_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
@@ -149,7 +157,15 @@ def produce(producer: Producer, topic: str, value: bytes, headers: HeaderList | 
     producer.poll(0)
 
 
-def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> Consumer:
+class KafkaConsumer(Consumer):
+    """A `Consumer` that remembers the settings it was made from (its principal names refusals)."""
+
+    def __init__(self, cfg: KafkaConfig, settings: dict[str, Any]) -> None:
+        super().__init__(settings)
+        self.kafka = cfg
+
+
+def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaConsumer:
     """A consumer that never auto-commits: offsets are committed only after the work they cover."""
     defaults: dict[str, Any] = {
         "group.id": group_id,
@@ -158,12 +174,25 @@ def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> Consumer
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
     }
-    return Consumer(client_settings(cfg, **{**defaults, **overrides}))
+    return KafkaConsumer(cfg, client_settings(cfg, **{**defaults, **overrides}))
 
 
-def make_admin(cfg: KafkaConfig, **overrides: Any) -> AdminClient:
-    """An admin client (topics, lag, DeleteRecords)."""
-    return AdminClient(client_settings(cfg, **overrides))
+class KafkaAdmin(AdminClient):
+    """An `AdminClient` that remembers the settings it was made from (its principal names refusals)."""
+
+    def __init__(self, cfg: KafkaConfig, settings: dict[str, Any]) -> None:
+        super().__init__(settings)
+        self.kafka = cfg
+
+
+def make_admin(cfg: KafkaConfig, **overrides: Any) -> KafkaAdmin:
+    """An admin client (topics, lag, DeleteRecords, ACLs)."""
+    return KafkaAdmin(cfg, client_settings(cfg, **overrides))
+
+
+def config_of(client: object) -> KafkaConfig | None:
+    """The settings a client of these factories was made from (None for any other client)."""
+    return client.kafka if isinstance(client, (KafkaAdmin, KafkaConsumer, GuardedProducer)) else None
 
 
 @dataclass(frozen=True)
@@ -213,6 +242,8 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float
             created.append(name)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race with another service
+                # With ACLs on, topics are created once at set-up by the admin role, not by every service.
+                raise_if_refused(config_of(admin), exc.args[0], "CREATE", name, "topic")
                 raise
     if created:
         _wait_visible(admin, created, timeout)
@@ -328,6 +359,7 @@ def tail_positions(consumer: Consumer, topic: str, last: int | None, timeout: fl
         meta = list_topics(consumer, max(0.1, deadline - time.monotonic()), topic).topics[topic]
         if meta.error is None and meta.partitions:
             break
+        raise_if_refused(config_of(consumer), meta.error, "DESCRIBE", topic, "topic")
         if time.monotonic() > deadline:
             raise KafkaException(meta.error)
         time.sleep(0.2)
@@ -339,6 +371,7 @@ def tail_positions(consumer: Consumer, topic: str, last: int | None, timeout: fl
                                                            timeout=max(0.1, deadline - time.monotonic()))
                 break
             except KafkaException as exc:
+                raise_if_refused(config_of(consumer), exc.args[0], "DESCRIBE", topic, "topic")
                 if time.monotonic() > deadline:
                     raise
                 logger.debug("watermarks of %s[%d] not yet available: %s", topic, pid, exc)
@@ -393,6 +426,10 @@ def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,
             if err is not None:
                 if err.fatal():
                     raise KafkaException(err)
+                if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    # Only topic refusals matter: this reader never uses its group (no commits), so a refused
+                    # group lookup changes nothing.
+                    raise_if_refused(cfg, err, "READ", msg.topic() or ", ".join(sorted({t for t, _ in remaining})))
                 logger.debug("reading %s to its end: %s", msg.topic(), err)
                 continue
             key = (msg.topic() or "", msg.partition() or 0)

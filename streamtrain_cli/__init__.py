@@ -34,6 +34,7 @@ def _register_commands() -> None:
     from coordinator.cli import register as register_coordinator
     from producers.cli import register as register_producers
     from stack.cli import register as register_stack
+    from streamtrain.acl_cli import app as acl_app
     from streamtrain.broker.cli import app as broker_app
     from streamtrain.config_cli import app as config_app
     from streamtrain.round_trip import register as register_demo
@@ -42,6 +43,7 @@ def _register_commands() -> None:
     app.add_typer(broker_app, name="broker")
     app.add_typer(bench_app, name="bench")
     app.add_typer(config_app, name="config")
+    app.add_typer(acl_app, name="acl")
     register_demo(app)
     register_producers(app, bench_app)
     register_coordinator(app, bench_app)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig, TrainerConfig
 from streamtrain.kafka import DeadLetterSink, consume_available, make_consumer
 from streamtrain.wire import Assignment, Sample, WireError, decode
@@ -62,6 +63,9 @@ class RankConsumer:
         dead_letter_plans: bool = False,
     ) -> None:
         self.config = trainer
+        self.kafka = kafka
+        self.group_id = group_id
+        self.device_id = device_id
         self.topic = kafka.topics.device(device_id)
         self.assignments_topic = kafka.topics.assignments
         self.partition = TopicPartition(self.topic, 0)
@@ -95,7 +99,7 @@ class RankConsumer:
                 if not (err.retriable() or err.code() in _COORDINATOR_STARTING) or time.monotonic() > deadline:
                     raise
                 logger.info("committed offset of %s not available yet (%s); retrying", self.topic, err.str())
-                time.sleep(0.5)
+                self._refused_group(self.consumer.poll(0.5))  # nothing is assigned yet: only error events come
 
     def start(self, offset: int | None) -> int:
         """Assign the partitions: the device topic from `offset` (None: its log start), plans near their end.
@@ -126,6 +130,8 @@ class RankConsumer:
             if err is not None:
                 if err.fatal():
                     raise KafkaException(err)
+                self._refused_group(msg)
+                raise_if_refused(self.kafka, err, "READ", msg.topic(), "topic")
                 if err.code() != KafkaError._PARTITION_EOF:
                     logger.warning("consumer error (retrying): %s", err)
                 continue
@@ -141,6 +147,12 @@ class RankConsumer:
             self.consumer.seek(TopicPartition(self.topic, 0, rewind))
         self._flow_control()
         return len(messages)
+
+    def _refused_group(self, event: Message | None) -> None:
+        """Raise when `event` says this principal may not use the trainers' group (commits would only time out)."""
+        err = event.error() if event is not None else None
+        if err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            raise_if_refused(self.kafka, err, "READ", self.group_id, "group")
 
     def _flow_control(self) -> None:
         if not self.paused and self.buffer.full:
@@ -159,20 +171,20 @@ class RankConsumer:
         value = msg.value()
         nbytes = len(value) if value is not None else 0
         if nbytes > self.config.buffer_max_bytes:
-            self._dead_letter(msg, "oversize", f"record of {nbytes} bytes exceeds trainer.buffer_max_bytes")
+            self.dead_letter(msg, "oversize", f"record of {nbytes} bytes exceeds trainer.buffer_max_bytes")
             self.buffer.skip(offset)
             return
         try:
-            sample = decode(value, msg.headers(), Sample)
+            sample = decode(value, msg.headers(), Sample, device=self.device_id)
         except WireError as exc:
-            self._dead_letter(msg, exc.reason, str(exc))
+            self.dead_letter(msg, exc.reason, str(exc))
             self.buffer.skip(offset)
             return
         problems = sample_problems(sample, self.config.num_features, wire_checked=True)  # decode validated it
         if sample.label is not None and sample.label >= self.config.num_classes:
             problems.append(f"label {sample.label} is not below trainer.num_classes={self.config.num_classes}")
         if problems:
-            self._dead_letter(msg, "untrainable", f"sample {sample.device_id}#{sample.seq}: " + "; ".join(problems))
+            self.dead_letter(msg, "untrainable", f"sample {sample.device_id}#{sample.seq}: " + "; ".join(problems))
             self.buffer.skip(offset)
             return
         self.buffer.add(offset, sample, nbytes)
@@ -182,13 +194,22 @@ class RankConsumer:
             plan = decode(msg.value(), msg.headers(), Assignment)
         except WireError as exc:
             if self.dead_letter_plans:
-                self._dead_letter(msg, exc.reason, str(exc))
+                self.dead_letter(msg, exc.reason, str(exc))
             else:
                 logger.debug("skipping a bad assignment record: %s", exc)
             return
-        self.plans.add(plan)
+        rejected = self.plans.add(plan, msg)
+        if rejected is None:
+            return
+        # Every rank rejects the same plan the same way: one dead letter for the group, a warning from each.
+        if self.dead_letter_plans:
+            self.dead_letter(msg, rejected.reason, rejected.detail)
+        else:
+            logger.warning("plan rejected at %s@%s: %s (%s)", msg.topic(), msg.offset(), rejected.reason,
+                           rejected.detail)
 
-    def _dead_letter(self, msg: Message, reason: str, detail: str) -> None:
+    def dead_letter(self, msg: Message, reason: str, detail: str) -> None:
+        """Send a consumed record to the dead-letter topic with `reason`, count it and say so at WARNING."""
         self.sink.send(msg, reason, detail)
         self.dead_lettered += 1
         self.dead_letter_reasons[reason] = self.dead_letter_reasons.get(reason, 0) + 1
@@ -212,6 +233,17 @@ class RankConsumer:
             logger.warning("commit of %s@%d failed (retried at the next commit): %s", self.topic, offset, exc)
             return False
         return True
+
+    def high_watermark(self, fresh: bool = False) -> int:
+        """The device topic's end offset: the last one fetched (cheap), or with `fresh` the broker's now."""
+        high = -1
+        try:
+            _low, high = self.consumer.get_watermark_offsets(self.partition, timeout=10.0, cached=not fresh)
+            if high < 0:  # nothing fetched yet: no cached value
+                _low, high = self.consumer.get_watermark_offsets(self.partition, timeout=10.0)
+        except KafkaException as exc:  # the broker is away: what this rank has seen is all it can vouch for
+            logger.warning("%s: end offset unavailable (%s)", self.topic, exc)
+        return max(int(high), self.buffer.position)
 
     def lag(self) -> int:
         """High watermark minus the lowest unprocessed offset (records not yet trained or dropped)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 
@@ -56,6 +57,10 @@ class TrainerMetrics:
             **labels)
         self.compressed_steps = counter("compressed_steps", "Steps whose every gradient bucket went Top-k.").labels(
             **labels)
+        self._plans_rejected = MetricSet(registry, "trainer", [*labels, "reason"]).counter(
+            "plans_rejected", "Plans this rank did not obey (a local plan ran instead), by reason.")
+        self._labels = labels
+        self._rejected_seen: dict[str, int] = {}
 
     def record_step(self, feedback: StepFeedback, *, late: bool, compressed: bool, dead_lettered: int,
                     held: float = 0.0) -> None:
@@ -82,3 +87,11 @@ class TrainerMetrics:
             self.plans_late.inc()
         if compressed:
             self.compressed_steps.inc()
+
+    def count_rejected(self, rejected: Mapping[str, int]) -> None:
+        """Bring the rejected-plans counter up to `rejected` (running totals by reason)."""
+        for reason, total in rejected.items():
+            new = total - self._rejected_seen.get(reason, 0)
+            if new > 0:
+                self._plans_rejected.labels(**self._labels, reason=reason).inc(new)
+                self._rejected_seen[reason] = total

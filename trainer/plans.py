@@ -9,12 +9,15 @@ any plan at all it trains `local_batch` samples. Either way the oldest samples g
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import numpy as np
+from confluent_kafka import Message
 
 from streamtrain.wire import Assignment, DevicePlan
+
+from .plan_checks import PlanRejection, plan_problem
 
 __all__ = ["LocalPlanner", "PlanBook", "Selection", "selection_from"]
 
@@ -45,40 +48,72 @@ class Selection:
 
 
 class PlanBook:
-    """Assignments of one job received so far, by step (other jobs' plans are ignored).
+    """Assignments of one job received so far, by step (other jobs' plans are ignored, bad ones rejected).
 
     Args:
         job: This training job's name.
         keep: Plans kept at most (the newest), so a coordinator far ahead cannot grow memory.
+        window: Plans more than this many steps ahead of the current step are rejected (`plan_problem`).
     """
 
-    def __init__(self, job: str, keep: int = 256) -> None:
+    def __init__(self, job: str, keep: int = 256, window: int = 1000) -> None:
         self.job = job
         self.keep = keep
+        self.window = window
+        self.current = 0
+        """The step the rank runs next (plans for earlier steps are dropped)."""
         self._plans: dict[int, Assignment] = {}
+        self._sources: dict[int, Message] = {}
         self.ignored_other_jobs = 0
+        self.rejected: Counter[str] = Counter()
+        """Plans rejected, by reason (when they arrived or when their step ran)."""
 
-    def add(self, plan: Assignment) -> None:
-        """Remember `plan` (a later plan for the same step replaces an earlier one)."""
+    def add(self, plan: Assignment, source: Message | None = None) -> PlanRejection | None:
+        """Remember `plan` (a later plan for the same step replaces an earlier one), unless it is rejected.
+
+        Args:
+            plan: the decoded plan.
+            source: the record it came from (dead-lettered if its step's part is rejected later).
+
+        Returns:
+            Why the plan was rejected, or None when it was kept (or belongs to another job).
+        """
         if plan.job != self.job:
             self.ignored_other_jobs += 1
-            return
+            return None
+        rejection = plan_problem(plan, self.current, self.window)
+        if rejection is not None:
+            self.rejected[rejection.reason] += 1
+            return rejection
         self._plans[plan.step] = plan
+        if source is not None:
+            self._sources[plan.step] = source
+        else:
+            self._sources.pop(plan.step, None)
         if len(self._plans) > self.keep:
-            del self._plans[min(self._plans)]
+            oldest = min(self._plans)
+            del self._plans[oldest]
+            self._sources.pop(oldest, None)
+        return None
 
     def get(self, step: int) -> Assignment | None:
         """The plan for `step`, if it has arrived."""
         return self._plans.get(step)
+
+    def source(self, step: int) -> Message | None:
+        """The record the plan for `step` came from, when known."""
+        return self._sources.get(step)
 
     def has_newer(self, step: int) -> bool:
         """A plan for a later step exists, so the one for `step` is not coming."""
         return any(s > step for s in self._plans)
 
     def forget_before(self, step: int) -> None:
-        """Drop plans of steps already run."""
+        """Drop plans of steps already run; `step` is the one the rank runs next."""
+        self.current = max(self.current, step)
         for s in [s for s in self._plans if s < step]:
             del self._plans[s]
+            self._sources.pop(s, None)
 
 
 class LocalPlanner:

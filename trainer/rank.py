@@ -32,6 +32,7 @@ from .checkpoint import Checkpoint, load_checkpoint, resume_offset, save_checkpo
 from .consumer import RankConsumer
 from .distributed import DistContext, destroy_distributed, init_distributed
 from .metrics import TrainerMetrics
+from .plan_checks import PartCheck
 from .plans import LocalPlanner, PlanBook, Selection, selection_from
 from .step import StepResult, build_step_runner
 
@@ -64,9 +65,10 @@ class TrainerRank:
         ensure_topics(make_admin(config.kafka), [TopicSpec.from_config(config.kafka, name) for name in (
             topics.device(device_id), topics.feedback, topics.assignments, topics.dead_letter)])
         self.producer = make_control_producer(config.kafka)
-        self.plans = PlanBook(config.job)
+        self.plans = PlanBook(config.job, window=self.trainer.plan_window_steps)
         self.consumer = RankConsumer(config.kafka, self.trainer, device_id, self.group_id, self.plans,
                                      self.producer, dead_letter_plans=ctx.is_main)
+        self.part_check = PartCheck(device_id, config.coordinator, self.consumer.high_watermark, self._wait_for)
         self.buffer = self.consumer.buffer
         self.local = LocalPlanner(self.trainer.local_batch)
         self.metrics = TrainerMetrics(registry if registry is not None else CollectorRegistry(), device_id, config.job)
@@ -101,6 +103,7 @@ class TrainerRank:
             self._offsets = dict(checkpoint.offsets)
             own = checkpoint.offsets.get(self.device_id)
         committed = self.consumer.committed_offset()
+        self.plans.forget_before(self.step)  # before the plans are read back: a window from the resumed step
         start = self.consumer.start(resume_offset(own, committed))
         self.committed = committed
         logger.info("rank %d (%s): resuming at step %d from offset %d (committed %s)",
@@ -138,12 +141,13 @@ class TrainerRank:
         """One step: wait (bounded) for the plan, gather its samples, train, report the feedback."""
         started = time.perf_counter()
         step = self.step
-        plan = self._wait_for_plan(step, started + self.trainer.plan_wait_seconds)
+        arrived = self._wait_for_plan(step, started + self.trainer.plan_wait_seconds)
+        plan = self._checked(arrived)  # None too when this device's part may not be obeyed: a local plan runs
         if plan is not None:
             selection = selection_from(plan, self.device_id)
         else:
             selection = self.local.selection(waited_s=time.perf_counter() - started)
-        if plan is None:
+        if arrived is None:
             self.plans_late += 1
         if selection.truncate_before is not None:
             self.buffer.truncate_before(selection.truncate_before)
@@ -176,7 +180,8 @@ class TrainerRank:
         dead = self.consumer.dead_lettered - self._dead_lettered_seen
         self._dead_lettered_seen = self.consumer.dead_lettered
         compressed = result.buckets > 0 and result.compressed_buckets == result.buckets
-        self.metrics.record_step(feedback, late=plan is None, compressed=compressed, dead_lettered=dead, held=held)
+        self.metrics.record_step(feedback, late=arrived is None, compressed=compressed, dead_lettered=dead, held=held)
+        self.metrics.count_rejected(self.plans.rejected)
         self.metrics.buffer_bytes.set(self.buffer.nbytes)
         if self.step % self.trainer.log_every == 0:
             self._log(feedback)
@@ -195,6 +200,24 @@ class TrainerRank:
         if hold > 0:
             self.consumer.wait_until(lambda: self.stop_requested, now + hold)
         return time.perf_counter() - now if hold > 0 else 0.0
+
+    def _checked(self, plan: Assignment | None) -> Assignment | None:
+        """`plan`, or None when this device's part of it is one the rank must not obey (dead-lettered, counted)."""
+        rejected = self.part_check.problem(plan) if plan is not None else None
+        if plan is None or rejected is None:
+            return plan
+        self.plans.rejected[rejected.reason] += 1
+        source = self.plans.source(plan.step)
+        if source is not None:
+            self.consumer.dead_letter(source, rejected.reason, rejected.detail)
+        else:
+            logger.warning("plan for step %d rejected: %s (%s)", plan.step, rejected.reason, rejected.detail)
+        return None
+
+    def _wait_for(self, offset: int) -> None:
+        """Wait (at most the data wait) until this rank has fetched up to `offset` of its topic."""
+        self.consumer.wait_until(lambda: offset < self.buffer.position,
+                                 time.perf_counter() + self.trainer.data_wait_seconds)
 
     def _wait_for_plan(self, step: int, deadline: float) -> Assignment | None:
         # A plan for a later step means this step's plan is never coming: fall back at once.

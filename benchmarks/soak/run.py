@@ -151,7 +151,10 @@ def _soak(broker: LiveBroker, setup: SoakSetup, out: Path, launch: LaunchOptions
                     "trainer.num_features": setup.features, "trainer.num_classes": setup.classes,
                     "trainer.hidden_size": 32, "trainer.num_layers": 1, "trainer.plan_wait_seconds": 1.0,
                     "trainer.data_wait_seconds": 0.5, "trainer.checkpoint_every": 5, "trainer.log_every": 50,
-                    "trainer.metrics": False}
+                    "trainer.metrics": False,
+                    # The ranks outlive the phases' coordinators: the rule that admits every phase's truncation
+                    # (truncate and bounded by samples both keep at least the newest record).
+                    "coordinator.truncation": "truncate"}
     ckpt = run_dir / "checkpoints"
     if ckpt.exists():
         for stale in ckpt.iterdir():

@@ -74,8 +74,10 @@ def _run_policy(policy: str, broker: LiveBroker, setup: TruncationSetup, out: Pa
     try:
         services.start("coordinator", "coordinator", launch.command(
             "coordinator", "coordinate", "--port", "0", settings={**common, **setup.coordinator_sets(policy)}))
+        # The ranks obey a plan's truncation only when the policy they are told of could ask for it.
         services.start("trainers", "trainer", launch.command(
-            "trainer", *train_command(devices, ckpt), settings={**common, **setup.trainer_sets(ckpt)}))
+            "trainer", *train_command(devices, ckpt),
+            settings={**common, **setup.coordinator_sets(policy), **setup.trainer_sets(ckpt)}))
 
         def take_feedback() -> None:
             nonlocal dropped, trained

@@ -26,7 +26,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from ..config import BrokerConfig
+from ..config import BrokerConfig, KafkaConfig
 from ..net import free_port
 from . import scram
 
@@ -146,6 +146,24 @@ class EmbeddedBroker:
                               "broker.security_protocol=SASL_PLAINTEXT")
         return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": self.cfg.inter_broker_mechanism,
                 "sasl.username": scram.BROKER_USER, "sasl.password": secret}
+
+    def own_identity(self, base: KafkaConfig) -> KafkaConfig:
+        """`base` pointed at this broker and logged in as the broker's own user (a super user under ACLs).
+
+        Only for setting up a broker this process owns (the first users and ACLs: nobody else may grant
+        them); services get their role's principal.
+        """
+        secret = scram.broker_secret(self.data_dir, create=False)
+        try:
+            sasl = "SASL_PLAINTEXT://" in self.properties_path.read_text()  # as it was last started
+        except OSError:
+            sasl = False
+        if secret is None or not sasl:
+            return base.model_copy(update={"bootstrap_servers": self.bootstrap})
+        return KafkaConfig.model_validate({
+            **base.model_dump(exclude={"sasl_password"}), "bootstrap_servers": self.bootstrap,
+            "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": self.cfg.inter_broker_mechanism,
+            "sasl_username": scram.BROKER_USER, "sasl_password": secret})
 
     # ---- state -----------------------------------------------------------------------------
     def read_state(self) -> BrokerState | None:
@@ -410,6 +428,18 @@ class EmbeddedBroker:
             for each in scram.MECHANISMS:  # the listener needs a login module per enabled mechanism
                 props[f"listener.name.{client.lower()}.{each.lower()}.sasl.jaas.config"] = scram.jaas_config(
                     scram.BROKER_USER, secret)
+            # The controller listener authenticates too: PLAIN with a user defined in its own JAAS entry, because
+            # SCRAM credentials live in the metadata the controller serves. Left open, anyone on the host could
+            # reach the controller as a super user once the authorizer is on.
+            props |= {"listener.security.protocol.map": f"CONTROLLER:SASL_PLAINTEXT,{client}:{client}",
+                      "sasl.mechanism.controller.protocol": "PLAIN",
+                      "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+                      "listener.name.controller.plain.sasl.jaas.config": scram.plain_jaas_config(
+                          scram.CONTROLLER_USER, secret)}
+            if self.cfg.acls:
+                props |= {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                          "super.users": f"User:{scram.BROKER_USER};User:{scram.CONTROLLER_USER}",
+                          "allow.everyone.if.no.acl.found": "false"}
         props |= self.cfg.properties
         return "".join(f"{k}={v}\n" for k, v in props.items())
 

@@ -26,11 +26,13 @@ from confluent_kafka.admin import (
 
 __all__ = [
     "BROKER_USER",
+    "CONTROLLER_USER",
     "ITERATIONS",
     "MECHANISMS",
     "add_scram_args",
     "broker_secret",
     "jaas_config",
+    "plain_jaas_config",
     "salted_password",
     "upsert_users",
 ]
@@ -39,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 #: The broker's own user, for its inter-broker connections to its SASL listener.
 BROKER_USER = "streamtrain-broker"
+#: The controller's own user on its PLAIN-authenticated listener (the broker's connections to its controller).
+CONTROLLER_USER = "streamtrain-controller"
 #: Both SCRAM mechanisms get a credential for every user, so clients may use either.
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 #: PBKDF2 iterations (Kafka's minimum and default).
@@ -82,6 +86,12 @@ def broker_secret(data_dir: Path, create: bool) -> str | None:
 def jaas_config(user: str, password: str) -> str:
     """A `sasl.jaas.config` value for the SCRAM login module."""
     return f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+
+
+def plain_jaas_config(user: str, password: str) -> str:
+    """A `sasl.jaas.config` value for a PLAIN listener whose only user is `user` (it logs in as that user too)."""
+    return (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="{user}" '
+            f'password="{password}" user_{user}="{password}";')
 
 
 def upsert_users(admin: AdminClient, users: Mapping[str, str], timeout: float = 30.0) -> None:

@@ -1,5 +1,6 @@
 """One typed configuration shared by every service (TOML < environment < flags)."""
 
+from .acl import AclConfig
 from .coordinator import CoordinatorConfig
 from .core import BrokerConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
 from .loader import ENV_PREFIX, ConfigError, config_environment, load_config, parse_assignment
@@ -8,6 +9,7 @@ from .trainer import TrainerConfig
 
 __all__ = [
     "ENV_PREFIX",
+    "AclConfig",
     "BrokerConfig",
     "ConfigError",
     "CoordinatorConfig",

@@ -158,6 +158,15 @@ class CoordinatorConfig(BaseModel):
     recovery_records: int = Field(default=10_000, ge=0)
     """Service: feedback and assignment records re-read per partition on start to rebuild state."""
 
+    max_feedback_seconds: float = Field(default=3600.0, gt=0.0)
+    """Service: the longest timing a feedback record may report (compute, wait, communication, whole step).
+    Longer is not a streaming step but a forged or broken record: it is dead-lettered (feedback-impossible)
+    instead of stretching the step period the truncation policy keeps."""
+
+    feedback_window_steps: int = Field(default=1000, ge=1)
+    """Service: feedback for a step more than this many steps ahead of the one the coordinator plans next is
+    dead-lettered (feedback-step-window): the ranks run the steps the coordinator plans, one at a time."""
+
     kafka_timeout_seconds: float = Field(default=10.0, gt=0.0)
     """Service: timeout of each admin request (offsets, lag, DeleteRecords) and of start-up reads."""
 

@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from ..wire.topics import TopicNames, validate_name_part
+from .acl import RESERVED_USERS, AclConfig
 from .coordinator import CoordinatorConfig
 from .producer import ProducerConfig
 from .renames import Renamed, milliseconds_to_seconds, seconds_renamed
@@ -232,14 +233,19 @@ class BrokerConfig(_Section):
     """SCRAM mechanism the broker authenticates to itself with (its own generated user, kept in the data dir)."""
 
     renamed_settings: ClassVar[dict[str, Renamed]] = seconds_renamed("start_timeout_s", "stop_timeout_s")
+    acls: bool = True
+    """With SASL on, run Kafka's own authorizer (StandardAuthorizer): a client may do only what an ACL allows
+    it (`streamtrain acl apply` creates each role's), and the only super users are the broker and its
+    controller themselves. Off: every authenticated user may do anything (not for a shared cluster)."""
 
     @field_validator("scram_users")
     @classmethod
     def _scram_names_are_plain(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
         for name, password in value.items():
-            if not name or any(c in name for c in ",=[]\"\\ ") or name.startswith("streamtrain-broker"):
+            # The broker's and the controller's own names are super users: nobody else may log in as them.
+            if not name or any(c in name for c in ",=[]\"\\ ") or name.startswith(RESERVED_USERS):
                 raise ValueError(f"SCRAM user name {name!r} must be non-empty, without , = [ ] quotes or spaces, "
-                                 "and not streamtrain-broker*")
+                                 "and not streamtrain-broker* or streamtrain-controller*")
             if len(password.get_secret_value()) < 8:
                 raise ValueError(f"password of SCRAM user {name!r} is shorter than 8 characters")
         return value
@@ -285,6 +291,7 @@ class StreamtrainConfig(_Section):
     producer: ProducerConfig = Field(default_factory=ProducerConfig)
     coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    acl: AclConfig = Field(default_factory=AclConfig)
 
     @field_validator("job")
     @classmethod

@@ -136,6 +136,12 @@ class TrainerConfig(BaseModel):
     plan_wait_seconds: float = Field(default=2.0, ge=0, le=600)
     """Seconds a rank waits for the coordinator's Assignment of a step before it falls back to a local plan."""
 
+    plan_window_steps: int = Field(default=1000, ge=1)
+    """How many steps ahead of its own a rank accepts a plan. The coordinator plans one step ahead; a group
+    restarted from a checkpoint runs behind the plans already published by the steps since that checkpoint
+    (keep this above `checkpoint_every`). A plan further ahead is rejected (dead-lettered as plan-step-window):
+    kept, it would make every step until then fall back to a local plan and could push the real plans out."""
+
     data_wait_seconds: float = Field(default=1.0, ge=0, le=600)
     """Seconds a rank waits for planned offsets (or, on a local plan, for any sample) to arrive from Kafka."""
 

@@ -3,6 +3,7 @@
 from .codec import SCHEMA_HEADER, SIZE_HEADER, decode, encode, fingerprint_of, known_fingerprints
 from .errors import (
     CorruptRecordError,
+    DeviceMismatchError,
     InvalidSampleError,
     MissingHeaderError,
     SchemaMismatchError,
@@ -20,6 +21,7 @@ __all__ = [
     "Assignment",
     "CorruptRecordError",
     "DeadLetter",
+    "DeviceMismatchError",
     "DevicePlan",
     "InvalidSampleError",
     "MissingHeaderError",

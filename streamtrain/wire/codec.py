@@ -20,6 +20,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from .errors import (
     CorruptRecordError,
+    DeviceMismatchError,
     InvalidSampleError,
     MissingHeaderError,
     SchemaMismatchError,
@@ -110,12 +111,25 @@ def encode(record: Record) -> tuple[bytes, HeaderList]:
     return buf.getvalue(), headers
 
 
-def decode(value: bytes | None, headers: Headers | None, expect: type[R], *, validate: bool = True) -> R:
+def decode(value: bytes | None, headers: Headers | None, expect: type[R], *, validate: bool = True,
+           device: str | None = None) -> R:
     """Read a record of type `expect` from a Kafka value and its headers.
 
-    Raises a subclass of `WireError` saying exactly what is wrong: `MissingHeaderError`,
-    `UnknownSchemaError`, `SchemaMismatchError`, `CorruptRecordError`, `SizeMismatchError`, or
-    (for samples, when `validate`) `InvalidSampleError`.
+    Args:
+        value: the record's value.
+        headers: its headers.
+        expect: the record type this topic carries.
+        validate: check a sample's payload against its shape, dtype and size.
+        device: for a sample read from a device topic, that topic's device: a sample claiming any other
+            device is refused (`DeviceMismatchError`) rather than trained as this topic's.
+
+    Returns:
+        The record.
+
+    Raises:
+        WireError: a subclass saying exactly what is wrong: `MissingHeaderError`, `UnknownSchemaError`,
+            `SchemaMismatchError`, `CorruptRecordError`, `SizeMismatchError`, or for samples
+            `DeviceMismatchError` and (when `validate`) `InvalidSampleError`.
     """
     raw_fp = header_value(headers, SCHEMA_HEADER)
     if raw_fp is None:
@@ -144,6 +158,9 @@ def decode(value: bytes | None, headers: Headers | None, expect: type[R], *, val
         raise CorruptRecordError(f"{name} body does not fit the record type: {exc}") from exc
     if isinstance(record, Sample):
         _check_sample(record, cast(bytes, size_header), validate)
+        if device is not None and record.device_id != device:
+            raise DeviceMismatchError(f"sample {record.device_id}#{record.seq} claims device {record.device_id!r} "
+                                      f"but was read from device {device!r}'s topic")
     return record
 
 

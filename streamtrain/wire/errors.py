@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "CorruptRecordError",
+    "DeviceMismatchError",
     "InvalidSampleError",
     "MissingHeaderError",
     "SchemaMismatchError",
@@ -53,3 +54,13 @@ class InvalidSampleError(WireError):
     """A well-formed sample that cannot be trained: bad size, shape ≠ data length, NaN/inf payload."""
 
     reason = "invalid-sample"
+
+
+class DeviceMismatchError(WireError):
+    """A sample whose ``device_id`` is not the device of the topic it was read from.
+
+    A device topic is one device's stream: a sample claiming another device was written to the wrong topic
+    (or forged), and training it as the topic's device would mix two streams' data and accounting.
+    """
+
+    reason = "device-mismatch"

@@ -1,6 +1,7 @@
 """Bad input on the real broker: 10,000+ broken records into a device topic while a real trainer rank runs,
-bad assignments to the trainers and bad feedback to the coordinator. Every bad record is dead-lettered with
-its reason and counted in metrics, nothing crashes, and the good records in between are still trained.
+bad and forged assignments to the trainers and bad and forged feedback to the coordinator. Every bad record is
+dead-lettered with its reason and counted in metrics, nothing crashes, and the good records in between are still
+trained.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from streamtrain.fuzz import (
     assignment_corpus,
     device_corpus,
     feedback_corpus,
+    forged_feedback,
+    forged_plans,
     good_sample,
     reason_counts,
 )
@@ -86,7 +89,8 @@ def test_trainer_rank_dead_letters_every_bad_record_and_keeps_training(kafka_cfg
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     bad = list(device_corpus(BAD, "d0", seed=11, oversize_bytes=BUFFER_BYTES))
-    plans = list(assignment_corpus(350, JOB, seed=12))
+    # Undecodable plans, and plans that decode but no coordinator makes (NaN weights, a billion steps ahead, ...).
+    plans = list(assignment_corpus(350, JOB, seed=12)) + list(forged_plans(140, JOB, ("d0",)))
     try:
         deadline = time.monotonic() + 60
         while not re.search(r"consuming \S+ from offset", log.read_text()):  # assigned: plans now count
@@ -130,7 +134,7 @@ def test_trainer_rank_dead_letters_every_bad_record_and_keeps_training(kafka_cfg
     on_device = {dl.offset: dl.reason for dl in letters if dl.topic == t.device("d0")}
     assert on_device == expected  # each bad record, once, with its own reason; no good one
     assert Counter(on_device.values()) == reason_counts(bad)
-    assert len(reason_counts(bad)) == 8 and len({r.kind for r in bad}) == 18
+    assert len(reason_counts(bad)) == 9 and len({r.kind for r in bad}) == 19
     on_plans = Counter(dl.reason for dl in letters if dl.topic == t.assignments)
     assert on_plans == reason_counts(plans)
     assert all(dl.service == "trainer" for dl in letters)
@@ -145,7 +149,7 @@ def test_coordinator_dead_letters_bad_feedback_by_reason(kafka_cfg: KafkaConfig)
         poll_interval_seconds=0.2, kafka_timeout_seconds=15.0))
     service = Coordinator(cfg, serve_http=False)
     service.start()
-    bad: list[FuzzRecord] = list(feedback_corpus(1_400, JOB, seed=5))
+    bad: list[FuzzRecord] = list(feedback_corpus(1_400, JOB, seed=5)) + list(forged_feedback(450, JOB))
     try:
         producer = make_producer(kafka_cfg)
         _write(producer, kafka_cfg.topics.feedback, [(r.value, r.headers) for r in bad])

@@ -36,8 +36,10 @@ SECRETS = (ALICE_PW, BOB_PW, WRONG_PW)
 
 @pytest.fixture(scope="module")
 def scram_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    # Authentication alone: any authenticated user may do anything here (authorization is test_security_acl's).
     broker = EmbeddedBroker(BrokerConfig(data_dir=tmp_path_factory.mktemp("scram"), heap="512m",
-                                         security_protocol="SASL_PLAINTEXT", scram_users={"alice": ALICE_PW}))
+                                         security_protocol="SASL_PLAINTEXT", scram_users={"alice": ALICE_PW},
+                                         acls=False))
     broker.start()
     try:
         yield broker

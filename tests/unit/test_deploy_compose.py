@@ -24,12 +24,15 @@ import typer.main
 import yaml
 from typer.testing import CliRunner
 
+from streamtrain.config import load_config
 from streamtrain_cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "docker-compose.yml"
 MULTI = ROOT / "docker-compose.multi-broker.yml"
 STREAMTRAIN_SERVICES = ("producers", "coordinator", "trainer")
+#: One-shot services: they run to completion before the others start (no health check, not restarted once done).
+SETUP_SERVICES = ("kafka-setup",)
 
 
 def _compose_tool() -> list[str]:
@@ -119,7 +122,7 @@ def test_the_parser_rejects_what_compose_up_would_reject(tmp_path: Path) -> None
     assert "condtion" in result.stderr
 
 
-@pytest.mark.parametrize("service", STREAMTRAIN_SERVICES)
+@pytest.mark.parametrize("service", STREAMTRAIN_SERVICES + SETUP_SERVICES)
 def test_every_service_command_parses_as_a_streamtrain_subcommand(service: str) -> None:
     spec = resolved(BASE)["services"][service]
     command = spec["command"]
@@ -135,13 +138,12 @@ def test_every_service_command_parses_as_a_streamtrain_subcommand(service: str) 
 
 
 def test_streamtrain_settings_in_the_environment_are_real_settings() -> None:
-    from streamtrain.config import load_config
-
-    for service in STREAMTRAIN_SERVICES:
+    for service in STREAMTRAIN_SERVICES + SETUP_SERVICES:
         env = {k: str(v) for k, v in resolved(BASE, MULTI)["services"][service]["environment"].items()}
         config = load_config(env=env)  # raises ConfigError naming any unknown or bad STREAMTRAIN_* value
         assert config.metrics.bind_address == "0.0.0.0"
-        assert config.kafka.bootstrap_servers == "kafka:9092,kafka-2:9092,kafka-3:9092"
+        port = 9091 if service in SETUP_SERVICES else 9092  # the set-up logs in on the brokers' own listener
+        assert config.kafka.bootstrap_servers == f"kafka:{port},kafka-2:{port},kafka-3:{port}"
         assert config.kafka.replication_factor == 3
 
 
@@ -169,12 +171,18 @@ def test_trainers_are_one_replica_per_device_each_with_one_gpu() -> None:
 def test_start_up_waits_for_healthy_dependencies(files: tuple[Path, ...]) -> None:
     services = resolved(*files)["services"]
     for name, spec in services.items():
-        assert spec.get("healthcheck", {}).get("test"), f"{name} has no health check"
-    brokers = {n for n in services if n.startswith("kafka")}
-    for name in STREAMTRAIN_SERVICES:
+        if name not in SETUP_SERVICES:
+            assert spec.get("healthcheck", {}).get("test"), f"{name} has no health check"
+    brokers = {n for n, spec in services.items() if spec["image"].startswith("apache/kafka:")}
+    for name in (*STREAMTRAIN_SERVICES, *SETUP_SERVICES):
         depends = services[name]["depends_on"]
         assert brokers <= set(depends), f"{name} starts before every broker is healthy"
-        assert all(dep["condition"] == "service_healthy" for dep in depends.values()), name
+        assert all(depends[b]["condition"] == "service_healthy" for b in brokers), name
+        if name in STREAMTRAIN_SERVICES:  # and only once the users, ACLs and topics are in place
+            assert depends["kafka-setup"]["condition"] == "service_completed_successfully", name
+            assert all(d["condition"] == "service_healthy" for n, d in depends.items() if n != "kafka-setup"), name
+    for name in SETUP_SERVICES:
+        assert services[name]["restart"] == "on-failure"  # retried until it succeeds, then done
     assert "coordinator" in services["trainer"]["depends_on"]
     assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
 
@@ -193,7 +201,7 @@ def test_kafka_is_the_official_image_of_the_pinned_version_in_kraft_mode() -> No
 
 def test_multi_broker_variant_is_three_voters_with_replication_three() -> None:
     services = resolved(BASE, MULTI)["services"]
-    brokers = {n: s["environment"] for n, s in services.items() if n.startswith("kafka")}
+    brokers = {n: s["environment"] for n, s in services.items() if s["image"].startswith("apache/kafka:")}
     assert sorted(brokers) == ["kafka", "kafka-2", "kafka-3"]
     assert sorted(int(e["KAFKA_NODE_ID"]) for e in brokers.values()) == [1, 2, 3]
     voters = {e["KAFKA_CONTROLLER_QUORUM_VOTERS"] for e in brokers.values()}
@@ -260,3 +268,87 @@ def test_the_trainer_image_target_and_the_service_image_exist_in_the_dockerfile(
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     for pattern in packages["include"]:
         assert f"COPY {pattern.rstrip('*')} " in dockerfile, f"the image lacks package {pattern}"
+
+
+def _kafka_properties(env: dict[str, object]) -> dict[str, str]:
+    """server.properties as the apache/kafka image writes it from its KAFKA_* environment (KAFKA_A_B..C_D___E
+    becomes a.b_c.d-e: `_` is `.`, `__` is `_`, `___` is `-`)."""
+    props = {}
+    for key, value in env.items():
+        if key.startswith("KAFKA_") and key not in ("KAFKA_HEAP_OPTS", "KAFKA_OPTS"):
+            name = key.removeprefix("KAFKA_").lower().replace("_", ".").replace("...", "-").replace("..", "_")
+            props[name] = str(value)
+    return props
+
+
+@pytest.mark.parametrize("files", [(BASE,), (BASE, MULTI)], ids=["single-broker", "multi-broker"])
+def test_every_broker_authenticates_every_listener_and_authorizes_every_request(files: tuple[Path, ...]) -> None:
+    services = resolved(*files)["services"]
+    brokers = {n: _kafka_properties(s["environment"]) for n, s in services.items()
+               if s["image"].startswith("apache/kafka:")}
+    assert len(brokers) == (3 if MULTI in files else 1)
+    for name, props in brokers.items():
+        assert props["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer", name
+        assert props["super.users"] == "User:kafka-broker" and props["allow.everyone.if.no.acl.found"] == "false"
+        protocols = dict(p.split(":") for p in props["listener.security.protocol.map"].split(","))
+        listeners = [entry.split("://")[0] for entry in props["listeners"].split(",")]
+        assert set(listeners) == set(protocols) == {"BROKER", "CLIENT", "CONTROLLER", "EXTERNAL"}
+        assert set(protocols.values()) == {"SASL_PLAINTEXT"}, f"{name}: a listener without authentication"
+        for listener in listeners:
+            for mechanism in props[f"listener.name.{listener.lower()}.sasl.enabled.mechanisms"].split(","):
+                jaas = props[f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"]
+                assert jaas.endswith(";") and "LoginModule required" in jaas, (name, listener)
+        for listener in ("broker", "controller"):  # the brokers' own user, who alone is a super user
+            jaas = props[f"listener.name.{listener}.plain.sasl.jaas.config"]
+            secret = dotenv()["KAFKA_BROKER_PASSWORD"]
+            assert f'username="kafka-broker" password="{secret}" user_kafka-broker="{secret}"' in jaas
+        assert props["sasl.mechanism.inter.broker.protocol"] == props["sasl.mechanism.controller.protocol"] == "PLAIN"
+        assert props["inter.broker.listener.name"] == "BROKER" and props["controller.listener.names"] == "CONTROLLER"
+    assert len({tuple(sorted((k, v) for k, v in p.items() if "sasl" in k or "authoriz" in k or "super" in k))
+                for p in brokers.values()}) == 1  # the three brokers are configured alike
+
+
+def test_each_service_is_its_own_role_and_the_setup_grants_exactly_those_roles() -> None:
+    from streamtrain.acl import role_acls, role_principals
+
+    services = resolved(BASE)["services"]
+    knobs = dotenv()
+    devices = knobs["DEVICE_IDS"].split(",")
+    configs = {n: load_config(env={k: str(v) for k, v in services[n]["environment"].items()})
+               for n in (*STREAMTRAIN_SERVICES, *SETUP_SERVICES)}
+    users = {n: configs[n].kafka.sasl_username for n in STREAMTRAIN_SERVICES}
+    assert len(set(users.values())) == 3  # no two services share a principal
+    setup = configs["kafka-setup"]
+    roles = role_principals(setup, devices)
+    assert roles[users["producers"]] == "producer" and roles[users["coordinator"]] == "coordinator"
+    assert roles[users["trainer"]] == "trainer"
+    passwords = {name: pw.get_secret_value() for name, pw in setup.acl.passwords.items()}
+    for service, user in users.items():  # the set-up creates each service's user with the password it logs in with
+        password = configs[service].kafka.sasl_password
+        assert password is not None and passwords[user] == password.get_secret_value()
+        assert configs[service].kafka.security_protocol == "SASL_PLAINTEXT"
+        assert configs[service].kafka.sasl_mechanism == "SCRAM-SHA-512"
+    assert set(passwords) == {*users.values(), setup.acl.admin}
+    assert setup.kafka.sasl_username == "kafka-broker"  # the super user, on the brokers' listener
+    acls = role_acls(setup, devices)
+    writes = {a.resource for a in acls if a.principal == f"User:{users['producers']}"}
+    assert writes == {setup.kafka.topics.device(d) for d in devices}
+    # Every rank knows the truncation policy the coordinator runs, so it can check each plan against it.
+    coordinator = services["coordinator"]["command"]
+    truncation = coordinator[coordinator.index("--truncation") + 1]
+    assert configs["trainer"].coordinator.truncation == truncation == configs["coordinator"].coordinator.truncation
+    assert configs["trainer"].coordinator.max_lag_samples == configs["coordinator"].coordinator.max_lag_samples
+
+
+def test_no_password_is_written_into_the_compose_files_and_the_placeholders_are_refused() -> None:
+    from streamtrain.acl import apply_users
+    from streamtrain.kafka import make_admin
+
+    # Every password in the files is a reference to .env (or, escaped, to the container's own environment).
+    literal = re.compile(r'password="([^"]*)"|user_[\w-]+="([^"]*)"|"streamtrain-[\w-]+": "([^"]*)"|_PASSWORD: (\S+)')
+    for path in (BASE, MULTI):
+        found = [v for match in literal.finditer(path.read_text()) for v in match.groups() if v]
+        assert found and all(v.startswith(("${", "$$")) for v in found), (path.name, found)
+    setup = load_config(env={k: str(v) for k, v in resolved(BASE)["services"]["kafka-setup"]["environment"].items()})
+    with pytest.raises(ValueError, match="change-me placeholder"):  # .env ships placeholders: set real ones first
+        apply_users(make_admin(setup.kafka), setup, dotenv()["DEVICE_IDS"].split(","))

@@ -10,11 +10,11 @@ from trainer.batching import sample_problems
 
 
 def _reason(value: bytes | None, headers: list, expect: type, oversize: int | None = None,
-            features: int = 16, classes: int = 10) -> str | None:
+            features: int = 16, classes: int = 10, device: str | None = None) -> str | None:
     if oversize is not None and value is not None and len(value) > oversize:
         return "oversize"
     try:
-        record = decode(value, headers, expect)
+        record = decode(value, headers, expect, device=device)
     except WireError as exc:
         return exc.reason
     if isinstance(record, Sample) and (sample_problems(record, features) or (record.label or 0) >= classes):
@@ -26,12 +26,12 @@ def test_every_device_record_fails_for_its_stated_reason() -> None:
     corpus = list(device_corpus(3_400, seed=7, oversize_bytes=64 * 1024))
     assert len(corpus) == 3_400
     for record in corpus:
-        got = _reason(record.value, record.headers, Sample, oversize=64 * 1024)
+        got = _reason(record.value, record.headers, Sample, oversize=64 * 1024, device="fuzz")
         assert got == record.reason, (record.kind, record.reason, got)
     counts = reason_counts(corpus)
     assert set(counts) == {"corrupt", "unknown-schema", "wrong-schema", "missing-header", "size-mismatch",
-                           "invalid-sample", "untrainable", "oversize"}
-    assert len({r.kind for r in corpus}) == 18
+                           "invalid-sample", "untrainable", "oversize", "device-mismatch"}
+    assert len({r.kind for r in corpus}) == 19
 
 
 @pytest.mark.parametrize(("corpus", "expect"), [(feedback_corpus, StepFeedback), (assignment_corpus, Assignment)])

@@ -17,6 +17,7 @@ from streamtrain.wire import (
     Assignment,
     CorruptRecordError,
     DeadLetter,
+    DeviceMismatchError,
     DevicePlan,
     InvalidSampleError,
     MissingHeaderError,
@@ -228,8 +229,21 @@ def test_untrainable_samples_are_rejected_with_the_reason(changes: dict[str, obj
 
 def test_error_reason_codes_are_distinct() -> None:
     codes = [cls.reason for cls in (MissingHeaderError, UnknownSchemaError, SchemaMismatchError,
-                                    CorruptRecordError, SizeMismatchError, InvalidSampleError)]
+                                    CorruptRecordError, SizeMismatchError, InvalidSampleError, DeviceMismatchError)]
     assert len(set(codes)) == len(codes)
+
+
+def test_a_sample_claiming_another_device_is_refused_where_the_topic_is_known() -> None:
+    value, headers = encode(_sample())  # device dev-1
+    assert decode(value, headers, Sample, device="dev-1").device_id == "dev-1"
+    assert decode(value, headers, Sample).device_id == "dev-1"  # a reader that knows no topic device
+    with pytest.raises(DeviceMismatchError, match="claims device 'dev-1' but was read from device 'dev-3'") as err:
+        decode(value, headers, Sample, device="dev-3")
+    assert err.value.reason == "device-mismatch"
+    # A sample that is also broken gets the more basic reason: it could not be trained on any device.
+    broken, broken_headers = _forged(size=-4)
+    with pytest.raises(InvalidSampleError):
+        decode(broken, broken_headers, Sample, device="dev-3")
 
 
 def test_from_array_rejects_unsupported_dtypes_and_scalars() -> None:

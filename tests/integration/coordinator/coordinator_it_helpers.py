@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from coordinator.service import Coordinator
 from streamtrain.config import CoordinatorConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer
 from streamtrain.wire import Assignment, PendingSample, Sample, StepFeedback, decode, encode
@@ -101,3 +105,30 @@ def low_watermark(kafka_cfg: KafkaConfig, topic: str) -> int:
         return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0])
     finally:
         c.close()
+
+
+@contextmanager
+def running(cfg: StreamtrainConfig) -> Iterator[Coordinator]:
+    """The coordinator service in a thread of its own, started (ready) and, on the way out, stopped."""
+    service = Coordinator(cfg)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except BaseException as exc:  # handed to the test, which fails with it
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="coordinator-under-test")
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not service.ready.wait(0.2):
+            assert not errors, f"coordinator failed to start: {errors[0]!r}"
+            assert time.monotonic() < deadline, "coordinator did not start in 30 s"
+        yield service
+    finally:
+        service.stop()
+        thread.join(30)
+        assert not thread.is_alive()
+    assert not errors, f"coordinator failed: {errors[0]!r}"

@@ -9,16 +9,12 @@ restart that rebuilds state from Kafka and continues with the next step.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
-from coordinator_it_helpers import JOB, Plans, Trainers, config, get, low_watermark, produce_samples
+from coordinator_it_helpers import JOB, Plans, Trainers, config, get, low_watermark, produce_samples, running
 
-from coordinator.service import Coordinator
-from streamtrain.config import KafkaConfig, StreamtrainConfig
+from streamtrain.config import KafkaConfig
 from streamtrain.kafka import (
     REASON_HEADER,
     read_to_end,
@@ -28,31 +24,6 @@ from streamtrain.wire import Assignment
 pytestmark = pytest.mark.integration
 
 FAST = 15  # per report, within the bounded policy's 20: never truncated
-
-@contextmanager
-def running(cfg: StreamtrainConfig) -> Iterator[Coordinator]:
-    service = Coordinator(cfg)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            service.run()
-        except BaseException as exc:  # handed to the test, which fails with it
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="coordinator-under-test")
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not service.ready.wait(0.2):
-            assert not errors, f"coordinator failed to start: {errors[0]!r}"
-            assert time.monotonic() < deadline, "coordinator did not start in 30 s"
-        yield service
-    finally:
-        service.stop()
-        thread.join(30)
-        assert not thread.is_alive()
-    assert not errors, f"coordinator failed: {errors[0]!r}"
 
 
 def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConfig) -> None:

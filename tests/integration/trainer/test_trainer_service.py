@@ -4,6 +4,7 @@ dead letters, SIGTERM with a checkpoint, and a restart that trains nothing twice
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -109,7 +110,8 @@ def test_ranks_follow_plans_fall_back_and_account_for_every_offset(kafka_cfg: Ka
     _publish(producer, kafka_cfg, Assignment(JOB, 1, "test", 0.0, 4, 1.0, (
         DevicePlan("d0", 0.0, 1.0, offsets=(5, 6), truncate_before=5), DevicePlan("d1", 0.0, 1.0, size_budget=10))))
 
-    proc = _train(kafka_cfg, tmp_path, "--steps", "4", plan_wait=3.0)
+    # Plan 1 truncates: the ranks obey that only under a truncation policy that could ask for it.
+    proc = _train(kafka_cfg, tmp_path, "--steps", "4", plan_wait=3.0, overrides={"coordinator.truncation": "truncate"})
     assert _finish(proc, tmp_path) == 0
 
     feedback = {(f.device_id, f.step): f for f in _feedback(kafka_cfg)}
@@ -145,6 +147,45 @@ def test_ranks_follow_plans_fall_back_and_account_for_every_offset(kafka_cfg: Ka
     letters = [decode(m.value(), m.headers(), DeadLetter) for m in records]
     assert sorted((dl.offset, dl.reason) for dl in letters) == [(30, "missing-header"), (31, "untrainable")]
     assert all(dl.topic == d0 and dl.service == "trainer" for dl in letters)
+
+
+def test_plans_no_coordinator_could_make_are_rejected_and_each_rank_falls_back_alone(kafka_cfg: KafkaConfig,
+                                                                                    tmp_path: Path) -> None:
+    producer = _setup(kafka_cfg)
+    for device in DEVICES:
+        _produce_samples(producer, kafka_cfg, device, 20)
+    plans = [
+        # step 0: d0's part is fine; d1's truncates, which persist (the default policy) never does
+        Assignment(JOB, 0, "forged", 0.1, 7, 1.0, (DevicePlan("d0", 0.1, 0.5, offsets=(0, 1, 2)),
+                                                   DevicePlan("d1", 0.1, 0.5, count=4, truncate_before=3))),
+        Assignment(JOB, 1, "forged", 0.1, 4, 1.0, (DevicePlan("d0", 0.1, math.nan, count=2),  # NaN weight
+                                                   DevicePlan("d1", 0.1, 0.5, count=2))),
+        Assignment(JOB, 2, "forged", 0.1, 4, 1.0, (DevicePlan("d0", 0.1, 0.5, offsets=(5, 10_000)),  # past the end
+                                                   DevicePlan("d1", 0.1, 0.5, count=2))),
+        Assignment(JOB, 1_000_000, "forged", 0.1, 4, 1.0, (DevicePlan("d0", 0.1, 0.5, count=1),)),  # far ahead
+    ]
+    for plan in plans:
+        _publish(producer, kafka_cfg, plan)
+
+    proc = _train(kafka_cfg, tmp_path, "--steps", "3", plan_wait=3.0)
+    assert _finish(proc, tmp_path, timeout=180) == 0  # two ranks importing torch on a busy 2-core machine
+
+    feedback = {(f.device_id, f.step): f for f in _feedback(kafka_cfg)}
+    assert sorted(feedback) == [(d, s) for d in DEVICES for s in range(3)]  # every rank ran every step together
+    assert [feedback["d0", s].plan_step for s in range(3)] == [0, -1, -1]
+    assert [feedback["d1", s].plan_step for s in range(3)] == [-1, -1, 2]
+    assert feedback["d0", 0].samples == 3 and feedback["d1", 2].samples == 2
+    assert sum(f.dropped for f in feedback.values()) == 0  # nothing was truncated
+    assert all(f.lowest_unprocessed_offset == sum(feedback[f.device_id, s].samples for s in range(f.step + 1))
+               for f in feedback.values())
+
+    letters = [decode(m.value(), m.headers(), DeadLetter)
+               for m in read_to_end(kafka_cfg, [kafka_cfg.topics.dead_letter])]
+    assert sorted((dl.offset, dl.reason) for dl in letters) == [
+        (0, "plan-truncation"), (1, "plan-non-finite"), (2, "plan-offsets"), (3, "plan-step-window")]
+    assert all(dl.topic == kafka_cfg.topics.assignments and dl.service == "trainer" for dl in letters)
+    by_offset = {dl.offset: dl.detail for dl in letters}
+    assert "device d1" in by_offset[0] and "persist" in by_offset[0] and "offset 10000" in by_offset[2]
 
 
 def test_sigterm_checkpoints_and_a_restart_trains_nothing_twice(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
@@ -224,7 +265,8 @@ def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: Kafk
             DevicePlan(d, 0.01, 0.5, offsets=tuple(offsets), truncate_before=before) for d in DEVICES)))
     proc = _train(kafka_cfg, tmp_path, "--steps", "4", plan_wait=3.0,
                   overrides={"trainer.hold_max_seconds": 5.0, "trainer.checkpoint_every": 100,
-                             "trainer.data_wait_seconds": 10})
+                             "trainer.data_wait_seconds": 10,
+                             "coordinator.truncation": "truncate"})  # step 2's truncation: obeyed under truncate
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(f.step >= 2 for f in _feedback(kafka_cfg)):
         time.sleep(0.1)

@@ -80,3 +80,27 @@ def test_size_limit_from_memory_respects_headroom() -> None:
     mem = 1e9 + 1e6 * sizes
     limit = size_limit_from_memory(sizes, mem, capacity_bytes=2e9, headroom=0.95)
     assert limit == pytest.approx((0.95 * 2e9 - 1e9) / 1e6)
+
+
+@pytest.mark.parametrize("factor", [0.0, 0.001, 20.0, 1_000.0, 1e6])
+@pytest.mark.parametrize("spread", [0.02, 0.5])  # batch sizes nearly constant (ett-stream at line rate) or varied
+def test_one_wild_report_moves_the_prediction_by_less_than_two_percent(factor: float, spread: float) -> None:
+    """One report of a compute time `factor` x the truth (that passed the feedback checks: finite, positive,
+    within a step) must not steer the model: neither when it arrives nor in the steps after it."""
+    rng = np.random.default_rng(7)
+    tracker = PerfTracker.create(CFG)
+    step = 0
+    for step in range(40):
+        size = 1000.0 * (1.0 + spread * rng.uniform(-1, 1))
+        tracker = tracker.update(size, (3e-4 * size + 0.03) * rng.lognormal(0, 0.03), step, CFG)
+    before = tracker.model.predict(1000.0)
+    tracker = tracker.update(1000.0, max((3e-4 * 1000 + 0.03) * factor, 1e-9), step + 1, CFG)
+    assert abs(tracker.model.predict(1000.0) - before) / before < 0.02
+    if factor >= 20:  # least squares over the same window would follow the wild point: the fit's robustness works
+        keep = tracker.bank.valid[0]
+        a_ls, b_ls = np.polyfit(tracker.bank.x[0][keep], tracker.bank.y[0][keep], 1)
+        assert abs(a_ls * 1000.0 + b_ls - before) / before > 0.2
+    for later in range(step + 2, step + 6):  # and it does not come back to steer later fits
+        size = 1000.0 * (1.0 + spread * rng.uniform(-1, 1))
+        tracker = tracker.update(size, (3e-4 * size + 0.03) * rng.lognormal(0, 0.03), later, CFG)
+        assert abs(tracker.model.predict(1000.0) - before) / before < 0.02

@@ -19,6 +19,20 @@ def _feedback(step: int, samples: int, dropped: int = 0, loss: float | None = 0.
                         memory_bytes=1000, lowest_unprocessed_offset=7, buffer_depth=3, loss=loss, dropped=dropped)
 
 
+def test_rejected_plans_are_counted_by_reason() -> None:
+    registry = CollectorRegistry()
+    metrics = TrainerMetrics(registry, "d0", "j")
+    metrics.count_rejected({"plan-truncation": 2})
+    metrics.count_rejected({"plan-truncation": 2, "plan-non-finite": 1})  # running totals: only the news count
+    metrics.count_rejected({"plan-truncation": 5, "plan-non-finite": 1})
+
+    def rejected(reason: str) -> float | None:
+        return registry.get_sample_value("streamtrain_trainer_plans_rejected_total",
+                                         {"device": "d0", "job": "j", "reason": reason})
+
+    assert rejected("plan-truncation") == 5.0 and rejected("plan-non-finite") == 1.0
+
+
 def test_step_metrics_carry_device_and_job_labels() -> None:
     registry = CollectorRegistry()
     metrics = TrainerMetrics(registry, "d0", "j")

@@ -103,9 +103,12 @@ def _root_options(ctx: typer.Context) -> list[str]:
 
 
 def _run(argv: list[str], timeout_s: float) -> tuple[str, float]:
-    """Run one benchmark process (its own session, so a timeout stops its children too)."""
+    """Run one benchmark process (its own session, so a timeout stops its children too; tied to this one, so it
+    ends if this process is killed)."""
+    from streamtrain.lifeline import tie_to_parent
+
     began = time.monotonic()
-    proc = subprocess.Popen(argv, start_new_session=True)
+    proc = subprocess.Popen(tie_to_parent(argv), start_new_session=True)
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:

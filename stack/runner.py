@@ -228,7 +228,7 @@ class LocalStack:
             self.say(f"no Kafka broker answers at {configured} (kafka.bootstrap_servers): starting an embedded one")
         broker_cfg = self.cfg.broker.model_copy(update={"data_dir": self.out / "kafka", "port": 0,
                                                         "controller_port": 0})
-        self.broker = EmbeddedBroker(broker_cfg)
+        self.broker = EmbeddedBroker(broker_cfg, die_with_parent=True)  # the run's own: it ends with `up`
         began = time.monotonic()
         try:
             bootstrap = self.broker.start()

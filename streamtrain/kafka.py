@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, 
 
 from .config import KafkaConfig
 from .wire import DeadLetter, WireError, encode
-from .wire.codec import HeaderList, header_items
+from .wire.codec import HeaderList, Headers, header_items
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
@@ -288,21 +288,26 @@ class DeadLetterSink:
 
     def send(self, msg: Message, reason: str, detail: str) -> None:
         """Dead-letter one consumed message; delivery failures are counted, not raised."""
+        self.send_parts(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, reason, detail,
+                        key=msg.key(), value=msg.value(), headers=msg.headers())
+
+    def send_parts(self, topic: str, partition: int, offset: int, reason: str, detail: str, *,
+                   key: bytes | None = None, value: bytes | None = None, headers: Headers | None = None) -> None:
+        """Dead-letter the record at (`topic`, `partition`, `offset`) given by its parts."""
         letter = DeadLetter(
-            topic=msg.topic() or "",
-            partition=msg.partition() or 0,
-            offset=msg.offset() or 0,
+            topic=topic,
+            partition=partition,
+            offset=offset,
             reason=reason,
             detail=detail,
             service=self.service,
-            headers={k: v or b"" for k, v in header_items(msg.headers())},
-            key=msg.key(),
-            value=msg.value(),
+            headers={k: v or b"" for k, v in header_items(headers)},
+            key=key,
+            value=value,
         )
-        value, headers = encode(letter)
-        headers.append((REASON_HEADER, reason.encode()))
-        self.producer.produce(self.topic, value=value, headers=headers, on_delivery=self._delivered)
-        self.producer.poll(0)
+        body, letter_headers = encode(letter)
+        letter_headers.append((REASON_HEADER, reason.encode()))
+        produce(self.producer, self.topic, body, letter_headers, self._delivered)
 
     def send_error(self, msg: Message, error: WireError) -> None:
         """Dead-letter a message that failed to decode, with the error's reason code."""

@@ -164,6 +164,10 @@ class SampleBuffer:
             samples.append(entry.sample)
         return samples
 
+    def in_flight(self) -> list[BufferedSample]:
+        """The samples of the running step, oldest first."""
+        return sorted(self._in_flight.values(), key=lambda entry: entry.offset)
+
     def complete_step(self) -> None:
         """The running step finished its optimizer step: its samples are processed."""
         self._in_flight.clear()

@@ -28,12 +28,12 @@ from streamtrain.metrics import serve_metrics
 from streamtrain.pacing import report_hold_seconds
 from streamtrain.wire import Assignment, StepFeedback, encode
 
-from .checkpoint import Checkpoint, load_checkpoint, resume_offset, save_checkpoint
+from .checkpoint import Checkpoint, NonFiniteCheckpointError, load_checkpoint, resume_offset, save_checkpoint
 from .consumer import RankConsumer
 from .distributed import DistContext, destroy_distributed, init_distributed
 from .metrics import TrainerMetrics
 from .plans import LocalPlanner, PlanBook, Selection, selection_from
-from .step import StepResult, build_step_runner
+from .step import NON_FINITE_LOSS, StepResult, build_step_runner
 
 __all__ = ["TrainerRank", "run_rank"]
 
@@ -155,19 +155,23 @@ class TrainerRank:
         backlog = self.buffer.reported_depth + self.buffer.dropped_since_report
         result = self.runner.run_step(samples, stop=self.stop_requested, backlog=backlog)
         self.group_stop = result.stop
-        self.group_idle = not result.stepped
-        self.buffer.complete_step()  # the optimizer step is done: these offsets are processed
+        self.group_idle = result.global_samples == 0
+        if result.skipped:
+            self._dead_letter_step(step, result)
+        self.buffer.complete_step()  # the optimizer step is done (or its samples dead-lettered): processed
         self.local.observe(result.total_size, result.compute_seconds)
         if plan is not None:
             self.local.remember(plan, plan.for_device(self.device_id), result.samples)
         held = self._hold(plan, started, result)
         feedback = StepFeedback(
             job=self.config.job, step=step, device_id=self.device_id, rank=self.ctx.rank,
-            plan_step=selection.plan_step, samples=result.samples, total_size=result.total_size,
+            plan_step=selection.plan_step, samples=0 if result.skipped else result.samples,
+            total_size=0 if result.skipped else result.total_size,
             compute_seconds=result.compute_seconds, data_wait_seconds=data_wait, comm_seconds=result.comm_seconds,
             step_seconds=result.step_seconds, memory_bytes=result.memory_bytes,
             lowest_unprocessed_offset=self.buffer.lowest_unprocessed(), buffer_depth=len(self.buffer),
-            loss=result.loss, dropped=self.buffer.drain_dropped(), new_samples=self.buffer.drain_new(),
+            loss=None if result.skipped else result.loss, dropped=self.buffer.drain_dropped(),
+            new_samples=self.buffer.drain_new(),
         )
         value, headers = encode(feedback)
         produce(self.producer, self.feedback_topic, value, headers, self._feedback_delivered, self.device_id.encode())
@@ -181,6 +185,20 @@ class TrainerRank:
         if self.step % self.trainer.log_every == 0:
             self._log(feedback)
         return feedback
+
+    def _dead_letter_step(self, step: int, result: StepResult) -> None:
+        """Every rank skipped the step (a loss or the aggregated gradient not finite): its samples, not trained,
+        go to the dead-letter topic, so that committing past them loses nothing."""
+        entries = self.buffer.in_flight()
+        loss = "none" if result.loss is None else f"{result.loss:.4g}"
+        detail = (f"step {step} skipped on every rank: this rank's loss {loss}, aggregated gradient norm "
+                  f"{result.grad_norm}")
+        self.consumer.dead_letter_buffered(entries, NON_FINITE_LOSS, detail)
+        self.metrics.steps_skipped.inc()
+        logger.warning("rank %d (%s): step %d skipped on every rank, a loss or the aggregated gradient is not finite "
+                       "(this rank's loss %s, gradient norm %s): model and optimizer unchanged, its %d samples "
+                       "dead-lettered as %s", self.ctx.rank, self.device_id, step, loss, result.grad_norm,
+                       len(entries), NON_FINITE_LOSS)
 
     def _hold(self, plan: Assignment | None, started: float, result: StepResult) -> float:
         """Hold the step's report until the plan's target time when the group drained its buffers
@@ -247,7 +265,7 @@ class TrainerRank:
                                job=self.config.job, world_size=self.ctx.world_size)
             try:
                 save_checkpoint(self.trainer.checkpoint_dir, state)
-            except OSError as exc:
+            except (OSError, NonFiniteCheckpointError) as exc:
                 logger.error("checkpoint of step %d failed, offsets stay uncommitted: %s", self.step, exc)
                 ok = [False]
         dist.broadcast_object_list(ok, src=0)

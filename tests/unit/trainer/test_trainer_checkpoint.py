@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from trainer import checkpoint as ckpt
-from trainer.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint, resume_offset, save_checkpoint
+from trainer.checkpoint import (
+    CHECKPOINT_NAME,
+    Checkpoint,
+    NonFiniteCheckpointError,
+    load_checkpoint,
+    resume_offset,
+    save_checkpoint,
+)
 
 
 def _checkpoint(step: int) -> Checkpoint:
@@ -56,3 +63,19 @@ def test_resume_offset_prefers_the_checkpoint() -> None:
     assert resume_offset(None, 7) == 7
     assert resume_offset(5, 7) == 5  # the restored model has not trained 5 and 6
     assert resume_offset(9, 7) == 9  # a commit lost after the checkpoint
+
+
+@pytest.mark.parametrize("where", ["model", "optimizer"])
+def test_a_checkpoint_with_a_non_finite_tensor_is_refused_and_the_previous_one_kept(tmp_path: Path,
+                                                                                    where: str) -> None:
+    save_checkpoint(tmp_path, _checkpoint(1))
+    poisoned = _checkpoint(2)
+    if where == "model":
+        poisoned.model["w"][1] = float("nan")
+    else:
+        poisoned.optimizer = {"state": {0: {"momentum_buffer": torch.tensor([1.0, float("inf")])}}, "param_groups": []}
+    with pytest.raises(NonFiniteCheckpointError, match=r"step 2 not written: 1 tensor\(s\) hold NaN or infinity"):
+        save_checkpoint(tmp_path, poisoned)
+    loaded = load_checkpoint(tmp_path)
+    assert loaded is not None and loaded.step == 1 and torch.isfinite(loaded.model["w"]).all()
+    assert [p.name for p in tmp_path.iterdir()] == [CHECKPOINT_NAME]  # no temporary left behind

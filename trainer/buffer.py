@@ -58,7 +58,7 @@ class SampleBuffer:
         self._in_flight: dict[int, BufferedSample] = {}
         self._bytes = 0
         self._new: list[PendingSample] = []
-        self.dropped_since_report = 0
+        self._dropped: list[int] = []  # offsets dropped since the last report
         self.dropped_total = 0
 
     def __len__(self) -> int:
@@ -102,7 +102,7 @@ class SampleBuffer:
             raise ValueError(f"offset {offset} is below the position {self.position}: already seen")
         self.position = offset + 1
         if offset < self.floor:
-            self._count_dropped(1)
+            self._drop([offset])
             return False
         self._entries[offset] = BufferedSample(offset, sample, nbytes)
         self._bytes += nbytes
@@ -119,12 +119,17 @@ class SampleBuffer:
         doomed = [o for o in self._entries if o < offset]
         for o in doomed:
             self._bytes -= self._entries.pop(o).nbytes
-        self._count_dropped(len(doomed))
+        self._drop(doomed)
         return len(doomed)
 
-    def _count_dropped(self, n: int) -> None:
-        self.dropped_since_report += n
-        self.dropped_total += n
+    def _drop(self, offsets: list[int]) -> None:
+        self._dropped.extend(offsets)
+        self.dropped_total += len(offsets)
+
+    @property
+    def dropped_since_report(self) -> int:
+        """Samples dropped since the last `drain_dropped`."""
+        return len(self._dropped)
 
     def select_oldest(self, count: int | None = None, size_budget: int | None = None) -> list[int]:
         """Offsets of the oldest samples within `count` and a total `size_budget` (None: no bound).
@@ -196,7 +201,7 @@ class SampleBuffer:
         self._new.clear()
         return new
 
-    def drain_dropped(self) -> int:
-        """Samples dropped since the last call."""
-        n, self.dropped_since_report = self.dropped_since_report, 0
-        return n
+    def drain_dropped(self) -> list[int]:
+        """Offsets of the samples dropped since the last call (for feedback)."""
+        dropped, self._dropped = self._dropped, []
+        return dropped

@@ -26,7 +26,7 @@ from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_control_producer, produce
 from streamtrain.metrics import serve_metrics
 from streamtrain.pacing import report_hold_seconds
-from streamtrain.wire import Assignment, StepFeedback, encode
+from streamtrain.wire import Assignment, StepFeedback, encode, ranges_of
 
 from .checkpoint import Checkpoint, NonFiniteCheckpointError, load_checkpoint, resume_offset, save_checkpoint
 from .consumer import RankConsumer
@@ -38,6 +38,9 @@ from .step import NON_FINITE_LOSS, StepResult, build_step_runner
 __all__ = ["TrainerRank", "run_rank"]
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a commit waits for the feedback and dead letters before it (retried at the next commit).
+COMMIT_FLUSH_S = 10.0
 
 
 class TrainerRank:
@@ -158,6 +161,8 @@ class TrainerRank:
         self.group_idle = result.global_samples == 0
         if result.skipped:
             self._dead_letter_step(step, result)
+        trained = () if result.skipped else ranges_of(entry.offset for entry in self.buffer.in_flight())
+        dropped = self.buffer.drain_dropped()
         self.buffer.complete_step()  # the optimizer step is done (or its samples dead-lettered): processed
         self.local.observe(result.total_size, result.compute_seconds)
         if plan is not None:
@@ -170,8 +175,8 @@ class TrainerRank:
             compute_seconds=result.compute_seconds, data_wait_seconds=data_wait, comm_seconds=result.comm_seconds,
             step_seconds=result.step_seconds, memory_bytes=result.memory_bytes,
             lowest_unprocessed_offset=self.buffer.lowest_unprocessed(), buffer_depth=len(self.buffer),
-            loss=None if result.skipped else result.loss, dropped=self.buffer.drain_dropped(),
-            new_samples=self.buffer.drain_new(),
+            loss=None if result.skipped else result.loss, dropped=len(dropped), new_samples=self.buffer.drain_new(),
+            trained_offsets=trained, dropped_offsets=ranges_of(dropped),
         )
         value, headers = encode(feedback)
         produce(self.producer, self.feedback_topic, value, headers, self._feedback_delivered, self.device_id.encode())
@@ -243,8 +248,19 @@ class TrainerRank:
         elif self.trainer.checkpoint_dir is None or not self.trainer.commit_after_checkpoint:
             self._commit(self.buffer.lowest_unprocessed())
 
-    def _commit(self, offset: int) -> None:
-        if offset != self.committed and self.consumer.commit(offset):
+    def _reports_delivered(self, offset: int) -> bool:
+        """Wait for this rank's feedback and dead letters to be in Kafka before `offset` is committed or
+        checkpointed: once a commit passes a record, only they say it was trained, dropped or dead-lettered."""
+        undelivered = self.producer.flush(COMMIT_FLUSH_S)
+        if undelivered:
+            logger.warning("%d feedback / dead-letter records not delivered in %.0f s: offset %d not committed yet",
+                           undelivered, COMMIT_FLUSH_S, offset)
+        return not undelivered
+
+    def _commit(self, offset: int, delivered: bool = False) -> None:
+        if offset == self.committed or not (delivered or self._reports_delivered(offset)):
+            return
+        if self.consumer.commit(offset):
             self.committed = offset
             self.metrics.committed_offset.set(offset)
 
@@ -255,11 +271,13 @@ class TrainerRank:
             Whether the checkpoint was written (offsets are committed only then).
         """
         offset = self.buffer.lowest_unprocessed()
-        gathered: list[tuple[str, int] | None] = [None] * self.ctx.world_size
-        dist.all_gather_object(gathered, (self.device_id, offset))
+        delivered = self._reports_delivered(offset)
+        gathered: list[tuple[str, int | None] | None] = [None] * self.ctx.world_size
+        # A rank whose reports are not in Kafka yet passes None: its device keeps the previous checkpoint's offset.
+        dist.all_gather_object(gathered, (self.device_id, offset if delivered else None))
         ok: list[bool] = [True]
         if self.ctx.is_main and self.trainer.checkpoint_dir is not None:
-            self._offsets.update(dict(g for g in gathered if g is not None))
+            self._offsets.update({d: o for d, o in (g for g in gathered if g is not None) if o is not None})
             state = Checkpoint(step=self.step, model=self.runner.model.module.state_dict(),
                                optimizer=self.runner.optimizer.state_dict(), offsets=dict(self._offsets),
                                job=self.config.job, world_size=self.ctx.world_size)
@@ -271,7 +289,8 @@ class TrainerRank:
         dist.broadcast_object_list(ok, src=0)
         if ok[0]:
             self._checkpointed_step = self.step
-            self._commit(offset)
+            if delivered:
+                self._commit(offset, delivered=True)
         return bool(ok[0])
 
     def _finish(self) -> None:

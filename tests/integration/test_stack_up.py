@@ -36,8 +36,10 @@ def test_up_for_n_steps_stops_in_order_and_accounts_for_every_sample(tmp_path: P
     assert report["devices"] == 2 and report["steps"] >= steps
     assert report["samples_produced"] > 0 and report["samples_trained"] > 0
     assert report["samples_unaccounted"] == 0 and report["samples_pending"] == 0
+    # Every record in exactly one bin, by offset; a run without faults trains no sample twice.
     assert (report["samples_trained"] + report["samples_truncated"] + report["samples_dead_lettered"]
-            - report["samples_duplicated"]) == report["samples_produced"]
+            + report["samples_pending"] + report["samples_lost"]) == report["samples_produced"]
+    assert report["samples_duplicated"] == 0 and report["records_written_twice"] == 0
     assert report["plan_latency_ms_median"] is not None and report["final_loss"] is not None
     assert report["failures"] == []
     assert {p.name for p in (out / "plots").glob("*.png")} >= {

@@ -39,6 +39,8 @@ class Checkpoint:
         offsets: Device id -> first offset not yet trained or dropped when the checkpoint was taken.
         job: Training job name.
         world_size: Ranks of the group that wrote it.
+        done_ahead: Device id -> offsets above its `offsets` entry already processed (trained out of order),
+            as [start, end) pairs: a resume skips them instead of training them twice.
     """
 
     step: int
@@ -47,16 +49,20 @@ class Checkpoint:
     offsets: dict[str, int] = field(default_factory=dict)
     job: str = ""
     world_size: int = 1
+    done_ahead: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
         return {"version": 1, "step": self.step, "model": self.model, "optimizer": self.optimizer,
-                "offsets": dict(self.offsets), "job": self.job, "world_size": self.world_size}
+                "offsets": dict(self.offsets), "job": self.job, "world_size": self.world_size,
+                "done_ahead": {d: [list(r) for r in ranges] for d, ranges in self.done_ahead.items()}}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Checkpoint:
         return cls(step=int(state["step"]), model=state["model"], optimizer=state["optimizer"],
                    offsets={str(k): int(v) for k, v in state.get("offsets", {}).items()},
-                   job=str(state.get("job", "")), world_size=int(state.get("world_size", 1)))
+                   job=str(state.get("job", "")), world_size=int(state.get("world_size", 1)),
+                   done_ahead={str(d): [(int(a), int(b)) for a, b in ranges]
+                               for d, ranges in state.get("done_ahead", {}).items()})
 
 
 class NonFiniteCheckpointError(ValueError):

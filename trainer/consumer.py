@@ -158,6 +158,9 @@ class RankConsumer:
         offset = int(msg.offset() or 0)
         if self.buffer.seen(offset):
             return  # re-delivered after pause/resume: already buffered or processed
+        if self.buffer.done_ahead(offset):
+            self.buffer.skip(offset)  # trained (or dropped, dead-lettered) by the run this one resumes
+            return
         value = msg.value()
         nbytes = len(value) if value is not None else 0
         if nbytes > self.config.buffer_max_bytes:

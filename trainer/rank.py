@@ -82,6 +82,7 @@ class TrainerRank:
         self.group_stop = False
         """Some rank asked to stop: the group stops after the step that told it."""
         self._offsets: dict[str, int] = {}
+        self._ahead: dict[str, list[tuple[int, int]]] = {}
         self._checkpointed_step: int | None = None
         self._dead_lettered_seen = 0
 
@@ -97,17 +98,22 @@ class TrainerRank:
         dist.broadcast_object_list(box, src=0)  # no shared filesystem needed across nodes
         checkpoint = box[0]
         own: int | None = None
+        ahead: list[tuple[int, int]] = []
         if checkpoint is not None:
             self.runner.model.module.load_state_dict(checkpoint.model)
             self.runner.optimizer.load_state_dict(checkpoint.optimizer)
             self.step = self._checkpointed_step = checkpoint.step
             self._offsets = dict(checkpoint.offsets)
+            self._ahead = dict(checkpoint.done_ahead)
             own = checkpoint.offsets.get(self.device_id)
+            ahead = checkpoint.done_ahead.get(self.device_id, []) if own is not None else []
         committed = self.consumer.committed_offset()
         start = self.consumer.start(resume_offset(own, committed))
+        self.buffer.skip_ahead(o for a, b in ahead for o in range(a, b))  # trained out of order before the stop
         self.committed = committed
-        logger.info("rank %d (%s): resuming at step %d from offset %d (committed %s)",
-                    self.ctx.rank, self.device_id, self.step, start, committed)
+        logger.info("rank %d (%s): resuming at step %d from offset %d (committed %s; %d offsets above it already "
+                    "processed)", self.ctx.rank, self.device_id, self.step, start, committed,
+                    sum(b - a for a, b in ahead))
         return self.step
 
     # ---- the loop -------------------------------------------------------------------------------------
@@ -272,15 +278,17 @@ class TrainerRank:
         """
         offset = self.buffer.lowest_unprocessed()
         delivered = self._reports_delivered(offset)
-        gathered: list[tuple[str, int | None] | None] = [None] * self.ctx.world_size
-        # A rank whose reports are not in Kafka yet passes None: its device keeps the previous checkpoint's offset.
-        dist.all_gather_object(gathered, (self.device_id, offset if delivered else None))
+        ahead = [(r.start, r.end) for r in ranges_of(self.buffer.processed_ahead())]
+        gathered: list[tuple[str, int, list[tuple[int, int]]] | None] = [None] * self.ctx.world_size
+        # A rank whose reports are not in Kafka yet sends nothing new: its device keeps the previous checkpoint's.
+        dist.all_gather_object(gathered, (self.device_id, offset, ahead) if delivered else None)
         ok: list[bool] = [True]
         if self.ctx.is_main and self.trainer.checkpoint_dir is not None:
-            self._offsets.update({d: o for d, o in (g for g in gathered if g is not None) if o is not None})
+            for device, device_offset, device_ahead in (g for g in gathered if g is not None):
+                self._offsets[device], self._ahead[device] = device_offset, device_ahead
             state = Checkpoint(step=self.step, model=self.runner.model.module.state_dict(),
                                optimizer=self.runner.optimizer.state_dict(), offsets=dict(self._offsets),
-                               job=self.config.job, world_size=self.ctx.world_size)
+                               job=self.config.job, world_size=self.ctx.world_size, done_ahead=dict(self._ahead))
             try:
                 save_checkpoint(self.trainer.checkpoint_dir, state)
             except (OSError, NonFiniteCheckpointError) as exc:

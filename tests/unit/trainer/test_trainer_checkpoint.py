@@ -21,7 +21,8 @@ from trainer.checkpoint import (
 
 def _checkpoint(step: int) -> Checkpoint:
     return Checkpoint(step=step, model={"w": torch.full((3,), float(step))}, optimizer={"state": {}},
-                      offsets={"d0": 10 * step, "d1": step}, job="job", world_size=2)
+                      offsets={"d0": 10 * step, "d1": step}, job="job", world_size=2,
+                      done_ahead={"d0": [(10 * step + 2, 10 * step + 4)]})
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
@@ -30,6 +31,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     loaded = load_checkpoint(tmp_path / "ck")
     assert loaded is not None
     assert (loaded.step, loaded.offsets, loaded.job, loaded.world_size) == (3, {"d0": 30, "d1": 3}, "job", 2)
+    assert loaded.done_ahead == {"d0": [(32, 34)]}
     assert torch.equal(loaded.model["w"], torch.full((3,), 3.0))
 
 

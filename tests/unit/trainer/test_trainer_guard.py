@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.fuzz import extreme_sample
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import DTYPES, Sample
 from trainer.aggregation import AggregationState, aggregation_hook
@@ -35,18 +36,6 @@ def ctx() -> Iterator[DistContext]:
     context = init_distributed(CONFIG, rank=0, world_size=1)
     yield context
     destroy_distributed()
-
-
-def _extreme(dtype: str, rng: np.random.Generator, frames: int, features: int) -> np.ndarray:
-    """A payload at the far end of what `dtype` holds, finite: full-range integers, float16 near its maximum,
-    float32/float64 around 1e30."""
-    kind = np.dtype(dtype)
-    if kind.kind in "iu":
-        info = np.iinfo(kind)
-        low, high = (info.min, info.max) if info.bits < 64 else (-(2**62), 2**62)
-        return rng.integers(low, high, size=(frames, features), dtype=kind, endpoint=True)
-    scale = 6e4 if dtype == "float16" else 1e30
-    return (rng.uniform(-1.0, 1.0, size=(frames, features)) * scale).astype(kind)
 
 
 # ---- the payload rule ------------------------------------------------------------------------------------------
@@ -79,10 +68,10 @@ def test_accepted_dtypes_is_checked_at_start_up() -> None:
 @given(dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16), frames=st.integers(1, 30),
        max_abs=st.sampled_from([1.0, 100.0, 1e4]))
 def test_collated_magnitude_is_bounded_and_shape_kept(dtype: str, seed: int, frames: int, max_abs: float) -> None:
-    rng = np.random.default_rng(seed)
-    payload = _extreme(dtype, rng, frames, 4)
+    extreme = extreme_sample("d", 0, dtype, np.random.default_rng(seed), frames, num_features=4, num_classes=3)
+    payload = extreme.array()
     small = np.full((3, 4), 0.5, dtype=np.float32)  # well scaled: passes unchanged
-    samples = [Sample.from_array("d", 0, payload, label=1), Sample.from_array("d", 1, small, label=2)]
+    samples = [extreme, Sample.from_array("d", 1, small, label=2)]
     config = CONFIG.model_copy(update={"max_input_abs": max_abs})
     assert payload_problem(samples[0], config) is None  # every wire dtype fits float32 at these scales
     values = collate_packed(samples, config).values
@@ -106,8 +95,8 @@ def test_default_model_stays_finite_under_extreme_samples_of_any_dtype(ctx: Dist
     rng = np.random.default_rng(seed)
     runner = build_step_runner(CONFIG, ctx)
     normal = synthetic_samples([5] * 10, num_features=4, num_classes=3, seed=seed)
-    extreme = [Sample.from_array("d", i, _extreme(dtypes[i % len(dtypes)], rng, int(rng.integers(1, 20)), 4),
-                                 label=int(rng.integers(0, 3))) for i in range(30)]
+    extreme = [extreme_sample("d", i, dtypes[i % len(dtypes)], rng, int(rng.integers(1, 20)), num_features=4,
+                              num_classes=3) for i in range(30)]
     for step in range(3):
         result = runner.run_step(extreme[10 * step:10 * step + 10] + normal)
         assert not result.skipped and result.loss is not None and np.isfinite(result.loss)

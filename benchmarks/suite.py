@@ -36,9 +36,12 @@ def choose(only: Sequence[str], skip: Sequence[str], benches: Sequence[Bench[Any
 
 
 def _run(argv: Sequence[str], timeout_s: float) -> tuple[str, float]:
-    """Run one benchmark process (its own session, so a timeout stops its children too)."""
+    """Run one benchmark process (its own session, so a timeout stops its children too; tied to this one, so it
+    ends if this process is killed)."""
+    from streamtrain.lifeline import tie_to_parent
+
     began = time.monotonic()
-    proc = subprocess.Popen(argv, start_new_session=True)
+    proc = subprocess.Popen(tie_to_parent(list(argv)), start_new_session=True)
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:

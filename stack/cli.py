@@ -24,10 +24,12 @@ _PARAGRAPHS = (
     "seconds; each rank finishes its step, checkpoints and commits), then the coordinator, Prometheus and the "
     "broker. A second Ctrl-C skips the drain.",
     "The report directory (--out) then holds report.json — samples produced, trained, truncated, dead-lettered, "
-    "pending and unaccounted, all read back from Kafka (unaccounted = 0: every produced sample was trained, "
-    "truncated or dead-lettered), median straggler effect and step time, throughput, plan latency, loss — with "
-    "series.json, plots/*.png, logs/*.log and prometheus/. Exit status 1 when a service failed or a sample is "
-    "unaccounted for.",
+    "pending and unaccounted, each record of each device topic accounted by its offset from what Kafka holds "
+    "(pending: not processed when the run stopped, still in Kafka and resumed from the committed offsets, so not "
+    "lost; unaccounted: processed past with no record of being trained, truncated or dead-lettered), median "
+    "straggler effect and step time, throughput, plan latency, loss — with series.json, plots/*.png, logs/*.log "
+    "and prometheus/. Exit status 1 when a service failed or a sample is unaccounted for; pending samples alone "
+    "are not a failure. A Ctrl-C while the run is read back abandons the report.",
     "Examples:\n\n"
     "  streamtrain up --duration 60\n\n"
     "  streamtrain up --steps 200 --policy static --out reports/static\n\n"
@@ -161,7 +163,8 @@ def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> Non
         die(f"no report: {'; '.join(failures) or 'the run did not start'} (logs in {out / 'logs'})")
     table = Table(title=f"streamtrain up — {out / 'report.json'}", show_header=False)
     for key in ("policy", "devices", "steps", "stopped_by", "samples_produced", "samples_trained", "samples_truncated",
-                "samples_dead_lettered", "samples_pending", "samples_unaccounted", "straggler_effect_median",
+                "samples_dead_lettered", "samples_pending", "samples_duplicated", "samples_unaccounted",
+                "straggler_effect_median",
                 "step_seconds_median", "step_period_seconds_median", "throughput_samples_per_s",
                 "sample_delay_seconds_median", "plan_latency_ms_median", "plan_latency_step_fraction_median",
                 "initial_loss", "final_loss"):
@@ -169,6 +172,10 @@ def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> Non
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
     console.print(f"report: {out / 'report.json'}  plots: {out / 'plots'}  logs: {out / 'logs'}", highlight=False)
+    pending = report.get("samples_pending")
+    if isinstance(pending, int) and pending:
+        console.print(f"{pending:,} samples pending: still in Kafka, not processed when the run stopped; a later run "
+                      "of this job resumes them from the committed offsets", highlight=False)
     for failure in failures:
         console.print(f"[bold red]failure:[/] {failure}", highlight=False)
     if failures or report.get("samples_unaccounted"):

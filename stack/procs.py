@@ -2,7 +2,8 @@
 
 Each child leads its own process group, so the Ctrl-C a person types reaches only `streamtrain up`,
 which then stops the services one kind at a time, in order; a child that ignores its signal is killed
-together with its whole group (a trainer launcher's ranks included) after a grace period.
+together with its whole group (a trainer launcher's ranks included) after a grace period. Each child is
+also tied to `streamtrain up` (`streamtrain.lifeline`): if `up` itself is killed, its children die with it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
+
+from streamtrain.lifeline import tie_to_parent
 
 from .services import ServiceSpec
 
@@ -49,8 +52,8 @@ class Child:
 
     def start(self) -> None:
         self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(self.spec.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(tie_to_parent(self.spec.argv), stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=self.env, stdin=subprocess.DEVNULL, start_new_session=True)
         logger.debug("started %s (pid %d), log %s", self.name, self.proc.pid, self.log_path)
 
     @property

@@ -8,9 +8,8 @@ neither Prometheus nor the services to be alive any more.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ def weighted_loss(records: Sequence[StepFeedback]) -> float | None:
 
 
 def _t0_ms(run: RunRecords) -> int:
-    starts = [r[0].timestamp_ms for r in run.records.values() if r]
+    starts = [int(r.timestamps_ms.min()) for r in run.records.values() if len(r)]
     starts += [int(fb.sent_at - 1000 * (fb.step_seconds + fb.data_wait_seconds)) for fb in run.feedback]
     return min(starts) if starts else 0
 
@@ -67,9 +66,9 @@ def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
     devices: dict[str, dict[str, list[Any]]] = {}
     end_s = 0.0
     for device in run.devices:
-        recs = sorted(run.records[device], key=lambda r: r.timestamp_ms)
-        times = np.array([r.timestamp_ms for r in recs], dtype=np.int64)
-        first = min((r.offset for r in recs), default=0)
+        recs = run.records[device]
+        times = np.sort(recs.timestamps_ms)
+        first = int(recs.offsets.min()) if len(recs) else 0
         series: dict[str, list[Any]] = {k: [] for k in (
             "t", "step", "batch", "batch_size_total", "step_seconds", "compute_seconds", "data_wait_seconds",
             "buffer_depth", "lag", "truncated_cumulative", "loss")}
@@ -96,7 +95,7 @@ def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
     edges = np.arange(0.0, end_s + bin_s, bin_s)
     rates: dict[str, dict[str, list[float]]] = {}
     for device in run.devices:
-        produced_t = [(r.timestamp_ms - t0) / 1e3 for r in run.records[device]]
+        produced_t = (run.records[device].timestamps_ms - t0) / 1e3
         s = devices[device]
         produced, _ = np.histogram(produced_t, bins=edges) if len(edges) > 1 else (np.zeros(0), None)
         trained, _ = np.histogram(s["t"], bins=edges, weights=s["batch"]) if len(edges) > 1 else (np.zeros(0), None)
@@ -131,8 +130,8 @@ def sample_delays(run: RunRecords) -> list[float]:
         passed = np.maximum.accumulate([fb.lowest_unprocessed_offset for fb in reports])
         sent = np.array([fb.sent_at for fb in reports], dtype=np.float64)
         records = run.records[device]
-        offsets = np.array([r.offset for r in records], dtype=np.int64)
-        appended = np.array([r.timestamp_ms for r in records], dtype=np.float64)
+        offsets = records.offsets
+        appended = records.timestamps_ms.astype(np.float64)
         first = np.searchsorted(passed, offsets, side="right")  # the first report with lowest > offset
         done = first < len(reports)
         out.extend(((sent[first[done]] - appended[done]) / 1e3).tolist())
@@ -150,7 +149,11 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
     step_wall = [max(fb.step_seconds for fb in r) for r in busy.values()]
     periods = [p for s, p in step_periods(steps).items() if s in busy]
     delays = sample_delays(run)
-    trained = sum(t.trained for t in tallies)
+    fates = [t.fates for t in tallies]
+    trained = sum(f.trained for f in fates)
+    reasons: Counter[str] = Counter()
+    for tally in tallies:
+        reasons.update(tally.dead_letter_reasons)
     span_s = 0.0
     if run.feedback:
         start = min(fb.sent_at - 1000 * (fb.step_seconds + fb.data_wait_seconds) for fb in run.feedback)
@@ -164,13 +167,16 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
         "devices": len(run.devices),
         "steps": len(steps),
         "steps_idle": len(steps) - len(busy),
-        "samples_produced": sum(t.produced for t in tallies),
+        "samples_produced": sum(f.records for f in fates),
         "samples_trained": trained,
-        "samples_truncated": sum(t.truncated for t in tallies),
-        "samples_dead_lettered": sum(t.dead_lettered for t in tallies),
-        "samples_pending": sum(t.pending for t in tallies),
-        "samples_duplicated": sum(t.duplicated for t in tallies),
-        "samples_unaccounted": sum(t.unaccounted for t in tallies),
+        "samples_truncated": sum(f.truncated for f in fates),
+        "samples_dead_lettered": sum(f.dead_lettered for f in fates),
+        "samples_pending": sum(f.pending for f in fates),
+        "samples_lost": sum(len(f.lost) for f in fates),
+        "samples_duplicated": sum(f.retrained for f in fates),
+        "samples_unaccounted": sum(f.unaccounted for f in fates),
+        "records_written_twice": sum(f.written_twice for f in fates),
+        "dead_letter_reasons": dict(sorted(reasons.items())),
         "straggler_effect_median": median(se),
         "step_seconds_median": median(step_wall),
         "step_period_seconds_median": median(periods),
@@ -183,7 +189,7 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
         "rank_steps_on_local_plan": late,
         "plans_published": len(run.assignments),
         "unreadable_records": run.unreadable,
-        "per_device": {t.device: {**asdict(t), "unaccounted": t.unaccounted} for t in tallies},
+        "per_device": {t.device: t.summary() for t in tallies},
     }
     return report
 

@@ -32,7 +32,7 @@ from streamtrain.kafka import make_consumer, tail_positions
 from streamtrain.net import free_port_block, free_ports
 
 from .backlog import produce_backlog
-from .ledger import RunRecords, collect_records, tally_devices
+from .ledger import ReadInterrupted, RunRecords, collect_records, tally_devices
 from .monitor import Monitor, StackSnapshot
 from .plots import plot_series
 from .procs import Child, wait_http
@@ -117,6 +117,9 @@ class LocalStack:
         self.broker: EmbeddedBroker | None = None
         self.stop_event = threading.Event()
         self.hurry = threading.Event()
+        self.reporting = False
+        self.report_interrupted = threading.Event()
+        """A Ctrl-C while the run was read back: the report is abandoned."""
         self.stopped_by = "running"
         self.failures: list[str] = []
         self.prometheus_url: str | None = None
@@ -162,6 +165,8 @@ class LocalStack:
         return report
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.reporting:
+            self.report_interrupted.set()  # reading a large run back can take a while: stop it
         if self.stop_event.is_set():
             self.hurry.set()  # a second Ctrl-C: skip the drain, stop now (still in order)
         self.stopped_by = self.stopped_by if self.stop_event.is_set() else signal.Signals(signum).name
@@ -250,7 +255,7 @@ class LocalStack:
                                                         "controller_port": 0})
         if self.identities is not None:
             broker_cfg = secure_broker_config(broker_cfg, self.identities)
-        self.broker = EmbeddedBroker(broker_cfg)
+        self.broker = EmbeddedBroker(broker_cfg, die_with_parent=True)  # the run's own: it ends with `up`
         began = time.monotonic()
         try:
             bootstrap = self.broker.start()
@@ -427,19 +432,25 @@ class LocalStack:
             self._update()
             time.sleep(0.5)
         self.drained = False
-        logger.warning("the backlog did not drain within %.0f s (--drain-timeout); what is left is reported as "
-                       "pending", self.opts.drain_timeout_s)
+        logger.warning("the backlog did not drain within %.0f s (--drain-timeout); what is left stays in Kafka, "
+                       "reported as pending", self.opts.drain_timeout_s)
 
     def _report(self) -> dict[str, Any]:
         if self.monitor is not None:
             self.monitor.phase = "reading the run back from Kafka"
             self._update()
         cfg = self.cfg.model_copy(update={"kafka": self.kafka})
+        self.reporting = True
         try:
-            run = collect_records(cfg, self.devices, timeout=60.0)
+            run = collect_records(cfg, self.devices, timeout=60.0, stop=self.report_interrupted.is_set)
         except (KafkaException, TimeoutError) as exc:
             self.failures.append(f"could not read the run back from Kafka: {exc}")
             return {}
+        except ReadInterrupted:
+            self.failures.append("interrupted while reading the run back from Kafka: no report written")
+            return {}
+        finally:
+            self.reporting = False
         self.records = run
         tallies = tally_devices(cfg, run)
         status = self.final_status or {}

@@ -1,17 +1,152 @@
-"""Seq accounting: which of a device's samples were seen, missed, or seen more than once."""
+"""Accounting by record: what became of every record of a device topic, by (topic, partition, offset).
+
+After a run every record of a device-topic partition falls into exactly one bin:
+
+- trained: a step trained it (its offset is in some feedback's `trained_offsets`);
+- dead-lettered: its offset is in the dead-letter topic (undecodable, untrainable, refused by the payload
+  rule, or in a step skipped because its loss was not finite);
+- truncated: truncation dropped it (its offset is in some feedback's `dropped_offsets`);
+- pending: none of these, at or above the committed offset: not processed yet, and resumable from the
+  committed offset, so not lost;
+- lost: none of these, below the committed offset: processed past with no record of what became of it.
+
+The bins come from offsets alone, so the producers may number their samples any way (from a timestamp,
+with gaps, two producers on one topic); seqs only help find a record written twice, as a record whose
+(seq, bytes) repeat an earlier one. Everything is numpy over arrays of offsets: time and memory are
+linear in the records read.
+
+`SeqLedger` is the other kind of check: that a stream our own producers numbered 0..n-1 arrived whole.
+"""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 
-__all__ = ["DeviceAccount", "SeqFates", "SeqLedger", "account_device"]
+import numpy as np
+
+__all__ = ["DeviceAccount", "RecordFates", "SeqLedger", "account_records"]
+
+
+def _int64(values: Collection[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.int64).reshape(-1)
+
+
+def _unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values and how often each occurs, by one sort (`np.unique` may hash instead: far slower
+    on large int64 arrays)."""
+    ordered = np.sort(values, kind="stable")
+    first = np.ones(len(ordered), dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(first)
+    return ordered[starts], np.diff(np.append(starts, len(ordered)))
+
+
+@dataclass(frozen=True)
+class RecordFates:
+    """What became of every record of one device-topic partition (see the module docstring)."""
+
+    records: int
+    """Records accounted: those read back, and those below the log start that the run names (deleted after
+    they were processed)."""
+    trained: int
+    truncated: int
+    dead_lettered: int
+    pending: int
+    lost: np.ndarray
+    """Offsets processed past (below the committed offset) that nothing says were trained, dropped or
+    dead-lettered."""
+    retrained: int
+    """Trainings of a record beyond its first (at-least-once after a crash; 0 in a run without faults)."""
+    unknown: np.ndarray
+    """Offsets that feedback or dead letters name but the topic never held."""
+    written_twice: int
+    """Records that repeat an earlier record of the topic (same seq and bytes: one sample written twice)."""
+    undecodable: int
+    """Records the reader could not decode (each also in some bin: normally dead-lettered)."""
+
+    @property
+    def unaccounted(self) -> int:
+        """Records lost, plus records the run claims that the topic never held."""
+        return len(self.lost) + len(self.unknown)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing lost or unknown: every record trained, truncated, dead-lettered or safely pending."""
+        return self.unaccounted == 0
+
+    @property
+    def complete(self) -> bool:
+        """`settled`, and nothing pending either: the run processed every record."""
+        return self.settled and self.pending == 0
+
+    def summary(self) -> dict[str, int]:
+        """The counts, as the run report holds them."""
+        return {"records": self.records, "trained": self.trained, "truncated": self.truncated,
+                "dead_lettered": self.dead_lettered, "pending": self.pending, "lost": len(self.lost),
+                "unknown": len(self.unknown), "unaccounted": self.unaccounted, "retrained": self.retrained,
+                "written_twice": self.written_twice, "undecodable": self.undecodable}
+
+
+def account_records(
+    offsets: Collection[int] | np.ndarray,
+    *,
+    trained: Collection[int] | np.ndarray = (),
+    truncated: Collection[int] | np.ndarray = (),
+    dead_lettered: Collection[int] | np.ndarray = (),
+    committed: int | None = None,
+    log_start: int | None = None,
+    identities: np.ndarray | None = None,
+    undecodable: int = 0,
+) -> RecordFates:
+    """Put every record of one partition in one bin (see the module docstring).
+
+    Args:
+        offsets: Offsets of the records read back (one per record).
+        trained: Offsets the feedback says were trained, once per training (repeats are retrainings).
+        truncated: Offsets the feedback says truncation dropped.
+        dead_lettered: Offsets of this partition found in the dead-letter topic.
+        committed: The trainers' committed offset (None: nothing committed, so nothing processed past).
+        log_start: The partition's log start: records below it are gone, and those the run names are
+            accounted from what it says of them. Default: the lowest offset read.
+        identities: Per record of `offsets`, a key equal for two copies of one sample (e.g. a hash of seq
+            and bytes), to count records written twice; None: not counted.
+        undecodable: How many of the records could not be decoded (reported, not binned).
+
+    Returns:
+        The fates.
+    """
+    read = _int64(offsets)
+    trained_once, times = _unique(_int64(trained))
+    dropped, _ = _unique(_int64(truncated))
+    dead, _ = _unique(_int64(dead_lettered))
+    floor = int(read.min()) if log_start is None and len(read) else (log_start or 0)
+    named = np.concatenate([trained_once, dropped, dead])
+    every, _ = _unique(np.concatenate([read, named[named < floor]]))  # below the floor: deleted once processed
+    claimed, _ = _unique(named[named >= floor])
+    unknown = claimed[~np.isin(claimed, read)]
+
+    is_trained = np.isin(every, trained_once, assume_unique=True)
+    is_dead = ~is_trained & np.isin(every, dead, assume_unique=True)
+    is_dropped = ~is_trained & ~is_dead & np.isin(every, dropped, assume_unique=True)
+    unfated = every[~(is_trained | is_dead | is_dropped)]
+    below = unfated < committed if committed is not None else np.zeros(len(unfated), dtype=bool)
+    known = np.isin(trained_once, every, assume_unique=True)
+
+    written_twice = 0
+    if identities is not None and len(identities):
+        written_twice = int(len(identities) - len(_unique(np.asarray(identities))[0]))
+    return RecordFates(
+        records=len(every), trained=int(is_trained.sum()), truncated=int(is_dropped.sum()),
+        dead_lettered=int(is_dead.sum()), pending=int((~below).sum()), lost=unfated[below],
+        retrained=int((times[known] - 1).sum()), unknown=unknown, written_twice=written_twice,
+        undecodable=undecodable)
 
 
 @dataclass(frozen=True)
 class DeviceAccount:
-    """One device's tally against the seqs 0..expected-1 that were produced."""
+    """One device's tally against the seqs 0..expected-1 its producer numbered."""
 
     device_id: str
     expected: int
@@ -27,7 +162,11 @@ class DeviceAccount:
 
 
 class SeqLedger:
-    """Counts every (device, seq) seen; `account` compares against what was produced."""
+    """Counts every (device, seq) seen, to check a stream that one of our producers numbered 0..n-1.
+
+    This is the producers' own contract (each of them numbers its device's samples densely from 0), not how
+    a run is accounted: a run is accounted by record (`account_records`), whatever the numbering.
+    """
 
     def __init__(self) -> None:
         self._counts: dict[str, Counter[int]] = defaultdict(Counter)
@@ -43,111 +182,15 @@ class SeqLedger:
         return Counter(self._counts.get(device_id, Counter()))
 
     def account(self, device_id: str, expected: int) -> DeviceAccount:
-        """Tally one device against seqs 0..expected-1."""
+        """Tally one device against the seqs 0..expected-1 its producer sent."""
         counts = self._counts.get(device_id, Counter())
-        missing = tuple(s for s in range(expected) if counts[s] == 0)
-        unexpected = tuple(sorted(s for s in counts if not 0 <= s < expected))
-        duplicates = sum(c - 1 for s, c in counts.items() if c > 1 and 0 <= s < expected)
-        return DeviceAccount(device_id, expected, sum(counts.values()), missing, duplicates, unexpected)
-
-
-@dataclass(frozen=True)
-class SeqFates:
-    """What became of every record of one device topic after a run (see `account_device`).
-
-    Every record falls into exactly one of: dead-lettered, trained (at least once), truncated (processed
-    past without training, as counted by the trainers' feedback), pending (not processed yet), or lost
-    (processed past, not trained, and more than the feedback says were truncated).
-    """
-
-    device_id: str
-    expected: int
-    """Seqs 0..expected-1 were produced."""
-    records: int
-    trained: int
-    """Distinct seqs trained at least once."""
-    duplicates: int
-    """Extra trainings of a seq beyond its first (at-least-once: bounded, not zero, after a trainer crash)."""
-    truncated: int
-    dead_lettered: int
-    pending: tuple[int, ...]
-    """Seqs at or above the committed offset, never trained: the run stopped before they were processed."""
-    lost: tuple[int, ...]
-    """Seqs processed past but neither trained nor covered by the reported truncations (silently dropped)."""
-    missing: tuple[int, ...]
-    """Seqs 0..expected-1 that are not in the topic at all (never delivered, or lost by the broker)."""
-    topic_duplicates: int
-    """Records whose seq is already in the topic (a producer retry that idempotence did not catch)."""
-    foreign: tuple[int, ...]
-    """Seqs trained that the topic never held (or outside 0..expected-1)."""
-    undecodable: int
-    """Records without a readable seq that were not dead-lettered."""
-
-    @property
-    def complete(self) -> bool:
-        """Every produced seq trained, truncated or dead-lettered; nothing lost, pending or foreign."""
-        return not (self.pending or self.lost or self.missing or self.foreign or self.undecodable)
-
-    @property
-    def exact(self) -> bool:
-        """`complete`, and no seq trained twice or written twice."""
-        return self.complete and not self.duplicates and not self.topic_duplicates
-
-
-def account_device(
-    device_id: str,
-    records: Iterable[tuple[int, int | None]],
-    trained: SeqLedger,
-    *,
-    dead_offsets: Collection[int] = (),
-    truncated: int = 0,
-    committed: int | None = None,
-    expected: int | None = None,
-) -> SeqFates:
-    """Account for every record of one device topic (one partition) by seq.
-
-    Args:
-        device_id: The device.
-        records: (offset, seq) of every record read back from the device topic; seq None when undecodable.
-        trained: Every (device, seq) handed to a training step, counted (a seq log, e.g.).
-        dead_offsets: Offsets of this topic found in the dead-letter topic.
-        truncated: Samples of this device the trainers reported dropped (`StepFeedback.dropped`, summed).
-        committed: The trainers' committed offset of the topic (None: nothing committed).
-        expected: Seqs 0..expected-1 were produced (default: up to the highest seq in the topic).
-    """
-    dead = set(dead_offsets)
-    counts = trained.counts(device_id)
-    in_topic: Counter[int] = Counter()
-    n_records = n_dead = undecodable = 0
-    skipped: list[int] = []
-    pending: list[int] = []
-    for offset, seq in records:
-        n_records += 1
-        if offset in dead:
-            n_dead += 1
-            if seq is not None:
-                in_topic[seq] += 1
-            continue
-        if seq is None:
-            undecodable += 1
-            continue
-        in_topic[seq] += 1
-        if in_topic[seq] > 1 or counts[seq] > 0:
-            continue
-        if committed is not None and offset < committed:
-            skipped.append(seq)
-        else:
-            pending.append(seq)
-    if expected is None:
-        expected = max(in_topic, default=-1) + 1
-    n_truncated = min(len(skipped), truncated)
-    lost = tuple(sorted(skipped)) if len(skipped) > truncated else ()
-    return SeqFates(
-        device_id=device_id, expected=expected, records=n_records,
-        trained=sum(1 for s in in_topic if counts[s] > 0), duplicates=sum(c - 1 for c in counts.values() if c > 1),
-        truncated=n_truncated, dead_lettered=n_dead, pending=tuple(sorted(pending)), lost=lost,
-        missing=tuple(s for s in range(expected) if in_topic[s] == 0),
-        topic_duplicates=sum(c - 1 for c in in_topic.values() if c > 1),
-        foreign=tuple(sorted(s for s in counts if counts[s] > 0 and (s not in in_topic or not 0 <= s < expected))),
-        undecodable=undecodable,
-    )
+        seqs = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+        times = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
+        inside = (seqs >= 0) & (seqs < expected)
+        # Missing = expected - distinct seen inside; listed by walking the sorted seqs, not the whole range.
+        present = np.sort(seqs[inside])
+        gaps = np.flatnonzero(np.diff(np.concatenate([[-1], present, [expected]])) > 1)
+        edges = np.concatenate([[-1], present, [expected]])
+        missing = tuple(int(s) for g in gaps for s in range(int(edges[g]) + 1, int(edges[g + 1])))
+        return DeviceAccount(device_id, expected, int(times.sum()), missing, int((times[inside] - 1).sum()),
+                             tuple(int(s) for s in np.sort(seqs[~inside])))

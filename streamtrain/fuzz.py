@@ -12,6 +12,8 @@ cannot take: wrong feature count, label out of range).
 `forged_feedback` and `forged_plans` are the other half: records that decode, but that no trainer or
 coordinator could have written (NaN or negative timings and weights, compute longer than the step, a
 plan a billion steps ahead), with the `feedback-*` / `plan-*` reason the coordinator and the ranks give.
+`extreme_sample` is another kind of hard input: valid samples at the far end of what their dtype
+holds, which must be trained without the model's loss or weights ever leaving the finite.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "FuzzRecord",
     "assignment_corpus",
     "device_corpus",
+    "extreme_sample",
     "feedback_corpus",
     "forged_feedback",
     "forged_plans",
@@ -54,6 +57,21 @@ def good_sample(device_id: str, seq: int, num_features: int = 16, num_classes: i
     rng = np.random.default_rng(seq)
     return Sample.from_array(device_id, seq, rng.standard_normal((size, num_features)).astype(np.float32),
                              label=seq % num_classes)
+
+
+def extreme_sample(device_id: str, seq: int, dtype: str, rng: np.random.Generator, size: int,
+                   num_features: int = 16, num_classes: int = 10) -> Sample:
+    """A valid sample of `dtype` at the far end of its range, finite: integers over their whole range (int64 up to
+    ±2^62), float16 near its maximum, float32 and float64 around ±1e30."""
+    kind = np.dtype(dtype)
+    if kind.kind in "iu":
+        info = np.iinfo(kind)
+        low, high = (int(info.min), int(info.max)) if info.bits < 64 else (-(2**62), 2**62)
+        payload = rng.integers(low, high, size=(size, num_features), dtype=kind, endpoint=True)
+    else:
+        scale = 6e4 if dtype == "float16" else 1e30
+        payload = (rng.uniform(-1.0, 1.0, size=(size, num_features)) * scale).astype(kind)
+    return Sample.from_array(device_id, seq, payload, label=int(rng.integers(num_classes)))
 
 
 def _raw_sample(size: int, shape: tuple[int, ...], data: bytes, label: int | None = 1, seq: int = 0,

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, 
 from .authz import REFUSED_CODES, DeliveryCallback, GuardedProducer, raise_if_refused
 from .config import KafkaConfig
 from .wire import DeadLetter, WireError, encode
-from .wire.codec import HeaderList, header_items
+from .wire.codec import HeaderList, Headers, header_items
 
 __all__ = [
     "DeadLetterSink",
@@ -320,21 +320,26 @@ class DeadLetterSink:
 
     def send(self, msg: Message, reason: str, detail: str) -> None:
         """Dead-letter one consumed message; delivery failures are counted, not raised."""
+        self.send_parts(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, reason, detail,
+                        key=msg.key(), value=msg.value(), headers=msg.headers())
+
+    def send_parts(self, topic: str, partition: int, offset: int, reason: str, detail: str, *,
+                   key: bytes | None = None, value: bytes | None = None, headers: Headers | None = None) -> None:
+        """Dead-letter the record at (`topic`, `partition`, `offset`) given by its parts."""
         letter = DeadLetter(
-            topic=msg.topic() or "",
-            partition=msg.partition() or 0,
-            offset=msg.offset() or 0,
+            topic=topic,
+            partition=partition,
+            offset=offset,
             reason=reason,
             detail=detail,
             service=self.service,
-            headers={k: v or b"" for k, v in header_items(msg.headers())},
-            key=msg.key(),
-            value=msg.value(),
+            headers={k: v or b"" for k, v in header_items(headers)},
+            key=key,
+            value=value,
         )
-        value, headers = encode(letter)
-        headers.append((REASON_HEADER, reason.encode()))
-        self.producer.produce(self.topic, value=value, headers=headers, on_delivery=self._delivered)
-        self.producer.poll(0)
+        body, letter_headers = encode(letter)
+        letter_headers.append((REASON_HEADER, reason.encode()))
+        produce(self.producer, self.topic, body, letter_headers, self._delivered)
 
     def send_error(self, msg: Message, error: WireError) -> None:
         """Dead-letter a message that failed to decode, with the error's reason code."""
@@ -395,11 +400,12 @@ def consume_available(consumer: Consumer, max_records: int, timeout: float) -> l
 
 
 def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,
-                last: int | None = None) -> Iterator[Message]:
+                last: int | None = None, stop: Callable[[], bool] | None = None) -> Iterator[Message]:
     """Every record now in `topics` (or each partition's `last` records), up to the high watermarks on entry.
 
     Reads by manual assignment with no committed offsets (nothing is left behind in any group).
-    Transient consumer errors are retried until `timeout`.
+    Transient consumer errors are retried until `timeout`. When `stop` is given and returns true (checked
+    at least every half second), reading ends early: the caller tells a short read by asking `stop` again.
 
     Raises:
         TimeoutError: when the records up to the high watermarks do not arrive within `timeout`.
@@ -416,30 +422,29 @@ def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,
                     assignment.append(TopicPartition(topic, pid, start))
         consumer.assign(assignment)
         deadline = time.monotonic() + timeout
-        while remaining:
+        while remaining and not (stop is not None and stop()):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"records up to the high watermark did not arrive in {timeout:.0f} s: {remaining}")
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.fatal():
-                    raise KafkaException(err)
-                if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                    # Only topic refusals matter: this reader never uses its group (no commits), so a refused
-                    # group lookup changes nothing.
-                    raise_if_refused(cfg, err, "READ", msg.topic() or ", ".join(sorted({t for t, _ in remaining})))
-                logger.debug("reading %s to its end: %s", msg.topic(), err)
-                continue
-            key = (msg.topic() or "", msg.partition() or 0)
-            end = remaining.get(key)
-            if end is None:
-                continue
-            offset = msg.offset() or 0
-            if offset < end:
-                yield msg
-            if offset >= end - 1:
-                del remaining[key]
+            for msg in consume_available(consumer, 500, 0.5):  # batches: a large topic costs no call per record
+                err = msg.error()
+                if err is not None:
+                    if err.fatal():
+                        raise KafkaException(err)
+                    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        # Only topic refusals matter: this reader never uses its group (no commits), so a refused
+                        # group lookup changes nothing.
+                        raise_if_refused(cfg, err, "READ",
+                                         msg.topic() or ", ".join(sorted({t for t, _ in remaining})))
+                    logger.debug("reading %s to its end: %s", msg.topic(), err)
+                    continue
+                key = (msg.topic() or "", msg.partition() or 0)
+                end = remaining.get(key)
+                if end is None:
+                    continue
+                offset = msg.offset() or 0
+                if offset < end:
+                    yield msg
+                if offset >= end - 1:
+                    del remaining[key]
     finally:
         consumer.close()

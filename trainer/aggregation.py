@@ -11,10 +11,16 @@ async all-reduce of (λ_i, samples_i, stop_i) before the forward pass, and the f
 step waits on it, so that collective overlaps the whole forward and most of the backward. The stop
 flag rides along for free: a rank asked to stop (SIGTERM) sets it, and every rank learns from the
 same sum that the group stops after this step, with no collective of its own.
+
+The bucket all-reduces also carry the group's verdict on the step: a rank whose loss is not finite
+(`mark_loss`) scales its buckets by NaN instead of λ_i/Σλ, and non-finite gradients stay non-finite
+under any scale, so one bad rank makes every rank's reduced gradient non-finite. Every rank then sees
+the same reduced gradient, checks it, and skips the same steps (`StepRunner`), with no extra collective.
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations as live objects.
 import logging
+import math
 import time
 
 import torch
@@ -49,6 +55,7 @@ class AggregationState:
         self._sums = torch.zeros(4, dtype=torch.float64, device=device)
         self._sums_work: dist.Work | None = None
         self._scale: torch.Tensor | None = None
+        self._loss_finite: torch.Tensor | None = None
         self.hook_calls = 0
         """Buckets reduced this step."""
         self.blocking_seconds = 0.0
@@ -75,6 +82,7 @@ class AggregationState:
         self._sums = torch.tensor(values, dtype=torch.float64, device=self.device)
         self._sums_work = dist.all_reduce(self._sums, group=self.process_group, async_op=True)
         self._scale = None
+        self._loss_finite = None
         self.hook_calls = 0
         self.blocking_seconds = 0.0
         self.last_hook_left_at = None
@@ -86,12 +94,20 @@ class AggregationState:
             self._sums_work.wait()
             self._sums_work = None
 
+    def mark_loss(self, loss: torch.Tensor) -> None:
+        """Before backward: this rank's loss, so that a non-finite one poisons its buckets (see the module doc)."""
+        self._loss_finite = torch.isfinite(loss.detach())  # on the device: no host sync
+
     def scale(self) -> torch.Tensor:
-        """λ_i / Σλ as a device scalar (0 when Σλ = 0); waits for the weight all-reduce once."""
+        """λ_i / Σλ as a device scalar (0 when Σλ = 0; NaN after a non-finite `mark_loss`); waits for the weight
+        all-reduce once."""
         if self._scale is None:
             self._wait_sums()
             # Stays on the device: no host sync is needed to scale buckets, even on CUDA.
-            self._scale = self._weight / self._sums[0].clamp_min(torch.finfo(torch.float64).tiny)
+            scale = self._weight / self._sums[0].clamp_min(torch.finfo(torch.float64).tiny)
+            if self._loss_finite is not None:
+                scale = torch.where(self._loss_finite, scale, torch.full_like(scale, math.nan))
+            self._scale = scale
         return self._scale
 
     def global_totals(self) -> tuple[float, int]:

@@ -4,6 +4,13 @@ A packed batch concatenates every sequence along the time axis into `values` of 
 (total_size, F) with no padding at all; `segment_ids` names the sample each row belongs to and
 `cu_seqlens` holds the cumulative boundaries (FlashAttention's varlen convention). A batch of one
 long and many short samples therefore costs its total size, not count x longest.
+
+The payload rule, whatever the collate function: a sample's declared dtype must be one of
+`trainer.accepted_dtypes` (else it is dead-lettered as `dtype-not-accepted`), and its values are converted
+to the model's dtype (`trainer.precision`), where they must stay finite (a float64 of 1e300 is infinite in
+float32: dead-lettered as `dtype-overflow`); `payload_problem` applies it as samples arrive. The default
+packing then bounds each sample's magnitude (`trainer.max_input_abs`): samples of any dtype and scale reach
+the model within the same range, so none can drive its activations to infinity.
 """
 
 from __future__ import annotations
@@ -19,9 +26,19 @@ import torch
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
-__all__ = ["Batch", "PackedBatch", "collate_packed", "pack_samples", "sample_problems"]
+__all__ = ["DTYPE_NOT_ACCEPTED", "DTYPE_OVERFLOW", "Batch", "PackedBatch", "collate_packed", "model_dtype",
+           "pack_samples", "payload_problem", "sample_problems"]
 
 logger = logging.getLogger(__name__)
+
+#: Dead-letter reasons of the payload rule.
+DTYPE_NOT_ACCEPTED = "dtype-not-accepted"
+DTYPE_OVERFLOW = "dtype-overflow"
+
+
+def model_dtype(config: TrainerConfig) -> torch.dtype:
+    """The dtype of the model's parameters and inputs (`trainer.precision`)."""
+    return torch.float64 if config.precision == "float64" else torch.float32
 
 
 class Batch(Protocol):
@@ -104,11 +121,48 @@ def sample_problems(sample: Sample, num_features: int, *, wire_checked: bool = F
     return found
 
 
+def payload_problem(sample: Sample, config: TrainerConfig) -> tuple[str, str] | None:
+    """Why the payload rule refuses `sample`, as (dead-letter reason, detail), or None when it may be trained.
+
+    Only a float payload wider than the model's dtype can overflow in the conversion (every integer dtype of
+    the wire fits float32), so only those are converted here to be checked.
+    """
+    if sample.dtype not in config.accepted_dtypes:
+        return DTYPE_NOT_ACCEPTED, (f"dtype {sample.dtype} is not in trainer.accepted_dtypes "
+                                    f"({', '.join(config.accepted_dtypes)})")
+    source = np.dtype(sample.dtype)
+    target = torch.empty((), dtype=model_dtype(config)).numpy().dtype
+    if source.kind == "f" and np.finfo(source).max > np.finfo(target).max:
+        values = sample.array()
+        with np.errstate(over="ignore"):
+            fits = bool(np.isfinite(values.astype(target)).all())
+        if not fits:
+            largest = float(np.abs(values).max())
+            return DTYPE_OVERFLOW, (f"{sample.dtype} values up to {largest:.3g} are infinite as {target} "
+                                    "(trainer.precision)")
+    return None
+
+
+def _bound_magnitude(values: np.ndarray, cu: np.ndarray, lengths: np.ndarray, max_abs: float) -> None:
+    """Scale, in place, every sample (rows cu[i]:cu[i+1]) whose largest |value| exceeds `max_abs` down to it."""
+    if values.size == 0 or max_abs <= 0:
+        return
+    row_max = np.maximum(values.max(axis=1), -values.min(axis=1))  # no |values| temporary the batch's size
+    sample_max = np.zeros(len(lengths), dtype=values.dtype)
+    filled = lengths > 0  # reduceat cannot take an empty segment
+    sample_max[filled] = np.maximum.reduceat(row_max, cu[:-1][filled])
+    over = sample_max > max_abs
+    if over.any():
+        factors = np.where(over, max_abs / np.where(over, sample_max, 1.0), 1.0).astype(values.dtype)
+        values *= np.repeat(factors, lengths)[:, None]
+
+
 def pack_samples(
     samples: Sequence[Sample],
     num_features: int,
     dtype: torch.dtype = torch.float32,
     num_classes: int | None = None,
+    max_abs: float = 0.0,
 ) -> PackedBatch:
     """Concatenate samples into one packed batch (an empty list gives an empty, well-shaped batch).
 
@@ -117,6 +171,7 @@ def pack_samples(
         num_features: Features per frame.
         dtype: Dtype of `values`.
         num_classes: When given, labels must lie in [0, num_classes).
+        max_abs: When > 0, a sample whose largest |value| exceeds it is scaled down to reach it.
 
     Returns:
         The packed batch on the CPU.
@@ -139,6 +194,7 @@ def pack_samples(
     values = np.concatenate(frames, axis=0, dtype=np_dtype) if frames else np.empty((0, num_features), np_dtype)
     cu = np.zeros(len(samples) + 1, dtype=np.int64)
     np.cumsum(lengths, out=cu[1:])
+    _bound_magnitude(values, cu, lengths, max_abs)
     segment_ids = np.repeat(np.arange(len(samples), dtype=np.int64), lengths)
     return PackedBatch(
         values=torch.from_numpy(values),
@@ -150,6 +206,6 @@ def pack_samples(
 
 
 def collate_packed(samples: Sequence[Sample], config: TrainerConfig) -> PackedBatch:
-    """The default collate function: `pack_samples` with the configured features, classes and dtype."""
-    dtype = torch.float64 if config.precision == "float64" else torch.float32
-    return pack_samples(samples, config.num_features, dtype=dtype, num_classes=config.num_classes)
+    """The default collate function: `pack_samples` with the configured features, classes, dtype and bound."""
+    return pack_samples(samples, config.num_features, dtype=model_dtype(config), num_classes=config.num_classes,
+                        max_abs=config.max_input_abs)

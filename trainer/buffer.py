@@ -8,6 +8,7 @@ the lowest unprocessed one, which stays put when a plan trains samples out of or
     buffer.add(5, s5); buffer.add(6, s6); buffer.add(7, s7)
     buffer.take([5, 7]); buffer.complete_step()
     buffer.lowest_unprocessed()  # 6: committing 8 would lose sample 6 on a restart
+    buffer.processed_ahead()     # [7]: a restart from 6 must not train 7 again (the checkpoint keeps it)
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class SampleBuffer:
         self._in_flight: dict[int, BufferedSample] = {}
         self._bytes = 0
         self._new: list[PendingSample] = []
-        self.dropped_since_report = 0
+        self._dropped: list[int] = []  # offsets dropped since the last report
+        self._done_ahead: set[int] = set()  # offsets an earlier run processed past where this one resumed
         self.dropped_total = 0
 
     def __len__(self) -> int:
@@ -89,8 +91,24 @@ class SampleBuffer:
         return offset < self.position
 
     def skip(self, offset: int) -> None:
-        """Account for an offset that holds no trainable sample (dead-lettered): it counts as processed."""
+        """Account for an offset that holds no trainable sample (dead-lettered, or processed by an earlier run):
+        it counts as processed."""
         self.position = max(self.position, offset + 1)
+        self._done_ahead.discard(offset)
+
+    def processed_ahead(self) -> list[int]:
+        """Offsets at or above `lowest_unprocessed()` already trained, dropped or dead-lettered (plans train out of
+        order): a run resuming from the lowest unprocessed offset must skip them, or it would train them again."""
+        waiting = self._entries.keys() | self._in_flight.keys()
+        return [o for o in range(self.lowest_unprocessed(), self.position) if o not in waiting]
+
+    def skip_ahead(self, offsets: Iterable[int]) -> None:
+        """Offsets, at or above the position, that an earlier run processed (its `processed_ahead`)."""
+        self._done_ahead.update(o for o in offsets if o >= self.position)
+
+    def done_ahead(self, offset: int) -> bool:
+        """Whether an earlier run processed `offset` (to be skipped on arrival, see `skip_ahead`)."""
+        return offset in self._done_ahead
 
     def add(self, offset: int, sample: Sample, nbytes: int) -> bool:
         """Buffer the sample at `offset`; returns False when it was dropped (below the truncation floor).
@@ -102,7 +120,7 @@ class SampleBuffer:
             raise ValueError(f"offset {offset} is below the position {self.position}: already seen")
         self.position = offset + 1
         if offset < self.floor:
-            self._count_dropped(1)
+            self._drop([offset])
             return False
         self._entries[offset] = BufferedSample(offset, sample, nbytes)
         self._bytes += nbytes
@@ -119,12 +137,17 @@ class SampleBuffer:
         doomed = [o for o in self._entries if o < offset]
         for o in doomed:
             self._bytes -= self._entries.pop(o).nbytes
-        self._count_dropped(len(doomed))
+        self._drop(doomed)
         return len(doomed)
 
-    def _count_dropped(self, n: int) -> None:
-        self.dropped_since_report += n
-        self.dropped_total += n
+    def _drop(self, offsets: list[int]) -> None:
+        self._dropped.extend(offsets)
+        self.dropped_total += len(offsets)
+
+    @property
+    def dropped_since_report(self) -> int:
+        """Samples dropped since the last `drain_dropped`."""
+        return len(self._dropped)
 
     def select_oldest(self, count: int | None = None, size_budget: int | None = None) -> list[int]:
         """Offsets of the oldest samples within `count` and a total `size_budget` (None: no bound).
@@ -164,6 +187,10 @@ class SampleBuffer:
             samples.append(entry.sample)
         return samples
 
+    def in_flight(self) -> list[BufferedSample]:
+        """The samples of the running step, oldest first."""
+        return sorted(self._in_flight.values(), key=lambda entry: entry.offset)
+
     def complete_step(self) -> None:
         """The running step finished its optimizer step: its samples are processed."""
         self._in_flight.clear()
@@ -192,7 +219,7 @@ class SampleBuffer:
         self._new.clear()
         return new
 
-    def drain_dropped(self) -> int:
-        """Samples dropped since the last call."""
-        n, self.dropped_since_report = self.dropped_since_report, 0
-        return n
+    def drain_dropped(self) -> list[int]:
+        """Offsets of the samples dropped since the last call (for feedback)."""
+        dropped, self._dropped = self._dropped, []
+        return dropped

@@ -3,7 +3,9 @@
 Rank 0 writes `checkpoint.pt` in the configured directory: to a temporary file in the same
 directory, fsynced, then renamed over the old one (rename is atomic on POSIX), then the directory
 is fsynced so the rename itself survives a power cut. A crash at any point leaves either the old
-checkpoint or the new one, never a torn file; stale temporaries are removed on the next save.
+checkpoint or the new one, never a torn file; stale temporaries are removed on the next save. A
+checkpoint holding a non-finite tensor (model or optimizer state) is refused before anything is written:
+resuming from it would poison the model for good.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["CHECKPOINT_NAME", "Checkpoint", "load_checkpoint", "resume_offset", "save_checkpoint"]
+__all__ = ["CHECKPOINT_NAME", "Checkpoint", "NonFiniteCheckpointError", "load_checkpoint", "non_finite_tensors",
+           "resume_offset", "save_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +39,8 @@ class Checkpoint:
         offsets: Device id -> first offset not yet trained or dropped when the checkpoint was taken.
         job: Training job name.
         world_size: Ranks of the group that wrote it.
+        done_ahead: Device id -> offsets above its `offsets` entry already processed (trained out of order),
+            as [start, end) pairs: a resume skips them instead of training them twice.
     """
 
     step: int
@@ -44,16 +49,33 @@ class Checkpoint:
     offsets: dict[str, int] = field(default_factory=dict)
     job: str = ""
     world_size: int = 1
+    done_ahead: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
         return {"version": 1, "step": self.step, "model": self.model, "optimizer": self.optimizer,
-                "offsets": dict(self.offsets), "job": self.job, "world_size": self.world_size}
+                "offsets": dict(self.offsets), "job": self.job, "world_size": self.world_size,
+                "done_ahead": {d: [list(r) for r in ranges] for d, ranges in self.done_ahead.items()}}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Checkpoint:
         return cls(step=int(state["step"]), model=state["model"], optimizer=state["optimizer"],
                    offsets={str(k): int(v) for k, v in state.get("offsets", {}).items()},
-                   job=str(state.get("job", "")), world_size=int(state.get("world_size", 1)))
+                   job=str(state.get("job", "")), world_size=int(state.get("world_size", 1)),
+                   done_ahead={str(d): [(int(a), int(b)) for a, b in ranges]
+                               for d, ranges in state.get("done_ahead", {}).items()})
+
+
+class NonFiniteCheckpointError(ValueError):
+    """A checkpoint would have stored a NaN or an infinity; nothing was written."""
+
+
+def non_finite_tensors(state: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the floating-point tensors in a (nested) state dict that hold a NaN or an infinity."""
+    if isinstance(state, torch.Tensor):
+        return [prefix] if state.is_floating_point() and not bool(torch.isfinite(state).all()) else []
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, list | tuple) else ()
+    return [name for key, value in items
+            for name in non_finite_tensors(value, f"{prefix}.{key}" if prefix else str(key))]
 
 
 def save_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:
@@ -63,8 +85,14 @@ def save_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:
         The checkpoint's path.
 
     Raises:
+        NonFiniteCheckpointError: a model or optimizer tensor is not finite (nothing is written; the old
+            checkpoint stays).
         OSError: the directory is not writable or the disk is full (the old checkpoint is intact).
     """
+    bad = non_finite_tensors({"model": checkpoint.model, "optimizer": checkpoint.optimizer})
+    if bad:
+        raise NonFiniteCheckpointError(f"checkpoint of step {checkpoint.step} not written: {len(bad)} tensor(s) hold "
+                                       f"NaN or infinity ({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''})")
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob(f"{_TMP_PREFIX}*"):
         stale.unlink(missing_ok=True)  # left by a crash mid-save

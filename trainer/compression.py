@@ -96,7 +96,8 @@ class TopKCompressor:
         numel = flat.numel()
         k = min(numel, max(1, math.ceil(self.ratio * numel)))
         index, values = topk(flat, k)
-        vote_dense = k >= numel or energy_loss(flat, values) > self.delta
+        # `not <=`: a non-finite bucket (NaN energy) votes dense, so the group's verdict on the step reaches everyone.
+        vote_dense = k >= numel or not energy_loss(flat, values) <= self.delta
         votes = torch.tensor([1.0 if vote_dense else 0.0], device=flat.device)
         dist.all_reduce(votes, group=self.process_group)
         sparse = float(votes.item()) == 0.0  # .item() syncs the device stream on CUDA

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig, TrainerConfig
 from streamtrain.kafka import DeadLetterSink, consume_available, make_consumer
-from streamtrain.wire import Assignment, Sample, WireError, decode
+from streamtrain.wire import Assignment, Sample, WireError, decode, encode
 
-from .batching import sample_problems
-from .buffer import SampleBuffer
+from .batching import payload_problem, sample_problems
+from .buffer import BufferedSample, SampleBuffer
 from .errors import TrainerSetupError
 from .plans import PlanBook
 
@@ -69,6 +69,8 @@ class RankConsumer:
         self.topic = kafka.topics.device(device_id)
         self.assignments_topic = kafka.topics.assignments
         self.partition = TopicPartition(self.topic, 0)
+        self.kafka = kafka
+        self.group_id = group_id
         self.plans = plans
         self.dead_letter_plans = dead_letter_plans
         self.sink = DeadLetterSink(producer, kafka.topics.dead_letter, "trainer")
@@ -168,6 +170,9 @@ class RankConsumer:
         offset = int(msg.offset() or 0)
         if self.buffer.seen(offset):
             return  # re-delivered after pause/resume: already buffered or processed
+        if self.buffer.done_ahead(offset):
+            self.buffer.skip(offset)  # trained (or dropped, dead-lettered) by the run this one resumes
+            return
         value = msg.value()
         nbytes = len(value) if value is not None else 0
         if nbytes > self.config.buffer_max_bytes:
@@ -185,6 +190,11 @@ class RankConsumer:
             problems.append(f"label {sample.label} is not below trainer.num_classes={self.config.num_classes}")
         if problems:
             self.dead_letter(msg, "untrainable", f"sample {sample.device_id}#{sample.seq}: " + "; ".join(problems))
+            self.buffer.skip(offset)
+            return
+        refused = payload_problem(sample, self.config)
+        if refused is not None:
+            self.dead_letter(msg, refused[0], f"sample {sample.device_id}#{sample.seq}: {refused[1]}")
             self.buffer.skip(offset)
             return
         self.buffer.add(offset, sample, nbytes)
@@ -211,9 +221,56 @@ class RankConsumer:
     def dead_letter(self, msg: Message, reason: str, detail: str) -> None:
         """Send a consumed record to the dead-letter topic with `reason`, count it and say so at WARNING."""
         self.sink.send(msg, reason, detail)
-        self.dead_lettered += 1
-        self.dead_letter_reasons[reason] = self.dead_letter_reasons.get(reason, 0) + 1
+        self._count_dead(reason)
         logger.warning("dead-lettered %s@%s: %s (%s)", msg.topic(), msg.offset(), reason, detail)
+
+    def _count_dead(self, reason: str, n: int = 1) -> None:
+        self.dead_lettered += n
+        self.dead_letter_reasons[reason] = self.dead_letter_reasons.get(reason, 0) + n
+
+    def dead_letter_buffered(self, entries: Sequence[BufferedSample], reason: str, detail: str,
+                             timeout: float = 30.0) -> None:
+        """Dead-letter samples that were buffered (those of a skipped step), each as the record it arrived in.
+
+        The buffer keeps decoded samples only, so the original records are read back from the topic (they are
+        below no commit yet, so still there); one that cannot be read back any more is re-encoded from its
+        decoded sample, and its detail says so. Returns once the dead letters are delivered (or `timeout`
+        passes): their offsets are committed past right after, and must be accounted for by then.
+        """
+        if not entries:
+            return
+        originals = self._read_back([e.offset for e in entries], timeout)
+        for entry in entries:
+            msg = originals.get(entry.offset)
+            if msg is not None:
+                self.sink.send(msg, reason, detail)
+                continue
+            value, headers = encode(entry.sample)
+            self.sink.send_parts(self.topic, 0, entry.offset, reason, f"{detail} (re-encoded: the record could not "
+                                 "be read back)", value=value, headers=headers)
+        self._count_dead(reason, len(entries))
+        left = self.sink.producer.flush(timeout)
+        if left:
+            logger.error("%d dead letters of %s not delivered within %.0f s", left, self.topic, timeout)
+
+    def _read_back(self, offsets: Sequence[int], timeout: float) -> dict[int, Message]:
+        """The records of the device topic at `offsets`, by offset (those that could be read within `timeout`)."""
+        wanted, last = set(offsets), max(offsets)
+        reader = make_consumer(self.kafka, self.group_id)  # assigned, not subscribed: never joins nor commits
+        found: dict[int, Message] = {}
+        try:
+            reader.assign([TopicPartition(self.topic, 0, min(offsets))])
+            deadline = time.monotonic() + timeout
+            while len(found) < len(wanted) and time.monotonic() < deadline:
+                for msg in consume_available(reader, 500, 0.2):
+                    offset = msg.offset()
+                    if msg.error() is None and offset in wanted:
+                        found[int(offset)] = msg
+                    if offset is not None and offset >= last:
+                        deadline = 0.0  # past the last one: whatever is missing is not coming
+        finally:
+            reader.close()
+        return found
 
     def wait_until(self, done: Callable[[], bool], deadline: float, slice_s: float = 0.05) -> bool:
         """Poll until `done()` is true or `deadline` (perf_counter) passes; returns whether it became true."""

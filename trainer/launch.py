@@ -4,7 +4,8 @@ Each child is the trainer's own entry, `python -m trainer train --device-id <id>
 LOCAL_RANK / MASTER_ADDR / MASTER_PORT set, and the parent's fully resolved configuration passed
 as one JSON environment variable per section (STREAMTRAIN_<SECTION>), so flags, --set and the
 config file given to the parent reach every rank exactly. If one rank fails the others would
-block in their next collective, so the launcher stops them.
+block in their next collective, so the launcher stops them. The ranks are tied to the launcher
+(`streamtrain.lifeline`): if it is killed, they die with it instead of training on unsupervised.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from types import FrameType
 
 from streamtrain.cli_support import module_command
 from streamtrain.config import ENV_PREFIX, StreamtrainConfig, config_environment
+from streamtrain.lifeline import tie_to_parent
 
 from .distributed import allocator_environment, free_port
 
@@ -64,7 +66,7 @@ def launch_local_ranks(config: StreamtrainConfig, devices: Sequence[str]) -> int
     port = free_port()
     world = len(devices)
     children = [
-        subprocess.Popen(rank_command(device), env=child_environment(config, rank, world, port))
+        subprocess.Popen(tie_to_parent(rank_command(device)), env=child_environment(config, rank, world, port))
         for rank, device in enumerate(devices)
     ]
     logger.info("launched %d ranks (pids %s) on 127.0.0.1:%d", world, [c.pid for c in children], port)

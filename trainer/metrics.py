@@ -53,6 +53,9 @@ class TrainerMetrics:
         self.samples = counter("samples", "Samples trained.").labels(**labels)
         self.dead_lettered = counter("dead_lettered_records", "Records sent to the dead-letter topic.").labels(**labels)
         self.truncated = counter("truncated_samples", "Samples dropped by truncation.").labels(**labels)
+        self.steps_skipped = counter("skipped_steps", "Steps skipped on every rank because a loss or the aggregated "
+                                     "gradient was not finite (samples dead-lettered as non-finite-loss).").labels(
+            **labels)
         self.plans_late = counter("plans_late", "Steps run on a local plan because the Assignment was late.").labels(
             **labels)
         self.compressed_steps = counter("compressed_steps", "Steps whose every gradient bucket went Top-k.").labels(

@@ -13,7 +13,7 @@ from torch import nn
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
-from .batching import Batch, collate_packed
+from .batching import Batch, collate_packed, model_dtype
 from .errors import TrainerSetupError
 from .model import PackedConvNet
 
@@ -58,7 +58,7 @@ def build_model(config: TrainerConfig) -> nn.Module:
     Raises:
         TrainerSetupError: `config.model` cannot be resolved or its factory returns no `nn.Module`.
     """
-    dtype = torch.float64 if config.precision == "float64" else torch.float32
+    dtype = model_dtype(config)
     # Seeded without disturbing the caller's global RNG; DDP later broadcasts rank 0's parameters anyway.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)

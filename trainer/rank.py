@@ -26,19 +26,22 @@ from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_control_producer, produce
 from streamtrain.metrics import serve_metrics
 from streamtrain.pacing import report_hold_seconds
-from streamtrain.wire import Assignment, StepFeedback, encode
+from streamtrain.wire import Assignment, StepFeedback, encode, ranges_of
 
-from .checkpoint import Checkpoint, load_checkpoint, resume_offset, save_checkpoint
+from .checkpoint import Checkpoint, NonFiniteCheckpointError, load_checkpoint, resume_offset, save_checkpoint
 from .consumer import RankConsumer
 from .distributed import DistContext, destroy_distributed, init_distributed
 from .metrics import TrainerMetrics
 from .plan_checks import PartCheck
 from .plans import LocalPlanner, PlanBook, Selection, selection_from
-from .step import StepResult, build_step_runner
+from .step import NON_FINITE_LOSS, StepResult, build_step_runner
 
 __all__ = ["TrainerRank", "run_rank"]
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a commit waits for the feedback and dead letters before it (retried at the next commit).
+COMMIT_FLUSH_S = 10.0
 
 
 class TrainerRank:
@@ -81,6 +84,7 @@ class TrainerRank:
         self.group_stop = False
         """Some rank asked to stop: the group stops after the step that told it."""
         self._offsets: dict[str, int] = {}
+        self._ahead: dict[str, list[tuple[int, int]]] = {}
         self._checkpointed_step: int | None = None
         self._dead_lettered_seen = 0
 
@@ -96,18 +100,23 @@ class TrainerRank:
         dist.broadcast_object_list(box, src=0)  # no shared filesystem needed across nodes
         checkpoint = box[0]
         own: int | None = None
+        ahead: list[tuple[int, int]] = []
         if checkpoint is not None:
             self.runner.model.module.load_state_dict(checkpoint.model)
             self.runner.optimizer.load_state_dict(checkpoint.optimizer)
             self.step = self._checkpointed_step = checkpoint.step
             self._offsets = dict(checkpoint.offsets)
+            self._ahead = dict(checkpoint.done_ahead)
             own = checkpoint.offsets.get(self.device_id)
+            ahead = checkpoint.done_ahead.get(self.device_id, []) if own is not None else []
         committed = self.consumer.committed_offset()
         self.plans.forget_before(self.step)  # before the plans are read back: a window from the resumed step
         start = self.consumer.start(resume_offset(own, committed))
+        self.buffer.skip_ahead(o for a, b in ahead for o in range(a, b))  # trained out of order before the stop
         self.committed = committed
-        logger.info("rank %d (%s): resuming at step %d from offset %d (committed %s)",
-                    self.ctx.rank, self.device_id, self.step, start, committed)
+        logger.info("rank %d (%s): resuming at step %d from offset %d (committed %s; %d offsets above it already "
+                    "processed)", self.ctx.rank, self.device_id, self.step, start, committed,
+                    sum(b - a for a, b in ahead))
         return self.step
 
     # ---- the loop -------------------------------------------------------------------------------------
@@ -159,19 +168,25 @@ class TrainerRank:
         backlog = self.buffer.reported_depth + self.buffer.dropped_since_report
         result = self.runner.run_step(samples, stop=self.stop_requested, backlog=backlog)
         self.group_stop = result.stop
-        self.group_idle = not result.stepped
-        self.buffer.complete_step()  # the optimizer step is done: these offsets are processed
+        self.group_idle = result.global_samples == 0
+        if result.skipped:
+            self._dead_letter_step(step, result)
+        trained = () if result.skipped else ranges_of(entry.offset for entry in self.buffer.in_flight())
+        dropped = self.buffer.drain_dropped()
+        self.buffer.complete_step()  # the optimizer step is done (or its samples dead-lettered): processed
         self.local.observe(result.total_size, result.compute_seconds)
         if plan is not None:
             self.local.remember(plan, plan.for_device(self.device_id), result.samples)
         held = self._hold(plan, started, result)
         feedback = StepFeedback(
             job=self.config.job, step=step, device_id=self.device_id, rank=self.ctx.rank,
-            plan_step=selection.plan_step, samples=result.samples, total_size=result.total_size,
+            plan_step=selection.plan_step, samples=0 if result.skipped else result.samples,
+            total_size=0 if result.skipped else result.total_size,
             compute_seconds=result.compute_seconds, data_wait_seconds=data_wait, comm_seconds=result.comm_seconds,
             step_seconds=result.step_seconds, memory_bytes=result.memory_bytes,
             lowest_unprocessed_offset=self.buffer.lowest_unprocessed(), buffer_depth=len(self.buffer),
-            loss=result.loss, dropped=self.buffer.drain_dropped(), new_samples=self.buffer.drain_new(),
+            loss=None if result.skipped else result.loss, dropped=len(dropped), new_samples=self.buffer.drain_new(),
+            trained_offsets=trained, dropped_offsets=ranges_of(dropped),
         )
         value, headers = encode(feedback)
         produce(self.producer, self.feedback_topic, value, headers, self._feedback_delivered, self.device_id.encode())
@@ -186,6 +201,20 @@ class TrainerRank:
         if self.step % self.trainer.log_every == 0:
             self._log(feedback)
         return feedback
+
+    def _dead_letter_step(self, step: int, result: StepResult) -> None:
+        """Every rank skipped the step (a loss or the aggregated gradient not finite): its samples, not trained,
+        go to the dead-letter topic, so that committing past them loses nothing."""
+        entries = self.buffer.in_flight()
+        loss = "none" if result.loss is None else f"{result.loss:.4g}"
+        detail = (f"step {step} skipped on every rank: this rank's loss {loss}, aggregated gradient norm "
+                  f"{result.grad_norm}")
+        self.consumer.dead_letter_buffered(entries, NON_FINITE_LOSS, detail)
+        self.metrics.steps_skipped.inc()
+        logger.warning("rank %d (%s): step %d skipped on every rank, a loss or the aggregated gradient is not finite "
+                       "(this rank's loss %s, gradient norm %s): model and optimizer unchanged, its %d samples "
+                       "dead-lettered as %s", self.ctx.rank, self.device_id, step, loss, result.grad_norm,
+                       len(entries), NON_FINITE_LOSS)
 
     def _hold(self, plan: Assignment | None, started: float, result: StepResult) -> float:
         """Hold the step's report until the plan's target time when the group drained its buffers
@@ -248,8 +277,19 @@ class TrainerRank:
         elif self.trainer.checkpoint_dir is None or not self.trainer.commit_after_checkpoint:
             self._commit(self.buffer.lowest_unprocessed())
 
-    def _commit(self, offset: int) -> None:
-        if offset != self.committed and self.consumer.commit(offset):
+    def _reports_delivered(self, offset: int) -> bool:
+        """Wait for this rank's feedback and dead letters to be in Kafka before `offset` is committed or
+        checkpointed: once a commit passes a record, only they say it was trained, dropped or dead-lettered."""
+        undelivered = self.producer.flush(COMMIT_FLUSH_S)
+        if undelivered:
+            logger.warning("%d feedback / dead-letter records not delivered in %.0f s: offset %d not committed yet",
+                           undelivered, COMMIT_FLUSH_S, offset)
+        return not undelivered
+
+    def _commit(self, offset: int, delivered: bool = False) -> None:
+        if offset == self.committed or not (delivered or self._reports_delivered(offset)):
+            return
+        if self.consumer.commit(offset):
             self.committed = offset
             self.metrics.committed_offset.set(offset)
 
@@ -260,23 +300,28 @@ class TrainerRank:
             Whether the checkpoint was written (offsets are committed only then).
         """
         offset = self.buffer.lowest_unprocessed()
-        gathered: list[tuple[str, int] | None] = [None] * self.ctx.world_size
-        dist.all_gather_object(gathered, (self.device_id, offset))
+        delivered = self._reports_delivered(offset)
+        ahead = [(r.start, r.end) for r in ranges_of(self.buffer.processed_ahead())]
+        gathered: list[tuple[str, int, list[tuple[int, int]]] | None] = [None] * self.ctx.world_size
+        # A rank whose reports are not in Kafka yet sends nothing new: its device keeps the previous checkpoint's.
+        dist.all_gather_object(gathered, (self.device_id, offset, ahead) if delivered else None)
         ok: list[bool] = [True]
         if self.ctx.is_main and self.trainer.checkpoint_dir is not None:
-            self._offsets.update(dict(g for g in gathered if g is not None))
+            for device, device_offset, device_ahead in (g for g in gathered if g is not None):
+                self._offsets[device], self._ahead[device] = device_offset, device_ahead
             state = Checkpoint(step=self.step, model=self.runner.model.module.state_dict(),
                                optimizer=self.runner.optimizer.state_dict(), offsets=dict(self._offsets),
-                               job=self.config.job, world_size=self.ctx.world_size)
+                               job=self.config.job, world_size=self.ctx.world_size, done_ahead=dict(self._ahead))
             try:
                 save_checkpoint(self.trainer.checkpoint_dir, state)
-            except OSError as exc:
+            except (OSError, NonFiniteCheckpointError) as exc:
                 logger.error("checkpoint of step %d failed, offsets stay uncommitted: %s", self.step, exc)
                 ok = [False]
         dist.broadcast_object_list(ok, src=0)
         if ok[0]:
             self._checkpointed_step = self.step
-            self._commit(offset)
+            if delivered:
+                self._commit(offset, delivered=True)
         return bool(ok[0])
 
     def _finish(self) -> None:

@@ -13,6 +13,7 @@ Every rank must call `run_step` the same number of times: each call is a set of 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,9 +39,13 @@ from .distributed import (
 from .errors import TrainerSetupError
 from .plugins import CollateFn, build_collate, build_model
 
-__all__ = ["StepResult", "StepRunner", "build_optimizer", "build_step_runner", "linear_lr_scale", "slowdown_for"]
+__all__ = ["NON_FINITE_LOSS", "StepResult", "StepRunner", "build_optimizer", "build_step_runner", "linear_lr_scale",
+           "slowdown_for"]
 
 logger = logging.getLogger(__name__)
+
+#: Dead-letter reason of the samples of a step skipped because a loss or the aggregated gradient was not finite.
+NON_FINITE_LOSS = "non-finite-loss"
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class StepResult:
     lr: float
     """Learning rate the optimizer step used (of the first parameter group)."""
     stepped: bool
-    """False when the whole group trained nothing, so the optimizer was not stepped."""
+    """False when the whole group trained nothing, or the step was skipped, so the optimizer was not stepped."""
     collate_seconds: float
     compute_seconds: float
     """Collate, forward, backward and optimizer time, less the exposed communication."""
@@ -79,6 +84,11 @@ class StepResult:
     """Emulated extra compute slept after the step (`trainer.slowdowns`), included in compute and step seconds."""
     cpu_seconds: float = 0.0
     """CPU time of the training thread in the step (collate to optimizer step; the CPU clock of `slowdowns`)."""
+    skipped: bool = False
+    """Some rank's loss or the aggregated gradient was not finite: no rank stepped (every rank sees the same
+    value); this rank's samples were not trained."""
+    grad_norm: float | None = None
+    """L2 norm of the aggregated gradient before clipping (the same on every rank); None when nobody trained."""
 
 
 def linear_lr_scale(global_batch: int, base_batch: int, max_scale: float) -> float:
@@ -146,6 +156,10 @@ class StepRunner:
         self.slowdown_clock = slowdown_clock
         self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
         self.steps = 0
+        self.skipped_steps = 0
+        self._params = [p for p in model.module.parameters() if p.requires_grad]
+        # Float buffers (e.g. batch-norm statistics) change in the forward pass: a skipped step restores them.
+        self._buffers = [b for b in model.module.buffers() if b.is_floating_point()]
 
     @property
     def compression_stats(self) -> CompressionStats | None:
@@ -197,9 +211,11 @@ class StepRunner:
         self.state.begin_step(own_weight, batch.num_samples, stop, backlog)
         self.optimizer.zero_grad(set_to_none=True)
         self.model.train()
+        saved = [b.detach().clone() for b in self._buffers]
         logits = self.model(batch)
         has_samples = batch.num_samples > 0
         loss = F.cross_entropy(logits, batch.labels) if has_samples else _zero_loss(logits, self.model.module)
+        self.state.mark_loss(loss)
         loss.backward()  # returns once every bucket's hook future has completed
         self._sync()
         backward_done = time.perf_counter()
@@ -209,10 +225,18 @@ class StepRunner:
             comm += backward_done - self.state.last_hook_left_at
         global_weight, global_samples = self.state.global_totals()
         lr = self._apply_lr(global_samples, lr_scale)
+        grad_norm = self._clip_gradients() if global_samples > 0 else None
+        # Every rank holds the same reduced gradient, so every rank reaches the same verdict (see aggregation).
+        skipped = grad_norm is not None and not math.isfinite(grad_norm)
         # An empty global batch has all-zero gradients; stepping would still apply momentum and decay.
-        stepped = global_samples > 0
+        stepped = global_samples > 0 and not skipped
         if stepped:
             self.optimizer.step()
+        elif skipped:
+            self.skipped_steps += 1
+            with torch.no_grad():
+                for buffer, before in zip(self._buffers, saved, strict=True):
+                    buffer.copy_(before)
         loss_value = float(loss.detach()) if batch.num_samples > 0 else None
         self._sync()
         finished = time.perf_counter()
@@ -251,7 +275,15 @@ class StepRunner:
             group_backlog=self.state.group_backlog(),
             slowdown_seconds=slept,
             cpu_seconds=cpu_seconds,
+            skipped=skipped,
+            grad_norm=grad_norm,
         )
+
+    def _clip_gradients(self) -> float:
+        """The aggregated gradient's L2 norm (a host sync), after clipping it to `max_grad_norm` when that is set."""
+        if self.config.max_grad_norm > 0:
+            return float(torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm))
+        return float(torch.nn.utils.get_total_norm([p.grad for p in self._params if p.grad is not None]))
 
     def _apply_lr(self, global_samples: int, lr_scale: float | None) -> float:
         if not self.config.lr_scaling:

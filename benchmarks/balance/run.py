@@ -101,18 +101,16 @@ def run_cell(setup: BalanceSetup, cell: BalanceCell, index: int, bootstrap: str,
                                setup.smooth_steps)
     except ValueError as exc:
         return CellResult.model_validate({**identity, "error": f"{error or ''} analysis: {exc}".strip()})
-    sizes = [r.size for recs in stack.records.records.values() for r in recs if r.size is not None]
-    pending = int(report.get("samples_pending") or 0)
+    sizes = np.concatenate([recs.sizes[recs.decoded] for recs in stack.records.records.values()] or [np.zeros(0)])
     return CellResult.model_validate({
         **identity, **dict(figures),
         "steps": report.get("steps"),
         "samples_trained": report.get("samples_trained"),
-        "samples_pending": pending,
+        "samples_pending": report.get("samples_pending"),  # the backlog left over by design: not lost
         "samples_unaccounted": report.get("samples_unaccounted"),
-        # Pending backlog is left over by design; anything else unaccounted would be a lost sample.
-        "samples_lost": int(report.get("samples_unaccounted") or 0) - pending,
-        "size_mean_measured": float(np.mean(sizes)) if sizes else None,
-        "size_dif_measured": float(np.std(sizes)) if sizes else None,
+        "samples_lost": report.get("samples_unaccounted"),
+        "size_mean_measured": float(np.mean(sizes)) if len(sizes) else None,
+        "size_dif_measured": float(np.std(sizes)) if len(sizes) else None,
         "plan_latency_ms_median": report.get("plan_latency_ms_median"),
         "backlog_seconds": stack.backlog_seconds,
         "run_dir": str(cell_dir),

@@ -27,6 +27,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from ..config import BrokerConfig, KafkaConfig
+from ..lifeline import tie_to_parent
 from ..net import free_port
 from . import scram
 
@@ -119,10 +120,13 @@ class EmbeddedBroker:
 
     Args:
         cfg: broker settings (data directory, ports, heap, timeouts, extra properties).
+        die_with_parent: the JVM `start` launches is killed when this process dies (`streamtrain.lifeline`):
+            for a broker that belongs to one run (`streamtrain up`), not one started to outlive its command.
     """
 
-    def __init__(self, cfg: BrokerConfig) -> None:
+    def __init__(self, cfg: BrokerConfig, *, die_with_parent: bool = False) -> None:
         self.cfg = cfg
+        self.die_with_parent = die_with_parent
         self.data_dir = cfg.data_dir.resolve()
         self.state_path = self.data_dir / "broker.json"
         self.properties_path = self.data_dir / "server.properties"
@@ -248,7 +252,8 @@ class EmbeddedBroker:
             log.write(f"\n=== streamtrain: starting broker at {time.ctime()} ===\n".encode())
             log.flush()
             # A new session: Ctrl-C in the terminal that started it must not take the broker down.
-            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            argv = tie_to_parent(command) if self.die_with_parent else command
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True, cwd=self.data_dir)
         state.pid, state.started_at = self._proc.pid, time.time()
         self._write_state(state)

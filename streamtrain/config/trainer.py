@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..wire.records import DTYPES
 from .renames import Renamed, seconds_renamed
 
 __all__ = ["DOTTED_PATH", "TrainerConfig"]
@@ -48,6 +49,22 @@ class TrainerConfig(BaseModel):
 
     precision: Literal["float32", "float64"] = "float32"
     """Dtype of parameters and inputs (float64 for exactness checks)."""
+
+    accepted_dtypes: tuple[str, ...] = DTYPES
+    """Payload dtypes a rank trains on (default: every dtype the wire allows). A sample of another dtype goes to
+    the dead-letter topic as `dtype-not-accepted`; one whose values do not fit `precision` once converted (a
+    float64 of 1e300 is infinite in float32) as `dtype-overflow`. E.g. `--set trainer.accepted_dtypes=[float32]`."""
+
+    max_input_abs: float = Field(default=100.0, ge=0)
+    """Largest magnitude the default collate feeds the model: a sample whose largest |value| (after conversion
+    to `precision`) is above it is scaled down as a whole to reach it, its shape and signs kept, so samples of
+    any dtype and scale (uint8 0..255, int64 up to 2^62, float16 at its maximum) keep activations bounded.
+    Well-scaled data passes unchanged; 0 turns the scaling off."""
+
+    max_grad_norm: float = Field(default=10.0, ge=0)
+    """Clip the aggregated gradient (the same on every rank) to this L2 norm before the optimizer step; 0: no
+    clipping. Either way a step whose gradient norm or loss is not finite is skipped on every rank and its
+    samples are dead-lettered as `non-finite-loss`."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where a rank trains: auto picks cuda:LOCAL_RANK when CUDA is present, else the CPU."""
@@ -201,11 +218,25 @@ class TrainerConfig(BaseModel):
     @classmethod
     def _split_slowdowns(cls, value: object) -> object:
         if isinstance(value, str):
-            parts = [p.strip() for p in value.strip().strip("[]").split(",") if p.strip()]
             try:
-                return tuple(float(p) for p in parts)
+                return tuple(float(p) for p in _split_list(value))
             except ValueError:
                 raise ValueError(f"{value!r} is not a comma-separated list of numbers") from None
+        return value
+
+    @field_validator("accepted_dtypes", mode="before")
+    @classmethod
+    def _split_dtypes(cls, value: object) -> object:
+        return tuple(_split_list(value)) if isinstance(value, str) else value
+
+    @field_validator("accepted_dtypes")
+    @classmethod
+    def _dtypes_on_the_wire(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [d for d in value if d not in DTYPES]
+        if unknown:
+            raise ValueError(f"{', '.join(map(repr, unknown))} not among the wire's dtypes ({', '.join(DTYPES)})")
+        if not value:
+            raise ValueError(f"name at least one dtype ({', '.join(DTYPES)})")
         return value
 
     @field_validator("slowdowns")
@@ -228,3 +259,8 @@ class TrainerConfig(BaseModel):
         if self.device == "cpu" and self.backend == "nccl":
             raise ValueError("backend 'nccl' needs device 'cuda' or 'auto', not 'cpu'")
         return self
+
+
+def _split_list(text: str) -> list[str]:
+    """`a,b` or `[a, b]` (quotes allowed) as its items: list settings given as one string (environment, --set)."""
+    return [p.strip().strip("'\"") for p in text.strip().strip("[]").split(",") if p.strip()]

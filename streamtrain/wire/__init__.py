@@ -11,7 +11,19 @@ from .errors import (
     UnknownSchemaError,
     WireError,
 )
-from .records import DTYPES, Assignment, DeadLetter, DevicePlan, PendingSample, Sample, StepFeedback, now_ms
+from .records import (
+    DTYPES,
+    Assignment,
+    DeadLetter,
+    DevicePlan,
+    OffsetRange,
+    PendingSample,
+    Sample,
+    StepFeedback,
+    expand_ranges,
+    now_ms,
+    ranges_of,
+)
 from .topics import TopicNames
 
 __all__ = [
@@ -25,6 +37,7 @@ __all__ = [
     "DevicePlan",
     "InvalidSampleError",
     "MissingHeaderError",
+    "OffsetRange",
     "PendingSample",
     "Sample",
     "SchemaMismatchError",
@@ -35,7 +48,9 @@ __all__ = [
     "WireError",
     "decode",
     "encode",
+    "expand_ranges",
     "fingerprint_of",
     "known_fingerprints",
     "now_ms",
+    "ranges_of",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -18,11 +19,14 @@ __all__ = [
     "Assignment",
     "DeadLetter",
     "DevicePlan",
+    "OffsetRange",
     "PendingSample",
     "Record",
     "Sample",
     "StepFeedback",
+    "expand_ranges",
     "now_ms",
+    "ranges_of",
 ]
 
 #: Payload element types a Sample may carry (the `DType` enum of Sample.avsc).
@@ -148,6 +152,40 @@ class PendingSample:
 
 
 @dataclass(frozen=True)
+class OffsetRange:
+    """Offsets start, start + 1, ..., end - 1 of one partition."""
+
+    start: int
+    end: int
+
+
+def ranges_of(offsets: Iterable[int]) -> tuple[OffsetRange, ...]:
+    """The fewest ranges covering exactly `offsets` (any order; repeats count once)."""
+    ranges: list[OffsetRange] = []
+    start = end = None
+    for offset in sorted(set(offsets)):
+        if offset != end:
+            if start is not None and end is not None:
+                ranges.append(OffsetRange(start, end))
+            start = offset
+        end = offset + 1
+    if start is not None and end is not None:
+        ranges.append(OffsetRange(start, end))
+    return tuple(ranges)
+
+
+def expand_ranges(ranges: Sequence[OffsetRange]) -> np.ndarray:
+    """Every offset of `ranges`, in their order, as an int64 array (a range with end <= start holds none)."""
+    starts = np.fromiter((r.start for r in ranges), dtype=np.int64, count=len(ranges))
+    lengths = np.maximum(np.fromiter((r.end for r in ranges), dtype=np.int64, count=len(ranges)) - starts, 0)
+    if not lengths.sum():
+        return np.zeros(0, dtype=np.int64)
+    # Each range's start, repeated over its length, plus the position within it.
+    firsts = np.repeat(starts, lengths)
+    return firsts + np.arange(len(firsts), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+
+
+@dataclass(frozen=True)
 class StepFeedback:
     """What one rank did in one step."""
 
@@ -170,17 +208,25 @@ class StepFeedback:
     loss: float | None = None
     dropped: int = 0
     new_samples: tuple[PendingSample, ...] = ()
+    trained_offsets: tuple[OffsetRange, ...] = ()
+    """The records trained in the step: `samples` offsets, as ranges."""
+    dropped_offsets: tuple[OffsetRange, ...] = ()
+    """The records truncation dropped since the last report: `dropped` offsets, as ranges."""
     sent_at: int = field(default_factory=now_ms)
 
     def to_dict(self) -> dict[str, Any]:
         d = _fields_of(self)
         d["new_samples"] = [_fields_of(p) for p in self.new_samples]
+        d["trained_offsets"] = [_fields_of(r) for r in self.trained_offsets]
+        d["dropped_offsets"] = [_fields_of(r) for r in self.dropped_offsets]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepFeedback:
         d = dict(d)
         d["new_samples"] = tuple(PendingSample(**p) for p in d.get("new_samples", ()))
+        d["trained_offsets"] = tuple(OffsetRange(**r) for r in d.get("trained_offsets", ()))
+        d["dropped_offsets"] = tuple(OffsetRange(**r) for r in d.get("dropped_offsets", ()))
         return cls(**d)
 
 

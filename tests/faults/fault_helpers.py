@@ -1,10 +1,12 @@
 """What the whole-stack fault tests share: the services as real CLI processes, and the accounting at the end.
 
 Each service runs as `python -m streamtrain_cli ...` in its own session (so a SIGKILL reaches the
-process group: the `--local-ranks` launcher and its ranks, or one service alone). The trainer logs
-every (device, seq) it hands to a step through the seq-log collate plug-in of the trainer tests,
-and `account` reads the run back from Kafka (device topics, dead letters, feedback, committed
-offsets) and puts every produced seq in one bin: trained, truncated, dead-lettered, pending or lost.
+process group: the `--local-ranks` launcher and its ranks, or one service alone). `account` reads the
+run back from Kafka exactly as the run report does (device topics, dead letters, feedback, committed
+offsets) and puts every record in one bin by its offset: trained, truncated, dead-lettered, pending or
+lost. The trainer also logs every (device, seq) it hands to a step through the seq-log collate plug-in
+of the trainer tests: the witness of what was really trained, against which the feedback is checked,
+and which counts the samples a crash made a rank train twice.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from stack.ledger import collect_records
-from streamtrain.accounting import SeqFates, account_device
+from stack.ledger import collect_records, tally_devices
+from streamtrain.accounting import RecordFates
 from streamtrain.config import KafkaConfig, StreamtrainConfig
-from streamtrain.wire import StepFeedback
+from streamtrain.wire import StepFeedback, expand_ranges
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "trainer"))
 from trainer_seq_log import rank_environment, read_ledger, train_settings  # the trainer tests' helper
@@ -204,20 +208,29 @@ class FaultStack:
     def config(self) -> StreamtrainConfig:
         return StreamtrainConfig(job=self.job, kafka=self.kafka)
 
-    def account(self, expected: Mapping[str, int]) -> tuple[dict[str, SeqFates], list[StepFeedback]]:
-        """Read the run back from Kafka and the seq logs; every produced seq of every device in one bin."""
-        run = collect_records(self.config(), self.devices, timeout=60)
+    def account(self, expected: Mapping[str, int]) -> tuple[dict[str, DeviceFate], list[StepFeedback]]:
+        """Read the run back from Kafka (every record in one bin, by offset) and check it against the seq logs.
+
+        Args:
+            expected: Samples each device's producer sent (its seqs 0..n-1: these tests' producers number so).
+        """
+        cfg = self.config()
+        run = collect_records(cfg, self.devices, timeout=60)
         ledger = read_ledger(self.seq_dir, self.devices)
-        topics = self.kafka.topics
-        fates = {}
-        for device in self.devices:
-            topic = topics.device(device)
-            fates[device] = account_device(
-                device, [(r.offset, r.seq) for r in run.records[device]], ledger,
-                dead_offsets={d.offset for d in run.dead_letters if d.topic == topic},
-                truncated=sum(f.dropped for f in run.feedback if f.device_id == device),
-                committed=run.committed.get((topic, 0)), expected=expected[device])
-        return fates, run.feedback
+        out = {}
+        for tally in tally_devices(cfg, run):
+            device, records = tally.device, run.records[tally.device]
+            claimed = np.concatenate([expand_ranges(f.trained_offsets) for f in run.feedback if f.device_id == device]
+                                     or [np.zeros(0, np.int64)])
+            logged = ledger.counts(device)
+            claimed_seqs = records.seqs[records.decoded & np.isin(records.offsets, claimed)]
+            seqs = np.unique(records.seqs[records.decoded])
+            out[device] = DeviceFate(
+                device=device, expected=expected[device], fates=tally.fates,
+                seqs_missing=expected[device] - int(np.isin(np.arange(expected[device]), seqs).sum()),
+                trained_twice=sum(c - 1 for c in logged.values() if c > 1),
+                claimed_not_logged=sum(1 for s in claimed_seqs.tolist() if not logged[s]))
+        return out, run.feedback
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -233,9 +246,29 @@ def until(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def assert_nothing_lost(fates: Mapping[str, SeqFates], max_duplicates: int = 0) -> None:
-    """Every produced seq trained, truncated or dead-lettered; at most `max_duplicates` retrainings per device."""
-    for fate in fates.values():
-        assert fate.complete, fate
-        assert fate.trained + fate.truncated + fate.dead_lettered == fate.expected, fate
-        assert fate.topic_duplicates == 0 and fate.duplicates <= max_duplicates, fate
+@dataclass(frozen=True)
+class DeviceFate:
+    """One device after a fault test: its records' fates by offset, and what its seq log says was trained."""
+
+    device: str
+    expected: int
+    """Samples its producer sent."""
+    fates: RecordFates
+    seqs_missing: int
+    """Seqs 0..expected-1 of the producer that are not in the topic (a sample never delivered)."""
+    trained_twice: int
+    """Trainings beyond the first, per the seq log (at-least-once after a crash)."""
+    claimed_not_logged: int
+    """Records the feedback says were trained whose seq the seq log never saw (the feedback would be lying)."""
+
+
+def assert_nothing_lost(accounts: Mapping[str, DeviceFate], max_duplicates: int = 0) -> None:
+    """Every record trained, truncated or dead-lettered, nothing pending; at most `max_duplicates` retrainings per
+    device; and the feedback claims no training the seq logs did not see."""
+    for acc in accounts.values():
+        fates = acc.fates
+        assert fates.complete, (acc, fates.summary(), fates.lost[:20], fates.unknown[:20])
+        assert fates.records == acc.expected and acc.seqs_missing == 0 and fates.written_twice == 0, acc
+        assert fates.trained + fates.truncated + fates.dead_lettered == fates.records, fates.summary()
+        assert acc.claimed_not_logged == 0, acc
+        assert acc.trained_twice <= max_duplicates and fates.retrained <= max_duplicates, (acc, fates.summary())

@@ -36,8 +36,10 @@ def test_up_for_n_steps_stops_in_order_and_accounts_for_every_sample(tmp_path: P
     assert report["devices"] == 2 and report["steps"] >= steps
     assert report["samples_produced"] > 0 and report["samples_trained"] > 0
     assert report["samples_unaccounted"] == 0 and report["samples_pending"] == 0
+    # Every record in exactly one bin, by offset; a run without faults trains no sample twice.
     assert (report["samples_trained"] + report["samples_truncated"] + report["samples_dead_lettered"]
-            - report["samples_duplicated"]) == report["samples_produced"]
+            + report["samples_pending"] + report["samples_lost"]) == report["samples_produced"]
+    assert report["samples_duplicated"] == 0 and report["records_written_twice"] == 0
     assert report["plan_latency_ms_median"] is not None and report["final_loss"] is not None
     assert report["failures"] == []
     assert {p.name for p in (out / "plots").glob("*.png")} >= {
@@ -49,3 +51,24 @@ def test_up_for_n_steps_stops_in_order_and_accounts_for_every_sample(tmp_path: P
     for device in ("0", "1"):
         assert "stopped by interrupt" in (out / "logs" / f"producer-{device}.log").read_text()  # flushed, then exit
     assert not (out / "kafka").exists()  # the embedded broker's data is removed unless --keep-kafka
+
+
+@pytest.mark.timeout(400)
+def test_up_stopped_with_a_backlog_left_exits_0_and_reports_it_pending(tmp_path: Path) -> None:
+    """A stop before the backlog is worked off is not a loss: what is left stays in Kafka, reported as pending."""
+    out = tmp_path / "run"
+    per_device = 3000
+    cmd = module_command(CLI_MODULE, "up", "--devices", "2", "--backlog", str(per_device), "--steps", "3",
+                         "--drain-timeout", "0", "--sizes", "24,12", "--broker", "embedded", "--no-prometheus",
+                         "--no-live", "--out", str(out), sets={"trainer.hidden_size": 16})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=380, env={**env, "COLUMNS": "200"})
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["samples_produced"] == 2 * per_device and report["samples_unaccounted"] == 0
+    assert report["samples_trained"] > 0 and report["samples_pending"] > 0
+    assert (report["samples_trained"] + report["samples_truncated"] + report["samples_dead_lettered"]
+            + report["samples_pending"]) == report["samples_produced"]
+    assert report["samples_duplicated"] == 0 and report["failures"] == []
+    assert f"{report['samples_pending']:,} samples pending" in " ".join(proc.stdout.split())

@@ -12,7 +12,7 @@ import pytest
 
 from producers.sizes import make_size_sampler
 from stack.dashboard_queries import dashboard_queries, expand_variables
-from stack.ledger import DeviceRecord, RunRecords, tally_devices
+from stack.ledger import DeviceRecords, RunRecords, tally_devices
 from stack.prometheus import find_prometheus, scrape_config
 from stack.report import build_report, build_series
 from stack.services import (
@@ -23,7 +23,7 @@ from stack.services import (
 )
 from streamtrain.config import ProducerConfig, StreamtrainConfig, load_config, parse_assignment
 from streamtrain.net import free_port_block, free_ports, listening_range
-from streamtrain.wire import DeadLetter, StepFeedback
+from streamtrain.wire import DeadLetter, StepFeedback, ranges_of
 
 
 def _config_of(argv: tuple[str, ...]) -> StreamtrainConfig:
@@ -110,15 +110,16 @@ def test_scrape_config_is_json_yaml_with_every_target() -> None:
     assert doc["global"]["scrape_interval"] == "1s"
 
 
-def _fb(device: str, step: int, samples: int, dropped: int = 0, loss: float | None = 1.0, t: int = 0,
-        floor: int = 0, compute: float = 0.1) -> StepFeedback:
-    return StepFeedback(job="j", step=step, device_id=device, rank=int(device), plan_step=step, samples=samples,
-                        total_size=samples * 10, compute_seconds=compute, data_wait_seconds=0.01, comm_seconds=0.0,
-                        step_seconds=compute + 0.01, memory_bytes=0, loss=loss, dropped=dropped,
-                        lowest_unprocessed_offset=floor, buffer_depth=0, sent_at=1_000_000 + t)
+def _fb(device: str, step: int, trained: range | list[int], dropped: range | list[int] = (),
+        loss: float | None = 1.0, t: int = 0, floor: int = 0, compute: float = 0.1) -> StepFeedback:
+    return StepFeedback(job="j", step=step, device_id=device, rank=int(device), plan_step=step, samples=len(trained),
+                        total_size=len(trained) * 10, compute_seconds=compute, data_wait_seconds=0.01,
+                        comm_seconds=0.0, step_seconds=compute + 0.01, memory_bytes=0, loss=loss,
+                        dropped=len(dropped), lowest_unprocessed_offset=floor, buffer_depth=0, sent_at=1_000_000 + t,
+                        trained_offsets=ranges_of(trained), dropped_offsets=ranges_of(dropped))
 
 
-def _run(records: dict[str, list[DeviceRecord]], committed: dict[str, int | None],
+def _run(records: dict[str, DeviceRecords], committed: dict[str, int | None],
          feedback: list[StepFeedback], dead: list[DeadLetter]) -> tuple[StreamtrainConfig, RunRecords]:
     cfg = StreamtrainConfig(job="j")
     topics = cfg.kafka.topics
@@ -127,36 +128,64 @@ def _run(records: dict[str, list[DeviceRecord]], committed: dict[str, int | None
     return cfg, run
 
 
-def _records(n: int, corrupt: tuple[int, ...] = ()) -> list[DeviceRecord]:
-    return [DeviceRecord(0, o, None if o in corrupt else o - sum(c < o for c in corrupt), 1_000_000 + o, 10)
-            for o in range(n)]
+def _records(offsets: range, corrupt: tuple[int, ...] = (), seqs: list[int] | None = None) -> DeviceRecords:
+    """Records at `offsets` (seq = offset unless given), appended at 1,000,000 + offset ms; `corrupt` undecodable;
+    the identity of a record is its seq's (so equal seqs are one sample written twice)."""
+    n = len(offsets)
+    off = np.asarray(offsets, dtype=np.int64)
+    seq = np.asarray(seqs if seqs is not None else offsets, dtype=np.int64)
+    return DeviceRecords(np.zeros(n, np.int64), off, seq, ~np.isin(off, corrupt), 1_000_000 + off, np.full(n, 10),
+                         seq * 7919 + 1)
 
 
-def test_tally_accounts_trained_truncated_dead_lettered_and_pending() -> None:
+def _dead(cfg: StreamtrainConfig, device: str, offset: int, reason: str = "corrupt") -> DeadLetter:
+    return DeadLetter(topic=cfg.kafka.topics.device(device), partition=0, offset=offset, reason=reason, detail="",
+                      service="trainer", failed_at=0)
+
+
+def test_tally_puts_every_record_in_one_bin_by_offset() -> None:
     cfg = StreamtrainConfig(job="j")
-    dl = DeadLetter(topic=cfg.kafka.topics.device("0"), partition=0, offset=3, reason="corrupt", detail="",
-                    service="trainer", failed_at=0)
-    records = {"0": _records(10, corrupt=(3,)), "1": _records(6)}
-    feedback = [_fb("0", 0, 5, dropped=2), _fb("0", 1, 2), _fb("1", 0, 4), _fb("1", 1, 0)]
-    cfg, run = _run(records, {"0": 10, "1": 4}, feedback, [dl])
+    records = {"0": _records(range(10), corrupt=(3,)), "1": _records(range(6))}
+    # Device 0: 0-2 and 4-7 trained, 8-9 dropped by truncation, 3 undecodable and dead-lettered.
+    feedback = [_fb("0", 0, [0, 1, 2], dropped=[8, 9]), _fb("0", 1, [4, 5, 6, 7]), _fb("1", 0, [0, 1, 5])]
+    cfg, run = _run(records, {"0": 10, "1": 2}, feedback, [_dead(cfg, "0", 3)])
     t0, t1 = tally_devices(cfg, run)
-    assert (t0.produced, t0.trained, t0.truncated, t0.dead_lettered, t0.pending) == (10, 7, 2, 1, 0)
-    assert t0.unaccounted == 0 and t0.seq_missing == 0
-    assert (t1.pending, t1.unaccounted) == (2, 2)  # offsets 4 and 5 were never processed
+    f0, f1 = t0.fates, t1.fates
+    assert (f0.records, f0.trained, f0.truncated, f0.dead_lettered, f0.pending, f0.unaccounted) == (10, 7, 2, 1, 0, 0)
+    assert t0.dead_letter_reasons == {"corrupt": 1} and f0.undecodable == 1 and f0.complete
+    # Device 1 stopped with a backlog: 2-4 were never processed (pending, not lost); 5 was trained out of order
+    # above the committed offset: trained, not pending, and not counted twice.
+    assert (f1.trained, f1.pending, f1.unaccounted, f1.retrained) == (3, 3, 0, 0)
+    assert f1.settled and not f1.complete
 
-    # A processed record no feedback counts, and a seq gap (a failed delivery), are unaccounted too.
-    gap = [r for r in _records(5) if r.offset != 2]
-    cfg, run = _run({"0": gap}, {"0": 5}, [_fb("0", 0, 3)], [])
+
+def test_tally_finds_lost_unknown_retrained_and_written_twice() -> None:
+    cfg = StreamtrainConfig(job="j")
+    # Offset 4 repeats offset 3's sample (same seq and bytes): written twice. Seqs start at 2e9, with gaps.
+    seqs = [2_000_000_000, 2_000_000_007, 2_000_000_100, 2_000_000_101, 2_000_000_101, 2_000_000_500]
+    feedback = [_fb("0", 0, [0, 1]), _fb("0", 1, [1, 3, 4, 9])]  # 1 trained twice; 9 is not in the topic
+    cfg, run = _run({"0": _records(range(6), seqs=seqs)}, {"0": 5}, feedback, [])
     (t,) = tally_devices(cfg, run)
-    assert (t.seq_missing, t.unexplained, t.unaccounted) == (1, 1, 2)
+    assert t.fates.lost.tolist() == [2]  # below the committed offset, and nothing says what became of it
+    assert t.fates.unknown.tolist() == [9] and t.fates.unaccounted == 2
+    assert (t.fates.retrained, t.fates.written_twice, t.fates.pending) == (1, 1, 1)
+
+
+def test_records_deleted_after_processing_are_accounted_from_the_feedback() -> None:
+    cfg = StreamtrainConfig(job="j")
+    cfg, run = _run({"0": _records(range(4, 8))}, {"0": 8}, [_fb("0", 0, [0, 1, 4, 5, 6, 7], dropped=[2, 3])], [])
+    run.log_start[(cfg.kafka.topics.device("0"), 0)] = 4  # 0-3 deleted (DeleteRecords) once committed past
+    (t,) = tally_devices(cfg, run)
+    assert (t.fates.records, t.fates.trained, t.fates.truncated, t.fates.unaccounted) == (8, 6, 2, 0)
 
 
 def test_report_has_the_required_figures_and_series() -> None:
-    records = {"0": _records(4), "1": _records(4)}
-    feedback = [_fb("0", 0, 2, t=100, floor=2, compute=0.1), _fb("1", 0, 2, t=110, floor=2, compute=0.3),
-                _fb("0", 1, 2, t=200, floor=4, loss=0.5), _fb("1", 1, 2, t=210, floor=4, loss=0.25),
+    records = {"0": _records(range(4)), "1": _records(range(4))}
+    feedback = [_fb("0", 0, [0, 1], t=100, floor=2, compute=0.1), _fb("1", 0, [0, 1], t=110, floor=2, compute=0.3),
+                _fb("0", 1, [2, 3], t=200, floor=4, loss=0.5), _fb("1", 1, [2, 3], t=210, floor=4, loss=0.25),
                 # An idle step (the streams drained): counted, but not in the step figures.
-                _fb("0", 2, 0, t=500, floor=4, loss=None, compute=0.001), _fb("1", 2, 0, t=510, floor=4, loss=None)]
+                _fb("0", 2, [], t=500, floor=4, loss=None, compute=0.001),
+                _fb("1", 2, [], t=510, floor=4, loss=None)]
     cfg, run = _run(records, {"0": 4, "1": 4}, feedback, [])
     report = build_report(run, tally_devices(cfg, run), {"policy": "ett-stream", "plan_latency_ms_median": 1.0})
     for key in ("policy", "devices", "steps", "samples_produced", "samples_trained", "samples_truncated",

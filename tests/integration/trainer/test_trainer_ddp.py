@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 import torch
-from trainer_ranks import BASE, COUNTS, backlog, reference_sgd, reference_size_weighted_grads, run_ranks, step_samples
+from trainer_ranks import (
+    BASE,
+    COUNTS,
+    NAN_MODEL,
+    backlog,
+    reference_sgd,
+    reference_size_weighted_grads,
+    run_ranks,
+    step_samples,
+)
 
 from trainer.compression import topk
 
@@ -124,6 +133,24 @@ def test_size_weighting_uses_each_ranks_total_size(observed: dict[str, list[dict
     for rank, run in enumerate(observed["size_weighted"]):
         assert run["result"].weight == sizes[rank] and run["result"].global_weight == sum(sizes)
         assert _max_diff(run["grads"], expected) < 1e-12
+
+
+@pytest.mark.parametrize("scenario", ["non_finite", "non_finite_topk"])
+def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank(
+    observed: dict[str, list[dict[str, Any]]], scenario: str
+) -> None:
+    runs = observed[scenario]
+    _ranks_agree(runs)
+    for rank, run in enumerate(runs):
+        verdicts = [(r.skipped, r.stepped) for r in run["results"]]
+        # Step 1 skipped everywhere (rank 1's loss is NaN); step 2 is the empty one; 0 and 3 train.
+        assert verdicts == [(False, True), (True, False), (False, False), (False, True)], (rank, verdicts)
+        assert run["results"][1].grad_norm is not None and math.isnan(run["results"][1].grad_norm)
+        assert (rank == 1) == (run["results"][1].loss is not None and math.isnan(run["results"][1].loss))
+    if scenario == "non_finite":  # dense: exactly SGD on the union of the steps that were not skipped
+        expected, _ = reference_sgd(NAN_MODEL, WORLD, skipped=(1,))
+        assert _max_diff(runs[0]["params"], expected) < 1e-9
+    assert all(torch.isfinite(v).all() for v in runs[0]["params"].values())
 
 
 def test_four_ranks_with_idle_ones_match_sgd_on_the_union(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from confluent_kafka import Producer, TopicPartition
 from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, read_to_end
-from streamtrain.wire import Assignment, DeadLetter, DevicePlan, Sample, StepFeedback, decode, encode
+from streamtrain.wire import Assignment, DeadLetter, DevicePlan, Sample, StepFeedback, decode, encode, expand_ranges
 from trainer.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -291,3 +291,29 @@ def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: Kafk
         # Step 3 took all there was: held to the target, and the held time is neither step nor data wait.
         assert sent[device, 3] - sent[device, 2] >= 0.9 * target
         assert r[3].step_seconds + r[3].data_wait_seconds < 0.6 * target
+
+
+def test_a_restart_skips_what_was_trained_out_of_order_above_the_commit(kafka_cfg: KafkaConfig,
+                                                                        tmp_path: Path) -> None:
+    producer = _setup(kafka_cfg)
+    for device in DEVICES:
+        _produce_samples(producer, kafka_cfg, device, 20)
+    # Plans that train d0 out of order: its commit stays at 2 while 4, 5 and 7 are trained already.
+    _publish(producer, kafka_cfg, Assignment(JOB, 0, "test", 0.0, 7, 1.0, (
+        DevicePlan("d0", 0.0, 1.0, offsets=(0, 1, 4, 5)), DevicePlan("d1", 0.0, 1.0, count=3))))
+    _publish(producer, kafka_cfg, Assignment(JOB, 1, "test", 0.0, 2, 1.0, (
+        DevicePlan("d0", 0.0, 1.0, offsets=(7,)), DevicePlan("d1", 0.0, 1.0, count=1))))
+    # Nothing here depends on timing: wait as long as rank start-up takes on a busy machine.
+    assert _finish(_train(kafka_cfg, tmp_path, "--steps", "2", plan_wait=3.0), tmp_path, timeout=300) == 0
+    checkpoint = load_checkpoint(tmp_path / "ckpt")
+    assert checkpoint is not None and checkpoint.offsets["d0"] == _committed(kafka_cfg)["d0"] == 2
+    assert checkpoint.done_ahead["d0"] == [(4, 6), (7, 8)]
+
+    # The restart resumes at 2 on local plans (oldest first): 2, 3, 6, 8, ... and never 4, 5 or 7 again.
+    assert _finish(_train(kafka_cfg, tmp_path, "--steps", "5", plan_wait=0.05), tmp_path, timeout=300) == 0
+    d0 = sorted((f.step, [int(o) for o in expand_ranges(f.trained_offsets)]) for f in _feedback(kafka_cfg)
+                if f.device_id == "d0")
+    first = [o for step, offsets in d0 if step < 2 for o in offsets]
+    second = [o for step, offsets in d0 if step >= 2 for o in offsets]
+    assert first == [0, 1, 4, 5, 7] and len(second) > 3, d0
+    assert second == [o for o in range(2, 20) if o not in (4, 5, 7)][:len(second)], d0

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from nan_model import MARKED_SIZE
 
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.synthetic import synthetic_samples
@@ -42,6 +43,9 @@ BASE = TrainerConfig(
     seed=11,
 )
 
+#: `BASE` with the model that answers a marked sample with NaN logits (`nan_model`).
+NAN_MODEL = BASE.model_copy(update={"model": "nan_model:build"})
+
 #: Samples per rank per step: uneven, with idle ranks (step 1: rank 2; step 3: rank 0), one empty step.
 COUNTS = ((3, 1, 6), (5, 2, 0), (0, 0, 0), (0, 4, 1))
 
@@ -58,8 +62,18 @@ def backlog(step: int, rank: int) -> int:
     return 10 * rank + step
 
 
-def reference_sgd(config: TrainerConfig, world: int) -> tuple[dict[str, torch.Tensor], list[float]]:
-    """Single-process SGD on the union of every rank's samples, per step: parameters and learning rates."""
+def marked_samples(step: int, rank: int) -> list[Sample]:
+    """`step_samples`, plus in step 1 on rank 1 one sample `nan_model` answers with NaN (the step must be skipped)."""
+    samples = step_samples(step, rank)
+    if (step, rank) == (1, 1):
+        samples += synthetic_samples([MARKED_SIZE], BASE.num_features, BASE.num_classes, seed=7, device_id="d1")
+    return samples
+
+
+def reference_sgd(config: TrainerConfig, world: int, skipped: tuple[int, ...] = ()) -> tuple[
+        dict[str, torch.Tensor], list[float]]:
+    """Single-process SGD on the union of every rank's samples, per step (none in the `skipped` steps): parameters
+    and learning rates."""
     model = build_model(config)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     lrs: list[float] = []
@@ -67,7 +81,7 @@ def reference_sgd(config: TrainerConfig, world: int) -> tuple[dict[str, torch.Te
         union = [s for rank in range(world) for s in step_samples(step, rank)]
         scale = linear_lr_scale(len(union), config.base_batch, config.max_lr_scale) if config.lr_scaling else 1.0
         lrs.append(config.lr * scale)
-        if not union:
+        if not union or step in skipped:
             continue
         for group in optimizer.param_groups:
             group["lr"] = config.lr * scale
@@ -78,11 +92,12 @@ def reference_sgd(config: TrainerConfig, world: int) -> tuple[dict[str, torch.Te
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, lrs
 
 
-def _train(config: TrainerConfig, rank: int, world: int) -> dict[str, Any]:
+def _train(config: TrainerConfig, rank: int, world: int,
+           samples: Callable[[int, int], list[Sample]] = step_samples) -> dict[str, Any]:
     ctx = init_distributed(config)
     runner = build_step_runner(config, ctx)
     # Each rank's backlog differs by rank and step: the group's sum rides on the weight all-reduce.
-    results = [runner.run_step(step_samples(step, rank), backlog=backlog(step, rank)) for step in range(len(COUNTS))]
+    results = [runner.run_step(samples(step, rank), backlog=backlog(step, rank)) for step in range(len(COUNTS))]
     stats = runner.compression_stats
     return {
         "params": {k: v.detach().cpu().clone() for k, v in runner.model.module.state_dict().items()},
@@ -146,6 +161,11 @@ SCENARIOS: dict[str, Callable[[int, int], dict[str, Any]]] = {
     ),
     "topk_never": lambda rank, world: _train(
         BASE.model_copy(update={"compression": True, "compression_delta": 0.0}), rank, world
+    ),
+    # Rank 1's loss is NaN in step 1 (its gradients are not): every rank must skip that step, and only that one.
+    "non_finite": lambda rank, world: _train(NAN_MODEL, rank, world, marked_samples),
+    "non_finite_topk": lambda rank, world: _train(
+        NAN_MODEL.model_copy(update={"compression": True, "compression_delta": 1e9}), rank, world, marked_samples
     ),
     "compressor_votes": _compressor_votes,
     "size_weighted": _size_weighted_grads,

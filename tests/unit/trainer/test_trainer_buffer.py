@@ -51,11 +51,12 @@ def test_truncation_drops_buffered_and_later_arrivals_below_the_floor() -> None:
     buf = _filled([1, 1, 1, 1], start=10)
     assert buf.truncate_before(12) == 2
     assert buf.offsets() == [12, 13]
-    assert buf.drain_dropped() == 2 and buf.drain_dropped() == 0
+    assert buf.drain_dropped() == [10, 11] and buf.drain_dropped() == []
     late = SampleBuffer(10, 10**6, position=0)
     late.truncate_before(3)
     assert late.add(0, _sample(0), 1) is False and late.add(3, _sample(3), 1) is True
     assert late.dropped_total == 1 and late.lowest_unprocessed() == 3
+    assert late.drain_dropped() == [0]  # a late arrival below the floor is reported by its offset too
 
 
 def test_oldest_first_selection_within_count_and_size_budget() -> None:
@@ -111,3 +112,22 @@ def test_reported_depth_counts_only_samples_already_reported() -> None:
     buf.drain_new()
     buf.take([4])
     assert buf.reported_depth == 1  # 5 was reported and left behind: a backlog
+
+
+def test_out_of_order_training_is_remembered_above_the_commit_and_skipped_on_resume() -> None:
+    buf = _filled([1] * 8)  # offsets 0-7
+    buf.take([0, 1, 4, 6])
+    buf.complete_step()
+    assert buf.lowest_unprocessed() == 2 and buf.processed_ahead() == [4, 6]
+    buf.skip(8)  # a dead-lettered record above the commit is processed too
+    assert buf.processed_ahead() == [4, 6, 8]
+    resumed = SampleBuffer(100, 10**9, position=2)  # the next run starts at the committed offset
+    resumed.skip_ahead([4, 6, 8, 1])  # 1 is below the start: nothing to skip there
+    arrivals = [o for o in range(2, 10) if not resumed.done_ahead(o)]
+    for offset in range(2, 10):
+        if resumed.done_ahead(offset):
+            resumed.skip(offset)
+        else:
+            resumed.add(offset, _sample(offset), nbytes=1)
+    assert arrivals == [2, 3, 5, 7, 9] and resumed.offsets() == arrivals
+    assert resumed.processed_ahead() == [4, 6, 8]  # still ahead of this run's floor: its checkpoint keeps them

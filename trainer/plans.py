@@ -75,6 +75,10 @@ class PlanBook:
         """A plan for a later step exists, so the one for `step` is not coming."""
         return any(s > step for s in self._plans)
 
+    def later(self, step: int) -> list[Assignment]:
+        """The plans received for steps after `step` (made ahead), in step order."""
+        return [self._plans[s] for s in sorted(self._plans) if s > step]
+
     def forget_before(self, step: int) -> None:
         """Drop plans of steps already run."""
         for s in [s for s in self._plans if s < step]:

@@ -110,7 +110,8 @@ def test_truncation_drops_below_and_an_unreported_buffer_makes_the_index_incompl
 # --- fleet: due steps and planning state ------------------------------------------------------
 
 def test_step_is_due_when_all_report_or_after_the_bounded_wait() -> None:
-    fleet = FleetTracker(CoordinatorConfig(plan_wait_seconds=2.0))
+    # Plans made only once the last step's feedback is in (plan_ahead = 0): step t+1 is due after step t.
+    fleet = FleetTracker(CoordinatorConfig(plan_wait_seconds=2.0, plan_ahead=0))
     fleet.ingest_feedback(feedback(0, "a", new=range(5), rank=0), received=10.0)
     fleet.ingest_feedback(feedback(0, "b", new=range(5), rank=1), received=10.1)
     assert fleet.expected == ["a", "b"]

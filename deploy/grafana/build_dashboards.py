@@ -61,11 +61,20 @@ BALANCE = (
            q(f"streamtrain_coordinator_actual_compute_seconds{{{DEVICE}}}", "actual {{device}}")), unit="s"),
     Panel("Prediction error", "Smoothed |predicted - actual| / actual of each device's time model.",
           (q(f"streamtrain_coordinator_prediction_error_ratio{{{DEVICE}}}"),), unit="percentunit"),
-    Panel("Compute, data wait, communication and hold", "Per rank: compute, waiting for plan and data, and "
-          "exposed gradient communication of the last step, and how long its report was held for the plan's "
-          "target because the group had drained its buffers (line rate; trainer.hold_max_s).",
+    Panel("Step wall period split", "Where the last reported step's wall period went, along its critical "
+          "path (the slowest rank): compute, exposed communication, waiting for the plan (about 0 when plans "
+          "are made a step ahead), waiting for the plan's samples, the report hold (line rate), and the rest "
+          "(commits, checkpoints, sending the feedback). Stacked: the top is the period (coordinator).",
+          (q("streamtrain_coordinator_step_wall_seconds", "{{part}}"),), unit="s",
+          extra={"fieldConfig": {"defaults": {"unit": "s", "custom": {
+              "lineWidth": 1, "fillOpacity": 60, "stacking": {"mode": "normal", "group": "A"}}}, "overrides": []}}),
+    Panel("Compute, plan and data wait, communication and hold", "Per rank: compute, waiting for the plan, "
+          "waiting for its samples, and exposed gradient communication of the last step, and how long its report "
+          "was held for the plan's target because the group had drained its buffers (line rate; "
+          "trainer.hold_max_s).",
           (q(f"streamtrain_trainer_compute_seconds{{{DEVICE}}}", "compute {{device}}"),
-           q(f"streamtrain_trainer_data_wait_seconds{{{DEVICE}}}", "wait {{device}}"),
+           q(f"streamtrain_trainer_plan_wait_seconds{{{DEVICE}}}", "plan wait {{device}}"),
+           q(f"streamtrain_trainer_data_wait_seconds{{{DEVICE}}}", "data wait {{device}}"),
            q(f"streamtrain_trainer_comm_seconds{{{DEVICE}}}", "comm {{device}}"),
            q(f"streamtrain_trainer_hold_seconds{{{DEVICE}}}", "hold {{device}}")), unit="s"),
     Panel("Plan: step-time target, global batch, DIF, LR scale", "The last plan's step-time target, "

@@ -92,6 +92,8 @@ class DeviceRecord:
     last_feedback: StepFeedback | None = None
     truncated: int = 0
     delete_before: int = 0
+    round_trip: float = 0.0
+    """The rank's latest measure of the time from its feedback to a plan made from it (0: none yet)."""
 
     @property
     def lag(self) -> int:
@@ -185,6 +187,7 @@ class FleetTracker:
         if prev is None or fb.step >= prev.step:
             rec.last_feedback = fb
             rec.rank = fb.rank
+            rec.round_trip = fb.plan_round_trip_seconds
         rec.tracker = rec.tracker.update(float(fb.total_size), fb.compute_seconds, fb.step, self.config)
         rec.book.ingest(fb, fb.sent_at / 1000.0)
         for s in fb.new_samples:
@@ -310,8 +313,10 @@ class FleetTracker:
             states.append(state)
         measured = [s for s in self._step_seconds if s < step]
         last = self._step_seconds[max(measured)] if measured else None
+        # The group steps when every rank has the plan: the slowest rank's round trip is the group's.
+        trip = max((self.device(d).round_trip for d in self.expected), default=0.0) if self.config.plan_ahead else 0.0
         return PlanningState(step=step, now=now, devices=tuple(states), last_step_seconds=last or None, carry=carry,
-                             step_overhead_seconds=self.step_overhead_seconds())
+                             step_overhead_seconds=self.step_overhead_seconds(), plan_round_trip_seconds=trip)
 
     def step_overhead_seconds(self) -> float:
         """The least per-step time outside compute (communication, the plan's and the data's round trip) of

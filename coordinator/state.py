@@ -126,6 +126,9 @@ class PlanningState:
         step_overhead_seconds: the part of a step's wall period spent outside compute by the rank
             that waited least (exposed communication, the plan's and the data's round trip): a fixed
             cost of every step, measured (the least over recent steps); 0 before it is known.
+        plan_round_trip_seconds: with plans made a step ahead, the time from a rank sending a step's
+            feedback to receiving the plan made from it, measured by the ranks (0: unknown, or plans
+            not made ahead). A step shorter than that waits for its next plan: a floor of the period.
     """
 
     step: int
@@ -134,6 +137,7 @@ class PlanningState:
     last_step_seconds: float | None = None
     carry: Any = None
     step_overhead_seconds: float = 0.0
+    plan_round_trip_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         ids = [d.device_id for d in self.devices]

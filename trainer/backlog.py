@@ -15,7 +15,9 @@ decided from what the plans say they saw, not from whether the next plan is ther
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
 
 from streamtrain.wire import Assignment
 
@@ -27,21 +29,42 @@ logger = logging.getLogger(__name__)
 
 
 class ReportLog:
-    """Where each of this rank's recent reports ended: every buffered sample below the bound was reported.
+    """This rank's recent reports: where each ended (every buffered sample below its bound was reported) and
+    when it was sent, so the time until a plan made from it arrived can be measured.
 
     Args:
-        keep: reports remembered (plans are at most a few steps ahead of their basis).
+        keep: reports remembered (plans are at most a few steps ahead of their basis), and round trips kept.
     """
 
     def __init__(self, keep: int = 16) -> None:
         self.keep = keep
         self._bounds: dict[int, int] = {}
+        self._sent: dict[int, float] = {}
+        self._trips: deque[float] = deque(maxlen=keep)
+        self._timed: set[int] = set()  # plan steps whose round trip was taken
 
-    def record(self, step: int, first_unreported: int) -> None:
-        """The feedback of `step` reported every buffered sample below `first_unreported`."""
+    def record(self, step: int, first_unreported: int, sent: float | None = None) -> None:
+        """The feedback of `step` reported every buffered sample below `first_unreported`; sent at `sent`
+        (`time.perf_counter()`; default now)."""
         self._bounds[step] = first_unreported
+        self._sent[step] = time.perf_counter() if sent is None else sent
         for s in sorted(self._bounds)[:-self.keep]:
-            del self._bounds[s]
+            del self._bounds[s], self._sent[s]
+        self._timed = {s for s in self._timed if s >= min(self._bounds) - 1}
+
+    def time_plans(self, received: Iterable[tuple[Assignment, float]]) -> float:
+        """Take the round trips of newly received plans; returns the shortest of the recent ones (0: none yet).
+
+        A plan's round trip runs from this rank sending the feedback the plan was made from to the plan being
+        polled. The consumer polls only while the rank waits (for a plan, data, a hold), so a plan that came
+        during compute is seen late; the shortest recent trip is the one measured as it arrived.
+        """
+        for plan, arrived in received:
+            sent = self._sent.get(plan.seen_through)
+            if plan.step not in self._timed and sent is not None and arrived >= sent:
+                self._timed.add(plan.step)
+                self._trips.append(arrived - sent)
+        return min(self._trips, default=0.0)
 
     def bound(self, step: int) -> int:
         """Buffered samples below this offset were reported with this rank's feedback up to `step` (0: none)."""

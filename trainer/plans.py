@@ -9,6 +9,7 @@ any plan at all it trains `local_batch` samples. Either way the oldest samples g
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -56,16 +57,19 @@ class PlanBook:
         self.job = job
         self.keep = keep
         self._plans: dict[int, Assignment] = {}
+        self._arrived: dict[int, float] = {}
         self.ignored_other_jobs = 0
 
     def add(self, plan: Assignment) -> None:
-        """Remember `plan` (a later plan for the same step replaces an earlier one)."""
+        """Remember `plan` (a later plan for the same step replaces an earlier one) and when it arrived."""
         if plan.job != self.job:
             self.ignored_other_jobs += 1
             return
         self._plans[plan.step] = plan
+        self._arrived[plan.step] = time.perf_counter()
         if len(self._plans) > self.keep:
-            del self._plans[min(self._plans)]
+            oldest = min(self._plans)
+            del self._plans[oldest], self._arrived[oldest]
 
     def get(self, step: int) -> Assignment | None:
         """The plan for `step`, if it has arrived."""
@@ -79,10 +83,14 @@ class PlanBook:
         """The plans received for steps after `step` (made ahead), in step order."""
         return [self._plans[s] for s in sorted(self._plans) if s > step]
 
+    def received(self) -> list[tuple[Assignment, float]]:
+        """Each plan held, with the `time.perf_counter()` at which it was polled."""
+        return [(plan, self._arrived[step]) for step, plan in self._plans.items()]
+
     def forget_before(self, step: int) -> None:
         """Drop plans of steps already run."""
         for s in [s for s in self._plans if s < step]:
-            del self._plans[s]
+            del self._plans[s], self._arrived[s]
 
 
 class LocalPlanner:

@@ -174,6 +174,7 @@ class TrainerRank:
             lowest_unprocessed_offset=self.buffer.lowest_unprocessed(), buffer_depth=len(self.buffer),
             loss=result.loss, dropped=self.buffer.drain_dropped(), new_samples=self.buffer.drain_new(),
             plan_wait_seconds=plan_wait, hold_seconds=held,
+            plan_round_trip_seconds=self.reports.time_plans(self.plans.received()),
         )
         self.reports.record(step, self.buffer.first_unreported)
         value, headers = encode(feedback)

@@ -173,6 +173,7 @@ class StepFeedback:
     sent_at: int = field(default_factory=now_ms)
     plan_wait_seconds: float = 0.0
     hold_seconds: float = 0.0
+    plan_round_trip_seconds: float = 0.0
 
     @property
     def wait_seconds(self) -> float:

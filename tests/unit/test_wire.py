@@ -53,6 +53,7 @@ def _feedback() -> StepFeedback:
         compute_seconds=0.25, data_wait_seconds=0.01, comm_seconds=0.03, step_seconds=0.3,
         memory_bytes=123456789, lowest_unprocessed_offset=1000, buffer_depth=40, loss=1.25, dropped=2,
         new_samples=(PendingSample(1001, 45), PendingSample(1002, 3)), plan_wait_seconds=0.002, hold_seconds=0.1,
+        plan_round_trip_seconds=0.03,
     )
 
 
@@ -110,11 +111,12 @@ def _older_record(name: str, record: dict[str, object]) -> tuple[bytes, HeaderLi
 
 def test_records_of_the_first_schema_versions_are_read_with_the_new_fields_defaulted() -> None:
     fb = _feedback()
-    old = {k: v for k, v in fb.to_dict().items() if k not in ("plan_wait_seconds", "hold_seconds")}
+    new_fields = ("plan_wait_seconds", "hold_seconds", "plan_round_trip_seconds")
+    old = {k: v for k, v in fb.to_dict().items() if k not in new_fields}
     value, headers = _older_record("StepFeedback", old)
     assert dict(headers)[SCHEMA_HEADER] != fingerprint_of(StepFeedback).encode()
     back = decode(value, headers, StepFeedback)
-    assert back == StepFeedback(**{**fb.__dict__, "plan_wait_seconds": 0.0, "hold_seconds": 0.0})
+    assert back == StepFeedback(**{**fb.__dict__, **dict.fromkeys(new_fields, 0.0)})
     assert back.wait_seconds == fb.data_wait_seconds  # the first version counted both waits there
     plan = _assignment()
     value, headers = _older_record("Assignment", {k: v for k, v in plan.to_dict().items() if k != "basis_step"})

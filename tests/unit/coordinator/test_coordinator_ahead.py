@@ -85,6 +85,16 @@ def test_plan_ahead_zero_keeps_plans_waiting_for_the_last_step() -> None:
     assert fleet.due_step(0.1) is None
 
 
+@pytest.mark.parametrize("ahead", [0, 1])
+def test_the_plans_round_trip_is_the_slowest_ranks_when_plans_are_made_ahead(ahead: int) -> None:
+    fleet = FleetTracker(CoordinatorConfig(devices=("a", "b"), plan_ahead=ahead))
+    for rank, (d, trip) in enumerate((("a", 0.03), ("b", 0.05))):
+        fb = feedback(0, d, new=range(4), rank=rank)
+        fleet.ingest_feedback(StepFeedback(**{**fb.__dict__, "plan_round_trip_seconds": trip}), received=0.0)
+    # Only a plan made ahead is waited for by a step shorter than the round trip (the other's is every step's).
+    assert fleet.planning_state(1, now=1.0).plan_round_trip_seconds == pytest.approx(0.05 * ahead)
+
+
 def test_plan_ahead_accepts_booleans_and_rejects_more_than_one_step() -> None:
     assert CoordinatorConfig.model_validate({"plan_ahead": False}).plan_ahead == 0
     assert CoordinatorConfig.model_validate({"plan_ahead": True}).plan_ahead == 1

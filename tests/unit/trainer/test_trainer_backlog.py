@@ -4,10 +4,12 @@ rob the plan ahead."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from streamtrain.wire import Assignment, DevicePlan, Sample
 from trainer.backlog import ReportLog, hold_backlog, named_by
 from trainer.buffer import SampleBuffer
+from trainer.plans import PlanBook
 
 
 def _plan(step: int, offsets: tuple[int, ...] = (), basis: int | None = None, **budget: int) -> Assignment:
@@ -103,3 +105,33 @@ def test_a_fallback_passes_over_the_samples_the_plan_ahead_names() -> None:
     # Step 1's plan is late: the local plan takes the oldest samples plan 2 does not name.
     assert rank.buffer.select_oldest(count=3, exclude=reserved) == [3, 4, 6]
     assert rank.buffer.select_oldest(size_budget=5, exclude=reserved) == [3, 4]
+
+
+def test_round_trip_runs_from_the_feedback_a_plan_was_made_from_to_the_plan() -> None:
+    log = ReportLog()
+    log.record(0, 5, sent=10.0)
+    log.record(1, 9, sent=10.3)
+    assert log.time_plans([]) == 0.0  # nothing measured yet
+    # Plan 2 made from step 0's feedback, polled at 10.45; plan 3 from step 1's, polled late (during compute).
+    trips = log.time_plans([(_plan(2, basis=0), 10.45), (_plan(3, basis=1), 10.9)])
+    assert trips == pytest.approx(0.45)
+    assert log.time_plans([(_plan(2, basis=0), 10.45)]) == pytest.approx(0.45)  # each plan is timed once
+    # One made from a report not remembered is not timed.
+    assert log.time_plans([(_plan(9, basis=7), 11.0)]) == pytest.approx(0.45)
+    log.record(2, 12, sent=10.8)
+    assert log.time_plans([(_plan(3, basis=2), 11.0)]) == pytest.approx(0.45)  # plan 3 was already timed
+    assert log.time_plans([(_plan(4, basis=2), 11.0)]) == pytest.approx(0.2)
+    # A plan with no basis was made from the report of the step before it.
+    fresh = ReportLog()
+    fresh.record(0, 3, sent=1.0)
+    assert fresh.time_plans([(_plan(1), 1.03)]) == pytest.approx(0.03)
+
+
+def test_plan_book_remembers_when_each_plan_was_polled() -> None:
+    book = PlanBook("j")
+    book.add(_plan(1))
+    book.add(_plan(2))
+    (p1, t1), (p2, t2) = book.received()
+    assert (p1.step, p2.step) == (1, 2) and t1 <= t2
+    book.forget_before(2)
+    assert [p.step for p, _ in book.received()] == [2]

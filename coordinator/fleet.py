@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from streamtrain.config import CoordinatorConfig
 from streamtrain.wire import Assignment, StepFeedback
@@ -23,7 +24,7 @@ from .pending import PendingBook
 from .perfmodel import PerfTracker
 from .state import DeviceState, PlanningState, after_batch
 
-__all__ = ["DeviceRecord", "FleetTracker", "PendingBook", "RateEstimator"]
+__all__ = ["DeviceRecord", "DueStep", "FleetTracker", "PendingBook", "RateEstimator"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,15 @@ class DeviceRecord:
         return self.lag / self.rate.rate if self.rate.rate > 0 else 0.0
 
 
+class DueStep(NamedTuple):
+    """A plan that is due: its step, whether every expected device reported `basis`, and the basis: the step
+    whose feedback made it due (what a rank's reports up to it told, the plan may name)."""
+
+    step: int
+    complete: bool
+    basis: int
+
+
 class FleetTracker:
     """Every device's record, and which step is due for a plan.
 
@@ -122,8 +132,6 @@ class FleetTracker:
         self.config = config
         self.devices: dict[str, DeviceRecord] = {}
         self.next_plan_step: int | None = None
-        self.last_feedback_step = -1
-        """The latest step any feedback was applied for (-1 before any): the basis of the next plan."""
         self._reports: dict[int, set[str]] = {}
         self._first_report: dict[int, float] = {}
         self._step_seconds: dict[int, float] = {}
@@ -195,7 +203,6 @@ class FleetTracker:
                 rec.mean_size = float(max(s.size, 1))  # the first size seen replaces the placeholder
             rec.mean_size += _SIZE_ALPHA * (max(s.size, 1) - rec.mean_size)
             rec.sizes_seen += 1
-        self.last_feedback_step = max(self.last_feedback_step, fb.step)
         if self.next_plan_step is not None and fb.step + 1 + self.config.plan_ahead < self.next_plan_step:
             return False  # late: the plan its step was due for was already published without it
         self._reports.setdefault(fb.step, set()).add(fb.device_id)
@@ -269,26 +276,26 @@ class FleetTracker:
             rec.committed = committed
         rec.rate.observe(end, at)
 
-    def due_step(self, now: float) -> tuple[int, bool] | None:
-        """The step to plan now and whether every expected device reported, or None when none is due.
+    def due_step(self, now: float) -> DueStep | None:
+        """The step to plan now, or None when none is due.
 
         Step s's feedback (all of it, or what came within `plan_wait_seconds` of the first) makes the plans up
-        to step s + 1 + `plan_ahead` due. They are returned one at a time, lowest first: publishing one
-        (`record_plan`) makes the next due. So the plan for s+1 comes first when it is missing (at start-up
-        without a warm start, or after an outage), then the one ahead.
+        to step s + 1 + `plan_ahead` due, with s as their basis. They are returned one at a time, lowest first:
+        publishing one (`record_plan`) makes the next due. So the plan for s+1 comes first when it is missing
+        (at start-up without a warm start, or after an outage), then the one ahead.
 
         Args:
             now: the monotonic clock `ingest_feedback` was given.
         """
         ahead = self.config.plan_ahead
         nxt = self.next_plan_step
-        steps = [s for s in self._reports if nxt is None or s + 1 + ahead >= nxt]
-        if not steps:
-            return None
-        s = max(steps)
-        complete = set(self.expected) <= self._reports[s]
-        if complete or now - self._first_report[s] >= self.config.plan_wait_seconds:
-            return (s + 1 if nxt is None else max(nxt, s + 1)), complete
+        expected = set(self.expected)
+        # The newest reported step that is complete, or whose wait is over, is the freshest basis: a rank's
+        # report for the next step may come in before another rank's for this one.
+        for s in sorted((s for s in self._reports if nxt is None or s + 1 + ahead >= nxt), reverse=True):
+            complete = expected <= self._reports[s]
+            if complete or now - self._first_report[s] >= self.config.plan_wait_seconds:
+                return DueStep(s + 1 if nxt is None else max(nxt, s + 1), complete, s)
         return None
 
     def reporters(self, step: int) -> set[str]:

@@ -157,6 +157,9 @@ class Coordinator:
         assert self._reader is not None and self._producer is not None
         for fb in self._reader.poll(timeout):
             self._on_feedback(fb)
+            # A plan due from this record goes out before the next is applied: a plan made one step ahead is made
+            # from what its basis told, not from feedback of the step after it that a late poll brought along.
+            self._publish_due()
         now = time.monotonic()
         if now >= self._next_probe:
             self._next_probe = now + self.ccfg.poll_interval_seconds
@@ -167,11 +170,14 @@ class Coordinator:
                 # if the fleet changes.
                 self._warm_for = devices
                 for step in range(1 + self.ccfg.plan_ahead):
-                    self._publish(step, complete=False, warm=True)
-        while (due := self.fleet.due_step(time.monotonic())) is not None:
-            self._publish(*due)
+                    self._publish(step, complete=False, basis=-1, warm=True)
+        self._publish_due()
         self._producer.poll(0)
         self._refresh_status()
+
+    def _publish_due(self) -> None:
+        while (due := self.fleet.due_step(time.monotonic())) is not None:
+            self._publish(*due)
 
     def _on_feedback(self, fb: StepFeedback) -> None:
         if fb.device_id not in self.fleet.devices:
@@ -188,9 +194,8 @@ class Coordinator:
             self.metrics.pred_error.labels(*labels).set(model.rel_error)
         self.metrics.pending.labels(*labels).set(len(rec.book))
 
-    def _publish(self, step: int, complete: bool, warm: bool = False) -> None:
+    def _publish(self, step: int, complete: bool, basis: int, warm: bool = False) -> None:
         started = time.perf_counter()
-        basis = self.fleet.last_feedback_step
         state = self.fleet.planning_state(step, time.time(), self._carry)
         plan = plan_step(state, self.ccfg)
         assignment = plan_to_assignment(plan, self.cfg.job, basis_step=basis)

@@ -29,9 +29,11 @@ def feedback(step: int, device_id: str = "a", *, new: range | list[int] = range(
 
 
 def publish(fleet: FleetTracker, step: int, now: float = 1000.0) -> Assignment:
-    """What the service does for a due step: plan from the fleet's state, then record the plan."""
-    plan = plan_to_assignment(plan_step(fleet.planning_state(step, now), fleet.config), "j",
-                              basis_step=fleet.last_feedback_step)
+    """What the service does for a due step (or a warm one, with no basis): plan from the fleet's state, then
+    record the plan."""
+    due = fleet.due_step(float("inf"))
+    basis = due.basis if due is not None and due.step == step else -1
+    plan = plan_to_assignment(plan_step(fleet.planning_state(step, now), fleet.config), "j", basis_step=basis)
     fleet.record_plan(plan)
     return plan
 
@@ -51,19 +53,34 @@ def test_step_s_feedback_makes_the_plan_for_s_plus_2_due_and_a_missing_s_plus_1_
     assert fleet.due_step(10.1) is None  # b has not reported and the wait is not over
     fleet.ingest_feedback(feedback(0, "b", new=range(20), rank=1), received=10.2)
     # No plan exists yet (the ranks ran step 0 on local plans): step 1, which they need now, comes first.
-    assert fleet.due_step(10.3) == (1, True)
+    assert fleet.due_step(10.3) == (1, True, 0)
     first = publish(fleet, 1)
-    assert first.basis_step == 0 and fleet.due_step(10.3) == (2, True)
+    assert first.basis_step == 0 and fleet.due_step(10.3) == (2, True, 0)
     second = publish(fleet, 2)
     assert second.basis_step == 0 and fleet.due_step(10.3) is None and fleet.next_plan_step == 3
     assert not offsets_of(first) & offsets_of(second)  # plan 2 is made from the state after plan 1
     # Step 1's feedback makes step 3 due: step 2's plan is already with the ranks.
     fleet.ingest_feedback(feedback(1, "a", lowest=0, depth=20), received=11.0)
     assert fleet.due_step(11.1) is None
-    assert fleet.due_step(13.0) == (3, False)  # b's report is late: planned with what there is
+    assert fleet.due_step(13.0) == (3, False, 1)  # b's report is late: planned with what there is
     publish(fleet, 3)
     assert not fleet.ingest_feedback(feedback(1, "b", rank=1), received=13.5)  # late: its plan is out
     assert fleet.ingest_feedback(feedback(2, "b", rank=1), received=13.6)  # counts towards step 4
+
+
+def test_a_report_of_the_next_step_that_comes_first_does_not_hold_back_the_due_plan() -> None:
+    fleet = FleetTracker(CoordinatorConfig(devices=("a", "b"), plan_wait_seconds=2.0))
+    for rank, d in enumerate(("a", "b")):
+        fleet.ingest_feedback(feedback(0, d, new=range(10), rank=rank), received=0.0)
+    publish(fleet, 1)
+    publish(fleet, 2)
+    fleet.ingest_feedback(feedback(1, "a", lowest=0, depth=10), received=1.0)
+    fleet.ingest_feedback(feedback(2, "a", lowest=0, depth=10), received=1.1)  # a's next report overtook b's
+    assert fleet.due_step(1.2) is None
+    fleet.ingest_feedback(feedback(1, "b", lowest=0, depth=10, rank=1), received=1.3)
+    assert fleet.due_step(1.3) == (3, True, 1)  # step 1 is complete: plan 3 is due, made from it
+    publish(fleet, 3)
+    assert fleet.due_step(1.4) is None and fleet.due_step(3.2) == (4, False, 2)
 
 
 def test_warm_start_publishes_step_0_and_the_step_ahead_until_someone_reports() -> None:
@@ -74,13 +91,13 @@ def test_warm_start_publishes_step_0_and_the_step_ahead_until_someone_reports() 
     assert zero.basis_step == one.basis_step == -1 and fleet.next_plan_step == 2
     assert fleet.warm_start_step() == 0  # may be refreshed (both plans) until the first feedback
     fleet.ingest_feedback(feedback(0, "a", new=range(1, 50), lowest=1), received=1.0)
-    assert fleet.warm_start_step() is None and fleet.due_step(1.1) == (2, True)
+    assert fleet.warm_start_step() is None and fleet.due_step(1.1) == (2, True, 0)
 
 
 def test_plan_ahead_zero_keeps_plans_waiting_for_the_last_step() -> None:
     fleet = FleetTracker(CoordinatorConfig(plan_ahead=0))
     fleet.ingest_feedback(feedback(0, "a", new=range(10)), received=0.0)
-    assert fleet.due_step(0.1) == (1, True)
+    assert fleet.due_step(0.1) == (1, True, 0)
     publish(fleet, 1)
     assert fleet.due_step(0.1) is None
 
@@ -219,7 +236,7 @@ def test_replay_puts_each_plan_after_the_feedback_it_was_made_from() -> None:
     assert rebuilt.next_plan_step == live.next_plan_step == 5 and rebuilt.due_step(5.0) is None
     # Step 3's feedback makes step 5 due, as it would have live.
     rebuilt.ingest_feedback(feedback(3, lowest=9, depth=6), received=6.0)
-    assert rebuilt.due_step(6.0) == (5, True)
+    assert rebuilt.due_step(6.0) == (5, True, 3)
 
 
 # --- the whole loop, with the trainer's own buffer -----------------------------------------------------

@@ -294,7 +294,7 @@ def summarise(results: list[dict[str, Any]], setup: BalanceSetup) -> dict[str, A
 #: Per-run figures a cell reports as the median over its repeats.
 _MEDIAN_KEYS = ("step_seconds_median", "wall_step_seconds_median", "straggler_effect_median", "samples_per_s",
                 "size_per_s", "global_batch_median", "step_size_median", "trained_size_mean", "final_loss",
-                "plan_latency_ms_median", "straggler_effect_of_medians", "target_loss")
+                "plan_latency_ms_median", "plan_wait_seconds_median", "straggler_effect_of_medians", "target_loss")
 
 
 def combine_repeats(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -453,6 +453,8 @@ def run_cell(setup: BalanceSetup, cell: BalanceCell, index: int, bootstrap: str,
         "size_mean_measured": float(np.mean(sizes)) if sizes else None,
         "size_dif_measured": float(np.std(sizes)) if sizes else None,
         "plan_latency_ms_median": report.get("plan_latency_ms_median"),
+        "plan_wait_seconds_median": report.get("plan_wait_seconds_median"),
+        "step_period_split_median": report.get("step_period_split_median"),
         "backlog_seconds": stack.backlog_seconds,
         "run_dir": str(cell_dir),
     })

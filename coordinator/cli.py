@@ -25,7 +25,9 @@ _SIM_HELP = "\n\n".join((
     "gives the steps until SE is back under 0.1 after each move.",
     "The simulated ranks hold a step's report until the plan's target when the plan took every pending sample, "
     "as live ranks do (streamtrain.pacing; at most trainer.hold_max_seconds; "
-    "streamtrain --set trainer.hold_max_seconds=0 sim ... turns it off).",
+    "streamtrain --set trainer.hold_max_seconds=0 sim ... turns it off). Plans are made one step ahead, from the "
+    "buffers less the running step's plan, as the live coordinator makes them "
+    "(streamtrain --set coordinator.plan_ahead=0 sim ... plans after each step's results).",
     "Examples:\n\n"
     "  streamtrain sim --scenario table-iv -p static -p ett-stream --dif 0 --dif 16 --dif 64 --global-batch 64 "
     "--out out/t4\n\n"

@@ -4,27 +4,27 @@ Everything here is fed records (feedback, published plans, watermark observation
 with a `PlanningState`, so the same code rebuilds state on restart (replaying recent feedback and
 assignments) and runs live, and unit tests drive it by hand.
 
-A device's pending index is what its trainer reported as newly buffered, minus what lies below
-its lowest unprocessed offset, minus what a published plan gave it (in flight until the trainer's
-feedback for that step says it followed the plan; returned to the index otherwise), minus what a
-plan truncated.
+A device's pending index is its `PendingBook` (`coordinator.pending`). With `coordinator.plan_ahead`
+= 1 the plan for step s+1 is due once step s-1's feedback is in, while step s runs: the index then
+holds what was reported through s-1 less plan s's samples (in flight or claimed), which is the
+predicted state plan s+1 is made from.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import NamedTuple
 
 from streamtrain.config import CoordinatorConfig
-from streamtrain.wire import Assignment, PendingSample, StepFeedback
+from streamtrain.wire import Assignment, StepFeedback
 
+from .pending import PendingBook
 from .perfmodel import PerfTracker
-from .state import DeviceState, PendingIndex, PlanningState
+from .state import DeviceState, PlanningState, after_batch
 
-__all__ = ["DeviceRecord", "FleetTracker", "PendingBook", "RateEstimator"]
+__all__ = ["DeviceRecord", "DueStep", "FleetTracker", "PendingBook", "RateEstimator"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,159 +76,6 @@ class RateEstimator:
         return self.rate
 
 
-_Samples = tuple[np.ndarray, np.ndarray, np.ndarray]  # offsets (sorted), sizes, arrival seconds
-
-
-def _no_samples() -> _Samples:
-    return np.empty(0, np.int64), np.empty(0), np.empty(0)
-
-
-def _select(part: _Samples, keep: np.ndarray | slice) -> _Samples:
-    return part[0][keep], part[1][keep], part[2][keep]
-
-
-def _merge(a: _Samples, b: _Samples) -> _Samples:
-    """Two offset-sorted sets of samples with no offset in common, as one offset-sorted set."""
-    if not len(b[0]):
-        return a
-    if not len(a[0]) or a[0][-1] < b[0][0]:
-        return tuple(np.concatenate((x, y)) for x, y in zip(a, b, strict=True))  # type: ignore[return-value]
-    off = np.concatenate((a[0], b[0]))
-    order = np.argsort(off, kind="stable")
-    return off[order], np.concatenate((a[1], b[1]))[order], np.concatenate((a[2], b[2]))[order]
-
-
-class PendingBook:
-    """One device's pending-sample index, rebuilt from its trainer's feedback and the published plans.
-
-    Kept as offset-sorted numpy arrays (pending, and per plan step what is in flight), so feedback,
-    plans and the policies' `index()` cost a few array operations rather than a dict walk per sample.
-    """
-
-    def __init__(self) -> None:
-        self._pending: _Samples = _no_samples()
-        self._inflight: dict[int, _Samples] = {}  # plan step -> the samples it handed out
-        self.floor = 0
-        self.buffer_depth = 0
-        self.reported = False
-        self._cache: PendingIndex | None = None  # the last index built; every change drops it
-
-    def _set(self, pending: _Samples) -> None:
-        self._pending = pending
-        self._cache = None
-
-    def __len__(self) -> int:
-        return len(self._pending[0])
-
-    @property
-    def inflight(self) -> int:
-        """Samples handed to plans whose feedback has not come back yet."""
-        return sum(len(v[0]) for v in self._inflight.values())
-
-    @property
-    def complete(self) -> bool:
-        """True when the index covers the trainer's whole buffer (not after a restart that lost old reports)."""
-        return self.reported and len(self) + self.inflight >= self.buffer_depth
-
-    def ingest(self, fb: StepFeedback, arrival: float) -> None:
-        """Apply one feedback record of this device.
-
-        Args:
-            fb: the trainer's report for step `fb.step`; `plan_step == step` says it followed our plan.
-            arrival: when its new samples arrived, in seconds on the planning clock.
-        """
-        self._settle(fb.step, followed=fb.plan_step == fb.step)
-        self.add(fb.new_samples, arrival)
-        self.advance(fb.lowest_unprocessed_offset)
-        self.buffer_depth = fb.buffer_depth
-        self.reported = True
-        extra = len(self) + self.inflight - fb.buffer_depth
-        if fb.plan_step != fb.step and extra > 0:
-            # A local (fallback) plan trained samples we cannot name; trainers pack oldest first, so
-            # forget the oldest rather than plan samples the trainer no longer holds.
-            self._set(_select(self._pending, slice(extra, None)))
-
-    def add(self, samples: Iterable[PendingSample], arrival: float) -> None:
-        """Add newly buffered samples (those below the floor or already in flight are ignored; a sample
-        reported again replaces its earlier report)."""
-        pairs = [(s.offset, s.size) for s in samples]
-        if not pairs:
-            return
-        raw = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-        off = raw[:, 0]
-        keep = off >= self.floor
-        if self._inflight:
-            keep &= ~np.isin(off, np.concatenate([v[0] for v in self._inflight.values()]))
-        off = off[keep]
-        if not len(off):
-            return
-        sizes = np.maximum(raw[keep, 1], 1).astype(np.float64)
-        new = (off, sizes, np.full(len(off), float(arrival)))
-        pending = self._pending
-        if not bool(np.all(off[1:] > off[:-1])) or (len(pending[0]) and bool(np.isin(off, pending[0]).any())):
-            # Out of order or reported twice: the latest report of an offset wins (dict semantics).
-            both = _merge_all(pending, new)
-            self._set(both)
-            return
-        self._set(_merge(pending, new))
-
-    def advance(self, lowest_unprocessed: int) -> None:
-        """Forget everything below the trainer's lowest unprocessed offset (trained, dropped or committed)."""
-        if lowest_unprocessed <= self.floor:
-            return
-        self.floor = lowest_unprocessed
-        k = int(np.searchsorted(self._pending[0], lowest_unprocessed, side="left"))
-        if k:
-            self._set(_select(self._pending, slice(k, None)))
-        for step, part in list(self._inflight.items()):
-            self._inflight[step] = _select(part, part[0] >= lowest_unprocessed)
-
-    def take(self, step: int, offsets: Iterable[int]) -> None:
-        """Mark the offsets a published plan gives this device for `step` as in flight."""
-        wanted = np.fromiter(offsets, dtype=np.int64)
-        pending = self._pending
-        if not len(wanted) or not len(pending[0]):
-            return
-        pos = np.searchsorted(pending[0], wanted)
-        pos = pos[pos < len(pending[0])]
-        pos = pos[np.isin(pending[0][pos], wanted)]
-        if not len(pos):
-            return
-        mask = np.zeros(len(pending[0]), dtype=bool)
-        mask[pos] = True
-        self._set(_select(pending, ~mask))
-        self._inflight[step] = _merge(self._inflight.get(step, _no_samples()), _select(pending, mask))
-
-    def truncate(self, before: int) -> int:
-        """Drop pending offsets below `before` (a plan's truncate-before); returns how many."""
-        k = int(np.searchsorted(self._pending[0], before, side="left"))
-        if k:
-            self._set(_select(self._pending, slice(k, None)))
-        return k
-
-    def _settle(self, step: int, followed: bool) -> None:
-        for s in [s for s in self._inflight if s <= step]:
-            part = self._inflight.pop(s)
-            if s == step and followed:
-                continue  # trained
-            # The trainer did not run that plan (late, or its feedback for it never came): still pending.
-            self._set(_merge(self._pending, _select(part, part[0] >= self.floor)))
-
-    def index(self) -> PendingIndex:
-        """The pending samples, oldest first, as policies read them."""
-        if self._cache is None:
-            self._cache = PendingIndex(*self._pending) if len(self) else PendingIndex.empty()
-        return self._cache
-
-
-def _merge_all(old: _Samples, new: _Samples) -> _Samples:
-    """Union by offset where `new` may repeat offsets of `old` or of itself: the last report of each wins."""
-    off = np.concatenate((old[0], new[0]))[::-1]
-    _, first = np.unique(off, return_index=True)  # first in reversed order = last reported
-    pick = len(off) - 1 - first
-    return tuple(np.concatenate((x, y))[pick] for x, y in zip(old, new, strict=True))  # type: ignore[return-value]
-
-
 @dataclass
 class DeviceRecord:
     """What the service knows about one device."""
@@ -246,6 +93,8 @@ class DeviceRecord:
     last_feedback: StepFeedback | None = None
     truncated: int = 0
     delete_before: int = 0
+    round_trip: float = 0.0
+    """The rank's latest measure of the time from its feedback to a plan made from it (0: none yet)."""
 
     @property
     def lag(self) -> int:
@@ -261,6 +110,15 @@ class DeviceRecord:
         if index is not None and self.book.complete:
             return max(0.0, now - float(index.arrivals[0]))
         return self.lag / self.rate.rate if self.rate.rate > 0 else 0.0
+
+
+class DueStep(NamedTuple):
+    """A plan that is due: its step, whether every expected device reported `basis`, and the basis: the step
+    whose feedback made it due (what a rank's reports up to it told, the plan may name)."""
+
+    step: int
+    complete: bool
+    basis: int
 
 
 class FleetTracker:
@@ -314,7 +172,7 @@ class FleetTracker:
         """
         if self._reports or any(r.last_feedback is not None for r in self.devices.values()):
             return None
-        if self.next_plan_step is not None and self.next_plan_step != 1:
+        if self.next_plan_step is not None and self.next_plan_step > 1 + self.config.plan_ahead:
             return None  # plans for later steps exist (recovered from Kafka): not a fresh job
         expected = self.expected
         if not expected or any(self.device(d).end_offset is None for d in expected):
@@ -337,6 +195,7 @@ class FleetTracker:
         if prev is None or fb.step >= prev.step:
             rec.last_feedback = fb
             rec.rank = fb.rank
+            rec.round_trip = fb.plan_round_trip_seconds
         rec.tracker = rec.tracker.update(float(fb.total_size), fb.compute_seconds, fb.step, self.config)
         rec.book.ingest(fb, fb.sent_at / 1000.0)
         for s in fb.new_samples:
@@ -344,13 +203,13 @@ class FleetTracker:
                 rec.mean_size = float(max(s.size, 1))  # the first size seen replaces the placeholder
             rec.mean_size += _SIZE_ALPHA * (max(s.size, 1) - rec.mean_size)
             rec.sizes_seen += 1
-        if self.next_plan_step is not None and fb.step + 1 < self.next_plan_step:
-            return False  # late: its step was already planned without it
+        if self.next_plan_step is not None and fb.step + 1 + self.config.plan_ahead < self.next_plan_step:
+            return False  # late: the plan its step was due for was already published without it
         self._reports.setdefault(fb.step, set()).add(fb.device_id)
         self._first_report.setdefault(fb.step, received)
         # The step's wall period as the stream sees it: the runner's time plus the waits for the plan
         # and the data (truncate keeps arrivals over this period; step_seconds alone would keep too few).
-        in_step = fb.step_seconds + max(0.0, fb.data_wait_seconds)
+        in_step = fb.step_seconds + max(0.0, fb.wait_seconds)
         period = in_step
         if prev is not None and fb.step == prev.step + 1 and fb.sent_at > prev.sent_at:
             # Between two feedback records the rank may also have checkpointed, committed or idled: the stream
@@ -373,20 +232,41 @@ class FleetTracker:
         dropped: dict[str, int] = {}
         for part in plan.devices:
             rec = self.device(part.device_id)
-            rec.book.take(plan.step, part.offsets)
+            rec.book.take(plan.step, part.offsets, part.count, part.size_budget)
             if part.truncate_before is not None:
                 dropped[part.device_id] = rec.book.truncate(part.truncate_before)
                 rec.delete_before = max(rec.delete_before, part.truncate_before)
         if self.next_plan_step is None or plan.step + 1 > self.next_plan_step:
             self.next_plan_step = plan.step + 1
-        for s in [s for s in self._reports if s + 1 < self.next_plan_step]:
+        ahead = self.config.plan_ahead
+        for s in [s for s in self._reports if s + 1 + ahead < self.next_plan_step]:
             self._reports.pop(s)
             self._first_report.pop(s, None)
-        for s in [s for s in self._step_seconds if s + 2 < self.next_plan_step]:
-            del self._step_seconds[s]  # only the last step's time is ever read
+        for s in [s for s in self._step_seconds if s + 2 + ahead < self.next_plan_step]:
+            del self._step_seconds[s]  # only the latest measured step's time is ever read
         for s in [s for s in self._overhead if s + _OVERHEAD_STEPS < self.next_plan_step]:
             del self._overhead[s]
         return dropped
+
+    def replay(self, plans: Sequence[Assignment], feedback: Sequence[StepFeedback], received: float) -> None:
+        """Rebuild from records read back from Kafka: each plan right after the feedback it was made from.
+
+        A plan's basis (`Assignment.seen_through`: step s-1 for step s, s-2 when made one step ahead) says which
+        feedback it saw, so replaying it there finds its offsets pending, as they were when it was published.
+
+        Args:
+            plans: this job's plans, in the order they were published.
+            feedback: this job's feedback, in the order it was sent.
+            received: the monotonic time to apply the feedback at.
+        """
+        events: list[tuple[int, int, int, Assignment | StepFeedback]] = [
+            (fb.step, 0, i, fb) for i, fb in enumerate(feedback)]
+        events += [(p.seen_through, 1, i, p) for i, p in enumerate(plans)]
+        for _s, _kind, _i, record in sorted(events, key=lambda e: e[:3]):
+            if isinstance(record, Assignment):
+                self.record_plan(record)
+            else:
+                self.ingest_feedback(record, received)
 
     def observe_offsets(self, device_id: str, log_start: int, end: int, committed: int | None, at: float) -> None:
         """Record a device topic's watermarks and the trainers' committed offset seen at time `at`."""
@@ -396,19 +276,26 @@ class FleetTracker:
             rec.committed = committed
         rec.rate.observe(end, at)
 
-    def due_step(self, now: float) -> tuple[int, bool] | None:
-        """The step to plan now and whether every expected device reported, or None when none is due.
+    def due_step(self, now: float) -> DueStep | None:
+        """The step to plan now, or None when none is due.
+
+        Step s's feedback (all of it, or what came within `feedback_wait_seconds` of the first) makes the plans up
+        to step s + 1 + `plan_ahead` due, with s as their basis. They are returned one at a time, lowest first:
+        publishing one (`record_plan`) makes the next due. So the plan for s+1 comes first when it is missing
+        (at start-up without a warm start, or after an outage), then the one ahead.
 
         Args:
             now: the monotonic clock `ingest_feedback` was given.
         """
-        steps = [s for s in self._reports if self.next_plan_step is None or s + 1 >= self.next_plan_step]
-        if not steps:
-            return None
-        s = max(steps)
-        complete = set(self.expected) <= self._reports[s]
-        if complete or now - self._first_report[s] >= self.config.feedback_wait_seconds:
-            return s + 1, complete
+        ahead = self.config.plan_ahead
+        nxt = self.next_plan_step
+        expected = set(self.expected)
+        # The newest reported step that is complete, or whose wait is over, is the freshest basis: a rank's
+        # report for the next step may come in before another rank's for this one.
+        for s in sorted((s for s in self._reports if nxt is None or s + 1 + ahead >= nxt), reverse=True):
+            complete = expected <= self._reports[s]
+            if complete or now - self._first_report[s] >= self.config.feedback_wait_seconds:
+                return DueStep(s + 1 if nxt is None else max(nxt, s + 1), complete, s)
         return None
 
     def reporters(self, step: int) -> set[str]:
@@ -422,15 +309,21 @@ class FleetTracker:
             rec = self.device(device_id)
             fb = rec.last_feedback
             pending = rec.book.index() if rec.book.complete else None
-            states.append(DeviceState(
+            state = DeviceState(
                 device_id=device_id, model=rec.tracker.model, pending=pending, arrival_rate=rec.rate.rate,
-                mean_size=max(rec.mean_size, 1e-9), lag=rec.lag, end_offset=rec.end_offset,
-                last_samples=fb.samples if fb else 0, last_size=float(fb.total_size) if fb else 0.0,
-                last_seconds=fb.compute_seconds if fb else None,
-            ))
-        return PlanningState(step=step, now=now, devices=tuple(states),
-                             last_step_seconds=self._step_seconds.get(step - 1) or None, carry=carry,
-                             step_overhead_seconds=self.step_overhead_seconds())
+                mean_size=max(rec.mean_size, 1e-9), lag=max(0, rec.lag - rec.book.inflight),
+                end_offset=rec.end_offset, last_samples=fb.samples if fb else 0,
+                last_size=float(fb.total_size) if fb else 0.0, last_seconds=fb.compute_seconds if fb else None,
+            )
+            for count, budget in rec.book.budget_claims():  # plans still to run that take the oldest samples
+                state = after_batch(state, None, count=count, size_budget=budget)
+            states.append(state)
+        measured = [s for s in self._step_seconds if s < step]
+        last = self._step_seconds[max(measured)] if measured else None
+        # The group steps when every rank has the plan: the slowest rank's round trip is the group's.
+        trip = max((self.device(d).round_trip for d in self.expected), default=0.0) if self.config.plan_ahead else 0.0
+        return PlanningState(step=step, now=now, devices=tuple(states), last_step_seconds=last or None, carry=carry,
+                             step_overhead_seconds=self.step_overhead_seconds(), plan_round_trip_seconds=trip)
 
     def step_overhead_seconds(self) -> float:
         """The least per-step time outside compute (communication, the plan's and the data's round trip) of

@@ -8,6 +8,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from streamtrain.metrics import MetricSet
+from streamtrain.periods import WALL_PARTS
 
 __all__ = ["CoordinatorMetrics"]
 
@@ -28,13 +29,15 @@ class CoordinatorMetrics:
         fleet = MetricSet(registry, "coordinator", ("job",))
         device = MetricSet(registry, "coordinator", ("job", "device"))
         reasons = MetricSet(registry, "coordinator", ("job", "reason"))
+        parts = MetricSet(registry, "coordinator", ("job", "part"))
 
         self.plan_latency = fleet.histogram("plan_latency_seconds",
                                             "From the step being due to its plan handed to the producer.",
                                             _LATENCY_BUCKETS)
         self.plans = fleet.counter("plans_published", "Plans published on the assignments topic.")
         self.plans_warm = fleet.counter("plans_warm_start",
-                                        "Step-0 plans published from warm-start models and lag before any feedback.")
+                                        "Plans published from warm-start models and lag before any feedback (step 0, "
+                                        "and step 1 when plans are made one step ahead).")
         self.plan_latency_fraction = fleet.gauge("plan_latency_step_ratio",
                                                  "Last plan's latency over the wall time of the step it followed "
                                                  "(target < 0.01).")
@@ -50,6 +53,12 @@ class CoordinatorMetrics:
         self.lr_scale = fleet.gauge("lr_scale_ratio", "Learning-rate scale of the last plan.")
         self.step_target = fleet.gauge("step_time_target_seconds", "Step-time target of the last plan.")
         self.next_step = fleet.gauge("next_plan_step", "The step the next plan is for.")
+        self.step_wall = parts.gauge("step_wall_seconds",
+                                     "Split of the last reported step's wall period along its critical path (the "
+                                     "slowest rank): part = compute, communication (exposed), plan_wait, "
+                                     "data_wait, hold, other.")
+        for part in WALL_PARTS:
+            self.step_wall.labels(job=job, part=part)
         self.predicted = device.gauge("predicted_compute_seconds", "Predicted compute seconds of the device's batch.")
         self.actual = device.gauge("actual_compute_seconds", "Compute seconds the device reported for its last step.")
         self.pred_error = device.gauge("prediction_error_ratio",

@@ -2,14 +2,17 @@
 
 One loop (confluent-kafka style: poll, check the error, process): feedback in, offsets and
 arrival rates polled every `poll_interval_seconds`, and as soon as every device reported step t
-(or `feedback_wait_seconds` after the first did) the plan for step t+1 is built by the same
-`plan_step` the simulator runs and published on the assignments topic. Trainers never wait for
-it beyond their own bounded wait. Before any feedback exists, as soon as the devices and their lag
-are known, a plan for step 0 is published from the warm-start models, so the first step does not
-fall back to local plans either.
+(or `feedback_wait_seconds` after the first did) the plan for step t+1+`plan_ahead` is built by the
+same `plan_step` the simulator runs and published on the assignments topic. With plans one step
+ahead (the default) that is the plan for t+2, made while step t+1 runs, so the ranks find it there
+when they need it instead of waiting for a round trip through Kafka at every step boundary.
+Trainers never wait for a plan beyond their own bounded wait. Before any feedback exists, as soon
+as the devices and their lag are known, the plans for step 0 (and, one step ahead, step 1) are
+published from the warm-start models, so the first steps do not fall back to local plans either.
 
 It keeps no state that Kafka cannot give back: on start it re-reads the tail of the assignments
-and feedback topics, replays them in step order, and resumes at the step after the last feedback.
+and feedback topics, replays each plan after the feedback it was made from, and resumes with the
+plan after the last one published, or the step after the last feedback when that is later.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from prometheus_client import CollectorRegistry
 
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import DeadLetterSink, TopicSpec, ensure_topics, make_admin, make_consumer, make_control_producer
+from streamtrain.periods import split_wall_period
 from streamtrain.wire import Assignment, StepFeedback, WireError, decode, encode, now_ms
 
 from .balance import dif, straggler_effect
@@ -138,16 +142,7 @@ class Coordinator:
         deadline = time.monotonic() + timeout
         while self._reader.replaying and time.monotonic() < deadline:
             feedback.extend(self._reader.poll(0.2))
-        # A plan for step s follows the feedback of step s-1 and precedes that of step s.
-        events: list[tuple[int, int, int, Assignment | StepFeedback]] = [
-            (fb.step, 0, i, fb) for i, fb in enumerate(feedback)]
-        events += [(p.step - 1, 1, i, p) for i, p in enumerate(plans)]
-        now = time.monotonic()
-        for _s, _kind, _i, record in sorted(events, key=lambda e: e[:3]):
-            if isinstance(record, Assignment):
-                self.fleet.record_plan(record)
-            else:
-                self.fleet.ingest_feedback(record, now)
+        self.fleet.replay(plans, feedback, time.monotonic())
         for device in self.fleet.devices:
             self.metrics.add_device(device)
         if feedback or plans:
@@ -164,20 +159,27 @@ class Coordinator:
         assert self._reader is not None and self._producer is not None
         for fb in self._reader.poll(timeout):
             self._on_feedback(fb)
+            # A plan due from this record goes out before the next is applied: a plan made one step ahead is made
+            # from what its basis told, not from feedback of the step after it that a late poll brought along.
+            self._publish_due()
         now = time.monotonic()
         if now >= self._next_probe:
             self._next_probe = now + self.ccfg.poll_interval_seconds
             self._poll_offsets()
             devices = tuple(self.fleet.expected)
             if self.fleet.warm_start_step() is not None and devices != self._warm_for:
-                # No feedback yet: plan step 0 from warm-start models and lag, again only if the fleet changes.
+                # No feedback yet: plan step 0 (and the steps ahead) from warm-start models and lag, again only
+                # if the fleet changes.
                 self._warm_for = devices
-                self._publish(0, complete=False, warm=True)
-        due = self.fleet.due_step(time.monotonic())
-        if due is not None:
-            self._publish(*due)
+                for step in range(1 + self.ccfg.plan_ahead):
+                    self._publish(step, complete=False, basis=-1, warm=True)
+        self._publish_due()
         self._producer.poll(0)
         self._refresh_status()
+
+    def _publish_due(self) -> None:
+        while (due := self.fleet.due_step(time.monotonic())) is not None:
+            self._publish(*due)
 
     def _on_feedback(self, fb: StepFeedback) -> None:
         if fb.device_id not in self.fleet.devices:
@@ -194,11 +196,11 @@ class Coordinator:
             self.metrics.pred_error.labels(*labels).set(model.rel_error)
         self.metrics.pending.labels(*labels).set(len(rec.book))
 
-    def _publish(self, step: int, complete: bool, warm: bool = False) -> None:
+    def _publish(self, step: int, complete: bool, basis: int, warm: bool = False) -> None:
         started = time.perf_counter()
         state = self.fleet.planning_state(step, time.time(), self._carry)
         plan = plan_step(state, self.ccfg)
-        assignment = plan_to_assignment(plan, self.cfg.job)
+        assignment = plan_to_assignment(plan, self.cfg.job, basis_step=basis)
         if warm:
             assignment = self._without_guessed_bounds(assignment)
         value, headers = encode(assignment)
@@ -212,7 +214,7 @@ class Coordinator:
         m.plan_latency.labels(job).observe(latency)
         self._latencies.append(latency)
         m.plans.labels(job).inc()
-        step_seconds = self.fleet.step_seconds(step - 1)
+        step_seconds = self.fleet.step_seconds(basis)
         fraction = latency / step_seconds if step_seconds else None
         if fraction is not None:
             m.plan_latency_fraction.labels(job).set(fraction)
@@ -224,11 +226,14 @@ class Coordinator:
                             ", ".join(self.fleet.expected))
         elif not complete:
             m.plans_partial.labels(job).inc()
-            logger.info("plan for step %d published without feedback from %s", step,
-                        ", ".join(sorted(set(self.fleet.expected) - self.fleet.reporters(step - 1))) or "nobody")
-        times = [r.last_feedback.compute_seconds for r in self.fleet.devices.values()
-                 if r.last_feedback is not None and r.last_feedback.step == step - 1]
-        m.straggler_effect.labels(job).set(straggler_effect(times))
+            logger.info("plan for step %d published without step %d's feedback from %s", step, basis,
+                        ", ".join(sorted(set(self.fleet.expected) - self.fleet.reporters(basis))) or "nobody")
+        last = [r.last_feedback for r in self.fleet.devices.values()
+                if r.last_feedback is not None and r.last_feedback.step == basis]
+        m.straggler_effect.labels(job).set(straggler_effect([fb.compute_seconds for fb in last]))
+        if last and not warm:
+            for part, seconds in split_wall_period(last, step_seconds).items():
+                m.step_wall.labels(job, part).set(seconds)
         m.batch_dif.labels(job).set(dif([b.count for b in plan.devices]))
         m.global_batch.labels(job).set(plan.global_batch)
         m.lr_scale.labels(job).set(plan.lr_scale)
@@ -242,7 +247,7 @@ class Coordinator:
             m.truncated.labels(*labels).inc(dropped.get(b.device_id, 0))
             m.pending.labels(*labels).set(len(self.fleet.devices[b.device_id].book))
         self._last_plan = {
-            "step": step, "policy": plan.policy, "complete": complete, "warm_start": warm,
+            "step": step, "basis_step": basis, "policy": plan.policy, "complete": complete, "warm_start": warm,
             "latency_ms": latency * 1e3, "latency_step_fraction": fraction,
             "step_time_target": plan.step_time_target, "global_batch": plan.global_batch, "lr_scale": plan.lr_scale,
             "created_at": assignment.created_at,
@@ -340,6 +345,7 @@ class Coordinator:
             })
         self._status = {
             "job": self.cfg.job, "policy": self.ccfg.policy, "truncation": self.ccfg.truncation,
+            "plan_ahead": self.ccfg.plan_ahead,
             "delete_records": self.ccfg.delete_records, "topic_prefix": self.cfg.kafka.topic_prefix,
             "next_plan_step": self._upcoming_step(), "expected_devices": self.fleet.expected,
             "devices": devices, "last_plan": self._last_plan,

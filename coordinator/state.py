@@ -17,7 +17,8 @@ from streamtrain.wire.records import Assignment, DevicePlan, now_ms
 
 from .perfmodel import PerfModel
 
-__all__ = ["DeviceBatch", "DeviceState", "PendingIndex", "Plan", "PlanningState", "plan_to_assignment"]
+__all__ = ["DeviceBatch", "DeviceState", "PendingIndex", "Plan", "PlanningState", "after_batch", "after_plan",
+           "oldest_within", "plan_to_assignment"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +126,9 @@ class PlanningState:
         step_overhead_seconds: the part of a step's wall period spent outside compute by the rank
             that waited least (exposed communication, the plan's and the data's round trip): a fixed
             cost of every step, measured (the least over recent steps); 0 before it is known.
+        plan_round_trip_seconds: with plans made a step ahead, the time from a rank sending a step's
+            feedback to receiving the plan made from it, measured by the ranks (0: unknown, or plans
+            not made ahead). A step shorter than that waits for its next plan: a floor of the period.
     """
 
     step: int
@@ -133,6 +137,7 @@ class PlanningState:
     last_step_seconds: float | None = None
     carry: Any = None
     step_overhead_seconds: float = 0.0
+    plan_round_trip_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         ids = [d.device_id for d in self.devices]
@@ -189,8 +194,91 @@ class Plan:
         return max((d.predicted_seconds for d in self.devices), default=0.0)
 
 
-def plan_to_assignment(plan: Plan, job: str, created_at: int | None = None) -> Assignment:
-    """The wire record of a plan (what the coordinator publishes on the assignments topic)."""
+def oldest_within(sizes: np.ndarray, count: int | None, size_budget: float | None) -> int:
+    """How many of the oldest samples (`sizes`, oldest first) a part of a plan without offsets trains.
+
+    The trainer's rule: at most `count` (None: no bound) while their total stays within `size_budget` (None: no
+    bound), and the oldest one even when it alone is larger, so a large sample cannot starve at the head.
+    """
+    n = len(sizes) if count is None else min(len(sizes), max(count, 0))
+    if size_budget is None or n == 0:
+        return n
+    if size_budget <= 0:
+        return 0
+    return max(int(np.searchsorted(np.cumsum(sizes[:n]), size_budget, side="right")), 1)
+
+
+def after_batch(device: DeviceState, offsets: np.ndarray | None, *, count: int | None = None,
+                size_budget: float | None = None, truncate_before: int | None = None) -> DeviceState:
+    """The device as a later plan must see it while a plan that has not run yet holds its part.
+
+    Args:
+        device: the device now.
+        offsets: the samples that part names; None for a part without offsets, which takes the oldest
+            samples within `count` and `size_budget` (`oldest_within`).
+        count: sample bound of a part without offsets.
+        size_budget: total-size bound of a part without offsets.
+        truncate_before: the part's truncation: pending samples below it are dropped first.
+
+    Returns:
+        the device without what that part truncates and takes; without an index, only its lag shrinks.
+    """
+    pending, lag = device.pending, device.lag
+    if pending is None:
+        if truncate_before is not None and device.end_offset is not None:
+            lag = min(lag, max(0, device.end_offset - truncate_before))
+        if offsets is not None:
+            taken = len(offsets)
+        elif count is not None:
+            taken = count
+        elif size_budget is not None:
+            taken = max(1, int(size_budget // device.mean_size)) if size_budget > 0 else 0
+        else:
+            taken = lag
+        return replace(device, lag=max(0, lag - taken))
+    before = len(pending)
+    if truncate_before is not None:
+        pending = pending.from_offset(truncate_before)
+    if offsets is not None:
+        keep = ~np.isin(pending.offsets, offsets)
+        pending = PendingIndex(pending.offsets[keep], pending.sizes[keep], pending.arrivals[keep])
+    else:
+        k = oldest_within(pending.sizes, count, size_budget)
+        pending = PendingIndex(pending.offsets[k:], pending.sizes[k:], pending.arrivals[k:])
+    return replace(device, pending=pending, lag=max(0, lag - (before - len(pending))))
+
+
+def after_plan(state: PlanningState, plan: Plan) -> PlanningState:
+    """The state the plan for the step after `plan` is made from, while `plan` has not run yet.
+
+    `plan`'s samples are taken and its truncation applied; the time models, rates and the last step's
+    timings stay those of `state` (the results of `plan`'s step are not known yet: they correct the plan
+    after this one). The live service gets the same state from its pending book, where a published plan's
+    offsets are in flight and its budget is claimed from the oldest pending samples.
+    """
+    parts = {b.device_id: b for b in plan.devices}
+    devices = []
+    for d in state.devices:
+        b = parts.get(d.device_id)
+        if b is None:
+            devices.append(d)
+            continue
+        budget = None if b.offsets is not None else float(np.ceil(b.total_size))
+        devices.append(after_batch(d, b.offsets, count=None if b.offsets is not None else b.count,
+                                   size_budget=budget, truncate_before=b.truncate_before))
+    return replace(state, step=plan.step + 1, devices=tuple(devices), carry=plan.carry)
+
+
+def plan_to_assignment(plan: Plan, job: str, created_at: int | None = None,
+                       basis_step: int | None = None) -> Assignment:
+    """The wire record of a plan (what the coordinator publishes on the assignments topic).
+
+    Args:
+        plan: the plan.
+        job: the training job.
+        created_at: creation time in ms since the epoch; default now.
+        basis_step: the last step whose feedback the plan was made from (None: the step before it).
+    """
     devices = tuple(
         DevicePlan(
             device_id=d.device_id,
@@ -213,4 +301,5 @@ def plan_to_assignment(plan: Plan, job: str, created_at: int | None = None) -> A
         lr_scale=float(plan.lr_scale),
         devices=devices,
         created_at=now_ms() if created_at is None else created_at,
+        basis_step=basis_step,
     )

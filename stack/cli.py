@@ -162,12 +162,11 @@ def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> Non
     if not report:
         die(f"no report: {'; '.join(failures) or 'the run did not start'} (logs in {out / 'logs'})")
     table = Table(title=f"streamtrain up — {out / 'report.json'}", show_header=False)
-    for key in ("policy", "devices", "steps", "stopped_by", "samples_produced", "samples_trained", "samples_truncated",
-                "samples_dead_lettered", "samples_pending", "samples_duplicated", "samples_unaccounted",
-                "straggler_effect_median",
-                "step_seconds_median", "step_period_seconds_median", "throughput_samples_per_s",
-                "sample_delay_seconds_median", "plan_latency_ms_median", "plan_latency_step_fraction_median",
-                "initial_loss", "final_loss"):
+    for key in ("policy", "plan_ahead", "devices", "steps", "stopped_by", "samples_produced", "samples_trained",
+                "samples_truncated", "samples_dead_lettered", "samples_pending", "samples_duplicated",
+                "samples_unaccounted", "straggler_effect_median", "step_seconds_median", "step_period_seconds_median",
+                "plan_wait_seconds_median", "throughput_samples_per_s", "sample_delay_seconds_median",
+                "plan_latency_ms_median", "plan_latency_step_fraction_median", "initial_loss", "final_loss"):
         value = report.get(key)
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)

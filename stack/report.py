@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.balance import straggler_effect
+from streamtrain.periods import WALL_PARTS, split_wall_period
 from streamtrain.wire import StepFeedback
 
 from .ledger import DeviceTally, RunRecords
@@ -47,7 +48,7 @@ def weighted_loss(records: Sequence[StepFeedback]) -> float | None:
 
 def _t0_ms(run: RunRecords) -> int:
     starts = [int(r.timestamps_ms.min()) for r in run.records.values() if len(r)]
-    starts += [int(fb.sent_at - 1000 * (fb.step_seconds + fb.data_wait_seconds)) for fb in run.feedback]
+    starts += [int(fb.started_at) for fb in run.feedback]
     return min(starts) if starts else 0
 
 
@@ -70,8 +71,8 @@ def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
         times = np.sort(recs.timestamps_ms)
         first = int(recs.offsets.min()) if len(recs) else 0
         series: dict[str, list[Any]] = {k: [] for k in (
-            "t", "step", "batch", "batch_size_total", "step_seconds", "compute_seconds", "data_wait_seconds",
-            "buffer_depth", "lag", "truncated_cumulative", "loss")}
+            "t", "step", "batch", "batch_size_total", "step_seconds", "compute_seconds", "plan_wait_seconds",
+            "data_wait_seconds", "hold_seconds", "buffer_depth", "lag", "truncated_cumulative", "loss")}
         dropped = 0
         for fb in sorted((f for f in run.feedback if f.device_id == device), key=lambda f: f.step):
             dropped += fb.dropped
@@ -82,7 +83,9 @@ def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
             series["batch_size_total"].append(fb.total_size)
             series["step_seconds"].append(fb.step_seconds)
             series["compute_seconds"].append(fb.compute_seconds)
+            series["plan_wait_seconds"].append(fb.plan_wait_seconds)
             series["data_wait_seconds"].append(fb.data_wait_seconds)
+            series["hold_seconds"].append(fb.hold_seconds)
             series["buffer_depth"].append(fb.buffer_depth)
             series["lag"].append(max(0, first + appended - fb.lowest_unprocessed_offset))
             series["truncated_cumulative"].append(dropped)
@@ -147,7 +150,10 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
     full = {s: r for s, r in busy.items() if len(r) == len(run.devices) and len(r) > 1}
     se = [straggler_effect([fb.compute_seconds for fb in r]) for r in full.values()]
     step_wall = [max(fb.step_seconds for fb in r) for r in busy.values()]
-    periods = [p for s, p in step_periods(steps).items() if s in busy]
+    timed = {s: p for s, p in step_periods(steps).items() if s in busy}
+    periods = list(timed.values())
+    # Where the wall period goes, over the busy steps whose period is known (the first step's is not).
+    splits = [split_wall_period(busy[s], p) for s, p in timed.items()]
     delays = sample_delays(run)
     fates = [t.fates for t in tallies]
     trained = sum(f.trained for f in fates)
@@ -156,7 +162,7 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
         reasons.update(tally.dead_letter_reasons)
     span_s = 0.0
     if run.feedback:
-        start = min(fb.sent_at - 1000 * (fb.step_seconds + fb.data_wait_seconds) for fb in run.feedback)
+        start = min(fb.started_at for fb in run.feedback)
         span_s = (max(fb.sent_at for fb in run.feedback) - start) / 1e3
     with_loss = [r for r in steps.values() if weighted_loss(r) is not None]
     last = [fb for r in with_loss[-FINAL_LOSS_STEPS:] for fb in r]
@@ -180,6 +186,10 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
         "straggler_effect_median": median(se),
         "step_seconds_median": median(step_wall),
         "step_period_seconds_median": median(periods),
+        "step_period_split_median": {part: median([x[part] for x in splits]) for part in WALL_PARTS},
+        "plan_wait_seconds_median": median([x["plan_wait"] for x in splits]),
+        "plan_wait_step_fraction_median": median([x["plan_wait"] / p for x, p in zip(splits, periods, strict=True)
+                                                  if p > 0]),
         "sample_delay_seconds_median": median(delays),
         "sample_delay_seconds_p99": float(np.percentile(delays, 99)) if delays else None,
         "throughput_samples_per_s": trained / span_s if span_s > 0 else None,

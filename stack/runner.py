@@ -457,6 +457,7 @@ class LocalStack:
         extra = {
             "policy": status.get("policy") or self.opts.policy or cfg.coordinator.policy,
             "truncation": status.get("truncation") or self.opts.truncation or cfg.coordinator.truncation,
+            "plan_ahead": status.get("plan_ahead", cfg.coordinator.plan_ahead),
             "job": cfg.job, "topic_prefix": self.kafka.topic_prefix, "bootstrap_servers": self.kafka.bootstrap_servers,
             "started_at": self.started_at.isoformat(timespec="seconds"), "stopped_by": self.stopped_by,
             "drained": self.drained, "backlog_per_device": self.opts.backlog or None,

@@ -9,11 +9,14 @@ the data's round trip, the optimizer step), which T was chosen to keep within
 `coordinator.max_overhead_fraction` of a step.
 
 So a rank holds its report until T has passed since its step began, when the whole group drained
-what the coordinator knew of (no rank kept a reported sample back, and truncation dropped none:
-`group_backlog` is 0; a truncated stream is one that outruns training, where holding would idle it). The
-samples that arrive meanwhile are reported with the step and planned together, and the next step
-trains about T's worth. The hold costs freshness (a sample waits at most T longer), never
-throughput: a group with a backlog does not hold, and the samples arrive whether or not it waits.
+what its plans could see (no rank kept back a sample a plan saw and left, and truncation dropped
+none: `group_backlog` is 0; a truncated stream is one that outruns training, where holding would idle
+it). The samples that arrive meanwhile are reported with the step and planned together, and the
+step that trains them has about T's worth. The hold costs freshness (a sample waits at most T
+longer), never throughput: a group with a backlog does not hold, and the samples arrive whether or
+not it waits. With plans made a step ahead, the plan a step's report feeds is the one after next, so
+what a plan could see ends one report earlier (`trainer.backlog`): samples reported a moment ago wait
+for the plan made from them and are no backlog yet.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ def report_hold_seconds(target_s: float, elapsed_s: float, group_backlog: int, m
     Args:
         target_s: the plan's step-time target T (0 or less when the plan has none).
         elapsed_s: seconds since the step began (plan wait, data wait, compute, communication).
-        group_backlog: reported samples the group's ranks still hold after taking the step's batches, plus
-            the samples truncation dropped in the step; above 0 the plan could not take everything there
-            was, so steps are not short for want of data and holding would only delay (or drop) more.
+        group_backlog: samples the group's ranks still hold after taking the step's batches that a plan saw
+            and no plan names, plus the samples truncation dropped in the step; above 0 the plans could not
+            take everything there was, so steps are not short for want of data and holding would only delay
+            (or drop) more.
         max_hold_s: the longest hold (`trainer.hold_max_seconds`); 0 turns holding off.
     """
     if group_backlog > 0 or target_s <= 0 or max_hold_s <= 0:

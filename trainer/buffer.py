@@ -14,7 +14,7 @@ the lowest unprocessed one, which stays put when a plan trains samples out of or
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from itertools import takewhile
 
@@ -149,11 +149,12 @@ class SampleBuffer:
         """Samples dropped since the last `drain_dropped`."""
         return len(self._dropped)
 
-    def select_oldest(self, count: int | None = None, size_budget: int | None = None) -> list[int]:
+    def select_oldest(self, count: int | None = None, size_budget: int | None = None,
+                      exclude: Collection[int] = ()) -> list[int]:
         """Offsets of the oldest samples within `count` and a total `size_budget` (None: no bound).
 
         The oldest sample is taken even when it alone exceeds the size budget, so a large sample
-        cannot starve at the head of the buffer.
+        cannot starve at the head of the buffer. Offsets in `exclude` (named by a later plan) are passed over.
         """
         if size_budget is not None and size_budget <= 0:
             return []
@@ -162,6 +163,8 @@ class SampleBuffer:
         for offset, entry in self._entries.items():
             if count is not None and len(chosen) >= count:
                 break
+            if offset in exclude:
+                continue
             size = entry.sample.size
             if size_budget is not None and chosen and total + size > size_budget:
                 break
@@ -205,13 +208,19 @@ class SampleBuffer:
         return lowest
 
     @property
-    def reported_depth(self) -> int:
-        """Buffered samples already reported in feedback: ones the coordinator knew of when it last planned.
+    def first_unreported(self) -> int:
+        """Every buffered sample below this offset was reported in feedback (samples arrive in offset order)."""
+        return self._new[0].offset if self._new else self.position
 
-        Samples arrive in offset order, so the unreported ones are those from the first new offset on.
-        """
-        unreported = self._new[0].offset if self._new else self.position
-        return sum(1 for _ in takewhile(lambda offset: offset < unreported, self._entries))
+    @property
+    def reported_depth(self) -> int:
+        """Buffered samples already reported in feedback."""
+        return self.count_reported()
+
+    def count_reported(self, before: int | None = None, exclude: Collection[int] = ()) -> int:
+        """Buffered samples reported in feedback and below offset `before` (None: any), less those in `exclude`."""
+        bound = self.first_unreported if before is None else min(before, self.first_unreported)
+        return sum(1 for offset in takewhile(lambda offset: offset < bound, self._entries) if offset not in exclude)
 
     def drain_new(self) -> tuple[PendingSample, ...]:
         """(offset, size) of samples buffered since the last call that are still buffered (for feedback)."""

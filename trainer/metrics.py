@@ -36,8 +36,11 @@ class TrainerMetrics:
         self.compute = gauge("compute_seconds", "Compute time of the last step, less exposed communication.").labels(
             **labels)
         self.step = gauge("step_seconds", "Collate-to-optimizer time of the last step.").labels(**labels)
-        self.data_wait = gauge("data_wait_seconds", "Time the last step waited for its plan and data.").labels(
-            **labels)
+        self.plan_wait = gauge("plan_wait_seconds", "Time the last step waited for its plan (plans made one step "
+                               "ahead are there already; a late one falls back after "
+                               "trainer.plan_wait_seconds).").labels(**labels)
+        self.data_wait = gauge("data_wait_seconds", "Time the last step waited for its plan's samples once the "
+                               "plan was there.").labels(**labels)
         self.hold = gauge("hold_seconds", "Time the last step's report was held so the next plan batches what "
                           "arrives meanwhile (line rate; trainer.hold_max_seconds).").labels(**labels)
         self.comm = gauge("comm_seconds", "Communication time the last step's backward waited for.").labels(**labels)
@@ -65,13 +68,13 @@ class TrainerMetrics:
         self._labels = labels
         self._rejected_seen: dict[str, int] = {}
 
-    def record_step(self, feedback: StepFeedback, *, late: bool, compressed: bool, dead_lettered: int,
-                    held: float = 0.0) -> None:
-        """Update every metric from one step's feedback and counters (`held`: seconds the report was held)."""
+    def record_step(self, feedback: StepFeedback, *, late: bool, compressed: bool, dead_lettered: int) -> None:
+        """Update every metric from one step's feedback and counters."""
         self.batch_samples.set(feedback.samples)
         self.batch_size.set(feedback.total_size)
         self.compute.set(feedback.compute_seconds)
         self.step.set(feedback.step_seconds)
+        self.plan_wait.set(feedback.plan_wait_seconds)
         self.data_wait.set(feedback.data_wait_seconds)
         self.comm.set(feedback.comm_seconds)
         self.buffer_depth.set(feedback.buffer_depth)
@@ -79,8 +82,8 @@ class TrainerMetrics:
         self.global_step.set(feedback.step + 1)
         if feedback.loss is not None:
             self.loss.set(feedback.loss)
-        self.hold.set(held)
-        wall = feedback.step_seconds + feedback.data_wait_seconds + held
+        self.hold.set(feedback.hold_seconds)
+        wall = feedback.step_seconds + feedback.wait_seconds + feedback.hold_seconds
         self.samples_per_second.set(feedback.samples / wall if wall > 0 else 0.0)
         self.samples.inc(feedback.samples)
         self.truncated.inc(feedback.dropped)

@@ -9,6 +9,7 @@ any plan at all it trains `local_batch` samples. Either way the oldest samples g
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
@@ -64,12 +65,14 @@ class PlanBook:
         """The step the rank runs next (plans for earlier steps are dropped)."""
         self._plans: dict[int, Assignment] = {}
         self._sources: dict[int, Message] = {}
+        self._arrived: dict[int, float] = {}
         self.ignored_other_jobs = 0
         self.rejected: Counter[str] = Counter()
         """Plans rejected, by reason (when they arrived or when their step ran)."""
 
     def add(self, plan: Assignment, source: Message | None = None) -> PlanRejection | None:
-        """Remember `plan` (a later plan for the same step replaces an earlier one), unless it is rejected.
+        """Remember `plan` (a later plan for the same step replaces an earlier one) and when it arrived, unless
+        it is rejected.
 
         Args:
             plan: the decoded plan.
@@ -86,13 +89,14 @@ class PlanBook:
             self.rejected[rejection.reason] += 1
             return rejection
         self._plans[plan.step] = plan
+        self._arrived[plan.step] = time.perf_counter()
         if source is not None:
             self._sources[plan.step] = source
         else:
             self._sources.pop(plan.step, None)
         if len(self._plans) > self.keep:
             oldest = min(self._plans)
-            del self._plans[oldest]
+            del self._plans[oldest], self._arrived[oldest]
             self._sources.pop(oldest, None)
         return None
 
@@ -108,11 +112,19 @@ class PlanBook:
         """A plan for a later step exists, so the one for `step` is not coming."""
         return any(s > step for s in self._plans)
 
+    def later(self, step: int) -> list[Assignment]:
+        """The plans received for steps after `step` (made ahead), in step order."""
+        return [self._plans[s] for s in sorted(self._plans) if s > step]
+
+    def received(self) -> list[tuple[Assignment, float]]:
+        """Each plan held, with the `time.perf_counter()` at which it was polled."""
+        return [(plan, self._arrived[step]) for step, plan in self._plans.items()]
+
     def forget_before(self, step: int) -> None:
         """Drop plans of steps already run; `step` is the one the rank runs next."""
         self.current = max(self.current, step)
         for s in [s for s in self._plans if s < step]:
-            del self._plans[s]
+            del self._plans[s], self._arrived[s]
             self._sources.pop(s, None)
 
 

@@ -28,6 +28,7 @@ from streamtrain.metrics import serve_metrics
 from streamtrain.pacing import report_hold_seconds
 from streamtrain.wire import Assignment, StepFeedback, encode, ranges_of
 
+from .backlog import ReportLog, hold_backlog, named_by
 from .checkpoint import Checkpoint, NonFiniteCheckpointError, load_checkpoint, resume_offset, save_checkpoint
 from .consumer import RankConsumer
 from .distributed import DistContext, destroy_distributed, init_distributed
@@ -74,6 +75,7 @@ class TrainerRank:
         self.part_check = PartCheck(device_id, config.coordinator, self.consumer.high_watermark, self._wait_for)
         self.buffer = self.consumer.buffer
         self.local = LocalPlanner(self.trainer.local_batch)
+        self.reports = ReportLog()
         self.metrics = TrainerMetrics(registry if registry is not None else CollectorRegistry(), device_id, config.job)
         self.step = 0
         self.plans_late = 0
@@ -151,21 +153,24 @@ class TrainerRank:
         started = time.perf_counter()
         step = self.step
         arrived = self._wait_for_plan(step, started + self.trainer.plan_wait_seconds)
+        planned = time.perf_counter()
+        plan_wait = planned - started
         plan = self._checked(arrived)  # None too when this device's part may not be obeyed: a local plan runs
         if plan is not None:
             selection = selection_from(plan, self.device_id)
         else:
-            selection = self.local.selection(waited_s=time.perf_counter() - started)
+            selection = self.local.selection(waited_s=plan_wait)
         if arrived is None:
             self.plans_late += 1
         if selection.truncate_before is not None:
             self.buffer.truncate_before(selection.truncate_before)
-        offsets = self._gather(selection, time.perf_counter() + self.trainer.data_wait_seconds)
-        data_wait = time.perf_counter() - started
+        reserved = named_by(self.plans.later(step), self.device_id)  # plans made ahead: not this step's to take
+        offsets = self._gather(selection, time.perf_counter() + self.trainer.data_wait_seconds, reserved)
+        data_wait = time.perf_counter() - planned  # includes a check's wait for planned records on their way
         samples = self.buffer.take(offsets)
-        # Samples the plan left behind, and any truncation dropped (streams outran training): either way not a
-        # step short for want of data, so no rank holds its report (`_hold`).
-        backlog = self.buffer.reported_depth + self.buffer.dropped_since_report
+        # Samples a plan saw and left behind, and any truncation dropped (streams outran training): either way
+        # not a step short for want of data, so no rank holds its report (`_hold`).
+        backlog = hold_backlog(self.buffer, self.device_id, plan, self.plans.later(step), self.reports)
         result = self.runner.run_step(samples, stop=self.stop_requested, backlog=backlog)
         self.group_stop = result.stop
         self.group_idle = result.global_samples == 0
@@ -187,7 +192,10 @@ class TrainerRank:
             lowest_unprocessed_offset=self.buffer.lowest_unprocessed(), buffer_depth=len(self.buffer),
             loss=None if result.skipped else result.loss, dropped=len(dropped), new_samples=self.buffer.drain_new(),
             trained_offsets=trained, dropped_offsets=ranges_of(dropped),
+            plan_wait_seconds=plan_wait, hold_seconds=held,
+            plan_round_trip_seconds=self.reports.time_plans(self.plans.received()),
         )
+        self.reports.record(step, self.buffer.first_unreported)
         value, headers = encode(feedback)
         produce(self.producer, self.feedback_topic, value, headers, self._feedback_delivered, self.device_id.encode())
         self.step += 1
@@ -195,7 +203,7 @@ class TrainerRank:
         dead = self.consumer.dead_lettered - self._dead_lettered_seen
         self._dead_lettered_seen = self.consumer.dead_lettered
         compressed = result.buckets > 0 and result.compressed_buckets == result.buckets
-        self.metrics.record_step(feedback, late=arrived is None, compressed=compressed, dead_lettered=dead, held=held)
+        self.metrics.record_step(feedback, late=arrived is None, compressed=compressed, dead_lettered=dead)
         self.metrics.count_rejected(self.plans.rejected)
         self.metrics.buffer_bytes.set(self.buffer.nbytes)
         if self.step % self.trainer.log_every == 0:
@@ -219,8 +227,8 @@ class TrainerRank:
     def _hold(self, plan: Assignment | None, started: float, result: StepResult) -> float:
         """Hold the step's report until the plan's target time when the group drained its buffers
         (`streamtrain.pacing`); the samples that arrive meanwhile go into this step's feedback. Returns
-        the seconds held. Not part of the feedback's timings: the coordinator's overhead estimate
-        must not count a wait it asked for."""
+        the seconds held, reported apart from the step's timings and waits: the coordinator's overhead
+        estimate must not count a wait it asked for."""
         if plan is None or result.stop or not result.stepped:
             return 0.0  # a local plan has no target; an empty group step waits in `run` instead
         now = time.perf_counter()
@@ -253,16 +261,20 @@ class TrainerRank:
         self.consumer.wait_until(lambda: self.plans.get(step) is not None or self.plans.has_newer(step), deadline)
         return self.plans.get(step)
 
-    def _gather(self, selection: Selection, deadline: float) -> list[int]:
-        """Wait (bounded) for the selection's samples to be fetched, then name the offsets to train."""
+    def _gather(self, selection: Selection, deadline: float, reserved: set[int]) -> list[int]:
+        """Wait (bounded) for the selection's samples to be fetched, then name the offsets to train.
+
+        A selection without offsets takes the oldest samples, passing over the `reserved` ones a plan for a
+        later step already names (a fallback must not rob the plan after it).
+        """
         if selection.offsets:
             wanted = selection.offsets
             last = max(wanted)
             self.consumer.wait_until(lambda: last < self.buffer.position, deadline)
             return list(wanted)  # planned offsets that never arrived (or were dead-lettered) are skipped
         if selection.count != 0:
-            self.consumer.wait_until(lambda: len(self.buffer) > 0, deadline)
-        return self.buffer.select_oldest(selection.count, selection.size_budget)
+            self.consumer.wait_until(lambda: len(self.buffer) > len(reserved), deadline)
+        return self.buffer.select_oldest(selection.count, selection.size_budget, exclude=reserved)
 
     def _feedback_delivered(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
@@ -336,9 +348,10 @@ class TrainerRank:
 
     def _log(self, fb: StepFeedback) -> None:
         loss = f"{fb.loss:.4f}" if fb.loss is not None else "-"
-        logger.info("%s step %d: %d samples (size %d) loss %s | compute %.3fs wait %.3fs comm %.3fs | buffer %d "
-                    "next %d | %s, %d late, %d dropped, %d dead-lettered", self.device_id, fb.step, fb.samples,
-                    fb.total_size, loss, fb.compute_seconds, fb.data_wait_seconds, fb.comm_seconds, fb.buffer_depth,
+        logger.info("%s step %d: %d samples (size %d) loss %s | compute %.3fs plan wait %.3fs data wait %.3fs "
+                    "comm %.3fs hold %.3fs | buffer %d next %d | %s, %d late, %d dropped, %d dead-lettered",
+                    self.device_id, fb.step, fb.samples, fb.total_size, loss, fb.compute_seconds, fb.plan_wait_seconds,
+                    fb.data_wait_seconds, fb.comm_seconds, fb.hold_seconds, fb.buffer_depth,
                     fb.lowest_unprocessed_offset, "local plan" if fb.plan_step < 0 else f"plan {fb.plan_step}",
                     self.plans_late, self.buffer.dropped_total, self.consumer.dead_lettered)
 

@@ -25,7 +25,8 @@ __all__ = ["MatrixFigures", "analyse_cell", "combine_repeats", "evaluate_targets
 #: Per-run figures a combined cell reports as the median over its repeats.
 _MEDIAN_FIELDS = ("step_seconds_median", "wall_step_seconds_median", "straggler_effect_median", "samples_per_s",
                   "size_per_s", "global_batch_median", "step_size_median", "trained_size_mean", "final_loss",
-                  "plan_latency_ms_median", "straggler_effect_of_medians", "target_loss")
+                  "plan_latency_ms_median", "plan_wait_seconds_median", "straggler_effect_of_medians",
+                  "target_loss")
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def analyse_cell(feedback: Sequence[StepFeedback], devices: int, warmup: int, st
     full = {s: r for s, r in steps_of.items() if len({fb.device_id for fb in r}) == devices}
     if 0 not in steps_of:
         raise ValueError("no feedback for step 0")
-    start_ms = min(fb.sent_at - 1000.0 * (fb.step_seconds + fb.data_wait_seconds) for fb in steps_of[0])
+    start_ms = min(fb.started_at for fb in steps_of[0])
     end_s = {s: (max(fb.sent_at for fb in r) - start_ms) / 1e3 for s, r in steps_of.items()}
     window = [s for s in range(warmup, warmup + steps) if s in full]
     step_s = [max(fb.step_seconds for fb in full[s]) for s in window]

@@ -71,6 +71,10 @@ class CellResult(CellFigures):
     size_mean_measured: float | None = None
     size_dif_measured: float | None = None
     plan_latency_ms_median: float | None = None
+    plan_wait_seconds_median: float | None = None
+    """Median over steps of the slowest rank's wait for its plan (0 when plans are made ahead and on time)."""
+    step_period_split_median: dict[str, float] | None = None
+    """Median seconds of each part of a step's wall period (compute, communication, plan_wait, data_wait, ...)."""
     backlog_seconds: float | None = None
     run_dir: str | None = None
     straggler_effect_of_medians: float | None = None

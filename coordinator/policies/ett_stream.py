@@ -11,6 +11,10 @@
    stream it can keep up with (backlog only, e.g. an epoch over stored data), T is the equal time in
    which the fleet trains `global_batch` samples. Either way every device must be able to train b_min
    samples; T is clamped to [min_step_seconds, max_step_seconds]; `target_step_seconds` fixes it.
+   With plans made a step ahead, the next plan reaches the ranks a round trip r after they report
+   (`PlanningState.plan_round_trip_seconds`): a step period shorter than r waits for it anyway, so
+   while streams keep up T is at least r - o, and the ranks wait by batching (the report hold)
+   rather than idle at the step boundary.
    Only devices with a fitted model count once there is one: a warm-start guess does not set T (before
    any is fitted, T is the b_min bound alone).
    Devices that cannot keep up at any T simply fill T; their backlog is the truncation policy's.
@@ -45,10 +49,11 @@ __all__ = ["choose_step_time", "plan_ett_stream", "plan_ett_stream_reference"]
 
 
 def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig,
-                     overhead_s: float = 0.0) -> tuple[float, dict[str, float]]:
-    """The step-time target T and the bounds it came from (line rate, overhead, backlog batch, b_min).
+                     overhead_s: float = 0.0, round_trip_s: float = 0.0) -> tuple[float, dict[str, float]]:
+    """The step-time target T and the bounds it came from (line rate, overhead, round trip, backlog batch, b_min).
 
-    `overhead_s` is the measured per-step time outside compute (`PlanningState.step_overhead_seconds`).
+    `overhead_s` is the measured per-step time outside compute (`PlanningState.step_overhead_seconds`),
+    `round_trip_s` the plans' round trip when they are made a step ahead (`PlanningState.plan_round_trip_seconds`).
     """
     if config.target_step_seconds is not None:
         return config.target_step_seconds, {"fixed": config.target_step_seconds}
@@ -71,6 +76,8 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
         o = max(overhead_s, 0.0)
         bounds["line_rate"] = float(((b[keeps_up] + need[keeps_up] * o) / (1.0 - need[keeps_up])).max())
         bounds["overhead"] = float((b[active].max() + o) / config.max_overhead_fraction)
+        if round_trip_s > 0:
+            bounds["round_trip"] = max(round_trip_s - o, 0.0)
     elif active.any():
         # Backlog only: the equal time at which the fleet trains global_batch samples (LB-BSP, CHRONICA).
         inv = 1.0 / np.maximum(a[active] * m[active], 1e-12)
@@ -246,7 +253,7 @@ def _plan(state: PlanningState, config: CoordinatorConfig, fill: _Fill) -> Plan:
     devices = state.devices
     if not devices:
         return Plan("ett-stream", state.step, 0.0, 0.0, ())
-    target, bounds = choose_step_time(devices, config, state.step_overhead_seconds)
+    target, bounds = choose_step_time(devices, config, state.step_overhead_seconds, state.plan_round_trip_seconds)
     limits = np.array([size_limit(d, config) for d in devices])
     budgets = np.minimum([d.model.capacity(target) for d in devices], limits)
     n = len(devices)

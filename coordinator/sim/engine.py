@@ -5,9 +5,15 @@ Each step: build a `PlanningState` from the simulated buffers and the fitted mod
 speeds, noise and disturbances), advance the clock by the slowest device plus the all-reduce, feed
 the compute times back into the `ModelBank`, and let the streams deliver what arrived meanwhile.
 A device with too little data trains what it has (no one waits for data before a step); when a plan
-took every pending sample of every device, the ranks hold their reports until the plan's target as
-the live trainers do (`streamtrain.pacing`, `Scenario.hold_max_seconds`), so the step's period is the
-target and the next plan gets what arrived meanwhile.
+took every pending sample it saw, the ranks hold their reports until the plan's target as the live
+trainers do (`streamtrain.pacing`, `Scenario.hold_max_seconds`), so the step's period is the target
+and the next plan gets what arrived meanwhile.
+
+With `coordinator.plan_ahead` = 1 (the live service's default) the plan for step s+1 is made as
+step s begins, as the service makes it while step s runs: from the buffers less what plan s takes
+and truncates (`after_plan`), the models fitted through step s-1, the last step's period and the
+clock at s's start; step s's results correct the plan after it. The hold then counts as backlog what
+plan s saw and left, as a live rank does before plan s+1 reaches it (`trainer.backlog`).
 
 Device cost model. A device's compute seconds for a batch are `(a / speed) · size + b`, times noise,
 slow-downs and disturbances, where `size` is what the trainer actually computes on:
@@ -43,7 +49,7 @@ from streamtrain.pacing import report_hold_seconds
 from ..balance import dif, straggler_effect
 from ..perfmodel import ModelBank
 from ..policies import plan_step
-from ..state import DeviceBatch, DeviceState, PendingIndex, PlanningState
+from ..state import DeviceBatch, DeviceState, PendingIndex, Plan, PlanningState, after_plan
 from .scenario import Scenario, draw_sizes
 
 __all__ = ["SimResult", "simulate"]
@@ -130,6 +136,7 @@ def simulate(
     last_size = np.zeros(n)
     last_seconds: list[float | None] = [None] * n
     trained_total, truncated_total, size_total = 0, 0, 0.0
+    ahead: tuple[Plan, np.ndarray] | None = None  # the plan for this step, made a step ahead, and what it saw
     for step in range(scenario.steps):
         devices = tuple(
             DeviceState(
@@ -141,9 +148,17 @@ def simulate(
             )
             for i in range(n)
         )
-        plan = plan_step(PlanningState(step, now, devices, last_step, carry,
-                                       step_overhead_seconds=scenario.comm_seconds), config, policy)
-        carry = plan.carry
+        state = PlanningState(step, now, devices, last_step, carry, step_overhead_seconds=scenario.comm_seconds)
+        if ahead is None:  # the first step, or plans wait for the last step's results
+            plan, seen = plan_step(state, config, policy), buffers.next_offset.copy()
+            carry = plan.carry
+        else:
+            plan, seen = ahead
+        ahead = None
+        if config.plan_ahead:
+            # Made now, before this step's results: plan's samples taken, models through the step before.
+            ahead = plan_step(after_plan(state, plan), config, policy), buffers.next_offset.copy()
+            carry = ahead[0].carry
         counts = np.array([b.count for b in plan.devices], dtype=np.int64)
         sizes = np.array([b.total_size for b in plan.devices])
         size_total += float(sizes[counts > 0].sum())
@@ -162,7 +177,7 @@ def simulate(
         compute = np.where(counts > 0, compute, 0.0)
         step_seconds = float(compute.max()) + scenario.comm_seconds
         # What the plan saw and did not take, and what truncation dropped: the group's backlog.
-        left = sum(len(o) for o in buffers.offsets) + truncated
+        left = sum(int(np.searchsorted(o, seen[i])) for i, o in enumerate(buffers.offsets)) + truncated
         if counts.any() and not (scenario.is_epoch and left == 0):  # an epoch ends with its last sample
             step_seconds += report_hold_seconds(plan.step_time_target, step_seconds, left, scenario.hold_max_seconds)
         busy = counts > 0
@@ -190,6 +205,7 @@ def simulate(
         if (scenario.is_epoch and backlog.sum() == 0) or (scenario.duration is not None and now >= scenario.duration):
             break
     summary = summarize(series, scenario, trained_total, truncated_total, bank, size_total)
+    summary["samples_arrived"] = int(buffers.next_offset.sum())  # = trained + truncated + final backlog
     return SimResult(policy, series, summary)
 
 

@@ -20,12 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grafana_foundation_sdk.builders.common import VizLegendOptions, VizTooltipOptions
+from grafana_foundation_sdk.builders.common import StackingConfig, VizLegendOptions, VizTooltipOptions
 from grafana_foundation_sdk.builders.dashboard import Dashboard, DashboardLink, QueryVariable
 from grafana_foundation_sdk.builders.prometheus import Dataquery
 from grafana_foundation_sdk.builders.timeseries import Panel as Timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement, SortOrder, TooltipDisplayMode
+from grafana_foundation_sdk.models.common import (
+    LegendDisplayMode,
+    LegendPlacement,
+    SortOrder,
+    StackingMode,
+    TooltipDisplayMode,
+)
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
     DashboardLinkType,
@@ -60,6 +66,8 @@ class Panel:
     queries: tuple[Query, ...]
     unit: str = "short"
     width: int = 12
+    stacked: bool = False
+    """Series stacked and filled, so the top line is their sum (the parts of one whole)."""
 
 
 def q(expr: str, legend: str = "{{device}}") -> Query:
@@ -84,11 +92,18 @@ BALANCE = (
            q(f"streamtrain_coordinator_actual_compute_seconds{{{DEVICE}}}", "actual {{device}}")), unit="s"),
     Panel("Prediction error", "Smoothed |predicted - actual| / actual of each device's time model.",
           (q(f"streamtrain_coordinator_prediction_error_ratio{{{DEVICE}}}"),), unit="percentunit"),
-    Panel("Compute, data wait, communication and hold", "Per rank: compute, waiting for plan and data, and "
-          "exposed gradient communication of the last step, and how long its report was held for the plan's "
-          "target because the group had drained its buffers (line rate; trainer.hold_max_seconds).",
+    Panel("Step wall period split", "Where the last reported step's wall period went, along its critical "
+          "path (the slowest rank): compute, exposed communication, waiting for the plan (about 0 when plans "
+          "are made a step ahead), waiting for the plan's samples, the report hold (line rate), and the rest "
+          "(commits, checkpoints, sending the feedback). Stacked: the top is the period (coordinator).",
+          (q("streamtrain_coordinator_step_wall_seconds", "{{part}}"),), unit="s", stacked=True),
+    Panel("Compute, plan and data wait, communication and hold", "Per rank: compute, waiting for the plan, "
+          "waiting for its samples, and exposed gradient communication of the last step, and how long its report "
+          "was held for the plan's target because the group had drained its buffers (line rate; "
+          "trainer.hold_max_seconds).",
           (q(f"streamtrain_trainer_compute_seconds{{{DEVICE}}}", "compute {{device}}"),
-           q(f"streamtrain_trainer_data_wait_seconds{{{DEVICE}}}", "wait {{device}}"),
+           q(f"streamtrain_trainer_plan_wait_seconds{{{DEVICE}}}", "plan wait {{device}}"),
+           q(f"streamtrain_trainer_data_wait_seconds{{{DEVICE}}}", "data wait {{device}}"),
            q(f"streamtrain_trainer_comm_seconds{{{DEVICE}}}", "comm {{device}}"),
            q(f"streamtrain_trainer_hold_seconds{{{DEVICE}}}", "hold {{device}}")), unit="s"),
     Panel("Plan: step-time target, global batch, DIF, LR scale", "The last plan's step-time target, "
@@ -200,10 +215,13 @@ def _datasource() -> DataSourceRef:
 def _timeseries(panel: Panel) -> Timeseries:
     """`panel` as a Grafana time-series panel: thin lines, legend below, a shared tooltip sorted by value."""
     built = (Timeseries().title(panel.title).description(panel.description).datasource(_datasource())
-             .height(PANEL_HEIGHT).span(panel.width).unit(panel.unit).line_width(1).fill_opacity(0)
+             .height(PANEL_HEIGHT).span(panel.width).unit(panel.unit).line_width(1)
+             .fill_opacity(60 if panel.stacked else 0)
              .legend(VizLegendOptions().display_mode(LegendDisplayMode.LIST).placement(LegendPlacement.BOTTOM)
                      .show_legend(True))
              .tooltip(VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.DESCENDING)))
+    if panel.stacked:
+        built.stacking(StackingConfig().mode(StackingMode.NORMAL).group("A"))
     for ref, query in zip("ABCDEFGH", panel.queries, strict=False):
         built.with_target(Dataquery().ref_id(ref).datasource(_datasource()).expr(query.expr)
                           .legend_format(query.legend).range())

@@ -145,6 +145,13 @@ class CoordinatorConfig(BaseModel):
     """Devices the service plans for, in rank order; empty plans for every device that has sent feedback
     (ordered by rank) and waits for exactly those before planning the next step."""
 
+    plan_ahead: int = Field(default=1, ge=0, le=1)
+    """Steps ahead a plan is made (true/false mean 1/0). 1: the plan for step s+1 is made while step s runs,
+    as soon as step s-1's feedback is in, from the state that feedback and plan s predict (plan s's samples
+    taken, models through s-1), so ranks find it there when step s ends and the correction for step s's
+    results goes into plan s+2. 0: plan s+1 waits for step s's feedback, and every step boundary waits for
+    that round trip through Kafka."""
+
     feedback_wait_seconds: float = Field(default=1.0, gt=0.0, le=600.0)
     """Service: longest wait, after the first feedback of a step, for the other devices' feedback; the
     plan for the next step is then published with what has arrived (trainers never block on it)."""

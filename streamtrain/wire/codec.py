@@ -3,6 +3,11 @@
 Every record carries the header ``st-schema`` with the CRC-64-AVRO fingerprint (hex) of the
 schema that wrote it, so a reader rejects what it cannot read instead of misreading it. A Sample
 also carries ``st-size`` (decimal ASCII) so a consumer can see its cost without decoding the body.
+
+A schema grows only by fields with defaults, and the versions it had before stay readable: they
+are kept in ``schemas/older/<Name>.<n>.avsc``, and a record written with one of them is resolved
+to the current schema (Avro schema resolution: the fields it lacks take their defaults), so
+services of different versions can share the topics while they are upgraded one by one.
 """
 
 from __future__ import annotations
@@ -66,18 +71,34 @@ class _Schema:
     fingerprint: str
 
 
-@cache
-def load_schema(name: str) -> _Schema:
-    """The parsed schema `name` (e.g. "Sample") from the packaged `.avsc` file, with its fingerprint."""
-    text = resources.files("streamtrain.wire").joinpath("schemas", f"{name}.avsc").read_text()
-    parsed = fastavro.parse_schema(json.loads(text))
+def _parse(name: str, *path: str) -> _Schema:
+    text = resources.files("streamtrain.wire").joinpath("schemas", *path).read_text()
+    parsed = fastavro.parse_schema(json.loads(text), named_schemas={})
     return _Schema(name, parsed, fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
 
 
 @cache
+def load_schema(name: str) -> _Schema:
+    """The parsed schema `name` (e.g. "Sample") from the packaged `.avsc` file, with its fingerprint."""
+    return _parse(name, f"{name}.avsc")
+
+
+@cache
+def _writer_schemas() -> dict[str, _Schema]:
+    """Fingerprint (hex) → every schema a readable record may have been written with: current and older."""
+    schemas = {load_schema(n).fingerprint: load_schema(n) for n in _RECORD_TYPES}
+    older = resources.files("streamtrain.wire").joinpath("schemas", "older")
+    for entry in sorted(older.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".avsc"):
+            old = _parse(entry.name.split(".")[0], "older", entry.name)
+            schemas.setdefault(old.fingerprint, old)
+    return schemas
+
+
+@cache
 def known_fingerprints() -> dict[str, str]:
-    """Fingerprint (hex) → schema name, for every schema this build can read."""
-    return {load_schema(n).fingerprint: n for n in _RECORD_TYPES}
+    """Fingerprint (hex) → schema name, for every schema this build can read (older versions included)."""
+    return {fp: schema.name for fp, schema in _writer_schemas().items()}
 
 
 def fingerprint_of(record_type: type[Any]) -> str:
@@ -147,7 +168,10 @@ def decode(value: bytes | None, headers: Headers | None, expect: type[R], *, val
         raise MissingHeaderError(f"Sample has no {SIZE_HEADER} header")
     buf = io.BytesIO(value)
     try:
-        data = fastavro.schemaless_reader(buf, load_schema(name).parsed, None)
+        writer = _writer_schemas()[fp]
+        current = load_schema(name)
+        # Resolution only for an older writer: reading with the writer's own schema skips it.
+        data = fastavro.schemaless_reader(buf, writer.parsed, None if writer is current else current.parsed)
     except (EOFError, ValueError, IndexError, KeyError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
         raise CorruptRecordError(f"{name} body is not valid Avro ({type(exc).__name__}: {exc})") from exc
     if buf.tell() != len(value):

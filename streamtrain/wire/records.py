@@ -213,6 +213,19 @@ class StepFeedback:
     dropped_offsets: tuple[OffsetRange, ...] = ()
     """The records truncation dropped since the last report: `dropped` offsets, as ranges."""
     sent_at: int = field(default_factory=now_ms)
+    plan_wait_seconds: float = 0.0
+    hold_seconds: float = 0.0
+    plan_round_trip_seconds: float = 0.0
+
+    @property
+    def wait_seconds(self) -> float:
+        """Time the step waited before training: for its plan, then for the plan's samples."""
+        return self.plan_wait_seconds + self.data_wait_seconds
+
+    @property
+    def started_at(self) -> float:
+        """When the step began (its plan wait), in milliseconds since the Unix epoch, from the report's timings."""
+        return self.sent_at - 1000.0 * (self.wait_seconds + self.step_seconds + self.hold_seconds)
 
     def to_dict(self) -> dict[str, Any]:
         d = _fields_of(self)
@@ -257,6 +270,13 @@ class Assignment:
     lr_scale: float
     devices: tuple[DevicePlan, ...]
     created_at: int = field(default_factory=now_ms)
+    basis_step: int | None = None
+    """The last step whose feedback the plan was made from (-1 before any); None: the step before `step`."""
+
+    @property
+    def seen_through(self) -> int:
+        """The last step whose reported samples this plan could name (`basis_step`, else the step before it)."""
+        return self.step - 1 if self.basis_step is None else self.basis_step
 
     def for_device(self, device_id: str) -> DevicePlan | None:
         """This plan's part for one device, or None when the device is not in it."""

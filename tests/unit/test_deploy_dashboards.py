@@ -30,6 +30,7 @@ REQUIRED = [
     ("streamtrain-balance", "step time per device"),
     ("streamtrain-balance", "batch per device"),
     ("streamtrain-balance", "predicted vs actual"),
+    ("streamtrain-balance", "step wall period split"),
     ("streamtrain-throughput", "produced vs trained samples/s per device"),
     ("streamtrain-lag", "lag (records)"),
     ("streamtrain-lag", "lag (seconds)"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -204,6 +205,30 @@ def test_report_has_the_required_figures_and_series() -> None:
     lag = series["devices"]["0"]["lag"]
     assert lag == [2, 0, 0]  # all 4 appended before step 0 ended, 2 processed; then all 4
     assert sum(sum(r["trained_per_s"]) for r in series["rates"]["devices"].values()) == 8
+
+
+def test_report_splits_each_step_wall_period_along_its_slowest_rank() -> None:
+    records = {"0": _records(range(4)), "1": _records(range(4))}
+
+    def timed(fb: StepFeedback, **timings: float) -> StepFeedback:
+        return replace(fb, **timings)
+
+    feedback = [_fb("0", 0, range(2), t=100, floor=2), _fb("1", 0, range(2), t=110, floor=2),
+                # Step 1 ends 300 ms after step 0: rank 1 (the slower) computed 200 ms, waited 2 ms for its plan
+                # (made ahead) and 10 ms for data, 10 ms in the all-reduce, and held its report 50 ms.
+                timed(_fb("0", 1, range(2, 4), t=400, floor=4), plan_wait_seconds=0.3, hold_seconds=0.05),
+                timed(_fb("1", 1, range(2, 4), t=410, floor=4, compute=0.2), comm_seconds=0.01, plan_wait_seconds=0.002,
+                      hold_seconds=0.05)]
+    cfg, run = _run(records, {"0": 4, "1": 4}, feedback, [])
+    report = build_report(run, tally_devices(cfg, run), {})
+    split = report["step_period_split_median"]
+    assert list(split) == ["compute", "communication", "plan_wait", "data_wait", "hold", "other"]
+    assert split == pytest.approx({"compute": 0.2, "communication": 0.01, "plan_wait": 0.002, "data_wait": 0.01,
+                                   "hold": 0.05, "other": 0.3 - 0.272})
+    assert report["plan_wait_seconds_median"] == pytest.approx(0.002)
+    assert report["plan_wait_step_fraction_median"] == pytest.approx(0.002 / 0.3)
+    series = build_series(run)["devices"]["1"]
+    assert series["plan_wait_seconds"] == [0.0, 0.002] and series["hold_seconds"] == [0.0, 0.05]
 
 
 def test_dashboard_variables_expand_to_queries_prometheus_can_run() -> None:

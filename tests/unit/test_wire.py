@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import math
+from dataclasses import replace
+from importlib import resources
 
+import fastavro
 import numpy as np
 import pytest
+from fastavro.schema import fingerprint, to_parsing_canonical_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,7 +53,8 @@ def _feedback() -> StepFeedback:
         job="job", step=12, device_id="dev-1", rank=1, plan_step=12, samples=30, total_size=1350,
         compute_seconds=0.25, data_wait_seconds=0.01, comm_seconds=0.03, step_seconds=0.3,
         memory_bytes=123456789, lowest_unprocessed_offset=1000, buffer_depth=40, loss=1.25, dropped=2,
-        new_samples=(PendingSample(1001, 45), PendingSample(1002, 3)),
+        new_samples=(PendingSample(1001, 45), PendingSample(1002, 3)), plan_wait_seconds=0.002, hold_seconds=0.1,
+        plan_round_trip_seconds=0.03,
     )
 
 
@@ -58,6 +65,7 @@ def _assignment() -> Assignment:
             DevicePlan("dev-1", predicted_seconds=0.29, weight=0.6, offsets=(1001, 1002, 1005), truncate_before=990),
             DevicePlan("dev-2", predicted_seconds=0.31, weight=0.4, count=40, size_budget=1800),
         ),
+        basis_step=11,
     )
 
 
@@ -85,8 +93,39 @@ def test_sample_carries_its_size_in_a_header_and_its_array_survives() -> None:
 
 def test_fingerprints_are_distinct_and_stable() -> None:
     fps = known_fingerprints()
-    assert sorted(fps.values()) == ["Assignment", "DeadLetter", "Sample", "StepFeedback"]
+    current = {fingerprint_of(t) for t in (Sample, StepFeedback, Assignment, DeadLetter)}
+    assert len(current) == 4 and current <= set(fps)
+    # The first versions of StepFeedback and Assignment stay readable beside the current ones.
+    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Sample", "StepFeedback", "StepFeedback"]
     assert all(len(fp) == 16 and int(fp, 16) >= 0 for fp in fps)
+
+
+def _older_record(name: str, record: dict[str, object]) -> tuple[bytes, HeaderList]:
+    """`record` written with the first version of schema `name`, as a service of that version sent it."""
+    text = resources.files("streamtrain.wire").joinpath("schemas", "older", f"{name}.1.avsc").read_text()
+    schema = fastavro.parse_schema(json.loads(text), named_schemas={})
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, schema, record)
+    fp = fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO")
+    return buf.getvalue(), [(SCHEMA_HEADER, fp.encode())]
+
+
+def test_records_of_the_first_schema_versions_are_read_with_the_new_fields_defaulted() -> None:
+    fb = _feedback()
+    new_fields = ("plan_wait_seconds", "hold_seconds", "plan_round_trip_seconds")
+    old = {k: v for k, v in fb.to_dict().items() if k not in new_fields}
+    value, headers = _older_record("StepFeedback", old)
+    assert dict(headers)[SCHEMA_HEADER] != fingerprint_of(StepFeedback).encode()
+    back = decode(value, headers, StepFeedback)
+    assert back == StepFeedback(**{**fb.__dict__, **dict.fromkeys(new_fields, 0.0)})
+    assert back.wait_seconds == fb.data_wait_seconds  # the first version counted both waits there
+    plan = _assignment()
+    value, headers = _older_record("Assignment", {k: v for k, v in plan.to_dict().items() if k != "basis_step"})
+    read = decode(value, headers, Assignment)
+    assert read == replace(plan, basis_step=None) and read.seen_through == plan.step - 1
+    assert plan.seen_through == 11
+    with pytest.raises(SchemaMismatchError, match="StepFeedback"):
+        decode(*_older_record("StepFeedback", old), Assignment)
 
 
 @settings(max_examples=150, deadline=None)

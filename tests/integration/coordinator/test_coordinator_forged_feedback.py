@@ -55,7 +55,7 @@ def test_forged_feedback_is_rejected_and_a_wild_report_does_not_steer_the_plans(
             assert abs(a * 160 + b - before) / before < 0.02
             assert plan13.step_time_target < 1.0  # the 20 s report did not become the step-time target
             reg = service.metrics.registry
-            counted = {reason: reg.get_sample_value("streamtrain_coordinator_dead_lettered_total",
+            counted = {reason: reg.get_sample_value("streamtrain_coordinator_dead_lettered_records_total",
                                                     {"job": JOB, "reason": reason})
                        for reason in ("feedback-non-finite", "feedback-negative", "feedback-impossible",
                                       "feedback-step-window")}

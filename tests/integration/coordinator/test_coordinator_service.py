@@ -26,11 +26,12 @@ pytestmark = pytest.mark.integration
 FAST = 15  # per report, within the bounded policy's 20: never truncated
 
 
-def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConfig) -> None:
+@pytest.mark.parametrize("ahead", [1, 0])
+def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConfig, ahead: int) -> None:
     # "slow" holds 100 samples but trains few per step: bounded truncation keeps its newest 20.
     sizes = produce_samples(kafka_cfg, {"fast": 2 * FAST, "slow": 100})
     cfg = config(kafka_cfg, devices=("fast", "slow"), truncation="bounded", max_lag_samples=20,
-                 delete_records=True, policy="ett-stream")
+                 delete_records=True, policy="ett-stream", plan_ahead=ahead)
     trainers, plans = Trainers(kafka_cfg), Plans(kafka_cfg)
     slow_topic = kafka_cfg.topics.device("slow")
     # What each trainer holds (reported, not trained, not dropped): lowest offset and depth follow.
@@ -47,6 +48,11 @@ def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConf
                             lowest=min(held[device], default=100), depth=len(held[device]),
                             seconds=0.1 if device == "fast" else 0.4)
 
+    def named(plan: Assignment, device: str) -> set[int]:
+        part = plan.for_device(device)
+        assert part is not None
+        return set(part.offsets)
+
     try:
         with running(cfg) as service:
             train(0, None, {"fast": range(FAST), "slow": range(100)})
@@ -55,6 +61,13 @@ def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConf
             assert fast is not None and slow is not None and p1.job == JOB and p1.policy == "ett-stream"
             assert fast.offsets and set(fast.offsets) <= set(range(FAST)) and fast.truncate_before is None
             assert slow.truncate_before == 80 and slow.offsets and min(slow.offsets) >= 80
+            if ahead:
+                # Made at once from the state after plan 1: what plan 1 takes and truncates is not its to name.
+                p2 = plans.wait(2)
+                assert p2.basis_step == p1.basis_step == 0
+                for d in ranks:
+                    assert not named(p2, d) & named(p1, d) and min(named(p2, d) | {99}) >= (
+                        p1.for_device(d).truncate_before or 0)  # type: ignore[union-attr]
 
             # The trainers skip the truncated records and commit past them: DeleteRecords follows.
             trainers.commit("slow", 80)
@@ -67,15 +80,17 @@ def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConf
             # A record no one can read goes to the dead-letter topic; the service carries on.
             trainers.producer.produce(kafka_cfg.topics.feedback, value=b"\x00garbage", headers=[])
             train(1, p1, {"fast": range(FAST, 2 * FAST)})
-            p2 = plans.wait(2)
+            nxt = plans.wait(2 + ahead)
+            p2 = plans.seen[2]
             for d in ranks:
-                part = p2.for_device(d)
-                assert part is not None and set(part.offsets) <= held[d]  # only what is held: nothing twice
+                # Only what is held and no plan still to run names: nothing twice.
+                assert named(nxt, d) <= held[d] - (named(p2, d) if ahead else set())
 
             _ctype, body = get(service.port, "/status")
             status = json.loads(body)
             by_id = {d["device"]: d for d in status["devices"]}
-            assert set(by_id) == {"fast", "slow"} and status["last_plan"]["step"] == 2
+            assert set(by_id) == {"fast", "slow"} and status["last_plan"]["step"] == 2 + ahead
+            assert status["plan_ahead"] == ahead and status["last_plan"]["basis_step"] == 1
             assert by_id["slow"]["model"]["a"] > 0 and by_id["slow"]["log_start_offset"] == 80
             assert {"lag_records", "arrival_rate", "pending"} <= set(by_id["fast"])
             ctype, metrics = get(service.port, "/metrics")
@@ -88,19 +103,22 @@ def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConf
                                         {"job": JOB, "device": "slow"}) == 80
             assert reg.get_sample_value("streamtrain_coordinator_dead_lettered_records_total",
                                         {"job": JOB, "reason": "missing-header"}) == 1
+            # The split of step 1's wall period along its slowest rank ("slow", 0.4 s of compute).
+            assert reg.get_sample_value("streamtrain_coordinator_step_wall_seconds",
+                                        {"job": JOB, "part": "compute"}) == pytest.approx(0.4)
         letters = list(read_to_end(kafka_cfg, [kafka_cfg.topics.dead_letter]))
         assert [dict(m.headers() or [])[REASON_HEADER] for m in letters] == [b"missing-header"]
 
-        # Restart: state comes back from Kafka; the next plan is for step 3, from what is still held.
+        # Restart: state comes back from Kafka; the next plan is the one after the last published, from what is
+        # still held and not named by a plan still to run.
         with running(cfg) as service:
-            assert service.fleet.next_plan_step == 3
+            assert service.fleet.next_plan_step == 3 + ahead
             train(2, p2, {})
-            p3 = plans.wait(3)
+            p_last = plans.wait(3 + ahead)
             for d in ranks:
-                part = p3.for_device(d)
-                assert part is not None and set(part.offsets) <= held[d]
-                if held[d]:
-                    assert part.offsets  # ett-stream never leaves a device with pending samples idle
+                assert named(p_last, d) <= held[d] - (named(nxt, d) if ahead else set())
+                if held[d] - (named(nxt, d) if ahead else set()):
+                    assert named(p_last, d)  # ett-stream never leaves a device with pending samples idle
     finally:
         trainers.close()
         plans.close()

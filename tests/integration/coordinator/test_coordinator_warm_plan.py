@@ -1,4 +1,4 @@
-"""On the real broker: a step-0 plan before any feedback, and plan latency as a fraction of the step."""
+"""On the real broker: step-0 plans before any feedback, and plan latency as a fraction of the step."""
 
 from __future__ import annotations
 
@@ -15,41 +15,52 @@ from streamtrain.config import KafkaConfig
 pytestmark = pytest.mark.integration
 
 
-def test_step_zero_is_planned_from_warm_start_then_feedback_takes_over(kafka_cfg: KafkaConfig) -> None:
+@pytest.mark.parametrize("ahead", [1, 0])
+def test_step_zero_is_planned_from_warm_start_then_feedback_takes_over(kafka_cfg: KafkaConfig, ahead: int) -> None:
     sizes = produce_samples(kafka_cfg, {"cam0": 30, "cam1": 50})
-    service = Coordinator(config(kafka_cfg, devices=("cam0", "cam1"), policy="ett-stream"))
+    service = Coordinator(config(kafka_cfg, devices=("cam0", "cam1"), policy="ett-stream", plan_ahead=ahead))
     thread = threading.Thread(target=service.run, name="coordinator-warm")
     trainers, plans = Trainers(kafka_cfg), Plans(kafka_cfg)
     try:
         started = time.monotonic()
         thread.start()
-        p0 = plans.wait(0, timeout=30)  # no feedback was ever sent
-        assert p0.job == JOB and p0.policy == "ett-stream"
-        for device in ("cam0", "cam1"):
-            part = p0.for_device(device)
-            # No index and no sample size yet: a size budget from the warm-start model, nothing else.
-            assert part is not None and not part.offsets and part.count is None
-            assert part.size_budget is not None and part.size_budget > 0
+        # No feedback was ever sent: step 0, and with plans made ahead step 1 from the state after it.
+        warm = [plans.wait(s, timeout=30) for s in range(1 + ahead)]
+        for plan in warm:
+            assert plan.job == JOB and plan.policy == "ett-stream" and plan.basis_step == -1
+            for device in ("cam0", "cam1"):
+                part = plan.for_device(device)
+                # No index and no sample size yet: a size budget from the warm-start model, nothing else.
+                assert part is not None and not part.offsets and part.count is None
+                assert part.size_budget is not None and part.size_budget > 0
         _ctype, body = get(service.port, "/status")
         status = json.loads(body)
-        assert status["last_plan"]["step"] == 0 and status["last_plan"]["warm_start"] is True
+        assert status["last_plan"]["step"] == ahead and status["last_plan"]["warm_start"] is True
         assert status["plan_latency_step_fraction_median"] is None  # no step has run yet
         reg = service.metrics.registry
-        assert reg.get_sample_value("streamtrain_coordinator_plans_warm_start_total", {"job": JOB}) == 1
+        assert reg.get_sample_value("streamtrain_coordinator_plans_warm_start_total", {"job": JOB}) == 1 + ahead
 
-        # The trainers ran step 0 on that plan (taking their 8 oldest) and report: step 1 has offsets.
+        # The trainers ran step 0 on that plan (taking their 8 oldest) and report: the next plan has offsets.
         for rank, device in enumerate(("cam0", "cam1")):
             n = len(sizes[device])
             trainers.report(0, device, rank, [(o, sizes[device][o]) for o in range(8, n)], lowest=8, depth=n - 8,
                             seconds=2.0)
-        p1 = plans.wait(1)
+        p1 = plans.wait(1 + ahead)
         for device in ("cam0", "cam1"):
             part = p1.for_device(device)
             assert part is not None and part.offsets and min(part.offsets) >= 8
+            if ahead:
+                # Step 1 runs the warm plan without offsets: it will take the oldest within its size budget,
+                # which plan 2 leaves to it.
+                budget = warm[1].for_device(device).size_budget  # type: ignore[union-attr]
+                sizes_left = sizes[device][8:]
+                claimed = next((k for k in range(1, len(sizes_left)) if sum(sizes_left[:k + 1]) > budget),
+                               len(sizes_left))
+                assert min(part.offsets) >= 8 + claimed
         deadline = time.monotonic() + 10
         while True:
             status = json.loads(get(service.port, "/status")[1])
-            if status["last_plan"]["step"] == 1:
+            if status["last_plan"]["step"] == 1 + ahead:
                 break
             assert time.monotonic() < deadline
             time.sleep(0.1)
@@ -58,7 +69,7 @@ def test_step_zero_is_planned_from_warm_start_then_feedback_takes_over(kafka_cfg
         assert 0 < fraction < 0.01 and status["plan_latency_step_fraction_median"] == pytest.approx(fraction)
         gauge = reg.get_sample_value("streamtrain_coordinator_plan_latency_step_ratio", {"job": JOB})
         assert gauge == pytest.approx(fraction)
-        assert reg.get_sample_value("streamtrain_coordinator_plans_warm_start_total", {"job": JOB}) == 1
+        assert reg.get_sample_value("streamtrain_coordinator_plans_warm_start_total", {"job": JOB}) == 1 + ahead
         assert time.monotonic() - started < 60
     finally:
         service.stop()

@@ -77,6 +77,23 @@ def test_measured_step_overhead_lengthens_the_step_so_fixed_costs_stay_a_fractio
     assert short.step_time_target == pytest.approx(0.5) and long.step_time_target == pytest.approx(1.5)
 
 
+def test_a_step_made_ahead_is_at_least_the_plans_round_trip_while_streams_keep_up() -> None:
+    # A plan made a step ahead reaches the ranks 0.9 s after they report: a shorter period waits for it anyway,
+    # so the step batches until then (period T + o >= 0.9) instead of idling at the boundary.
+    keeps_up = device("k", [5.0] * 10, a=1e-3, b=0.1, arrival_rate=100.0, mean_size=5.0)
+    cfg = CoordinatorConfig(max_overhead_fraction=0.2)
+    target, bounds = choose_step_time((keeps_up,), cfg, overhead_s=0.05, round_trip_s=0.9)
+    assert bounds["round_trip"] == pytest.approx(0.85) and target == pytest.approx(0.85)
+    assert choose_step_time((keeps_up,), cfg, overhead_s=0.05, round_trip_s=0.2)[0] == pytest.approx(0.75)
+    assert "round_trip" not in choose_step_time((keeps_up,), cfg, overhead_s=0.05)[1]  # not measured yet
+    # Under a backlog only (no stream it keeps up with) steps are long anyway: no floor.
+    backlog = device("b", [5.0] * 1000, a=1e-3, b=0.1)
+    assert "round_trip" not in choose_step_time((backlog,), cfg, round_trip_s=0.9)[1]
+    ahead = PlanningState(step=0, now=0.0, devices=(keeps_up,), step_overhead_seconds=0.05,
+                          plan_round_trip_seconds=0.9)
+    assert plan_step(ahead, cfg, "ett-stream").step_time_target == pytest.approx(0.85)
+
+
 def test_warm_start_guesses_do_not_set_the_step_time_once_a_speed_is_measured() -> None:
     """A device still on its warm-start model (slow by design) would make the fleet look backlogged and T
     seconds long; measured devices set T, and the guessed one is filled to it."""

@@ -110,18 +110,19 @@ def test_truncation_drops_below_and_an_unreported_buffer_makes_the_index_incompl
 # --- fleet: due steps and planning state ------------------------------------------------------
 
 def test_step_is_due_when_all_report_or_after_the_bounded_wait() -> None:
-    fleet = FleetTracker(CoordinatorConfig(feedback_wait_seconds=2.0))
+    # Plans made only once the last step's feedback is in (plan_ahead = 0): step t+1 is due after step t.
+    fleet = FleetTracker(CoordinatorConfig(feedback_wait_seconds=2.0, plan_ahead=0))
     fleet.ingest_feedback(feedback(0, "a", new=range(5), rank=0), received=10.0)
     fleet.ingest_feedback(feedback(0, "b", new=range(5), rank=1), received=10.1)
     assert fleet.expected == ["a", "b"]
-    assert fleet.due_step(10.2) == (1, True)
+    assert fleet.due_step(10.2) == (1, True, 0)
     state = fleet.planning_state(1, now=1000.5)
     plan = plan_step(state, fleet.config)
     fleet.record_plan(plan_to_assignment(plan, "j"))
     assert fleet.next_plan_step == 2 and fleet.due_step(11.0) is None
     fleet.ingest_feedback(feedback(1, "a", lowest=0, rank=0), received=20.0)
     assert fleet.due_step(21.0) is None
-    assert fleet.due_step(22.0) == (2, False)  # b is late: plan with what there is
+    assert fleet.due_step(22.0) == (2, False, 1)  # b is late: plan with what there is
     # Late feedback of an already planned step is applied but does not make a step due again.
     fleet.record_plan(plan_to_assignment(plan_step(fleet.planning_state(2, 1001.0), fleet.config), "j"))
     assert not fleet.ingest_feedback(feedback(0, "b", rank=1), received=23.0)

@@ -212,7 +212,12 @@ class DatasetConfig(_Model):
     """Replay a real dataset from disk instead of the synthetic task."""
 
     path: Path | None = None
-    """A directory of .npy/.npz/.csv files (class subdirectories label .npy files), or one .npz/.csv file."""
+    """A UEA/UCR `.ts` file (e.g. the archive's *_TRAIN.ts), one .npz/.csv file, or a directory of such files
+    (class subdirectories label .npy files). A sample's size is its length (its first axis)."""
+
+    packaged: str | None = None
+    """Instead of `path`, a dataset an installed package ships, replayed from its training split: `plaid`
+    (PLAID_TRAIN.ts from sktime's wheel, installed by the `plaid` extra)."""
 
     sharding: Literal["random", "stratified", "distribution-aware"] = "random"
     """How samples are assigned to devices: random; stratified (round-robin within each class);
@@ -237,6 +242,22 @@ class DatasetConfig(_Model):
     sample_column: str | None = "sample"
     """CSV column whose consecutive equal values group rows into one sample (size = rows); rows are
     samples of size 1 when the column is absent."""
+
+
+    @field_validator("packaged")
+    @classmethod
+    def _packaged_is_known(cls, value: str | None) -> str | None:
+        from streamtrain.datasets.packaged import PACKAGED
+
+        if value is not None and value not in PACKAGED:
+            raise ValueError(f"{value!r} is not a packaged dataset (known: {', '.join(sorted(PACKAGED))})")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetConfig:
+        if self.path is not None and self.packaged is not None:
+            raise ValueError("set path or packaged, not both")
+        return self
 
 
 class InjectionConfig(_Model):

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..datasets.packaged import check_packaged_name
+
 __all__ = [
     "RATE_PRESETS",
     "BurstConfig",
@@ -244,14 +246,7 @@ class DatasetConfig(_Model):
     samples of size 1 when the column is absent."""
 
 
-    @field_validator("packaged")
-    @classmethod
-    def _packaged_is_known(cls, value: str | None) -> str | None:
-        from streamtrain.datasets.packaged import PACKAGED
-
-        if value is not None and value not in PACKAGED:
-            raise ValueError(f"{value!r} is not a packaged dataset (known: {', '.join(sorted(PACKAGED))})")
-        return value
+    _packaged_is_known = field_validator("packaged")(check_packaged_name)
 
     @model_validator(mode="after")
     def _one_source(self) -> DatasetConfig:

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..datasets.packaged import check_packaged_name
+
 __all__ = ["BUILTIN_MODELS", "DOTTED_PATH", "TrainerConfig"]
 
 #: `package.module:attribute`, the form of `model` and `collate`.
@@ -245,14 +247,7 @@ class TrainerConfig(BaseModel):
             raise ValueError(f"{value!r} is not a dotted path of the form package.module:attribute")
         return value
 
-    @field_validator("eval_packaged")
-    @classmethod
-    def _packaged_is_known(cls, value: str | None) -> str | None:
-        from streamtrain.datasets.packaged import PACKAGED
-
-        if value is not None and value not in PACKAGED:
-            raise ValueError(f"{value!r} is not a packaged dataset (known: {', '.join(sorted(PACKAGED))})")
-        return value
+    _packaged_is_known = field_validator("eval_packaged")(check_packaged_name)
 
     @model_validator(mode="after")
     def _device_fits_backend(self) -> TrainerConfig:

@@ -17,7 +17,7 @@ from typing import Literal
 
 from .files import DatasetError
 
-__all__ = ["PACKAGED", "PackagedDataset", "packaged_file"]
+__all__ = ["PACKAGED", "PackagedDataset", "check_packaged_name", "packaged_file"]
 
 Split = Literal["train", "test"]
 
@@ -42,6 +42,17 @@ PACKAGED: dict[str, PackagedDataset] = {
     "plaid": PackagedDataset("plaid", "sktime", "datasets/data/PLAID", "PLAID_TRAIN.ts", "PLAID_TEST.ts",
                              extra="plaid", classes=11),
 }
+
+
+def check_packaged_name(value: str | None) -> str | None:
+    """`value` when it names a packaged dataset (or is None), for the settings that take one.
+
+    Raises:
+        ValueError: naming the datasets there are.
+    """
+    if value is not None and value not in PACKAGED:
+        raise ValueError(f"{value!r} is not a packaged dataset (known: {', '.join(sorted(PACKAGED))})")
+    return value
 
 
 def packaged_file(name: str, split: Split) -> Path:

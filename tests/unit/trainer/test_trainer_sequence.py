@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -15,18 +15,9 @@ from streamtrain.wire import Sample
 from trainer.batching import PackedBatch, collate_packed, pack_samples
 from trainer.errors import TrainerSetupError
 from trainer.plugins import build_collate, build_model, check_plugins
-from trainer.profiling import profile_size_time
 from trainer.sequence import SequenceClassifier, series_features
 
 SEQ = TrainerConfig(model="seq", num_features=2, num_classes=5, hidden_size=8, num_layers=3, kernel_size=3)
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_every_builtin_name_builds_a_model_that_passes_the_probe() -> None:
@@ -83,14 +74,6 @@ def test_the_series_model_learns_amplitude_and_shape() -> None:
     with torch.no_grad():
         accuracy = (model(test).argmax(1) == test.labels).float().mean().item()
     assert accuracy > 0.9, accuracy
-
-
-def test_series_model_time_fits_a_line_in_total_size(one_thread: None) -> None:
-    # The coordinator's time model T = a*size + b must still describe it: PLAID-like lengths, 1 to 16 k frames.
-    config = TrainerConfig(model="seq", num_features=1, num_classes=11, hidden_size=32, num_layers=4)
-    fit = profile_size_time(config, [1024, 2048, 4096, 8192, 16384], sample_sizes=(100, 1344), repeats=3)
-    assert fit.slope > 0 and fit.r2 > 0.8, fit
-    assert fit.seconds[-1] > 4 * fit.seconds[1], fit  # 8x the frames costs well over 4x the time
 
 
 # ---- the start-up probe of plug-ins -------------------------------------------------------------------------

@@ -10,7 +10,17 @@ from .errors import (
     UnknownSchemaError,
     WireError,
 )
-from .records import DTYPES, Assignment, DeadLetter, DevicePlan, PendingSample, Sample, StepFeedback, now_ms
+from .records import (
+    DTYPES,
+    Assignment,
+    DeadLetter,
+    DevicePlan,
+    Evaluation,
+    PendingSample,
+    Sample,
+    StepFeedback,
+    now_ms,
+)
 from .topics import TopicNames
 
 __all__ = [
@@ -21,6 +31,7 @@ __all__ = [
     "CorruptRecordError",
     "DeadLetter",
     "DevicePlan",
+    "Evaluation",
     "InvalidSampleError",
     "MissingHeaderError",
     "PendingSample",

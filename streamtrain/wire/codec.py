@@ -26,7 +26,7 @@ from .errors import (
     SizeMismatchError,
     UnknownSchemaError,
 )
-from .records import Assignment, DeadLetter, Record, Sample, StepFeedback
+from .records import Assignment, DeadLetter, Evaluation, Record, Sample, StepFeedback
 
 __all__ = [
     "SCHEMA_HEADER",
@@ -54,8 +54,9 @@ _RECORD_TYPES: dict[str, type[Any]] = {
     "StepFeedback": StepFeedback,
     "Assignment": Assignment,
     "DeadLetter": DeadLetter,
+    "Evaluation": Evaluation,
 }
-R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter)
+R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter, Evaluation)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,11 @@ class CoordinatorMetrics:
         self.dead_lettered = reasons.counter("dead_lettered", "Feedback records sent to the dead-letter topic.")
         self.straggler_effect = fleet.gauge("straggler_effect",
                                             "SE = (max T - min T) / mean T of the last step's compute seconds.")
+        self.straggler_effect_waiting = fleet.gauge(
+            "straggler_effect_waiting", "SE of the last step whose plan left work waiting on every device: only there "
+            "can a plan fill every device's step, so only there is SE a measure of balance (at line rate a light "
+            "stream finishes early by design).")
+        self.steps_waiting = fleet.counter("steps_waiting", "Steps whose plan left work waiting on every device.")
         self.batch_dif = fleet.gauge("batch_dif", "Std of the per-device batch sizes (samples) in the last plan.")
         self.global_batch = fleet.gauge("global_batch_samples", "Samples over all devices in the last plan.")
         self.lr_scale = fleet.gauge("lr_scale", "Learning-rate scale of the last plan.")

@@ -99,6 +99,12 @@ def up(
     backlog: Annotated[int, typer.Option(min=0, help="Instead of live streams, produce this many samples per "
                                          "device (each stream's sizes) before training starts: the fleet works "
                                          "through a fixed data set at full capacity, where balancing shows.")] = 0,
+    dataset: Annotated[str | None, typer.Option(
+        metavar="NAME|PATH", help="Replay a real dataset instead of the synthetic streams: a packaged dataset "
+        "(plaid) or a .ts/.npz/.npy/.csv file or directory, one shard per device at the --rates (a sample's size is "
+        "its length; --sizes and --dif do not apply). Its test split (PLAID_TEST.ts, or the <name>_TEST.ts beside a "
+        "<name>_TRAIN.ts) is the held-out set unless trainer.eval_path or trainer.eval_packaged names one. Checked "
+        "against trainer.num_features and trainer.num_classes before anything starts.")] = None,
 ) -> None:
     import shutil
 
@@ -107,10 +113,19 @@ def up(
     from streamtrain.cli_support import EXIT_CONFIG, GlobalOptions, config_from, console, die
 
     from .monitor import render_snapshot
+    from .replay import resolve_replay
     from .runner import LocalStack, StackError, StackOptions
     from .services import device_streams
 
-    cfg = config_from(ctx, {"coordinator.policy": policy, "coordinator.truncation": truncation})
+    flags: dict[str, object] = {"coordinator.policy": policy, "coordinator.truncation": truncation}
+    cfg = config_from(ctx, flags)
+    replay = None
+    if dataset is not None:
+        try:
+            replay = resolve_replay(dataset, cfg)
+        except ValueError as exc:
+            die(str(exc), EXIT_CONFIG)
+        cfg = config_from(ctx, {**flags, **replay.settings})
     if broker not in ("auto", "embedded", "external"):
         die(f"--broker {broker!r}: choose auto, embedded or external", EXIT_CONFIG)
     try:
@@ -121,12 +136,16 @@ def up(
     opts_in = root if isinstance(root, GlobalOptions) else GlobalOptions()
     global_args = ([f"--config={opts_in.config_file}"] if opts_in.config_file else []) + [
         a for s in opts_in.sets for a in ("--set", s)]
+    if replay is not None:
+        global_args += [a for key, value in replay.settings.items() for a in ("--set", f"{key}={value}")]
+        console.print(f"dataset {replay.name}: {replay.samples} samples, {replay.classes} classes, sharded over "
+                      f"{devices} devices; held-out set: {replay.held_out or 'none (no evaluation)'}", highlight=False)
     out = out or Path("reports") / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     opts = StackOptions(streams=streams, out=out.resolve(), policy=policy, truncation=truncation, duration_s=duration,
                         steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
-                        global_args=global_args, backlog=backlog)
+                        global_args=global_args, backlog=backlog, replay=replay is not None)
     if duration is None and steps is None:
         console.print("running until Ctrl-C (or use --duration / --steps)")
     show = live and console.is_terminal
@@ -152,6 +171,8 @@ def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> Non
 
     from streamtrain.cli_support import console, die
 
+    from .balance import closing_lines
+
     if not report:
         die(f"no report: {'; '.join(failures) or 'the run did not start'} (logs in {out / 'logs'})")
     table = Table(title=f"streamtrain up — {out / 'report.json'}", show_header=False)
@@ -159,10 +180,13 @@ def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> Non
                 "samples_dead_lettered", "samples_pending", "samples_unaccounted", "straggler_effect_median",
                 "step_seconds_median", "step_period_seconds_median", "throughput_samples_per_s",
                 "sample_delay_seconds_median", "plan_latency_ms_median", "plan_latency_step_fraction_median",
-                "initial_loss", "final_loss"):
+                "initial_loss", "final_loss", "heldout_accuracy_final", "devices_keeping_up",
+                "straggler_effect_waiting_median"):
         value = report.get(key)
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
+    for line in closing_lines(report):
+        console.print(line, highlight=False)
     console.print(f"report: {out / 'report.json'}  plots: {out / 'plots'}  logs: {out / 'logs'}", highlight=False)
     for failure in failures:
         console.print(f"[bold red]failure:[/] {failure}", highlight=False)

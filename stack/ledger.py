@@ -28,13 +28,13 @@ from confluent_kafka import TopicPartition
 from streamtrain.accounting import SeqLedger
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import make_consumer, read_to_end, tail_positions
-from streamtrain.wire import Assignment, DeadLetter, Sample, StepFeedback, WireError, decode
+from streamtrain.wire import Assignment, DeadLetter, Evaluation, Sample, StepFeedback, WireError, decode
 
 __all__ = ["DeviceRecord", "DeviceTally", "RunRecords", "collect_records", "tally_devices"]
 
 logger = logging.getLogger(__name__)
 
-_T = TypeVar("_T", StepFeedback, Assignment, DeadLetter)
+_T = TypeVar("_T", StepFeedback, Assignment, DeadLetter, Evaluation)
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class RunRecords:
     feedback: list[StepFeedback] = field(default_factory=list)
     assignments: list[Assignment] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    evaluations: list[Evaluation] = field(default_factory=list)
+    """Held-out evaluations (none when the trainers evaluate nothing)."""
     unreadable: int = 0
 
 
@@ -117,6 +119,8 @@ def collect_records(cfg: StreamtrainConfig, devices: Sequence[str], timeout: flo
     out.feedback = _read(cfg, topics.feedback, StepFeedback, timeout, out)
     out.assignments = _read(cfg, topics.assignments, Assignment, timeout, out)
     out.dead_letters = _read(cfg, topics.dead_letter, DeadLetter, timeout, out)
+    if cfg.trainer.eval_path is not None or cfg.trainer.eval_packaged is not None:
+        out.evaluations = [e for e in _read(cfg, topics.evaluations, Evaluation, timeout, out) if e.job == cfg.job]
     wanted = set(devices)
     out.feedback = [f for f in out.feedback if f.job == cfg.job and f.device_id in wanted]
     out.assignments = [a for a in out.assignments if a.job == cfg.job]

@@ -31,11 +31,13 @@ from streamtrain.kafka import make_consumer, tail_positions
 from streamtrain.net import free_port_block, free_ports
 
 from .backlog import produce_backlog
+from .balance import balance_figures
 from .ledger import RunRecords, collect_records, tally_devices
 from .monitor import Monitor, StackSnapshot
 from .plots import plot_series
 from .procs import Child, wait_http
 from .prometheus import INSTALL_HINT, find_prometheus, scrape_config
+from .replay import produce_replay_backlog, replay_producer_spec
 from .report import build_report, build_series, write_json
 from .services import (
     DeviceStream,
@@ -79,6 +81,9 @@ class StackOptions:
     """Samples pre-produced per device (each stream's own seed and sizes) before the coordinator and the
     trainers start; with a backlog no live producers run, so training works through a fixed data set at
     full capacity (benchmarks). 0: live producers at the streams' rates."""
+    replay: bool = False
+    """Replay the configured dataset (`producer.dataset.*`, see `stack.replay`) into the device topics, one shard
+    per device at each stream's rate, instead of the synthetic streams."""
     until_step: int | None = None
     """Stop once every rank has finished this many steps in all, counted from step 0 (unlike `steps`,
     which counts from the first step seen after start-up)."""
@@ -165,9 +170,10 @@ class LocalStack:
     def _start_all(self) -> None:
         self._start_broker()
         if self.opts.backlog > 0:
+            backlog = produce_replay_backlog if self.opts.replay else produce_backlog
             try:
-                self.backlog_seconds = produce_backlog(self.kafka, self.cfg.producer, self.opts.streams,
-                                                       self.opts.seed, self.opts.backlog)
+                self.backlog_seconds = backlog(self.kafka, self.cfg.producer, self.opts.streams, self.opts.seed,
+                                               self.opts.backlog)
             except ProducerError as exc:
                 raise StackError(f"the backlog could not be produced: {exc}") from None
             self.say(f"backlog: {self.opts.backlog} samples per device produced in {self.backlog_seconds:.1f} s")
@@ -180,15 +186,21 @@ class LocalStack:
         common: dict[str, object] = {"kafka.bootstrap_servers": self.kafka.bootstrap_servers,
                                      "kafka.topic_prefix": self.kafka.topic_prefix}
         args = list(self.opts.global_args)
-        producers = [producer_spec(s, i, self.opts.seed, producer_ports[i], common, args)
-                     for i, s in enumerate(self.opts.streams)] if self.opts.backlog <= 0 else []
+        if self.opts.backlog > 0:
+            producers = []
+        elif self.opts.replay:  # one producer for every device: the dataset is loaded and sharded once
+            producers = [replay_producer_spec(self.opts.streams, self.opts.seed, producer_ports[0], common, args)]
+        else:
+            producers = [producer_spec(s, i, self.opts.seed, producer_ports[i], common, args)
+                         for i, s in enumerate(self.opts.streams)]
+        producer_ports = producer_ports[: len(producers)]
         coordinator = coordinator_spec(self.devices, self.opts.policy, self.opts.truncation, coord_port, common, args)
         trainers = trainer_spec(self.devices, trainer_base, self.out / "checkpoints", self.opts.torch_threads,
                                 common, args)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "160"}
         self.monitor = Monitor(self.devices, f"http://{host}:{coord_port}",
                                {d: f"http://{host}:{trainer_base + r}/metrics" for r, d in enumerate(self.devices)},
-                               {s.device_id: f"http://{host}:{producer_ports[i]}/metrics"
+                               {s.device_id: f"http://{host}:{producer_ports[min(i, len(producers) - 1)]}/metrics"
                                 for i, s in enumerate(self.opts.streams) if producers})
         self._start_prometheus(host, prom_port, {
             "producers": [f"{host}:{p}" for p in producer_ports], "coordinator": [f"{host}:{coord_port}"],
@@ -427,6 +439,8 @@ class LocalStack:
         }
         report = build_report(run, tallies, extra)
         self.series = build_series(run)
+        report.update(balance_figures(run, self.series), num_classes=cfg.trainer.num_classes)
+        self.series["heldout"] = report.get("heldout", [])
         write_json(self.out / "report.json", report)
         write_json(self.out / "series.json", self.series)
         return report

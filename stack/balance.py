@@ -17,6 +17,7 @@ own mean sample size — against the step time measured. The benchmarks reuse ev
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ from .ledger import RunRecords
 
 __all__ = [
     "KEEPS_UP_FRACTION",
-    "PLAN_GRACE_MS",
+    "LOOKBACK_STEPS",
     "DeviceBalance",
     "balance_figures",
     "closing_lines",
@@ -44,8 +45,8 @@ __all__ = [
     "waiting_work",
 ]
 
-#: Records younger than this when a plan was made may not have reached the coordinator yet (fetch and report).
-PLAN_GRACE_MS = 100.0
+#: A plan for step s knows at least the samples reported with the feedback of step s - LOOKBACK_STEPS.
+LOOKBACK_STEPS = 2
 
 #: A device keeps up while its lag grows by at most this share of its arrival rate (a trend, not bursts).
 KEEPS_UP_FRACTION = 0.05
@@ -71,25 +72,27 @@ def keeps_up(trend: float | None, arrival_rate: float | None, lag_now: float | N
 
 
 def waiting_work(run: RunRecords) -> dict[int, dict[str, int]]:
-    """Per step and device: records appended before the step's plan was made and still unprocessed after the step.
+    """Per step and device: samples the coordinator knew of when it planned the step and the step left behind.
 
-    Records the coordinator could have known of when it planned the step (appended more than
-    `PLAN_GRACE_MS` before the plan; a rank reports what it fetched with each step) that the step left
-    behind: the device had more work than the plan gave it. A step on a local plan counts from its start.
+    A rank reports the offsets it newly buffered with each step's feedback; a plan for step s is made
+    from the reports of step s - 2 at the latest (plans are made a step ahead). Samples reported by then
+    and still unprocessed after step s were work the device had waiting beyond its batch. At line rate
+    (every plan takes everything known) there are none; under a backlog, there are.
     """
-    made = {a.step: a.created_at for a in run.assignments}
     out: dict[int, dict[str, int]] = {}
     for device in run.devices:
-        records = run.records.get(device, [])
-        appended = np.sort(np.asarray([r.timestamp_ms for r in records], dtype=np.float64))
-        first = min((r.offset for r in records), default=0)
-        for fb in run.feedback:
-            if fb.device_id != device:
-                continue
-            began = fb.sent_at - 1000.0 * (fb.step_seconds + fb.data_wait_seconds)
-            cutoff = (made[fb.step] if fb.plan_step == fb.step and fb.step in made else began) - PLAN_GRACE_MS
-            known = int(np.searchsorted(appended, cutoff, side="right"))
-            out.setdefault(fb.step, {})[device] = max(0, first + known - fb.lowest_unprocessed_offset)
+        reports = sorted((fb for fb in run.feedback if fb.device_id == device), key=lambda fb: fb.step)
+        known_end: dict[int, int] = {}  # step -> one past the highest offset reported up to that step
+        end = 0
+        for fb in reports:
+            end = max([end, *(p.offset + 1 for p in fb.new_samples)])
+            known_end[fb.step] = end
+        steps = sorted(known_end)
+        for fb in reports:
+            # The newest report at or before step s - 2 (feedback of a step may be missing after a restart).
+            i = bisect.bisect_right(steps, fb.step - LOOKBACK_STEPS)
+            known = known_end[steps[i - 1]] if i else 0
+            out.setdefault(fb.step, {})[device] = max(0, known - fb.lowest_unprocessed_offset)
     return out
 
 

@@ -48,6 +48,9 @@ class CoordinatorMetrics:
             "can a plan fill every device's step, so only there is SE a measure of balance (at line rate a light "
             "stream finishes early by design).")
         self.steps_waiting = fleet.counter("steps_waiting", "Steps whose plan left work waiting on every device.")
+        # No step has qualified yet: NaN (a gap), not a perfect 0.
+        self.straggler_effect_waiting.labels(job).set(float("nan"))
+        self.steps_waiting.labels(job)
         self.batch_dif = fleet.gauge("batch_dif", "Std of the per-device batch sizes (samples) in the last plan.")
         self.global_batch = fleet.gauge("global_batch_samples", "Samples over all devices in the last plan.")
         self.lr_scale = fleet.gauge("lr_scale", "Learning-rate scale of the last plan.")

@@ -33,6 +33,7 @@ from .ledger import RunRecords
 __all__ = [
     "KEEPS_UP_FRACTION",
     "LOOKBACK_STEPS",
+    "MIN_WAITING_STEPS",
     "DeviceBalance",
     "balance_figures",
     "closing_lines",
@@ -47,6 +48,9 @@ __all__ = [
 
 #: A plan for step s knows at least the samples reported with the feedback of step s - LOOKBACK_STEPS.
 LOOKBACK_STEPS = 2
+
+#: Steps with work waiting everywhere needed before static vs measured is compared over those steps alone.
+MIN_WAITING_STEPS = 5
 
 #: A device keeps up while its lag grows by at most this share of its arrival rate (a trend, not bursts).
 KEEPS_UP_FRACTION = 0.05
@@ -112,15 +116,17 @@ def fit_time_models(feedback: Sequence[StepFeedback], devices: Sequence[str]) ->
 
 
 def static_step_estimate(feedback: Sequence[StepFeedback], devices: Sequence[str],
-                         models: Mapping[str, tuple[float, float]] | None = None) -> dict[str, Any] | None:
+                         models: Mapping[str, tuple[float, float]] | None = None,
+                         steps: set[int] | None = None) -> dict[str, Any] | None:
     """Median compute time of the slowest device per step: estimated under static per-device batches vs measured.
 
-    Over the steps where every device reported and the step trained something: static gives each device
-    global batch / n samples of its own mean size; `models` (default: fitted on `feedback`) price that.
+    Over the steps (of `steps`, when given) where every device reported and the step trained something:
+    static gives each device global batch / n samples of its own mean size; `models` (default: fitted on
+    `feedback`) price that.
 
     Returns:
         `{"steps", "static_seconds_median", "measured_seconds_median", "speedup", "models"}`, or None when a
-        device has no fitted model.
+        device has no fitted model or no step qualifies.
     """
     models = dict(models) if models is not None else fit_time_models(feedback, devices)
     if any(d not in models for d in devices) or not devices:
@@ -133,9 +139,9 @@ def static_step_estimate(feedback: Sequence[StepFeedback], devices: Sequence[str
         by_step.setdefault(fb.step, []).append(fb)
     static: list[float] = []
     measured: list[float] = []
-    for records in by_step.values():
+    for step, records in by_step.items():
         batch = sum(fb.samples for fb in records)
-        if len(records) != len(devices) or batch == 0:
+        if len(records) != len(devices) or batch == 0 or (steps is not None and step not in steps):
             continue
         share = batch / len(devices)
         static.append(max(models[d][0] * share * mean_size[d] + models[d][1] for d in devices))
@@ -224,6 +230,16 @@ def balance_figures(run: RunRecords, series: Mapping[str, Any]) -> dict[str, Any
                   and all(waiting.get(s, {}).get(d, 0) > 0 for d in run.devices)]
     se = [straggler_effect([fb.compute_seconds for fb in by_step[s]]) for s in backlogged]
     balance = device_balance(run, series.get("devices", {}), int(series.get("t0_ms", 0)))
+    # Static vs measured where the comparison means something: steps with work waiting everywhere (at line rate
+    # a step's batches are whatever arrived, under any policy); every step when there were too few of those.
+    estimate = static_step_estimate(run.feedback, run.devices, steps=set(backlogged)) \
+        if len(backlogged) >= MIN_WAITING_STEPS else None
+    if estimate is not None:
+        estimate["over"] = "steps with work waiting on every device"
+    else:
+        estimate = static_step_estimate(run.feedback, run.devices)
+        if estimate is not None:
+            estimate["over"] = "every step (too few with work waiting on every device)"
     return {
         "steps_every_device_waiting": len(backlogged),
         "straggler_effect_waiting_median": float(np.median(se)) if se else None,
@@ -231,7 +247,7 @@ def balance_figures(run: RunRecords, series: Mapping[str, Any]) -> dict[str, Any
         "balance_per_device": {b.device: {"arrival_rate": b.arrival_rate, "lag_trend_per_s": b.lag_trend,
                                           "lag_max": b.lag_max, "busy_ratio": b.busy_ratio,
                                           "headroom": b.headroom, "keeps_up": b.keeps_up} for b in balance},
-        "static_vs_measured": static_step_estimate(run.feedback, run.devices),
+        "static_vs_measured": estimate,
         **heldout_figures(run.evaluations, int(series.get("t0_ms", 0))),
     }
 
@@ -257,7 +273,8 @@ def closing_lines(report: Mapping[str, Any]) -> list[str]:
                                 "kept up with; SE at line rate says nothing about balance)"))
     estimate = report.get("static_vs_measured")
     if estimate:
-        lines.append(f"step time (slowest device's compute, median of {estimate['steps']} steps): static per-device "
+        lines.append(f"step time (slowest device's compute, median over {estimate['steps']} {estimate['over']}): "
+                     "static per-device "
                      f"batches {estimate['static_seconds_median'] * 1e3:.0f} ms (each device's fitted T = a*size + b "
                      f"at global batch / n) vs measured {estimate['measured_seconds_median'] * 1e3:.0f} ms "
                      f"with {report.get('policy')}: {estimate['speedup']:.2f}x")

@@ -91,7 +91,7 @@ def test_report_figures_and_closing_lines() -> None:
     lines = closing_lines({**figures, "num_classes": 11, "policy": "ett-stream"})
     assert lines[0].startswith("held-out accuracy (plaid, 537 samples): 0.300 at the first evaluation, 0.700")
     assert "chance 0.09 with 11 classes" in lines[0] and "2 of 2 devices" in lines[1]
-    assert "no such step" in lines[2] and lines[3].startswith("step time (slowest device's compute")
+    assert "no such step" in lines[2] and lines[3].startswith("step time (slowest device's compute, median over")
     assert heldout_figures([], 0) == {}
 
 

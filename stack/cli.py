@@ -34,7 +34,9 @@ _PARAGRAPHS = (
     "  streamtrain --set coordinator.max_lag_samples=200 up --devices 8 --rates 20,80 --sizes 64,16 "
     "--truncation bounded\n\n"
     "  streamtrain --set trainer.slowdowns=[1,1,1,4] up --backlog 3000 --steps 150 --dif 64   "
-    "# balance: one rank 4x slower",
+    "# balance: one rank 4x slower\n\n"
+    "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 4,6,8,10 --duration 75   "
+    "# make demo: PLAID, held-out accuracy",
 )
 _HELP = "\n\n".join(_PARAGRAPHS)
 
@@ -100,11 +102,9 @@ def up(
                                          "device (each stream's sizes) before training starts: the fleet works "
                                          "through a fixed data set at full capacity, where balancing shows.")] = 0,
     dataset: Annotated[str | None, typer.Option(
-        metavar="NAME|PATH", help="Replay a real dataset instead of the synthetic streams: a packaged dataset "
-        "(plaid) or a .ts/.npz/.npy/.csv file or directory, one shard per device at the --rates (a sample's size is "
-        "its length; --sizes and --dif do not apply). Its test split (PLAID_TEST.ts, or the <name>_TEST.ts beside a "
-        "<name>_TRAIN.ts) is the held-out set unless trainer.eval_path or trainer.eval_packaged names one. Checked "
-        "against trainer.num_features and trainer.num_classes before anything starts.")] = None,
+        metavar="NAME|PATH", help="Replay a real dataset instead of synthetic streams: plaid, or a .ts/.npz/.npy/.csv "
+        "file or directory, one shard per device at the --rates (size = length). Its test split is the held-out set "
+        "unless trainer.eval_path says otherwise")] = None,
 ) -> None:
     import shutil
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from streamtrain.cli_support import CLI_MODULE, module_command
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,8 +23,8 @@ def _up(tmp_path: Path, sets: list[str], *args: str, timeout: float = 400,
         paths: tuple[Path, ...] = (EXAMPLES,)) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
     env.update(COLUMNS="200", PYTHONPATH=os.pathsep.join([*map(str, paths), env.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "streamtrain.cli", *(a for s in sets for a in ("--set", s)), "up", *args,
-           "--broker", "embedded", "--no-prometheus", "--no-live", "--out", str(tmp_path / "run")]
+    cmd = module_command(CLI_MODULE, "up", *args, "--broker", "embedded", "--no-prometheus", "--no-live", "--out",
+                         str(tmp_path / "run"), global_args=[a for s in sets for a in ("--set", s)])
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
 
 

@@ -25,11 +25,16 @@ from .errors import TrainerSetupError
 from .model import PackedConvNet
 from .sequence import SequenceClassifier
 
-__all__ = ["CollateFn", "build_collate", "build_model", "check_plugins", "probe_samples", "resolve_dotted"]
+__all__ = ["PROBE_DEVICE", "CollateFn", "build_collate", "build_model", "check_plugins", "probe_samples",
+           "resolve_dotted"]
 
 logger = logging.getLogger(__name__)
 
 CollateFn = Callable[[Sequence[Sample], TrainerConfig], Batch]
+
+#: The `device_id` of the probe samples `check_plugins` collates at start-up: a collate with side effects
+#: (a log of what it packed, say) can tell them from a device's samples by it.
+PROBE_DEVICE = "streamtrain-probe"
 
 
 def resolve_dotted(path: str, setting: str) -> Any:
@@ -98,7 +103,7 @@ def probe_samples(config: TrainerConfig, sizes: Sequence[int] = (1, 3, 8)) -> li
     """Samples as the wire would deliver them to this configuration: float32 (size, num_features), labels cycling
     through the classes. What `check_plugins` feeds a plug-in."""
     rng = np.random.default_rng(0)
-    return [Sample.from_array("probe", i, rng.standard_normal((n, config.num_features)).astype(np.float32),
+    return [Sample.from_array(PROBE_DEVICE, i, rng.standard_normal((n, config.num_features)).astype(np.float32),
                               label=i % config.num_classes) for i, n in enumerate(sizes)]
 
 

@@ -42,7 +42,7 @@ $(VENV_STAMP): pyproject.toml
 	  { echo "streamtrain needs Python 3.11 (found $$($(PYTHON) --version))"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,plaid]'
 	touch $@
 
 $(KAFKA_STAMP): kafka/pom.xml | system-deps
@@ -50,16 +50,19 @@ $(KAFKA_STAMP): kafka/pom.xml | system-deps
 	mvn -q -B -f kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=libs -DincludeScope=runtime
 	touch $@
 
-# The whole stack for 60 s (broker, 4 producers, coordinator, 4 ranks, Prometheus), then its report;
-# fails unless every produced sample was trained, truncated or dead-lettered. More: DEMO_ARGS="--policy static".
+# The whole stack on PLAID for 75 s (broker, the replaying producer, coordinator, 4 ranks one of them 4x slower,
+# Prometheus; examples/plaid-demo.toml), then its report; fails unless every produced sample was trained, truncated
+# or dead-lettered. More: DEMO_ARGS="--policy static".
 demo: setup system-deps
-	$(VENV)/bin/streamtrain up --duration 60 --out reports/demo $(DEMO_ARGS)
+	$(VENV)/bin/streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 4,6,8,10 --duration 75 \
+	  --out reports/demo $(DEMO_ARGS)
 	@echo "report: reports/demo/report.json, plots in reports/demo/plots/"
 
 # ruff (style), mypy (types), lint-imports (the package layering in pyproject.toml: the core imports no service).
 lint: $(VENV_STAMP)
-	$(VENV)/bin/ruff check streamtrain streamtrain_cli producers coordinator trainer stack benchmarks tests
+	$(VENV)/bin/ruff check streamtrain streamtrain_cli producers coordinator trainer stack benchmarks tests examples
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy examples/*.py
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 test: setup compose-tool lint

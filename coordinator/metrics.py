@@ -47,6 +47,14 @@ class CoordinatorMetrics:
                                              "(undecodable or rejected), by reason.")
         self.straggler_effect = fleet.gauge("straggler_effect_ratio",
                                             "SE = (max T - min T) / mean T of the last step's compute seconds.")
+        self.straggler_effect_waiting = fleet.gauge(
+            "straggler_effect_waiting_ratio", "SE of the last step whose plan left work waiting on every device: only "
+            "there can a plan fill every device's step, so only there is SE a measure of balance (at line rate a "
+            "light stream finishes early by design).")
+        self.steps_waiting = fleet.counter("waiting_steps", "Steps whose plan left work waiting on every device.")
+        # No step has qualified yet: NaN (a gap), not a perfect 0.
+        self.straggler_effect_waiting.labels(job).set(float("nan"))
+        self.steps_waiting.labels(job)
         self.batch_dif = fleet.gauge("batch_dif_samples",
                                      "Std of the per-device batch sizes (samples) in the last plan.")
         self.global_batch = fleet.gauge("global_batch_samples", "Samples over all devices in the last plan.")

@@ -77,6 +77,7 @@ class Coordinator:
         self._device_topics: dict[str, str] = {}
         self._delivery_failures = 0
         self._latencies: deque[float] = deque(maxlen=1000)
+        self._waiting: dict[int, bool] = {}  # step -> its plan left work waiting on every device
         self._fractions: deque[float] = deque(maxlen=1000)
         self._warm_for: tuple[str, ...] | None = None
         self._producer: Any = None
@@ -230,10 +231,18 @@ class Coordinator:
                         ", ".join(sorted(set(self.fleet.expected) - self.fleet.reporters(basis))) or "nobody")
         last = [r.last_feedback for r in self.fleet.devices.values()
                 if r.last_feedback is not None and r.last_feedback.step == basis]
-        m.straggler_effect.labels(job).set(straggler_effect([fb.compute_seconds for fb in last]))
+        times = [fb.compute_seconds for fb in last]
+        m.straggler_effect.labels(job).set(straggler_effect(times))
         if last and not warm:
             for part, seconds in split_wall_period(last, step_seconds).items():
                 m.step_wall.labels(job, part).set(seconds)
+        # SE where it measures balance: the basis step's plan left work waiting on every device.
+        if self._waiting.pop(basis, False) and len(times) == len(plan.devices) > 1:
+            m.straggler_effect_waiting.labels(job).set(straggler_effect(times))
+        self._waiting = {s: w for s, w in self._waiting.items() if s > basis}
+        self._waiting[step] = all(len(self.fleet.devices[b.device_id].book) > 0 for b in plan.devices)
+        if self._waiting[step]:
+            m.steps_waiting.labels(job).inc()
         m.batch_dif.labels(job).set(dif([b.count for b in plan.devices]))
         m.global_batch.labels(job).set(plan.global_batch)
         m.lr_scale.labels(job).set(plan.lr_scale)

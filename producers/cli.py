@@ -32,7 +32,8 @@ def produce(
     size: Annotated[float | None, typer.Option(help="Mean sample size (frames, tokens).")] = None,
     dif: Annotated[float | None, typer.Option(help="DIF: std of sample sizes.")] = None,
     labels_per_device: Annotated[int | None, typer.Option(help="Non-IID: classes per device.")] = None,
-    dataset: Annotated[Path | None, typer.Option(help="Replay this dataset (.npy/.npz/.csv dir or file).")] = None,
+    dataset: Annotated[Path | None, typer.Option(help="Replay this dataset (a .ts/.npy/.npz/.csv file or a "
+                                                                     "directory of them).")] = None,
     sharding: Annotated[str | None, typer.Option(help="random | stratified | distribution-aware.")] = None,
     alpha: Annotated[float | None, typer.Option(help="Injection: fraction of other devices receiving.")] = None,
     beta: Annotated[float | None, typer.Option(help="Injection: fraction of samples shared per round.")] = None,
@@ -43,9 +44,9 @@ def produce(
     from rich.live import Live
 
     from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
+    from streamtrain.datasets import DatasetError
     from streamtrain.metrics import serve_metrics
 
-    from .dataset import DatasetError
     from .display import progress_view, summary_view
     from .service import ProducerError, StreamProducer
 

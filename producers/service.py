@@ -24,10 +24,10 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import CollectorRegistry
 
 from streamtrain.config import KafkaConfig, ProducerConfig
+from streamtrain.datasets import Dataset, SkippedFile
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer
 from streamtrain.wire import now_ms
 
-from .dataset import Dataset, SkippedFile
 from .encoding import encode_sample
 from .injection import InjectionPlanner
 from .metrics import ProducerMetrics

@@ -111,7 +111,7 @@ def make_size_sampler(cfg: SizeConfig, replay_sizes: np.ndarray | None = None) -
 
     Args:
         cfg: the size settings.
-        replay_sizes: for kind "replay", the sizes to draw from (see `producers.dataset.load_sizes`).
+        replay_sizes: for kind "replay", the sizes to draw from (see `streamtrain.datasets.load_sizes`).
 
     Raises:
         ValueError: when the parameters cannot be met (naming the setting).

@@ -15,9 +15,9 @@ from typing import Protocol
 import numpy as np
 
 from streamtrain.config.producer import ProducerConfig
+from streamtrain.datasets import Dataset, load_dataset, load_sizes, packaged_file
 from streamtrain.synthetic import make_batch
 
-from .dataset import Dataset, load_dataset, load_sizes
 from .sharding import ShardPlan, shard
 from .sizes import SizeSampler, make_size_sampler
 from .synthetic import device_label_sets, draw_labels, task_from_config
@@ -152,7 +152,8 @@ def _replay_sizes(cfg: ProducerConfig) -> np.ndarray | None:
 
 
 def build_source(cfg: ProducerConfig) -> tuple[SampleSource, Dataset | None]:
-    """The source `cfg` asks for: a sharded dataset when `dataset.path` is set, else the synthetic task.
+    """The source `cfg` asks for: a sharded dataset when `dataset.path` or `dataset.packaged` is set, else the
+    synthetic task.
 
     Raises:
         DatasetError: when the dataset cannot be used at all.
@@ -160,16 +161,20 @@ def build_source(cfg: ProducerConfig) -> tuple[SampleSource, Dataset | None]:
     """
     devices = cfg.devices
     ds_cfg = cfg.dataset
-    if ds_cfg.path is None:
+    if ds_cfg.packaged is not None:
+        path = packaged_file(ds_cfg.packaged, "train")
+    elif ds_cfg.path is not None:
+        path = ds_cfg.path
+    else:
         return SyntheticSource(cfg, devices), None
-    dataset = load_dataset(ds_cfg.path, ds_cfg.label_column, ds_cfg.sample_column)
+    dataset = load_dataset(path, ds_cfg.label_column, ds_cfg.sample_column)
     if ds_cfg.sharding in ("stratified",) and not dataset.labelled:
-        raise ValueError(f"dataset.sharding: stratified sharding needs labels; {ds_cfg.path} has unlabelled samples")
+        raise ValueError(f"dataset.sharding: stratified sharding needs labels; {path} has unlabelled samples")
     if cfg.size.kind != "fixed" or cfg.size.dif:
         logger.warning("size settings are ignored: a replayed dataset publishes its samples' own sizes")
     plan = shard(ds_cfg.sharding, dataset.samples, dataset.labels, devices,
                  device_rng(cfg.seed, 0, 1), ds_cfg.neighbourhoods, ds_cfg.pca_components)
     logger.info("dataset %s: %d samples (%d files skipped), %s sharding over %d devices: %s samples each",
-                ds_cfg.path, len(dataset), len(dataset.skipped), ds_cfg.sharding, devices,
+                path, len(dataset), len(dataset.skipped), ds_cfg.sharding, devices,
                 "/".join(str(len(s)) for s in plan.shards[:8]) + ("/..." if devices > 8 else ""))
     return DatasetSource(dataset, plan, cfg.seed, ds_cfg.loop, ds_cfg.shuffle), dataset

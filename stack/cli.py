@@ -38,6 +38,8 @@ _PARAGRAPHS = (
     "  streamtrain --set trainer.slowdowns=[1,1,1,4] up --backlog 3000 --steps 150 --dif 64   "
     "# balance: one rank 4x slower\n\n"
     "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal",
+    "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 4,6,8,10 --duration 75   "
+    "# make demo: PLAID, held-out accuracy",
 )
 _HELP = "\n\n".join(_PARAGRAPHS)
 
@@ -106,6 +108,10 @@ def up(
                                          "service logs in as its own role (acl.*: one producer principal per "
                                          "device, the trainers, the coordinator) with least-privilege ACLs, and "
                                          "the run is read back as the admin role.")] = False,
+    dataset: Annotated[str | None, typer.Option(
+        metavar="NAME|PATH", help="Replay a real dataset instead of synthetic streams: plaid, or a .ts/.npz/.npy/.csv "
+        "file or directory, one shard per device at the --rates (size = length). Its test split is the held-out set "
+        "unless trainer.eval_path says otherwise")] = None,
 ) -> None:
     import shutil
 
@@ -114,10 +120,23 @@ def up(
     from streamtrain.cli_support import EXIT_CONFIG, GlobalOptions, config_from, console, die
 
     from .monitor import render_snapshot
+    from .replay import resolve_replay
     from .runner import LocalStack, StackError, StackOptions
     from .services import device_streams
 
-    cfg = config_from(ctx, {"coordinator.policy": policy, "coordinator.truncation": truncation})
+    flags: dict[str, object] = {"coordinator.policy": policy, "coordinator.truncation": truncation}
+    cfg = config_from(ctx, flags)
+    replay = None
+    if dataset is not None and secure:
+        die("--dataset with --secure: the replay producer writes every device's topic as one client, while "
+            "--secure gives each device's producer its own principal; run one of them (or the producers yourself, "
+            "one per device, with `streamtrain produce --dataset`)", EXIT_CONFIG)
+    if dataset is not None:
+        try:
+            replay = resolve_replay(dataset, cfg)
+        except ValueError as exc:
+            die(str(exc), EXIT_CONFIG)
+        cfg = config_from(ctx, {**flags, **replay.settings})
     if broker not in ("auto", "embedded", "external"):
         die(f"--broker {broker!r}: choose auto, embedded or external", EXIT_CONFIG)
     try:
@@ -128,12 +147,16 @@ def up(
     opts_in = root if isinstance(root, GlobalOptions) else GlobalOptions()
     global_args = ([f"--config={opts_in.config_file}"] if opts_in.config_file else []) + [
         a for s in opts_in.sets for a in ("--set", s)]
+    if replay is not None:
+        global_args += [a for key, value in replay.settings.items() for a in ("--set", f"{key}={value}")]
+        console.print(f"dataset {replay.name}: {replay.samples} samples, {replay.classes} classes, sharded over "
+                      f"{devices} devices; held-out set: {replay.held_out or 'none (no evaluation)'}", highlight=False)
     out = out or Path("reports") / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     opts = StackOptions(streams=streams, out=out.resolve(), policy=policy, truncation=truncation, duration_s=duration,
                         steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
-                        global_args=global_args, backlog=backlog, secure=secure)
+                        global_args=global_args, backlog=backlog, secure=secure, replay=replay is not None)
     if duration is None and steps is None:
         console.print("running until Ctrl-C (or use --duration / --steps)")
     show = live and console.is_terminal
@@ -159,6 +182,8 @@ def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> Non
 
     from streamtrain.cli_support import console, die
 
+    from .balance import closing_lines
+
     if not report:
         die(f"no report: {'; '.join(failures) or 'the run did not start'} (logs in {out / 'logs'})")
     table = Table(title=f"streamtrain up — {out / 'report.json'}", show_header=False)
@@ -166,10 +191,13 @@ def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> Non
                 "samples_truncated", "samples_dead_lettered", "samples_pending", "samples_duplicated",
                 "samples_unaccounted", "straggler_effect_median", "step_seconds_median", "step_period_seconds_median",
                 "plan_wait_seconds_median", "throughput_samples_per_s", "sample_delay_seconds_median",
-                "plan_latency_ms_median", "plan_latency_step_fraction_median", "initial_loss", "final_loss"):
+                "plan_latency_ms_median", "plan_latency_step_fraction_median", "initial_loss", "final_loss",
+                "heldout_accuracy_final", "devices_keeping_up", "straggler_effect_waiting_median"):
         value = report.get(key)
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
+    for line in closing_lines(report):
+        console.print(line, highlight=False)
     console.print(f"report: {out / 'report.json'}  plots: {out / 'plots'}  logs: {out / 'logs'}", highlight=False)
     pending = report.get("samples_pending")
     if isinstance(pending, int) and pending:

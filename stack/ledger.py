@@ -27,13 +27,13 @@ from confluent_kafka import TopicPartition
 from streamtrain.accounting import RecordFates, account_records
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import make_consumer, read_to_end, tail_positions
-from streamtrain.wire import Assignment, DeadLetter, Sample, StepFeedback, WireError, decode, expand_ranges
+from streamtrain.wire import Assignment, DeadLetter, Evaluation, Sample, StepFeedback, WireError, decode, expand_ranges
 
 __all__ = ["DeviceRecords", "DeviceTally", "ReadInterrupted", "RunRecords", "collect_records", "tally_devices"]
 
 logger = logging.getLogger(__name__)
 
-_T = TypeVar("_T", StepFeedback, Assignment, DeadLetter)
+_T = TypeVar("_T", StepFeedback, Assignment, DeadLetter, Evaluation)
 
 
 class ReadInterrupted(RuntimeError):
@@ -109,6 +109,8 @@ class RunRecords:
     feedback: list[StepFeedback] = field(default_factory=list)
     assignments: list[Assignment] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    evaluations: list[Evaluation] = field(default_factory=list)
+    """Held-out evaluations (none when the trainers evaluate nothing)."""
     unreadable: int = 0
 
 
@@ -169,6 +171,9 @@ def collect_records(cfg: StreamtrainConfig, devices: Sequence[str], timeout: flo
     out.feedback = _read(cfg, topics.feedback, StepFeedback, timeout, out, stop)
     out.assignments = _read(cfg, topics.assignments, Assignment, timeout, out, stop)
     out.dead_letters = _read(cfg, topics.dead_letter, DeadLetter, timeout, out, stop)
+    if cfg.trainer.eval_path is not None or cfg.trainer.eval_packaged is not None:
+        out.evaluations = [e for e in _read(cfg, topics.evaluations, Evaluation, timeout, out, stop)
+                           if e.job == cfg.job]
     wanted = set(devices)
     out.feedback = [f for f in out.feedback if f.job == cfg.job and f.device_id in wanted]
     out.assignments = [a for a in out.assignments if a.job == cfg.job]

@@ -8,6 +8,7 @@ import logging
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +18,14 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from .balance import keeps_up, lag_trend
+
 __all__ = ["DeviceRow", "Monitor", "StackSnapshot", "parse_metrics", "render_snapshot"]
 
 logger = logging.getLogger(__name__)
+
+#: Seconds of lag history the live view judges "keeping up" on: long enough to see past one burst.
+TREND_WINDOW_S = 20.0
 
 
 def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -54,8 +60,11 @@ class DeviceRow:
     device: str
     rate: float | None = None
     batch: float | None = None
+    compute_seconds: float | None = None
     step_seconds: float | None = None
     lag: float | None = None
+    keeps_up: bool | None = None
+    headroom: float | None = None
     buffer: float | None = None
     loss: float | None = None
     trained: float | None = None
@@ -71,7 +80,10 @@ class StackSnapshot:
     policy: str | None = None
     step: int | None = None
     straggler_effect: float | None = None
+    straggler_effect_waiting: float | None = None
     plan_latency_ms: float | None = None
+    heldout_accuracy: float | None = None
+    heldout_step: int | None = None
     rows: list[DeviceRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -97,6 +109,7 @@ class Monitor:
         self.phase = "starting"
         self.notes: list[str] = []
         self._last: dict[str, DeviceRow] = {}
+        self._lags: dict[str, deque[tuple[float, float]]] = {d: deque() for d in self.devices}
 
     def poll_status(self) -> dict[str, Any]:
         """The coordinator's /status now (the last good one when it does not answer)."""
@@ -119,16 +132,22 @@ class Monitor:
         coord = parse_metrics(_fetch(f"{self.coordinator_url}/metrics") or "")
         by_device = {d.get("device"): d for d in status.get("devices", [])}
         rows = []
+        metrics = []
         for device in self.devices:
             tm = parse_metrics(_fetch(self.trainer_urls[device]) or "") if device in self.trainer_urls else {}
+            metrics.append(tm)
             pm = parse_metrics(_fetch(self.producer_urls[device]) or "") if device in self.producer_urls else {}
             st = by_device.get(device, {})
+            busy = _value(tm, "streamtrain_trainer_busy_ratio")
             rows.append(DeviceRow(
                 device=device,
                 rate=_value(pm, "streamtrain_producer_achieved_rate_samples_per_second", device),
                 batch=_value(tm, "streamtrain_trainer_batch_samples"),
+                compute_seconds=_value(tm, "streamtrain_trainer_compute_seconds"),
                 step_seconds=_value(tm, "streamtrain_trainer_step_seconds"),
                 lag=st.get("lag_records"),
+                keeps_up=self._keeps_up(device, st.get("lag_records"), st.get("arrival_rate")),
+                headroom=None if busy is None else max(0.0, 1.0 - busy),
                 buffer=_value(tm, "streamtrain_trainer_buffer_depth_samples"),
                 loss=_value(tm, "streamtrain_trainer_loss"),
                 trained=_value(tm, "streamtrain_trainer_samples_total"),
@@ -141,10 +160,27 @@ class Monitor:
                     if value is None:
                         setattr(row, name, getattr(last, name))
             self._last[row.device] = rows[i]
+        heldout = [(_value(m, "streamtrain_trainer_heldout_accuracy_ratio"),
+                    _value(m, "streamtrain_trainer_heldout_step")) for m in metrics]
+        accuracy, evaluated = next(((a, s) for a, s in heldout if a is not None), (None, None))
         return StackSnapshot(
             elapsed_s=time.monotonic() - self.started, phase=self.phase, policy=status.get("policy"),
             step=self.step(), straggler_effect=_value(coord, "streamtrain_coordinator_straggler_effect_ratio"),
-            plan_latency_ms=status.get("plan_latency_ms_median"), rows=rows, notes=list(self.notes))
+            straggler_effect_waiting=_value(coord, "streamtrain_coordinator_straggler_effect_waiting_ratio"),
+            plan_latency_ms=status.get("plan_latency_ms_median"), heldout_accuracy=accuracy,
+            heldout_step=int(evaluated) if evaluated is not None else None, rows=rows, notes=list(self.notes))
+
+    def _keeps_up(self, device: str, lag: float | None, rate: float | None) -> bool | None:
+        if lag is None:
+            return None
+        now = time.monotonic()
+        history = self._lags.setdefault(device, deque())
+        history.append((now, float(lag)))
+        while history and history[0][0] < now - TREND_WINDOW_S:
+            history.popleft()
+        if now - history[0][0] < TREND_WINDOW_S / 2:
+            return keeps_up(None, rate, lag)  # too short a history for a trend: only "next to no lag" tells
+        return keeps_up(lag_trend([t for t, _ in history], [v for _, v in history]), rate, lag)
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -153,15 +189,25 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def render_snapshot(snap: StackSnapshot) -> Group:
     """The live view: a header line, one row per device, then notes (URLs, run directory)."""
+    heldout = (f"held-out accuracy {snap.heldout_accuracy:.3f} (step {snap.heldout_step}) · "
+               if snap.heldout_accuracy is not None else "")
     head = Text.assemble(
         ("streamtrain up ", "bold"), f"{snap.phase} · {snap.elapsed_s:5.0f} s · policy {snap.policy or '-'} · ",
-        f"step {snap.step if snap.step is not None else '-'} · SE {_fmt(snap.straggler_effect, '.3f')} · ",
-        f"plan latency {_fmt(snap.plan_latency_ms, '.2f')} ms (median)")
+        f"step {snap.step if snap.step is not None else '-'} · ", heldout,
+        f"SE {_fmt(snap.straggler_effect, '.3f')} (where every device has work waiting: "
+        f"{_fmt(snap.straggler_effect_waiting, '.3f')}) · plan latency {_fmt(snap.plan_latency_ms, '.2f')} ms (median)")
     table = Table(expand=False)
-    for col in ("device", "rate /s", "batch", "step s", "lag", "buffer", "loss", "trained", "truncated"):
+    for col in ("device", "rate /s", "batch", "compute s", "step s", "lag", "keeps up", "headroom", "buffer", "loss",
+                "trained", "truncated"):
         table.add_column(col, justify="right")
     for r in snap.rows:
-        table.add_row(r.device, _fmt(r.rate, ".1f"), _fmt(r.batch, ".0f"), _fmt(r.step_seconds, ".3f"),
-                      _fmt(r.lag, ".0f"), _fmt(r.buffer, ".0f"), _fmt(r.loss, ".4f"), _fmt(r.trained, ".0f"),
-                      _fmt(r.truncated, ".0f"))
+        table.add_row(r.device, _fmt(r.rate, ".1f"), _fmt(r.batch, ".0f"), _fmt(r.compute_seconds, ".3f"),
+                      _fmt(r.step_seconds, ".3f"), _fmt(r.lag, ".0f"), _yes_no(r.keeps_up), _fmt(r.headroom, ".0%"),
+                      _fmt(r.buffer, ".0f"), _fmt(r.loss, ".4f"), _fmt(r.trained, ".0f"), _fmt(r.truncated, ".0f"))
     return Group(head, table, *(Text(n, style="dim") for n in snap.notes))
+
+
+def _yes_no(value: bool | None) -> Text:
+    if value is None:
+        return Text("-")
+    return Text("yes", style="green") if value else Text("no", style="bold red")

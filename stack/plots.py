@@ -97,6 +97,16 @@ def plot_series(series: dict[str, Any], out: Path, title: str = "") -> list[Path
         axes[0].set_title("per device: trained (solid) vs produced (dashed)")
         axes[1].set_ylabel("fleet samples/s")
 
+    def heldout(axes: Any) -> None:
+        points = series.get("heldout") or []
+        t = [p["t"] for p in points]
+        axes[0].plot(t, [p["accuracy"] for p in points], marker="o", lw=1.2, label="accuracy")
+        axes[0].set_ylabel("held-out accuracy")
+        axes[0].set_ylim(0.0, 1.0)
+        axes[0].set_title("held-out evaluation (the dataset's test split)")
+        axes[1].plot(t, [p["loss"] for p in points], marker="o", lw=1.2, color="tab:red", label="loss")
+        axes[1].set_ylabel("held-out loss")
+
     out.mkdir(parents=True, exist_ok=True)
     figure("batch_and_step_time", 2, batch_and_step)
     figure("straggler_effect", 1, straggler)
@@ -104,4 +114,6 @@ def plot_series(series: dict[str, Any], out: Path, title: str = "") -> list[Path
     figure("truncation", 1, truncation)
     figure("loss", 1, loss)
     figure("samples_per_second", 2, throughput)
+    if series.get("heldout"):
+        figure("heldout", 2, heldout)
     return written

@@ -32,11 +32,13 @@ from streamtrain.kafka import make_consumer, tail_positions
 from streamtrain.net import free_port_block, free_ports
 
 from .backlog import produce_backlog
+from .balance import balance_figures
 from .ledger import ReadInterrupted, RunRecords, collect_records, tally_devices
 from .monitor import Monitor, StackSnapshot
 from .plots import plot_series
 from .procs import Child, wait_http
 from .prometheus import INSTALL_HINT, find_prometheus, scrape_config
+from .replay import produce_replay_backlog, replay_producer_spec
 from .report import build_report, build_series, write_json
 from .secure import Identities, secure_broker_config, set_up_secure_broker
 from .services import (
@@ -81,6 +83,9 @@ class StackOptions:
     """Samples pre-produced per device (each stream's own seed and sizes) before the coordinator and the
     trainers start; with a backlog no live producers run, so training works through a fixed data set at
     full capacity (benchmarks). 0: live producers at the streams' rates."""
+    replay: bool = False
+    """Replay the configured dataset (`producer.dataset.*`, see `stack.replay`) into the device topics, one shard
+    per device at each stream's rate, instead of the synthetic streams."""
     until_step: int | None = None
     """Stop once every rank has finished this many steps in all, counted from step 0 (unlike `steps`,
     which counts from the first step seen after start-up)."""
@@ -179,9 +184,13 @@ class LocalStack:
         if self.opts.backlog > 0:
             ids = self.identities
             try:
-                self.backlog_seconds = produce_backlog(
-                    self.kafka, self.cfg.producer, self.opts.streams, self.opts.seed, self.opts.backlog,
-                    kafka_for=partial(ids.producer_kafka, self.kafka) if ids is not None else None)
+                if self.opts.replay:  # not with identities: `up` refuses --secure with --dataset
+                    self.backlog_seconds = produce_replay_backlog(
+                        self.kafka, self.cfg.producer, self.opts.streams, self.opts.seed, self.opts.backlog)
+                else:
+                    self.backlog_seconds = produce_backlog(
+                        self.kafka, self.cfg.producer, self.opts.streams, self.opts.seed, self.opts.backlog,
+                        kafka_for=partial(ids.producer_kafka, self.kafka) if ids is not None else None)
             except ProducerError as exc:
                 raise StackError(f"the backlog could not be produced: {exc}") from None
             self.say(f"backlog: {self.opts.backlog} samples per device produced in {self.backlog_seconds:.1f} s")
@@ -194,8 +203,14 @@ class LocalStack:
         common: dict[str, object] = {"kafka.bootstrap_servers": self.kafka.bootstrap_servers,
                                      "kafka.topic_prefix": self.kafka.topic_prefix}
         args = list(self.opts.global_args)
-        producers = [producer_spec(s, i, self.opts.seed, producer_ports[i], common, args)
-                     for i, s in enumerate(self.opts.streams)] if self.opts.backlog <= 0 else []
+        if self.opts.backlog > 0:
+            producers = []
+        elif self.opts.replay:  # one producer for every device: the dataset is loaded and sharded once
+            producers = [replay_producer_spec(self.opts.streams, self.opts.seed, producer_ports[0], common, args)]
+        else:
+            producers = [producer_spec(s, i, self.opts.seed, producer_ports[i], common, args)
+                         for i, s in enumerate(self.opts.streams)]
+        producer_ports = producer_ports[: len(producers)]
         coordinator = coordinator_spec(self.devices, self.opts.policy, self.opts.truncation, coord_port, common, args)
         # The ranks check each plan's truncation against the policy the coordinator was told to follow.
         trainer_sets = {**common, "coordinator.truncation": self.opts.truncation} if self.opts.truncation else common
@@ -209,7 +224,7 @@ class LocalStack:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "160"}
         self.monitor = Monitor(self.devices, f"http://{host}:{coord_port}",
                                {d: f"http://{host}:{trainer_base + r}/metrics" for r, d in enumerate(self.devices)},
-                               {s.device_id: f"http://{host}:{producer_ports[i]}/metrics"
+                               {s.device_id: f"http://{host}:{producer_ports[min(i, len(producers) - 1)]}/metrics"
                                 for i, s in enumerate(self.opts.streams) if producers})
         self._start_prometheus(host, prom_port, {
             "producers": [f"{host}:{p}" for p in producer_ports], "coordinator": [f"{host}:{coord_port}"],
@@ -469,6 +484,8 @@ class LocalStack:
         }
         report = build_report(run, tallies, extra)
         self.series = build_series(run)
+        report.update(balance_figures(run, self.series), num_classes=cfg.trainer.num_classes)
+        self.series["heldout"] = report.get("heldout", [])
         write_json(self.out / "report.json", report)
         write_json(self.out / "series.json", self.series)
         return report

@@ -10,9 +10,12 @@ from prometheus_client import CollectorRegistry
 from streamtrain.metrics import MetricSet
 from streamtrain.wire import StepFeedback
 
-__all__ = ["TrainerMetrics"]
+__all__ = ["BUSY_SMOOTHING", "TrainerMetrics"]
 
 logger = logging.getLogger(__name__)
+
+#: Weight of the newest step in the smoothed busy ratio (about the last ten steps count).
+BUSY_SMOOTHING = 0.1
 
 
 class TrainerMetrics:
@@ -67,6 +70,18 @@ class TrainerMetrics:
             "plans_rejected", "Plans this rank did not obey (a local plan ran instead), by reason.")
         self._labels = labels
         self._rejected_seen: dict[str, int] = {}
+        self.busy = gauge("busy_ratio", "Share of the step period this rank computed (compute over compute, waits, "
+                          "communication and hold), smoothed over about ten steps; 1 - busy is its headroom.").labels(
+            **labels)
+        self.heldout_accuracy = gauge("heldout_accuracy_ratio", "Accuracy of the shared model on the held-out set at "
+                                      "the last evaluation (the same on every rank).").labels(**labels)
+        self.heldout_loss = gauge("heldout_loss", "Mean cross-entropy on the held-out set at the last evaluation."
+                                  ).labels(**labels)
+        self.heldout_seconds = gauge("heldout_seconds", "Wall time the last held-out evaluation took from training."
+                                     ).labels(**labels)
+        self.heldout_step = gauge("heldout_step", "Steps trained before the last held-out evaluation.").labels(**labels)
+        self.heldout_evaluations = counter("heldout_evaluations", "Held-out evaluations run.").labels(**labels)
+        self._busy: float | None = None
 
     def record_step(self, feedback: StepFeedback, *, late: bool, compressed: bool, dead_lettered: int) -> None:
         """Update every metric from one step's feedback and counters."""
@@ -85,6 +100,10 @@ class TrainerMetrics:
         self.hold.set(feedback.hold_seconds)
         wall = feedback.step_seconds + feedback.wait_seconds + feedback.hold_seconds
         self.samples_per_second.set(feedback.samples / wall if wall > 0 else 0.0)
+        if wall > 0:
+            busy = min(1.0, feedback.compute_seconds / wall)
+            self._busy = busy if self._busy is None else self._busy + BUSY_SMOOTHING * (busy - self._busy)
+            self.busy.set(self._busy)
         self.samples.inc(feedback.samples)
         self.truncated.inc(feedback.dropped)
         if dead_lettered:
@@ -101,3 +120,11 @@ class TrainerMetrics:
             if new > 0:
                 self._plans_rejected.labels(**self._labels, reason=reason).inc(new)
                 self._rejected_seen[reason] = total
+
+    def record_heldout(self, step: int, accuracy: float, loss: float, seconds: float) -> None:
+        """Update the held-out metrics from one evaluation (after `step` steps)."""
+        self.heldout_accuracy.set(accuracy)
+        self.heldout_loss.set(loss)
+        self.heldout_seconds.set(seconds)
+        self.heldout_step.set(step)
+        self.heldout_evaluations.inc()

@@ -5,6 +5,8 @@ samples of random, very different lengths) and fits a line by least squares, wit
 
     .venv/bin/python -m trainer.profiling --threads 1                  # as a CPU rank runs
     .venv/bin/python -m trainer.profiling --threads 1 --system-malloc  # glibc's defaults, for comparison
+    .venv/bin/python -m trainer.profiling --threads 1 --model seq --features 1 --classes 11 --hidden 32 \
+        --layers 4 --lengths 100 1344                                   # the real-series model, PLAID's lengths
 """
 
 from __future__ import annotations
@@ -132,25 +134,33 @@ def profile_size_time(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Print the measured time-vs-size fit of the default model (CLI output)."""
+    """Print the measured time-vs-size fit of a model (CLI output)."""
     parser = argparse.ArgumentParser(prog="python -m trainer.profiling", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 12288, 16384])
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--model", default="conv", help="trainer.model: a built-in name or a dotted path")
+    parser.add_argument("--features", type=int, default=16)
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--lengths", type=int, nargs=2, default=[4, 256], metavar=("LOW", "HIGH"),
+                        help="range of the sample lengths mixed into each batch")
     parser.add_argument("--system-malloc", action="store_true",
                         help="leave glibc's defaults (no kept memory, no reserve) instead of a CPU rank's set-up")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    config = TrainerConfig(hidden_size=args.hidden)
+    config = TrainerConfig(hidden_size=args.hidden, model=args.model, num_features=args.features,
+                           num_classes=args.classes, num_layers=args.layers)
     if device.type == "cpu" and not args.system_malloc:
         # As a CPU rank starts (build_step_runner): memory kept for reuse and a reserve mapped in.
         if malloc_in_use() == "system":
             keep_freed_memory()
         reserve_memory(config.memory_reserve_mb)
-    fit = profile_size_time(config, args.sizes, repeats=args.repeats, device=device)
+    fit = profile_size_time(config, args.sizes, sample_sizes=(args.lengths[0], args.lengths[1]), repeats=args.repeats,
+                            device=device)
     for size, secs in zip(fit.sizes, fit.seconds, strict=True):
         print(f"size {size:>7d}  {secs * 1e3:9.3f} ms  (fit {fit.predict(size) * 1e3:9.3f} ms)")
     print(f"T = {fit.slope * 1e6:.4f} us * size + {fit.intercept * 1e3:.3f} ms   R^2 = {fit.r2:.4f}  on {device}")

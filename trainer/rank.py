@@ -26,12 +26,13 @@ from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_control_producer, produce
 from streamtrain.metrics import serve_metrics
 from streamtrain.pacing import report_hold_seconds
-from streamtrain.wire import Assignment, StepFeedback, encode, ranges_of
+from streamtrain.wire import Assignment, Evaluation, StepFeedback, encode, ranges_of
 
 from .backlog import ReportLog, hold_backlog, named_by
 from .checkpoint import Checkpoint, NonFiniteCheckpointError, load_checkpoint, resume_offset, save_checkpoint
 from .consumer import RankConsumer
 from .distributed import DistContext, destroy_distributed, init_distributed
+from .evaluation import HeldOutEvaluator, held_out_source
 from .metrics import TrainerMetrics
 from .plan_checks import PartCheck
 from .plans import LocalPlanner, PlanBook, Selection, selection_from
@@ -66,8 +67,12 @@ class TrainerRank:
         topics = config.kafka.topics
         self.feedback_topic = topics.feedback
         self.runner = build_step_runner(self.trainer, ctx)  # bad plug-ins or slowdowns fail before Kafka is touched
+        self.evaluator = (HeldOutEvaluator(self.trainer, ctx, self.runner.collate)
+                          if held_out_source(self.trainer) is not None else None)
+        self._evaluated_step: int | None = None
+        own = [topics.device(device_id), topics.feedback, topics.assignments, topics.dead_letter]
         ensure_topics(make_admin(config.kafka), [TopicSpec.from_config(config.kafka, name) for name in (
-            topics.device(device_id), topics.feedback, topics.assignments, topics.dead_letter)])
+            [*own, topics.evaluations] if self.evaluator is not None else own)])
         self.producer = make_control_producer(config.kafka)
         self.plans = PlanBook(config.job, window=self.trainer.plan_window_steps)
         self.consumer = RankConsumer(config.kafka, self.trainer, device_id, self.group_id, self.plans,
@@ -142,6 +147,8 @@ class TrainerRank:
         while not self.group_stop and not self._limit_reached():
             self.run_step()
             self._after_step()
+            if self.evaluator is not None and self.step % self.trainer.eval_every == 0:
+                self.evaluate()
             if self.group_idle and not self.group_stop:
                 self.consumer.wait_until(lambda: len(self.buffer) > 0 or self.stop_requested,
                                          time.perf_counter() + self.trainer.idle_wait_seconds)
@@ -276,6 +283,23 @@ class TrainerRank:
             self.consumer.wait_until(lambda: len(self.buffer) > len(reserved), deadline)
         return self.buffer.select_oldest(selection.count, selection.size_budget, exclude=reserved)
 
+    def evaluate(self) -> None:
+        """Collective: evaluate the shared model on the held-out set; rank 0 publishes the result."""
+        assert self.evaluator is not None
+        result = self.evaluator.evaluate(self.runner.model.module, self.step)
+        self._evaluated_step = self.step
+        self.metrics.record_heldout(result.step, result.accuracy, result.loss, result.seconds)
+        if self.ctx.is_main:
+            record = Evaluation(job=self.config.job, step=result.step, dataset=self.evaluator.name,
+                                samples=result.samples, accuracy=result.accuracy, loss=result.loss,
+                                seconds=result.seconds)
+            value, headers = encode(record)
+            produce(self.producer, self.config.kafka.topics.evaluations, value, headers, self._feedback_delivered,
+                    self.config.job.encode())
+            logger.info("held-out %s after step %d: accuracy %.3f, loss %.3f (%d samples, %.2f s)",
+                        self.evaluator.name, result.step, result.accuracy, result.loss, result.samples,
+                        result.seconds)
+
     def _feedback_delivered(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             self.feedback_failed += 1
@@ -337,6 +361,8 @@ class TrainerRank:
         return bool(ok[0])
 
     def _finish(self) -> None:
+        if self.evaluator is not None and self._evaluated_step != self.step:
+            self.evaluate()  # the model the run ends with; every rank stops after the same step
         if self.trainer.checkpoint_dir is not None:
             if self._checkpointed_step != self.step:
                 self.checkpoint()

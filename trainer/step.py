@@ -37,7 +37,7 @@ from .distributed import (
     reset_peak_memory,
 )
 from .errors import TrainerSetupError
-from .plugins import CollateFn, build_collate, build_model
+from .plugins import CollateFn, build_collate, build_model, check_plugins
 
 __all__ = ["NON_FINITE_LOSS", "StepResult", "StepRunner", "build_optimizer", "build_step_runner", "linear_lr_scale",
            "slowdown_for"]
@@ -320,8 +320,8 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
         ctx: This rank's process group context (`init_distributed`).
 
     Raises:
-        TrainerSetupError: `config.model` or `config.collate` cannot be resolved, or `config.slowdowns`
-            does not name one factor per rank.
+        TrainerSetupError: `config.model` or `config.collate` cannot be resolved or fail the probe batch
+            (`check_plugins`), or `config.slowdowns` does not name one factor per rank.
     """
     collate = build_collate(config)  # resolve plug-ins first: a bad path fails before any collective
     if ctx.device.type == "cpu":
@@ -330,7 +330,9 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
         reserve_memory(config.memory_reserve_mb)
         logger.info("rank %d: %s allocator, %d MiB reserved", ctx.rank, malloc_in_use(), config.memory_reserve_mb)
     slowdown = slowdown_for(config, ctx.rank, ctx.world_size)
-    model = build_model(config).to(ctx.device)
+    model = build_model(config)
+    check_plugins(model, collate, config)  # a plug-in that raises or answers in the wrong shape fails here, by name
+    model = model.to(ctx.device)
     ddp = DistributedDataParallel(
         model,
         device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,

@@ -76,8 +76,16 @@ def q(expr: str, legend: str = "{{device}}") -> Query:
 
 BALANCE = (
     Panel("Straggler effect (SE)", "SE = (max T - min T) / mean T of the last step's compute seconds "
-          "(coordinator). 0 is a perfectly balanced step.",
-          (q("streamtrain_coordinator_straggler_effect_ratio", "SE"),), unit="percentunit"),
+          "(coordinator), and of the last step whose plan left work waiting on every device: only there can a "
+          "plan fill every device's step, so only there is SE a measure of balance (at line rate a device with a "
+          "light stream finishes early by design). 0 is a perfectly balanced step.",
+          (q("streamtrain_coordinator_straggler_effect_ratio", "SE, last step"),
+           q("streamtrain_coordinator_straggler_effect_waiting_ratio", "SE, work waiting everywhere")),
+          unit="percentunit"),
+    Panel("Headroom per device", "Share of the step period each rank did not spend computing (1 - busy ratio, "
+          "smoothed over ~10 steps): the room a device has for more stream. At line rate every device keeps up "
+          "and the slower or busier ones have less headroom.",
+          (q(f"1 - streamtrain_trainer_busy_ratio{{{DEVICE}}}"),), unit="percentunit"),
     Panel("Step time per device", "Collate-to-optimizer seconds of each rank's last step (trainer).",
           (q(f"streamtrain_trainer_step_seconds{{{DEVICE}}}"),), unit="s"),
     Panel("Batch per device (samples)", "Samples each rank trained in its last step, and what the "
@@ -143,6 +151,9 @@ THROUGHPUT = (
 LAG = (
     Panel("Lag (records)", "High watermark minus the trainers' committed offset, per device topic.",
           (q(f"streamtrain_coordinator_lag_records{{{DEVICE}}}"),)),
+    Panel("Keeping up: lag trend (records/s)", "How fast each device's lag grows over the last minute: about 0 "
+          "while a device keeps up with its stream (bursts come and go), a steady climb when it cannot.",
+          (q(f"deriv(streamtrain_coordinator_lag_records{{{DEVICE}}}[1m])"),), unit="ops"),
     Panel("Lag (seconds)", "Age of each device's oldest pending sample.",
           (q(f"streamtrain_coordinator_lag_seconds{{{DEVICE}}}"),), unit="s"),
     Panel("Buffer depth", "Samples each rank has buffered and not yet trained.",
@@ -171,6 +182,11 @@ LAG = (
 )
 
 TRAINING = (
+    Panel("Held-out accuracy and loss", "The shared model on the held-out set (trainer.eval_path or "
+          "trainer.eval_packaged), every trainer.eval_every steps; every rank exports the same value. 0 until the "
+          "first evaluation, and without a held-out set.",
+          (q("max(streamtrain_trainer_heldout_accuracy_ratio)", "held-out accuracy"),
+           q("max(streamtrain_trainer_heldout_loss)", "held-out loss"))),
     Panel("Loss per device", "Mean loss of each rank's last step with samples.",
           (q(f"streamtrain_trainer_loss{{{DEVICE}}}"),)),
     Panel("Mean loss", "Mean over ranks of the last step's loss.",

@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..datasets.packaged import check_packaged_name
 from .renames import Renamed, seconds_renamed
 
 __all__ = [
@@ -222,7 +223,12 @@ class DatasetConfig(_Model):
     """Replay a real dataset from disk instead of the synthetic task."""
 
     path: Path | None = None
-    """A directory of .npy/.npz/.csv files (class subdirectories label .npy files), or one .npz/.csv file."""
+    """A UEA/UCR `.ts` file (e.g. the archive's *_TRAIN.ts), one .npz/.csv file, or a directory of such files
+    (class subdirectories label .npy files). A sample's size is its length (its first axis)."""
+
+    packaged: str | None = None
+    """Instead of `path`, a dataset an installed package ships, replayed from its training split: `plaid`
+    (PLAID_TRAIN.ts from sktime's wheel, installed by the `plaid` extra)."""
 
     sharding: Literal["random", "stratified", "distribution-aware"] = "random"
     """How samples are assigned to devices: random; stratified (round-robin within each class);
@@ -247,6 +253,15 @@ class DatasetConfig(_Model):
     sample_column: str | None = "sample"
     """CSV column whose consecutive equal values group rows into one sample (size = rows); rows are
     samples of size 1 when the column is absent."""
+
+
+    _packaged_is_known = field_validator("packaged")(check_packaged_name)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetConfig:
+        if self.path is not None and self.packaged is not None:
+            raise ValueError("set path or packaged, not both")
+        return self
 
 
 class InjectionConfig(_Model):

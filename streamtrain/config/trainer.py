@@ -8,13 +8,17 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..datasets.packaged import check_packaged_name
 from ..wire.records import DTYPES
 from .renames import Renamed, seconds_renamed
 
-__all__ = ["DOTTED_PATH", "TrainerConfig"]
+__all__ = ["BUILTIN_MODELS", "DOTTED_PATH", "TrainerConfig"]
 
 #: `package.module:attribute`, the form of `model` and `collate`.
 DOTTED_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+#: The models `model` can name instead of a dotted path (built by `trainer.plugins.build_model`).
+BUILTIN_MODELS: tuple[str, ...] = ("conv", "seq")
 
 
 class TrainerConfig(BaseModel):
@@ -31,17 +35,20 @@ class TrainerConfig(BaseModel):
     """Classes of the label; the model emits this many logits per sample."""
 
     hidden_size: int = Field(default=64, ge=1, le=65536)
-    """Channels of the default packed temporal conv net."""
+    """Channels of the built-in models."""
 
     num_layers: int = Field(default=2, ge=1, le=64)
-    """Masked conv blocks of the default model."""
+    """Masked conv blocks of the built-in models (`seq`: block i has dilation 2^i)."""
 
     kernel_size: int = Field(default=5, ge=1, le=63)
-    """Temporal kernel width of the default model (odd, so 'same' padding is symmetric)."""
+    """Temporal kernel width of the built-in models (odd, so 'same' padding is symmetric)."""
 
-    model: str | None = None
-    """Dotted path `module:attr` of a factory `(TrainerConfig) -> torch.nn.Module` replacing the default
-    model; the module must accept what `collate` returns, including an empty batch."""
+    model: str = "conv"
+    """The model every rank trains: `conv` (the packed temporal conv net the synthetic task is made for),
+    `seq` (a dilated masked conv net for real series: per-series normalisation, mean and max pooling; e.g.
+    PLAID), or the dotted path `module:attr` of a factory `(TrainerConfig) -> torch.nn.Module` of your own.
+    Whatever it is must take what `collate` returns, an empty batch included, and give logits of shape
+    (batch.num_samples, num_classes): each rank checks that on a probe batch at start-up."""
 
     collate: str | None = None
     """Dotted path `module:attr` of `(Sequence[Sample], TrainerConfig) -> batch` replacing the default
@@ -207,6 +214,25 @@ class TrainerConfig(BaseModel):
     metrics: bool = True
     """Serve Prometheus /metrics per rank on metrics.port + rank (a free port when metrics.port is 0)."""
 
+    eval_path: Path | None = None
+    """Held-out set evaluated while training: a file or directory dataset replay reads (.ts, .npz, .npy,
+    .csv), e.g. the archive's *_TEST.ts beside the *_TRAIN.ts the producers replay. Labels must number the
+    classes as the training data does. Unset (and no eval_packaged): no evaluation."""
+
+    eval_packaged: str | None = None
+    """Instead of eval_path, the test split of a packaged dataset: `plaid` (PLAID_TEST.ts)."""
+
+    eval_every: int = Field(default=20, ge=1)
+    """Steps between held-out evaluations (and one after the last step). Each rank evaluates its own slice
+    of the held-out set with the step's weights; one all-reduce combines them."""
+
+    eval_max_samples: int | None = Field(default=None, ge=1)
+    """Evaluate on at most this many held-out samples (a fixed, class-stratified subset), to bound the time
+    an evaluation takes from training."""
+
+    eval_batch_size: int = Field(default=16384, ge=1)
+    """Total size (frames) per forward pass of an evaluation: bounds its memory, not its result."""
+
     @field_validator("kernel_size")
     @classmethod
     def _kernel_is_odd(cls, value: int) -> int:
@@ -247,17 +273,29 @@ class TrainerConfig(BaseModel):
                 raise ValueError(f"factor {factor} of rank {i} must be in [1, 1000] (1 = full speed)")
         return value
 
-    @field_validator("model", "collate")
+    @field_validator("model")
+    @classmethod
+    def _is_builtin_or_dotted(cls, value: str) -> str:
+        if value not in BUILTIN_MODELS and not DOTTED_PATH.match(value):
+            raise ValueError(f"{value!r} is neither a built-in model ({', '.join(BUILTIN_MODELS)}) nor a dotted "
+                             "path of the form package.module:attribute")
+        return value
+
+    @field_validator("collate")
     @classmethod
     def _is_dotted_path(cls, value: str | None) -> str | None:
         if value is not None and not DOTTED_PATH.match(value):
             raise ValueError(f"{value!r} is not a dotted path of the form package.module:attribute")
         return value
 
+    _packaged_is_known = field_validator("eval_packaged")(check_packaged_name)
+
     @model_validator(mode="after")
     def _device_fits_backend(self) -> TrainerConfig:
         if self.device == "cpu" and self.backend == "nccl":
             raise ValueError("backend 'nccl' needs device 'cuda' or 'auto', not 'cpu'")
+        if self.eval_path is not None and self.eval_packaged is not None:
+            raise ValueError("set eval_path or eval_packaged, not both")
         return self
 
 

@@ -32,7 +32,7 @@ from .errors import (
     SizeMismatchError,
     UnknownSchemaError,
 )
-from .records import Assignment, DeadLetter, Record, Sample, StepFeedback
+from .records import Assignment, DeadLetter, Evaluation, Record, Sample, StepFeedback
 
 __all__ = [
     "SCHEMA_HEADER",
@@ -60,8 +60,9 @@ _RECORD_TYPES: dict[str, type[Any]] = {
     "StepFeedback": StepFeedback,
     "Assignment": Assignment,
     "DeadLetter": DeadLetter,
+    "Evaluation": Evaluation,
 }
-R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter)
+R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter, Evaluation)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ __all__ = [
     "Assignment",
     "DeadLetter",
     "DevicePlan",
+    "Evaluation",
     "OffsetRange",
     "PendingSample",
     "Record",
@@ -319,6 +320,29 @@ class DeadLetter:
         return cls(**d)
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """One held-out evaluation of the trainers' shared model."""
+
+    SCHEMA: ClassVar[str] = "Evaluation"
+
+    job: str
+    step: int
+    dataset: str
+    samples: int
+    accuracy: float
+    loss: float
+    seconds: float
+    sent_at: int = field(default_factory=now_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields_of(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Evaluation:
+        return cls(**d)
+
+
 def _fields_of(record: Any) -> dict[str, Any]:
     """A record's fields as the dict fastavro writes, without copying them.
 
@@ -329,4 +353,4 @@ def _fields_of(record: Any) -> dict[str, Any]:
     return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
-Record = Sample | StepFeedback | Assignment | DeadLetter
+Record = Sample | StepFeedback | Assignment | DeadLetter | Evaluation

@@ -20,7 +20,8 @@ def validate_name_part(what: str, value: str) -> str:
 
 @dataclass(frozen=True)
 class TopicNames:
-    """Topic names under one prefix: `<prefix>.device.<id>`, `.feedback`, `.assignments`, `.dead-letter`."""
+    """Topic names under one prefix: `<prefix>.device.<id>`, `.feedback`, `.assignments`, `.dead-letter`,
+    `.evaluations`."""
 
     prefix: str = "streamtrain"
 
@@ -51,3 +52,8 @@ class TopicNames:
     @property
     def dead_letter(self) -> str:
         return f"{self.prefix}.dead-letter"
+
+    @property
+    def evaluations(self) -> str:
+        """Held-out evaluations (rank 0 writes one every `trainer.eval_every` steps)."""
+        return f"{self.prefix}.evaluations"

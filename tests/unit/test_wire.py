@@ -25,6 +25,7 @@ from streamtrain.wire import (
     DeadLetter,
     DeviceMismatchError,
     DevicePlan,
+    Evaluation,
     InvalidSampleError,
     MissingHeaderError,
     PendingSample,
@@ -91,12 +92,21 @@ def test_sample_carries_its_size_in_a_header_and_its_array_survives() -> None:
     assert back.array().shape == (11, 4) and back.array().dtype == np.int16
 
 
+def test_evaluation_round_trip() -> None:
+    record = Evaluation(job="j", step=40, dataset="plaid", samples=537, accuracy=0.75, loss=0.8, seconds=0.2)
+    value, headers = encode(record)
+    assert decode(value, headers, Evaluation) == record
+    with pytest.raises(SchemaMismatchError):
+        decode(value, headers, StepFeedback)
+
+
 def test_fingerprints_are_distinct_and_stable() -> None:
     fps = known_fingerprints()
-    current = {fingerprint_of(t) for t in (Sample, StepFeedback, Assignment, DeadLetter)}
-    assert len(current) == 4 and current <= set(fps)
+    current = {fingerprint_of(t) for t in (Sample, StepFeedback, Assignment, DeadLetter, Evaluation)}
+    assert len(current) == 5 and current <= set(fps)
     # The first versions of StepFeedback and Assignment stay readable beside the current ones.
-    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Sample", "StepFeedback", "StepFeedback"]
+    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Evaluation", "Sample", "StepFeedback",
+                                    "StepFeedback"]
     assert all(len(fp) == 16 and int(fp, 16) >= 0 for fp in fps)
 
 

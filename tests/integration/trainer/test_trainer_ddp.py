@@ -7,23 +7,31 @@ the expensive part; each test then checks one scenario against a single-process 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from trainer_ranks import (
     BASE,
     COUNTS,
+    HELD_OUT,
     NAN_MODEL,
     backlog,
     reference_sgd,
     reference_size_weighted_grads,
     run_ranks,
     step_samples,
+    write_held_out,
 )
 
+from streamtrain.datasets import load_dataset
+from streamtrain.wire import Sample
+from trainer.batching import collate_packed
 from trainer.compression import topk
+from trainer.plugins import build_model
 
 pytestmark = pytest.mark.integration
 
@@ -158,3 +166,22 @@ def test_four_ranks_with_idle_ones_match_sgd_on_the_union(tmp_path: Path) -> Non
     _ranks_agree(runs)
     expected, _ = reference_sgd(BASE, 4)
     assert _max_diff(runs[0]["params"], expected) < 1e-9
+
+
+def test_held_out_evaluation_sharded_over_ranks_equals_one_process(observed: dict[str, list[dict[str, Any]]],
+                                                                   tmp_path: Path) -> None:
+    runs = observed["heldout"]
+    results = [replace(run["result"], seconds=0.0) for run in runs]
+    assert results == [results[0]] * WORLD  # one all-reduce: every rank holds the same result
+    assert sum(run["own_samples"] for run in runs) == results[0].samples == HELD_OUT  # disjoint slices, all of it
+    sizes = [run["own_size"] for run in runs]
+    assert max(sizes) - min(sizes) <= 30  # dealt by size: no rank holds much more than another
+    # The reference: one process, the whole set, the same initial weights.
+    data = load_dataset(write_held_out(tmp_path / "held.npz"))
+    samples = [Sample.from_array("r", i, x, label=int(y)) for i, (x, y) in enumerate(zip(data.samples, data.labels,
+                                                                                          strict=True))]
+    batch = collate_packed(samples, BASE)
+    with torch.no_grad():
+        logits = build_model(BASE)(batch)
+    assert math.isclose(results[0].loss, float(F.cross_entropy(logits, batch.labels)), rel_tol=1e-9)
+    assert math.isclose(results[0].accuracy, float((logits.argmax(1) == batch.labels).double().mean()), rel_tol=1e-12)

@@ -7,10 +7,12 @@ with a single-process reference computed in the pytest process.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -23,6 +25,7 @@ from streamtrain.wire import Sample
 from trainer.batching import collate_packed
 from trainer.compression import TopKCompressor
 from trainer.distributed import destroy_distributed, free_port, init_distributed
+from trainer.evaluation import HeldOutEvaluator
 from trainer.plugins import build_model
 from trainer.step import build_step_runner, linear_lr_scale
 
@@ -135,6 +138,29 @@ def reference_size_weighted_grads(world: int) -> dict[str, torch.Tensor]:
     return out
 
 
+#: Held-out samples of the "heldout" scenario: sizes 1-30, so the deal by size has something to balance.
+HELD_OUT = 23
+
+
+def write_held_out(path: Path) -> Path:
+    """A labelled held-out set in the ragged .npz layout (the same file for every caller)."""
+    sizes = [1 + (13 * i) % 30 for i in range(HELD_OUT)]
+    samples = synthetic_samples(sizes, BASE.num_features, BASE.num_classes, seed=7)
+    np.savez(path, x=np.concatenate([s.array() for s in samples]), y=np.array([s.label for s in samples]),
+             sizes=np.array(sizes))
+    return path
+
+
+def _held_out(rank: int, world: int) -> dict[str, Any]:
+    """Each rank evaluates its slice of the held-out set with the initial model; one all-reduce combines them."""
+    config = BASE.model_copy(update={"eval_path": write_held_out(Path(tempfile.mkdtemp()) / "held.npz")})
+    ctx = init_distributed(config)
+    runner = build_step_runner(config, ctx)
+    evaluator = HeldOutEvaluator(config, ctx, runner.collate)
+    result = evaluator.evaluate(runner.model.module, step=0)
+    return {"result": result, "own_samples": evaluator.own_samples, "own_size": evaluator.own_size}
+
+
 def _compressor_votes(rank: int, world: int) -> dict[str, Any]:
     """Reduce known tensors with the Top-k compressor directly, where ranks disagree on compressing."""
     flat = torch.randn(200, dtype=torch.float64, generator=torch.Generator().manual_seed(rank))
@@ -169,6 +195,7 @@ SCENARIOS: dict[str, Callable[[int, int], dict[str, Any]]] = {
     ),
     "compressor_votes": _compressor_votes,
     "size_weighted": _size_weighted_grads,
+    "heldout": _held_out,
 }
 
 #: Scenarios `run_ranks` runs by default (everything that needs no GPU).

@@ -21,13 +21,15 @@ from streamtrain.config.trainer import TrainerConfig
 from streamtrain.kafka import make_consumer, read_to_end
 from streamtrain.wire import Sample, StepFeedback, decode
 from trainer.batching import PackedBatch, collate_packed
+from trainer.plugins import PROBE_DEVICE
 
 ENV = "TRAINER_TEST_SEQ_LOG"
 
 
 def collate(samples: Sequence[Sample], config: TrainerConfig) -> PackedBatch:
-    """`collate_packed`, after appending the samples' (device, seq) to this process's log."""
-    if samples:
+    """`collate_packed`, after appending the samples' (device, seq) to this process's log (not the start-up
+    probe's: those never reach a step)."""
+    if samples and samples[0].device_id != PROBE_DEVICE:
         lines = "".join(f"{s.device_id} {s.seq}\n" for s in samples).encode()
         fd = os.open(Path(os.environ[ENV]) / f"{os.getpid()}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:

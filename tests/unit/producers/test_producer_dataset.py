@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producers.dataset import DatasetError, load_dataset
 from producers.sharding import distribution_aware_shards, kmeans, pca, random_shards, shard, stratified_shards
 from producers.sources import DatasetSource
+from streamtrain.datasets import DatasetError, load_dataset
 
 
 def test_class_directories_label_npy_files(tmp_path: Path) -> None:

@@ -68,3 +68,11 @@ def test_one_long_many_short_costs_its_total_size(one_thread: None) -> None:
     padded = seconds([512] * 32)  # what padding the mixed batch to its longest sample would cost
     assert 0.5 < mixed / uniform < 2.0, (mixed, uniform)
     assert padded > 4 * mixed, (padded, mixed)
+
+
+def test_series_model_time_fits_a_line_in_total_size(one_thread: None) -> None:
+    # The coordinator's time model T = a*size + b must still describe it: PLAID-like lengths, 1 to 16 k frames.
+    config = TrainerConfig(model="seq", num_features=1, num_classes=11, hidden_size=32, num_layers=4)
+    fit = profile_size_time(config, [1024, 2048, 4096, 8192, 16384], sample_sizes=(100, 1344), repeats=3)
+    assert fit.slope > 0 and fit.r2 > 0.8, fit
+    assert fit.seconds[-1] > 4 * fit.seconds[1], fit  # 8x the frames costs well over 4x the time

@@ -1,7 +1,12 @@
-"""Reading a real dataset from disk: a directory of .npy/.npz/.csv files, or one .npz/.csv file.
+"""Reading a real dataset from disk: a directory of .ts/.npy/.npz/.csv files, or one such file.
 
-Layouts understood (every sample's first axis is its size axis):
+Both the producers (replaying a dataset into device topics) and the trainers (evaluating on a
+held-out set) read datasets through `load_dataset`. Layouts understood (every sample's first axis
+is its size axis):
 
+- ``*.ts``: the UEA/UCR archive's format (see `streamtrain.datasets.ts`); each series becomes a
+  (length, dimensions) float32 sample, labelled by its class's position in ``@classLabel``. Missing
+  values are interpolated (trailing ones, the archive's padding, are cut).
 - ``root/<class>/*.npy``: one sample per file, labelled by its directory (integer names are used as
   labels, other names are numbered in sorted order); ``.npy`` files directly in ``root`` are unlabelled.
 - ``*.npz`` with ``x`` and ``y``: a scalar ``y`` makes one sample; ``x`` of shape (N, L, ...) with
@@ -10,7 +15,8 @@ Layouts understood (every sample's first axis is its size axis):
 - ``*.csv`` with a header: a label column, an optional sample column grouping consecutive rows into
   one sample (size = number of rows), and numeric feature columns.
 
-A file that cannot be read or does not fit these layouts is skipped and reported; the rest loads.
+A file that cannot be read or does not fit these layouts is skipped and reported (a `.ts` file with
+the line at fault); the rest loads. A single file that cannot be read is an error naming it.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from streamtrain.wire import DTYPES
+from ..wire import DTYPES
+from .ts import TsFormatError, fill_missing, read_ts
 
 __all__ = ["Dataset", "DatasetError", "SkippedFile", "load_dataset", "load_sizes"]
 
 logger = logging.getLogger(__name__)
 
-SUFFIXES = (".npy", ".npz", ".csv")
+SUFFIXES = (".ts", ".npy", ".npz", ".csv")
 _X_KEYS = ("x", "data", "X", "samples")
 _Y_KEYS = ("y", "labels", "label", "Y")
 _SIZE_KEYS = ("sizes", "lengths")
@@ -183,6 +190,24 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None) -> tuple
     return samples, labels
 
 
+def _read_ts(path: Path) -> tuple[list[np.ndarray], list[int]]:
+    try:
+        data = read_ts(path)
+    except TsFormatError as exc:
+        raise _BadFile(f"line {exc.line}: {exc.reason}" if exc.line is not None else exc.reason) from None
+    samples: list[np.ndarray] = []
+    filled = 0
+    for series, line in zip(data.series, data.lines, strict=True):
+        values, n = fill_missing(series)
+        filled += n
+        samples.append(_as_payload(values, f"{path}:{line}"))
+    if filled:
+        logger.info("%s: %d missing values interpolated", path, filled)
+    if data.header.class_names is not None:
+        logger.info("%s: classes %s", path, ", ".join(f"{n}={i}" for i, n in enumerate(data.header.class_names)))
+    return samples, [int(v) for v in data.labels]
+
+
 def _class_labels(root: Path, files: list[Path]) -> dict[Path, int]:
     dirs = sorted({f.parent for f in files if f.parent != root})
     names = [d.relative_to(root).parts[0] for d in dirs]
@@ -224,7 +249,9 @@ def load_dataset(path: Path, label_column: str = "label", sample_column: str | N
         dir_label = labels_of.get(f.parent, -1)
         try:
             suffix = f.suffix.lower()
-            if suffix == ".npz":
+            if suffix == ".ts":
+                got, ys = _read_ts(f)
+            elif suffix == ".npz":
                 got, ys = _read_npz(f, dir_label)
             elif suffix == ".npy":
                 got, ys = _read_npy(f, dir_label)
@@ -248,6 +275,8 @@ def load_dataset(path: Path, label_column: str = "label", sample_column: str | N
         samples = [samples[i] for i in keep]
         labels = [labels[i] for i in keep]
         sources = [sources[i] for i in keep]
+    if not samples and path.is_file() and skipped:
+        raise DatasetError(f"{skipped[0].path}: {skipped[0].reason}")
     if not samples:
         detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5])
         raise DatasetError(f"dataset {path}: no usable samples ({len(skipped)} files skipped: {detail})")

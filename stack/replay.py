@@ -1,0 +1,134 @@
+"""`streamtrain up --dataset`: a real dataset replayed into the device topics, one shard per device.
+
+One producer process replays the dataset for every device (`producer.devices` = the stack's devices,
+each with its own rate from the streams), so the dataset is loaded and sharded once and the shards
+are disjoint; the sharding, loop, shuffle, bursts and schedules come from the `producer.*` settings as
+for any producer. A sample's size is its length. The held-out set the trainers evaluate on is the
+packaged dataset's test split, or the archive's `<name>_TEST.ts` beside a `<name>_TRAIN.ts`, unless
+`trainer.eval_path` / `trainer.eval_packaged` already name one. Before anything starts, the dataset
+is checked against the model's settings, so a mismatch fails with the setting to change, not with
+every sample dead-lettered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from producers.service import ProducerError, StreamProducer
+from streamtrain.cli_support import module_command
+from streamtrain.config import KafkaConfig, ProducerConfig, StreamtrainConfig
+from streamtrain.datasets import PACKAGED, DatasetError, load_dataset, packaged_file
+
+from .services import DeviceStream, ServiceSpec
+
+__all__ = ["DatasetReplay", "produce_replay_backlog", "replay_producer_spec", "replay_settings", "resolve_replay"]
+
+
+@dataclass(frozen=True)
+class DatasetReplay:
+    """What `--dataset` resolved to."""
+
+    name: str
+    """The packaged dataset's name, or the file or directory."""
+    settings: dict[str, object]
+    """Settings every child gets: what producers replay, and the held-out set when one was derived."""
+    held_out: str | None
+    """The held-out set in force (None: no evaluation)."""
+    samples: int
+    features: int
+    classes: int
+
+
+def _held_out_beside(path: Path) -> Path | None:
+    if path.is_file() and path.name.upper().endswith("_TRAIN.TS"):
+        sibling = path.with_name(path.name[: -len("_TRAIN.ts")] + "_TEST" + path.suffix)
+        return sibling if sibling.is_file() else None
+    return None
+
+
+def resolve_replay(choice: str, cfg: StreamtrainConfig) -> DatasetReplay:
+    """Resolve `--dataset CHOICE` (a packaged dataset's name, or a file or directory) against `cfg`.
+
+    Raises:
+        ValueError: the dataset cannot be loaded, or it does not fit `trainer.num_features` /
+            `trainer.num_classes` (the message says which setting to change).
+    """
+    settings: dict[str, object] = {}
+    held_out: str | None = None
+    trainer = cfg.trainer
+    try:
+        if choice in PACKAGED:
+            path = packaged_file(choice, "train")
+            settings["producer.dataset.packaged"] = choice
+            derived: tuple[str, object] | None = ("trainer.eval_packaged", choice)
+        else:
+            path = Path(choice).resolve()
+            settings["producer.dataset.path"] = str(path)
+            beside = _held_out_beside(path)
+            derived = ("trainer.eval_path", str(beside)) if beside is not None else None
+        dataset = load_dataset(path, cfg.producer.dataset.label_column, cfg.producer.dataset.sample_column)
+    except DatasetError as exc:
+        raise ValueError(f"--dataset {choice}: {exc}") from None
+    if trainer.eval_path is not None or trainer.eval_packaged is not None:
+        held_out = str(trainer.eval_path or trainer.eval_packaged)
+    elif derived is not None:
+        settings[derived[0]] = derived[1]
+        held_out = str(derived[1])
+    features = {s.shape[1:] for s in dataset.samples}
+    if features != {(trainer.num_features,)}:
+        shape = ", ".join(str(f) for f in sorted(features))
+        hint = f" (--set trainer.num_features={next(iter(features))[0]})" if len(features) == 1 and len(
+            next(iter(features))) == 1 else ""
+        raise ValueError(f"--dataset {choice}: its samples have shape (size, {shape}) per frame but the model takes "
+                         f"(size, {trainer.num_features}): set trainer.num_features{hint}")
+    classes = int(dataset.labels.max()) + 1 if dataset.labelled else 0
+    if classes > trainer.num_classes:
+        raise ValueError(f"--dataset {choice}: its labels go up to {classes - 1} but trainer.num_classes is "
+                         f"{trainer.num_classes} (--set trainer.num_classes={classes})")
+    return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes)
+
+
+def replay_settings(streams: Sequence[DeviceStream], seed: int) -> dict[str, object]:
+    """The `producer.*` settings of the one producer that replays the dataset for every stream, at its rate."""
+    return {
+        "producer.devices": len(streams), "producer.device_ids": [s.device_id for s in streams],
+        "producer.rate.kind": "constant", "producer.rate.rates": [s.rate for s in streams],
+        "producer.seed": seed,
+    }
+
+
+def replay_producer_spec(streams: Sequence[DeviceStream], seed: int, port: int, common: dict[str, object],
+                         global_args: Sequence[str]) -> ServiceSpec:
+    """`streamtrain produce` replaying the configured dataset into every device topic (one shard each)."""
+    sets: dict[str, object] = {
+        **common, **replay_settings(streams, seed),
+        "producer.duration_seconds": 0, "producer.metrics_port": port, "producer.tick_seconds": 0.01,
+    }
+    argv = module_command("producers", "produce", "--no-progress", global_args=global_args, sets=sets)
+    return ServiceSpec("producer-replay", "producer", argv, (port,))
+
+
+def produce_replay_backlog(kafka: KafkaConfig, base: ProducerConfig, streams: Sequence[DeviceStream], seed: int,
+                           samples: int) -> float:
+    """Publish `samples` records of every device's shard before training starts; returns the seconds it took.
+
+    Raises:
+        ProducerError: when a sample cannot be delivered or the producer fails.
+    """
+    began = time.monotonic()
+    tree: dict[str, Any] = base.model_dump()
+    tree.update(devices=len(streams), device_ids=[s.device_id for s in streams], seed=seed, max_samples=samples,
+                duration_seconds=None, metrics=False, metrics_port=None)
+    tree["rate"] = {**tree["rate"], "kind": "unlimited", "preset": None, "rates": None, "schedule": [],
+                    "bursts": None, "trace": None}
+    producer = StreamProducer(kafka, ProducerConfig.model_validate(tree))
+    summary = producer.run()
+    want = samples * len(streams)
+    if not summary.ok or int(producer.sent.sum()) != want:
+        raise ProducerError(f"dataset backlog: {int(producer.sent.sum())} of {want} samples delivered "
+                            f"({int(summary.final.failed.sum())} failed)")
+    return time.monotonic() - began

@@ -1,0 +1,25 @@
+"""Real datasets on disk: the `.ts` archive format, `.npy`/`.npz`/`.csv` layouts, and packaged datasets.
+
+Shared by the producers (replay into device topics) and the trainers (held-out evaluation).
+"""
+
+from .files import Dataset, DatasetError, SkippedFile, load_dataset, load_sizes
+from .packaged import PACKAGED, PackagedDataset, packaged_file
+from .ts import TsData, TsFormatError, TsHeader, fill_missing, parse_ts, read_ts
+
+__all__ = [
+    "PACKAGED",
+    "Dataset",
+    "DatasetError",
+    "PackagedDataset",
+    "SkippedFile",
+    "TsData",
+    "TsFormatError",
+    "TsHeader",
+    "fill_missing",
+    "load_dataset",
+    "load_sizes",
+    "packaged_file",
+    "parse_ts",
+    "read_ts",
+]

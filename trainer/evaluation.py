@@ -1,0 +1,187 @@
+"""Held-out evaluation while training: accuracy and loss of the shared model on a test split.
+
+Which samples: `trainer.eval_path` (any file or directory dataset replay reads, e.g. a `*_TEST.ts`) or
+`trainer.eval_packaged` (a packaged dataset's test split, e.g. PLAID_TEST.ts), optionally cut to a
+class-stratified `trainer.eval_max_samples`. Who evaluates: every rank, each its own slice — the
+samples dealt out by size so every slice holds about the same total size, hence takes about the same
+time — and one all-reduce of (loss sum, correct, count) gives every rank the result. Sharding keeps
+the pause short: rank 0 alone would hold every other rank at the next step's collectives for the whole
+set. Each rank collates its slice once at start-up (which also checks `trainer.collate` and the
+held-out samples' shape before training starts).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.datasets import Dataset, DatasetError, load_dataset, packaged_file
+from streamtrain.wire import Sample
+
+from .batching import Batch
+from .distributed import DistContext
+from .errors import TrainerSetupError
+from .plugins import CollateFn
+
+__all__ = ["HeldOutEvaluator", "HeldOutResult", "deal_by_size", "held_out_source", "stratified_subset"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HeldOutResult:
+    """One evaluation, combined over every rank."""
+
+    step: int
+    samples: int
+    accuracy: float
+    loss: float
+    seconds: float
+    """This rank's wall time from the evaluation's start to the combined result (the pause in training)."""
+
+
+def held_out_source(config: TrainerConfig) -> tuple[str, Path, str] | None:
+    """(what to call it, the file or directory, the setting that named it), or None when nothing is configured.
+
+    Raises:
+        TrainerSetupError: the packaged dataset is not installed.
+    """
+    if config.eval_packaged is not None:
+        try:
+            return config.eval_packaged, packaged_file(config.eval_packaged, "test"), "trainer.eval_packaged"
+        except DatasetError as exc:
+            raise TrainerSetupError(f"trainer.eval_packaged: {exc}") from None
+    if config.eval_path is not None:
+        return str(config.eval_path), config.eval_path, "trainer.eval_path"
+    return None
+
+
+def stratified_subset(labels: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
+    """Sorted indices of `n` samples that keep each class's share: each class gives the floor of its share
+    (shuffled), and random leftovers fill the rest."""
+    if n >= len(labels):
+        return np.arange(len(labels))
+    rng = np.random.default_rng(seed)
+    picked: list[int] = []
+    leftovers: list[int] = []
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c)).tolist()
+        share = n * len(idx) // len(labels)
+        picked += idx[:share]
+        leftovers += idx[share:]
+    rng.shuffle(leftovers)
+    return np.sort(np.asarray(picked + leftovers[: n - len(picked)], dtype=np.int64))
+
+
+def deal_by_size(sizes: np.ndarray, rank: int, world: int) -> np.ndarray:
+    """This rank's indices when samples are dealt largest first, back and forth over the ranks (a snake), so
+    every rank's total size is about the same."""
+    order = np.argsort(-sizes, kind="stable")
+    turns = np.arange(len(order)) % (2 * world)
+    owner = np.where(turns < world, turns, 2 * world - 1 - turns)
+    return np.sort(order[owner == rank])
+
+
+def _chunks(samples: Sequence[Sample], max_size: int) -> list[list[Sample]]:
+    out: list[list[Sample]] = []
+    for sample in samples:
+        if not out or (sum(s.size for s in out[-1]) + sample.size > max_size and out[-1]):
+            out.append([])
+        out[-1].append(sample)
+    return out
+
+
+class HeldOutEvaluator:
+    """This rank's slice of the held-out set, collated, and the collective that evaluates on it.
+
+    Args:
+        config: Trainer settings (the held-out set, features, classes, batch bound).
+        ctx: This rank's place in the group.
+        collate: The collate function the rank trains with.
+
+    Raises:
+        TrainerSetupError: the held-out set cannot be loaded, has unlabelled samples, samples of the wrong
+            shape or labels outside [0, num_classes), naming the setting that named it.
+    """
+
+    def __init__(self, config: TrainerConfig, ctx: DistContext, collate: CollateFn) -> None:
+        source = held_out_source(config)
+        if source is None:
+            raise TrainerSetupError("trainer.eval_path: no held-out set configured")
+        self.name, path, setting = source
+        self.ctx = ctx
+        try:
+            dataset = load_dataset(path)
+        except DatasetError as exc:
+            raise TrainerSetupError(f"{setting}: {exc}") from None
+        _check_held_out(dataset, config, setting)
+        keep = stratified_subset(dataset.labels, config.eval_max_samples or len(dataset), config.seed)
+        sizes = dataset.sizes[keep]
+        mine = keep[deal_by_size(sizes, ctx.rank, ctx.world_size)]
+        self.total = len(keep)
+        samples = [Sample.from_array("held-out", int(i), dataset.samples[i], label=int(dataset.labels[i]))
+                   for i in mine]
+        self.batches: list[Batch] = []
+        for chunk in _chunks(samples, config.eval_batch_size):
+            try:
+                self.batches.append(collate(chunk, config).to(ctx.device))
+            except Exception as exc:  # a plug-in may raise anything: report it as this setting's failure
+                raise TrainerSetupError(f"trainer.collate: failed on held-out samples of {setting} "
+                                        f"({type(exc).__name__}: {exc})") from exc
+        self.own_samples = len(samples)
+        self.own_size = int(sum(s.size for s in samples))
+        logger.info("rank %d: held-out set %s, %d of its %d samples here (total size %d) in %d batches",
+                    ctx.rank, self.name, self.own_samples, self.total, self.own_size, len(self.batches))
+
+    def evaluate(self, model: nn.Module, step: int) -> HeldOutResult:
+        """Evaluate `model` (the bare module, not its DDP wrapper) on this rank's slice and combine over ranks.
+
+        A collective: every rank must call it at the same step.
+        """
+        started = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        loss_sum = correct = 0.0
+        try:
+            with torch.inference_mode():
+                for batch in self.batches:
+                    logits = model(batch)
+                    loss_sum += float(F.cross_entropy(logits, batch.labels, reduction="sum"))
+                    correct += float((logits.argmax(dim=1) == batch.labels).sum())
+        finally:
+            model.train(was_training)
+        totals = torch.tensor([loss_sum, correct, float(self.own_samples)], dtype=torch.float64)
+        if dist.is_initialized() and self.ctx.world_size > 1:
+            # gloo reduces CPU tensors; NCCL needs them on the rank's GPU.
+            device = self.ctx.device if self.ctx.backend == "nccl" else torch.device("cpu")
+            moved = totals.to(device)
+            dist.all_reduce(moved)
+            totals = moved.cpu()
+        loss_total, right, count = (float(v) for v in totals)
+        seconds = time.perf_counter() - started
+        return HeldOutResult(step=step, samples=int(count), accuracy=right / count if count else 0.0,
+                             loss=loss_total / count if count else 0.0, seconds=seconds)
+
+
+def _check_held_out(dataset: Dataset, config: TrainerConfig, setting: str) -> None:
+    if not dataset.labelled:
+        raise TrainerSetupError(f"{setting}: the held-out set has unlabelled samples; evaluation needs labels")
+    shapes = {s.shape[1:] for s in dataset.samples}
+    if shapes != {(config.num_features,)}:
+        shown = ", ".join(f"(size, {', '.join(map(str, s))})" for s in sorted(shapes))
+        raise TrainerSetupError(f"{setting}: held-out samples have shape {shown}; the model takes "
+                                f"(size, {config.num_features}) (trainer.num_features)")
+    top = int(dataset.labels.max())
+    if top >= config.num_classes:
+        raise TrainerSetupError(f"{setting}: held-out label {top} is not below trainer.num_classes "
+                                f"({config.num_classes})")

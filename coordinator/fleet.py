@@ -21,6 +21,7 @@ import numpy as np
 from streamtrain.config import CoordinatorConfig
 from streamtrain.wire import Assignment, PendingSample, StepFeedback
 
+from .membership import Membership
 from .perfmodel import PerfTracker
 from .state import DeviceState, PendingIndex, PlanningState
 
@@ -278,6 +279,7 @@ class FleetTracker:
         self._first_report: dict[int, float] = {}
         self._step_seconds: dict[int, float] = {}
         self._overhead: dict[int, float] = {}
+        self.membership = Membership(config.absent_after_seconds)
         for d in config.devices:
             self.device(d)
 
@@ -291,8 +293,8 @@ class FleetTracker:
         return rec
 
     @property
-    def expected(self) -> list[str]:
-        """Devices a step waits for and plans include, in rank order.
+    def members(self) -> list[str]:
+        """Devices of the job, present or not, in rank order.
 
         Without `devices` configured: those that sent feedback, or, before anyone has, every device
         known from its topic (so a warm-start plan can cover them).
@@ -304,6 +306,19 @@ class FleetTracker:
             return sorted(self.devices)
         return [r.device_id for r in sorted(seen, key=lambda r: (r.rank if r.rank is not None else 1 << 30,
                                                                    r.device_id))]
+
+    @property
+    def expected(self) -> list[str]:
+        """Devices a step waits for and plans include, in rank order: the present `members` (see `Membership`)."""
+        return [d for d in self.members if d not in self.membership.absent]
+
+    def update_membership(self, now: float) -> list[str]:
+        """Declare absent the members silent too long while plans went on; returns those newly absent.
+
+        Args:
+            now: the monotonic clock `ingest_feedback` was given.
+        """
+        return self.membership.update(self.members, now)
 
     def warm_start_step(self) -> int | None:
         """Step 0 while the job has no feedback and no plan yet but its devices and their lag are known.
@@ -333,6 +348,7 @@ class FleetTracker:
             received: when it arrived, on the monotonic clock the due-step wait uses.
         """
         rec = self.device(fb.device_id)
+        self.membership.heard(fb.device_id, received)
         prev = rec.last_feedback
         if prev is None or fb.step >= prev.step:
             rec.last_feedback = fb
@@ -371,6 +387,9 @@ class FleetTracker:
             samples each device's truncation dropped from the index.
         """
         dropped: dict[str, int] = {}
+        reporters = self._reports.get(plan.step - 1)
+        if reporters:  # a plan after some feedback: whoever it did not wait for was passed over
+            self.membership.passed_over({p.device_id for p in plan.devices} - reporters)
         for part in plan.devices:
             rec = self.device(part.device_id)
             rec.book.take(plan.step, part.offsets)

@@ -348,7 +348,11 @@ class FleetTracker:
             received: when it arrived, on the monotonic clock the due-step wait uses.
         """
         rec = self.device(fb.device_id)
-        self.membership.heard(fb.device_id, received)
+        late = self.next_plan_step is not None and fb.step + 1 < self.next_plan_step
+        if not late or fb.device_id not in self.membership.absent:
+            # An absent device is back with a report of a step still to plan; a late one (a node cut off
+            # delivering what it had queued) says nothing about its ranks being there now.
+            self.membership.heard(fb.device_id, received)
         prev = rec.last_feedback
         if prev is None or fb.step >= prev.step:
             rec.last_feedback = fb
@@ -360,8 +364,8 @@ class FleetTracker:
                 rec.mean_size = float(max(s.size, 1))  # the first size seen replaces the placeholder
             rec.mean_size += _SIZE_ALPHA * (max(s.size, 1) - rec.mean_size)
             rec.sizes_seen += 1
-        if self.next_plan_step is not None and fb.step + 1 < self.next_plan_step:
-            return False  # late: its step was already planned without it
+        if late:
+            return False  # its step was already planned without it
         self._reports.setdefault(fb.step, set()).add(fb.device_id)
         self._first_report.setdefault(fb.step, received)
         # The step's wall period as the stream sees it: the runner's time plus the waits for the plan

@@ -215,6 +215,7 @@ class Coordinator:
                                on_delivery=self._delivered)
         latency = time.perf_counter() - started
         self._carry = plan.carry
+        missing = sorted(set(self.fleet.expected) - self.fleet.reporters(step - 1))  # before the plan forgets them
         dropped = self.fleet.record_plan(assignment)
         job = self.cfg.job
         m = self.metrics
@@ -233,8 +234,7 @@ class Coordinator:
                             ", ".join(self.fleet.expected))
         elif not complete:
             m.plans_partial.labels(job).inc()
-            logger.info("plan for step %d published without feedback from %s", step,
-                        ", ".join(sorted(set(self.fleet.expected) - self.fleet.reporters(step - 1))) or "nobody")
+            logger.info("plan for step %d published without feedback from %s", step, ", ".join(missing) or "nobody")
         times = [r.last_feedback.compute_seconds for r in self.fleet.devices.values()
                  if r.last_feedback is not None and r.last_feedback.step == step - 1]
         m.straggler_effect.labels(job).set(straggler_effect(times))

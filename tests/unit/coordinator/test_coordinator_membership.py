@@ -119,3 +119,22 @@ def test_without_configured_devices_an_absent_device_still_counts_as_a_member() 
     _plan(fleet, 2, now=1001.5)
     assert fleet.update_membership(2.0) == ["b"]
     assert fleet.members == ["a", "b"] and fleet.expected == ["a"]
+
+
+def test_late_feedback_of_an_absent_device_does_not_bring_it_back() -> None:
+    # A node cut off delivers, once its cable is back, the reports it had queued: steps long since planned.
+    fleet = FleetTracker(CoordinatorConfig(devices=("a", "b"), plan_wait_seconds=0.5, absent_after_seconds=1.0))
+    fleet.ingest_feedback(feedback(0, "a", rank=0), received=0.0)
+    fleet.ingest_feedback(feedback(0, "b", rank=1), received=0.0)
+    _plan(fleet, 1, now=1000.0)
+    for step in (1, 2, 3):
+        fleet.ingest_feedback(feedback(step, "a", rank=0), received=float(step))
+        assert fleet.due_step(step + 0.5) is not None
+        _plan(fleet, step + 1, now=1000.0 + step)
+        fleet.update_membership(step + 0.5)
+    assert fleet.membership.absent == {"b"}
+    assert not fleet.ingest_feedback(feedback(1, "b", rank=1), received=5.0)  # step 1: planned long ago
+    assert fleet.membership.absent == {"b"} and fleet.expected == ["a"]
+    fleet.ingest_feedback(feedback(4, "a", rank=0), received=6.0)
+    fleet.ingest_feedback(feedback(4, "b", rank=1), received=6.1)  # b's node rejoined: a step still to plan
+    assert not fleet.membership.absent and fleet.expected == ["a", "b"]

@@ -133,14 +133,20 @@ def init_distributed(
             )
         return DistContext(rank, world_size, local_rank, device, str(dist.get_backend()))
     port = port or free_port(addr)
+    # Under torchrun the ranks may be clients of the elastic agent's store, which outlives a failed group:
+    # after `--max-restarts` brings the group back, the old group's keys (e.g. gloo's peer addresses) are
+    # still there, and a new rank would dial a dead peer. A prefix per restart keeps rounds apart; the
+    # restart count is the agent's, so this holds on one node only. With TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+    # (groups across nodes) rank 0 hosts a new store for every group instead, and no prefix is needed.
     timeout = timedelta(seconds=config.collective_timeout_seconds if timeout_s is None else timeout_s)
     store, _, _ = next(dist.rendezvous(f"tcp://{addr}:{port}", rank, world_size, timeout=timeout))
-    # Under torchrun the ranks are clients of the elastic agent's store, which outlives a failed group:
-    # after `--max-restarts` brings the group back, the old group's keys (e.g. gloo's peer addresses)
-    # are still there, and a new rank would dial a dead peer. A prefix per restart keeps rounds apart.
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if restart is not None:
+    if restart is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         store = dist.PrefixStore(f"streamtrain/restart{restart}", store)
+        if world_size > _env_int("LOCAL_WORLD_SIZE", world_size):
+            logger.warning("this group spans nodes on the elastic agents' shared store: after a failure the nodes "
+                           "count restarts apart and may not meet again; start torchrun with "
+                           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (each group then gets a store of its own)")
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     logger.info("rank %d/%d joined %s:%d on %s with %s%s", rank, world_size, addr, port, device, backend,
                 f" (torchrun restart {restart})" if restart is not None else "")

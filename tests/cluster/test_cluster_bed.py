@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,10 @@ def test_the_sweep_removes_a_bed_whose_owner_died_and_spares_a_live_one(tmp_path
     sleeper = subprocess.Popen(["ip", "netns", "exec", hosts["a"].namespace, "sleep", "300"],
                                start_new_session=True)
     try:
-        assert namespace_pids(hosts["a"].namespace) == [sleeper.pid]
+        deadline = time.monotonic() + 30
+        while namespace_pids(hosts["a"].namespace) != [sleeper.pid]:  # `ip netns exec` enters, then runs sleep
+            assert time.monotonic() < deadline and sleeper.poll() is None, namespace_pids(hosts["a"].namespace)
+            time.sleep(0.05)
         removed = sweep()
         assert network.run_id in removed and cluster_bed.network.run_id not in removed
         assert sleeper.wait(10) == -9  # the process in the dead owner's namespace was killed

@@ -162,6 +162,7 @@ class ClusterBed:
         return Topology(addresses, self.spec, config, self.state_dir, self.cluster_id)
 
     def address(self, host: str) -> str:
+        """`host`'s address on the bed's /24."""
         return self.network.hosts[host].address
 
     @property
@@ -171,6 +172,7 @@ class ClusterBed:
 
     @property
     def coordinator_url(self) -> str:
+        """Where the coordinator serves /status and /metrics."""
         return f"http://{self.address('coordinator')}:{COORDINATOR_PORT}"
 
     # ---- processes ---------------------------------------------------------------------------------
@@ -213,6 +215,7 @@ class ClusterBed:
         return proc.pid
 
     def log_path(self, host: str) -> Path:
+        """The log of `host`'s service (every start appended, each under a header)."""
         return self.state_dir / "logs" / f"{host}.log"
 
     def signal(self, host: str, sig: signal.Signals) -> None:

@@ -174,6 +174,7 @@ class Network:
         return str(self.subnet.network_address + 1)
 
     def namespace(self, host: str) -> str:
+        """The name of `host`'s namespace in this run."""
         return f"{PREFIX}{self.run_id}-{host}"
 
     def create(self, hosts: Mapping[str, int], owner_pid: int | None, state_dir: Path) -> dict[str, HostNet]:

@@ -17,9 +17,8 @@ otherwise works out from the host name.
 
 from __future__ import annotations
 
-import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ __all__ = [
     "TRAINER_HOSTS",
     "ClusterSpec",
     "Topology",
-    "quoted",
 ]
 
 KAFKA_HOSTS = ("kafka-1", "kafka-2", "kafka-3")
@@ -102,10 +100,12 @@ class ClusterSpec:
         return self.devices[:half] if node == 0 else self.devices[half:]
 
     def to_dict(self) -> dict[str, object]:
+        """The spec as JSON-ready data (the bed's state file)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> ClusterSpec:
+        """The spec `to_dict` wrote."""
         values: dict[str, Any] = dict(data)
         values["devices"] = tuple(values["devices"])
         return cls(**values)
@@ -136,10 +136,12 @@ class Topology:
 
     @property
     def quorum_voters(self) -> str:
+        """The KRaft controller quorum, `id@address:9093` of each Kafka node."""
         return ",".join(f"{i}@{self.addresses[h]}:{CONTROLLER_PORT}" for i, h in enumerate(KAFKA_HOSTS, start=1))
 
     @property
     def rendezvous(self) -> str:
+        """torchrun's c10d rendezvous endpoint, on trainer-1."""
         return f"{self.addresses[TRAINER_HOSTS[0]]}:{RENDEZVOUS_PORT}"
 
     def environment(self, host: str) -> dict[str, str]:
@@ -168,6 +170,7 @@ class Topology:
         return self.trainer(TRAINER_HOSTS.index(host))
 
     def broker(self, node: int) -> list[str]:
+        """Kafka node `node` (1-3): `broker run` on its own address, one of the three quorum voters."""
         host = KAFKA_HOSTS[node - 1]
         return list(module_command(CLI_MODULE, "broker", "run", "--data-dir", str(self.state_dir / host),
                                    "--host", self.addresses[host], "--port", str(KAFKA_PORT), "--node-id", str(node),
@@ -175,6 +178,7 @@ class Topology:
                                    sets=self._sets(host, **{"broker.heap": self.spec.broker_heap})))
 
     def coordinator(self) -> list[str]:
+        """The coordinator, planning for every device of the bed; /status and /metrics on its address."""
         return list(module_command("coordinator", "coordinate", "--port", str(COORDINATOR_PORT),
                                    sets=self._sets("coordinator", **{"coordinator.devices": list(self.spec.devices)})))
 
@@ -209,8 +213,3 @@ class Topology:
                                f"read_timeout={self.spec.rendezvous_timeout_seconds}",
                 "--local-addr", self.addresses[host], "--max-restarts", str(self.spec.max_restarts),
                 "--monitor-interval", "1", *rank[1:]]
-
-
-def quoted(argv: Sequence[str]) -> str:
-    """A command line as a person would type it (for logs and `cluster status`)."""
-    return " ".join(shlex.quote(a) for a in argv)

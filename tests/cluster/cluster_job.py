@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import statistics
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -130,6 +129,11 @@ def step_times(feedback: list[StepFeedback]) -> list[float]:
     return sorted(f.sent_at / 1000.0 for f in feedback)
 
 
+#: A time without completed steps longer than this is a pause: longer than a report hold (trainer.hold_max_s) or a
+#: late plan's wait (trainer.plan_wait_s), which a fault-free run also has.
+PAUSE_S = 2.0
+
+
 def resume_figures(feedback: list[StepFeedback], fault_at: float, window_s: float) -> dict[str, float]:
     """How training went through a fault at `fault_at` (epoch seconds), from the steps the ranks reported.
 
@@ -137,19 +141,17 @@ def resume_figures(feedback: list[StepFeedback], fault_at: float, window_s: floa
         next_step_s: from the fault to the first step completed after it;
         stall_s: the longest time without any completed step, from the last step before the fault to
             `window_s` after it;
-        resumed_s: from the fault to the end of the first pause after it (a time without steps longer than
-            three of the steps before the fault, and than 1 s): training resumed. With no pause, the next step.
+        resumed_s: from the fault to the end of that stall when it was a pause (longer than `PAUSE_S`):
+            training resumed; else training never stopped, and this is the next step.
     """
     times = step_times(feedback)
     before = [t for t in times if t <= fault_at]
     after = [t for t in times if fault_at < t <= fault_at + window_s]
     assert after, "no step completed after the fault"
     points = [before[-1] if before else fault_at, *after]
-    gaps = [(b - a, b) for a, b in itertools.pairwise(points)]
-    usual = statistics.median(b - a for a, b in itertools.pairwise(before[-31:])) if len(before) > 1 else 0.0
-    pause = max(3 * usual, 1.0)
-    resumed_at = next((end for gap, end in gaps if gap > pause), after[0])
-    return {"next_step_s": round(after[0] - fault_at, 2), "stall_s": round(max(gaps)[0], 2),
+    stall, stall_end = max((b - a, b) for a, b in itertools.pairwise(points))
+    resumed_at = stall_end if stall > PAUSE_S else after[0]
+    return {"next_step_s": round(after[0] - fault_at, 2), "stall_s": round(stall, 2),
             "resumed_s": round(resumed_at - fault_at, 2)}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_job import (
@@ -141,16 +142,19 @@ def test_a_rolling_restart_of_the_three_brokers_loses_nothing_and_retrains_nothi
     job.begin(ROLLING_PER_DEVICE, ROLLING_RATE, trained_first=50)
 
     fault_at = time.time()
-    per_broker = {}
+    per_broker: dict[str, dict[str, Any]] = {}
     for host in KAFKA_HOSTS:
-        per_broker[host] = {k: round(v, 1) for k, v in bed.restart_broker(host).items()}
-        per_broker[host]["stream_still_running"] = bed.alive("producer")
+        began = time.time()
+        per_broker[host] = {"began": began, **{k: round(v, 1) for k, v in bed.restart_broker(host).items()},
+                            "stream_still_running": bed.alive("producer")}
     done_at = time.time()
     # At least the first two restarts happened while the streams flowed (the third one too, unless the machine
     # is slow enough that the five minutes of streams ran out first).
     assert all(per_broker[h]["stream_still_running"] for h in KAFKA_HOSTS[:2]), per_broker
 
     account = job.finish(ROLLING_PER_DEVICE)
+    for restart in per_broker.values():  # each node's restart, from its stop to its replicas in sync
+        restart.update(resume_figures(account.feedback, restart.pop("began"), restart["in_sync_seconds"]))
     figures = {"fault": "rolling restart of kafka-1, kafka-2, kafka-3 (SIGTERM, start, wait in sync)",
                "restart_s": round(done_at - fault_at, 1), "per_broker": per_broker,
                **resume_figures(account.feedback, fault_at, done_at - fault_at), **accounting_figures(account)}

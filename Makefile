@@ -10,7 +10,7 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := kafka/libs/.resolved
 PYTEST_ARGS ?=
 
-.PHONY: setup venv kafka system-deps demo test lint unit integration faults clean
+.PHONY: setup venv kafka system-deps demo test lint unit integration faults cluster clean
 
 setup: $(VENV_STAMP) $(KAFKA_STAMP)
 
@@ -19,8 +19,9 @@ venv: $(VENV_STAMP)
 kafka: $(KAFKA_STAMP)
 
 # Java 17 runs the broker; Maven resolves its jars; jemalloc is the allocator of CPU trainer ranks (steadier steps,
-# trainer.cpu_allocator); Prometheus scrapes `streamtrain up`. The last two are optional (everything runs without
-# them and says so, hence no failure when they cannot be installed). Each installed from Debian only when absent.
+# trainer.cpu_allocator); iproute2 makes the hosts of `make cluster`; Prometheus scrapes `streamtrain up`. The last
+# three are optional (everything runs without them and says so, hence no failure when they cannot be installed).
+# Each installed from Debian only when absent.
 system-deps:
 	@if ! command -v java >/dev/null || ! command -v mvn >/dev/null; then \
 	  echo "installing Java 17 and Maven from Debian packages"; \
@@ -30,6 +31,11 @@ system-deps:
 	  echo "installing jemalloc from Debian packages (the allocator of CPU trainer ranks)"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libjemalloc2; } \
 	    || echo "could not install libjemalloc2: CPU ranks will use the system allocator"; \
+	fi
+	@if ! command -v ip >/dev/null; then \
+	  echo "installing iproute2 from Debian packages (the hosts of the multi-host test bed)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2; } \
+	    || echo "could not install iproute2: the cluster tests will skip"; \
 	fi
 	@if ! command -v prometheus >/dev/null && [ ! -x /usr/bin/prometheus ]; then \
 	  echo "installing Prometheus from Debian packages"; \
@@ -60,7 +66,7 @@ demo: setup system-deps
 
 # ruff (style), mypy (types), lint-imports (the package layering in pyproject.toml: the core imports no service).
 lint: $(VENV_STAMP)
-	$(VENV)/bin/ruff check streamtrain streamtrain_cli producers coordinator trainer stack benchmarks tests examples
+	$(VENV)/bin/ruff check streamtrain streamtrain_cli producers coordinator trainer stack cluster benchmarks tests examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy examples/*.py
 	$(VENV)/bin/lint-imports --no-cache --no-logo
@@ -76,6 +82,13 @@ integration: setup
 
 faults: setup
 	$(PY) -m pytest tests/faults $(PYTEST_ARGS)
+
+# The multi-host test bed (tests/cluster, left out of `make test`: ~25 min on 2 cores): seven hosts as network
+# namespaces (needs root; the tests skip without it), three Kafka nodes, two torchrun nodes; host faults and elastic
+# membership. The figures each test measures go to reports/cluster/figures.jsonl and the end of the output.
+cluster: setup system-deps
+	mkdir -p reports/cluster && rm -f reports/cluster/figures.jsonl
+	STREAMTRAIN_CLUSTER_FIGURES=reports/cluster/figures.jsonl $(PY) -m pytest tests/cluster -m cluster $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) kafka/libs .streamtrain .pytest_cache .mypy_cache .ruff_cache

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from streamtrain.config import CoordinatorConfig
 from streamtrain.wire import Assignment, StepFeedback
 
+from .membership import Membership
 from .pending import PendingBook
 from .perfmodel import PerfTracker
 from .state import DeviceState, PlanningState, after_batch
@@ -136,6 +137,7 @@ class FleetTracker:
         self._first_report: dict[int, float] = {}
         self._step_seconds: dict[int, float] = {}
         self._overhead: dict[int, float] = {}
+        self.membership = Membership(config.absent_after_seconds)
         for d in config.devices:
             self.device(d)
 
@@ -149,8 +151,8 @@ class FleetTracker:
         return rec
 
     @property
-    def expected(self) -> list[str]:
-        """Devices a step waits for and plans include, in rank order.
+    def members(self) -> list[str]:
+        """Devices of the job, present or not, in rank order.
 
         Without `devices` configured: those that sent feedback, or, before anyone has, every device
         known from its topic (so a warm-start plan can cover them).
@@ -162,6 +164,19 @@ class FleetTracker:
             return sorted(self.devices)
         return [r.device_id for r in sorted(seen, key=lambda r: (r.rank if r.rank is not None else 1 << 30,
                                                                    r.device_id))]
+
+    @property
+    def expected(self) -> list[str]:
+        """Devices a step waits for and plans include, in rank order: the present `members` (see `Membership`)."""
+        return [d for d in self.members if d not in self.membership.absent]
+
+    def update_membership(self, now: float) -> list[str]:
+        """Declare absent the members silent too long while plans went on; returns those newly absent.
+
+        Args:
+            now: the monotonic clock `ingest_feedback` was given.
+        """
+        return self.membership.update(self.members, now)
 
     def warm_start_step(self) -> int | None:
         """Step 0 while the job has no feedback and no plan yet but its devices and their lag are known.
@@ -191,6 +206,11 @@ class FleetTracker:
             received: when it arrived, on the monotonic clock the due-step wait uses.
         """
         rec = self.device(fb.device_id)
+        late = self.next_plan_step is not None and fb.step + 1 + self.config.plan_ahead < self.next_plan_step
+        if not late or fb.device_id not in self.membership.absent:
+            # An absent device is back with a report of a step still to plan; a late one (a node cut off
+            # delivering what it had queued) says nothing about its ranks being there now.
+            self.membership.heard(fb.device_id, received)
         prev = rec.last_feedback
         if prev is None or fb.step >= prev.step:
             rec.last_feedback = fb
@@ -203,7 +223,7 @@ class FleetTracker:
                 rec.mean_size = float(max(s.size, 1))  # the first size seen replaces the placeholder
             rec.mean_size += _SIZE_ALPHA * (max(s.size, 1) - rec.mean_size)
             rec.sizes_seen += 1
-        if self.next_plan_step is not None and fb.step + 1 + self.config.plan_ahead < self.next_plan_step:
+        if late:
             return False  # late: the plan its step was due for was already published without it
         self._reports.setdefault(fb.step, set()).add(fb.device_id)
         self._first_report.setdefault(fb.step, received)
@@ -230,6 +250,9 @@ class FleetTracker:
             samples each device's truncation dropped from the index.
         """
         dropped: dict[str, int] = {}
+        reporters = self._reports.get(plan.seen_through)  # the step whose feedback the plan was made from
+        if reporters:  # a plan after some feedback: whoever it did not wait for was passed over
+            self.membership.passed_over({p.device_id for p in plan.devices} - reporters)
         for part in plan.devices:
             rec = self.device(part.device_id)
             rec.book.take(plan.step, part.offsets, part.count, part.size_budget)

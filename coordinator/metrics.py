@@ -82,6 +82,9 @@ class CoordinatorMetrics:
         self.truncated = device.counter("truncated_samples", "Pending samples plans truncated.")
         self.deleted = device.counter("deleted_records", "Records removed on the broker by DeleteRecords.")
         self.feedback = device.counter("feedback_records", "Feedback records applied.")
+        self.present = device.gauge("device_present",
+                                    "1 while plans include the device, 0 while it is absent (its trainer left; "
+                                    "its stream waits in Kafka).")
 
     def add_device(self, device: str) -> None:
         """Create the device's children up front, so every series exists from the start."""
@@ -89,3 +92,4 @@ class CoordinatorMetrics:
                        self.batch_size, self.lag, self.lag_seconds, self.rate, self.pending, self.truncated,
                        self.deleted, self.feedback):
             metric.labels(job=self.job, device=device)
+        self.present.labels(job=self.job, device=device).set(1)

@@ -164,6 +164,8 @@ class Coordinator:
             # from what its basis told, not from feedback of the step after it that a late poll brought along.
             self._publish_due()
         now = time.monotonic()
+        if self.fleet.update_membership(now):
+            self._export_membership()
         if now >= self._next_probe:
             self._next_probe = now + self.ccfg.poll_interval_seconds
             self._poll_offsets()
@@ -185,7 +187,10 @@ class Coordinator:
     def _on_feedback(self, fb: StepFeedback) -> None:
         if fb.device_id not in self.fleet.devices:
             self.metrics.add_device(fb.device_id)
+        was_absent = fb.device_id in self.fleet.membership.absent
         self.fleet.ingest_feedback(fb, time.monotonic())
+        if was_absent:
+            self._export_membership()
         rec = self.fleet.devices[fb.device_id]
         labels = (self.cfg.job, fb.device_id)
         self.metrics.feedback.labels(*labels).inc()
@@ -196,6 +201,12 @@ class Coordinator:
         if model.rel_error is not None:
             self.metrics.pred_error.labels(*labels).set(model.rel_error)
         self.metrics.pending.labels(*labels).set(len(rec.book))
+
+    def _export_membership(self) -> None:
+        absent = self.fleet.membership.absent
+        for device in self.fleet.devices:
+            self.metrics.present.labels(self.cfg.job, device).set(0 if device in absent else 1)
+        self._refresh_status(force=True)
 
     def _publish(self, step: int, complete: bool, basis: int, warm: bool = False) -> None:
         started = time.perf_counter()
@@ -209,6 +220,7 @@ class Coordinator:
                                on_delivery=self._delivered)
         latency = time.perf_counter() - started
         self._carry = plan.carry
+        missing = sorted(set(self.fleet.expected) - self.fleet.reporters(basis))  # before the plan forgets them
         dropped = self.fleet.record_plan(assignment)
         job = self.cfg.job
         m = self.metrics
@@ -228,7 +240,7 @@ class Coordinator:
         elif not complete:
             m.plans_partial.labels(job).inc()
             logger.info("plan for step %d published without step %d's feedback from %s", step, basis,
-                        ", ".join(sorted(set(self.fleet.expected) - self.fleet.reporters(basis))) or "nobody")
+                        ", ".join(missing) or "nobody")
         last = [r.last_feedback for r in self.fleet.devices.values()
                 if r.last_feedback is not None and r.last_feedback.step == basis]
         times = [fb.compute_seconds for fb in last]
@@ -351,12 +363,14 @@ class Coordinator:
                 "buffer_depth": rec.book.buffer_depth, "lowest_unprocessed": rec.book.floor,
                 "end_offset": rec.end_offset, "log_start_offset": rec.log_start, "committed_offset": rec.committed,
                 "last_step": rec.last_feedback.step if rec.last_feedback else None, "mean_size": rec.mean_size,
+                "present": device_id not in self.fleet.membership.absent,
             })
         self._status = {
             "job": self.cfg.job, "policy": self.ccfg.policy, "truncation": self.ccfg.truncation,
             "plan_ahead": self.ccfg.plan_ahead,
             "delete_records": self.ccfg.delete_records, "topic_prefix": self.cfg.kafka.topic_prefix,
             "next_plan_step": self._upcoming_step(), "expected_devices": self.fleet.expected,
+            "absent_devices": sorted(self.fleet.membership.absent),
             "devices": devices, "last_plan": self._last_plan,
             "plan_latency_ms_median": float(np.median(self._latencies)) * 1e3 if self._latencies else None,
             # Plan latency over the wall time of the step each plan followed: the "< 1% of a step" check.

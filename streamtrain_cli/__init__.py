@@ -31,6 +31,7 @@ bench_app = typer.Typer(
 def _register_commands() -> None:
     # Each package adds its own commands; heavy imports (torch) happen inside the commands.
     from benchmarks.cli import register as register_benchmarks
+    from cluster.cli import register as register_cluster
     from coordinator.cli import register as register_coordinator
     from producers.cli import register as register_producers
     from stack.cli import register as register_stack
@@ -49,6 +50,7 @@ def _register_commands() -> None:
     register_coordinator(app, bench_app)
     register_trainer(app, bench_app)
     register_stack(app, bench_app)
+    register_cluster(app, bench_app)
     register_benchmarks(app, bench_app)
 
 

@@ -24,6 +24,11 @@ def train(
     devices: Annotated[
         str | None, typer.Option(help="Comma-separated devices, one per rank: rank r trains the r-th (torchrun).")
     ] = None,
+    node_devices: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated devices of this node, one per local rank: local rank r trains the r-th "
+                          "(torchrun across nodes with --nnodes MIN:MAX, where global ranks change).")
+    ] = None,
     local_ranks: Annotated[
         int | None, typer.Option(help="Launch this many ranks here (devices default to 0..N-1).", min=1)
     ] = None,
@@ -34,6 +39,7 @@ def train(
     """Train one DDP rank per device on its Kafka stream, following the coordinator's plans.
 
     One rank per process with the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+    Across elastic nodes give each node its own --node-devices: a node's devices stay its own as ranks change.
 
     --local-ranks N starts N ranks on this machine.
 
@@ -44,6 +50,9 @@ def train(
     from streamtrain.cli_support import EXIT_CONFIG, config_from, die
     from streamtrain.wire import TopicNames
 
+    from .errors import TrainerSetupError
+    from .placement import device_for_rank
+
     flags: dict[str, Any] = {
         "trainer.max_steps": steps,
         "trainer.checkpoint_dir": str(checkpoint_dir) if checkpoint_dir is not None else None,
@@ -51,17 +60,17 @@ def train(
     }
     cfg = config_from(ctx, flags)
     names = [d.strip() for d in devices.split(",")] if devices else []
+    node_names = [d.strip() for d in node_devices.split(",")] if node_devices else []
     if local_ranks is not None and not names:
         names = [str(i) for i in range(local_ranks)]
     try:
-        for name in [*names, *([device_id] if device_id else [])]:
+        for name in [*names, *node_names, *([device_id] if device_id else [])]:
             TopicNames(cfg.kafka.topic_prefix).device(name)
     except ValueError as exc:
         die(str(exc), EXIT_CONFIG)
     if local_ranks is not None:
         if len(names) != local_ranks:
             die(f"--local-ranks {local_ranks} needs {local_ranks} devices, --devices names {len(names)}", EXIT_CONFIG)
-        from .errors import TrainerSetupError
         from .launch import launch_local_ranks
 
         try:
@@ -70,13 +79,10 @@ def train(
             die(str(exc), EXIT_CONFIG)
         raise typer.Exit(status)
     if device_id is None:
-        rank = int(os.environ.get("RANK", "0") or 0)
-        if not names:
-            die("say which device this rank trains: --device-id ID, or --devices with RANK set", EXIT_CONFIG)
-        if rank >= len(names):
-            die(f"RANK {rank} has no device in --devices ({len(names)} named)", EXIT_CONFIG)
-        device_id = names[rank]
-    from .errors import TrainerSetupError
+        try:
+            device_id = device_for_rank(names, node_names, os.environ)
+        except TrainerSetupError as exc:
+            die(str(exc), EXIT_CONFIG)
     from .rank import run_rank
 
     try:

@@ -24,6 +24,7 @@ from streamtrain.config.trainer import TrainerConfig
 from streamtrain.net import free_port
 
 from .errors import TrainerSetupError
+from .placement import env_int
 
 __all__ = [
     "DistContext",
@@ -77,13 +78,8 @@ def select_device(config: TrainerConfig, local_rank: int) -> tuple[torch.device,
 
 
 def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise TrainerSetupError(f"environment variable {name}={raw!r} is not an integer") from None
+    value = env_int(os.environ, name)
+    return default if value is None else value
 
 
 def init_distributed(
@@ -94,7 +90,7 @@ def init_distributed(
     local_rank: int | None = None,
     master_addr: str | None = None,
     master_port: int | None = None,
-    timeout_s: float = 300.0,
+    timeout_s: float | None = None,
 ) -> DistContext:
     """Join (or create) the default process group; arguments override the torchrun environment.
 
@@ -107,7 +103,7 @@ def init_distributed(
         local_rank: Rank on this host, picks the GPU (default $LOCAL_RANK, else `rank`).
         master_addr: Rendezvous host (default $MASTER_ADDR, else 127.0.0.1).
         master_port: Rendezvous port (default $MASTER_PORT; required when world_size > 1).
-        timeout_s: Collective and rendezvous timeout.
+        timeout_s: Collective and rendezvous timeout (default `trainer.collective_timeout_seconds`).
 
     Returns:
         This rank's context.
@@ -137,14 +133,20 @@ def init_distributed(
             )
         return DistContext(rank, world_size, local_rank, device, str(dist.get_backend()))
     port = port or free_port(addr)
-    timeout = timedelta(seconds=timeout_s)
+    # Under torchrun the ranks may be clients of the elastic agent's store, which outlives a failed group:
+    # after `--max-restarts` brings the group back, the old group's keys (e.g. gloo's peer addresses) are
+    # still there, and a new rank would dial a dead peer. A prefix per restart keeps rounds apart; the
+    # restart count is the agent's, so this holds on one node only. With TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+    # (groups across nodes) rank 0 hosts a new store for every group instead, and no prefix is needed.
+    timeout = timedelta(seconds=config.collective_timeout_seconds if timeout_s is None else timeout_s)
     store, _, _ = next(dist.rendezvous(f"tcp://{addr}:{port}", rank, world_size, timeout=timeout))
-    # Under torchrun the ranks are clients of the elastic agent's store, which outlives a failed group:
-    # after `--max-restarts` brings the group back, the old group's keys (e.g. gloo's peer addresses)
-    # are still there, and a new rank would dial a dead peer. A prefix per restart keeps rounds apart.
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if restart is not None:
+    if restart is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         store = dist.PrefixStore(f"streamtrain/restart{restart}", store)
+        if world_size > _env_int("LOCAL_WORLD_SIZE", world_size):
+            logger.warning("this group spans nodes on the elastic agents' shared store: after a failure the nodes "
+                           "count restarts apart and may not meet again; start torchrun with "
+                           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (each group then gets a store of its own)")
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     logger.info("rank %d/%d joined %s:%d on %s with %s%s", rank, world_size, addr, port, device, backend,
                 f" (torchrun restart {restart})" if restart is not None else "")

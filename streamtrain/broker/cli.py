@@ -1,4 +1,4 @@
-"""`streamtrain broker start|stop|status|run`: the embedded single-node KRaft broker."""
+"""`streamtrain broker start|stop|status|run|cluster-id`: the embedded KRaft broker, one node or several."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from typing import Annotated
 import typer
 
 from ..cli_support import config_from, console, die
-from .embedded import BrokerError, EmbeddedBroker
+from .embedded import BrokerError, EmbeddedBroker, new_cluster_id
 
 app = typer.Typer(
     help=(
-        "Run a real single-node Apache Kafka broker (KRaft) from the jars in kafka/libs on local Java. "
+        "Run a real Apache Kafka broker (KRaft) from the jars in kafka/libs on local Java: a single node, or, "
+        "with --node-id, --quorum-voters and --cluster-id, one node of a multi-node cluster. "
         "One broker per data directory; its state, logs and generated server.properties live there."
     ),
     no_args_is_help=True,
@@ -32,6 +33,17 @@ Host = Annotated[str | None, typer.Option(help="Listen and advertised address (s
 Heap = Annotated[str | None, typer.Option(help="Java heap, e.g. 768m or 2g (setting broker.heap).")]
 LogFile = Annotated[
     Path | None, typer.Option(help="Broker log file; default DATA_DIR/broker.log (setting broker.log_file).")
+]
+NodeId = Annotated[int | None, typer.Option(help="KRaft node id, unique in the cluster (setting broker.node_id).")]
+QuorumVoters = Annotated[
+    str | None,
+    typer.Option(help="Controller quorum of a multi-node cluster, id@host:port,... the same on every node "
+                      "(setting broker.quorum_voters)."),
+]
+ClusterId = Annotated[
+    str | None,
+    typer.Option(help="KRaft cluster id every node is formatted with (setting broker.cluster_id; "
+                      "`streamtrain broker cluster-id` makes one)."),
 ]
 
 
@@ -53,6 +65,9 @@ def start(
         float | None,
         typer.Option(help="Seconds to wait for the broker to answer (setting broker.start_timeout_seconds)."),
     ] = None,
+    node_id: NodeId = None,
+    quorum_voters: QuorumVoters = None,
+    cluster_id: ClusterId = None,
 ) -> None:
     """Start the broker in the background; return once it answers and print its bootstrap address.
 
@@ -60,7 +75,8 @@ def start(
     Example: `export STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS=$(streamtrain broker start -d /tmp/kafka)`.
     """
     broker = _broker(ctx, data_dir=data_dir, port=port, controller_port=controller_port, host=host, heap=heap,
-                     log_file=log_file, start_timeout_seconds=timeout)
+                     log_file=log_file, start_timeout_seconds=timeout, node_id=node_id, quorum_voters=quorum_voters,
+                     cluster_id=cluster_id)
     began = time.monotonic()
     try:
         with console.status(f"starting Kafka broker in {broker.data_dir} ...", spinner="dots"):
@@ -121,10 +137,25 @@ def run(
     controller_port: ControllerPort = None,
     host: Host = None,
     heap: Heap = None,
+    node_id: NodeId = None,
+    quorum_voters: QuorumVoters = None,
+    cluster_id: ClusterId = None,
 ) -> None:
-    """Run the broker in the foreground (for containers and process supervisors); logs go to stdout."""
-    broker = _broker(ctx, data_dir=data_dir, port=port, controller_port=controller_port, host=host, heap=heap)
+    """Run the broker in the foreground (for containers and process supervisors); logs go to stdout.
+
+    A node of a three-node cluster (run on each host with its own id and address, the same voters and id):
+    `streamtrain broker run -d /data --host 10.0.0.11 --port 9092 --node-id 1 --cluster-id $ID
+    --quorum-voters 1@10.0.0.11:9093,2@10.0.0.12:9093,3@10.0.0.13:9093`.
+    """
+    broker = _broker(ctx, data_dir=data_dir, port=port, controller_port=controller_port, host=host, heap=heap,
+                     node_id=node_id, quorum_voters=quorum_voters, cluster_id=cluster_id)
     try:
         broker.exec_foreground()
     except BrokerError as exc:
         die(str(exc))
+
+
+@app.command("cluster-id")
+def cluster_id_command() -> None:
+    """Print a new KRaft cluster id, for --cluster-id on every node of a new multi-node cluster."""
+    typer.echo(new_cluster_id())

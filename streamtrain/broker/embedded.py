@@ -1,9 +1,14 @@
-"""A real single-node Apache Kafka broker (KRaft, broker + controller in one JVM) on local Java.
+"""A real Apache Kafka broker (KRaft, broker + controller in one JVM) on local Java.
 
 The jars come from Maven Central through `kafka/pom.xml` (`make kafka`). Everything about one
 broker lives in its data directory: `server.properties` (regenerated at each start), `kraft/`
 (the log and metadata), `broker.json` (pid, ports, cluster id) and `broker.log`. Starting again on
 the same directory keeps the data and, when they are free, the same ports, so clients reconnect.
+
+By default the broker is a cluster of its own. With `broker.quorum_voters`, `broker.node_id` and a
+shared `broker.cluster_id` it is one node of a multi-node cluster (each node its own data directory
+and address), replicated as docker-compose.multi-broker.yml replicates: internal topics on
+min(3, nodes) replicas, a minimum of min(2, nodes) in-sync replicas.
 """
 
 from __future__ import annotations
@@ -31,7 +36,16 @@ from ..lifeline import tie_to_parent
 from ..net import free_port
 from . import scram
 
-__all__ = ["BrokerError", "BrokerState", "BrokerStatus", "EmbeddedBroker", "find_kafka_libs", "kafka_version"]
+__all__ = [
+    "BrokerError",
+    "BrokerState",
+    "BrokerStatus",
+    "EmbeddedBroker",
+    "find_kafka_libs",
+    "kafka_version",
+    "new_cluster_id",
+    "replication_properties",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -215,9 +229,13 @@ class EmbeddedBroker:
         previous = self.read_state()
         host = self.cfg.host
         port = self._choose_port(self.cfg.port, previous.port if previous else None, host)
-        cport = self._choose_port(self.cfg.controller_port, previous.controller_port if previous else None, host,
-                                  avoid={port})
-        cluster_id = previous.cluster_id if previous else _cluster_id()
+        # In a quorum of several nodes the controller port is the one the others were told (quorum_voters).
+        fixed_cport = self.cfg.voters[self.cfg.node_id][1] if self.cfg.quorum_voters else self.cfg.controller_port
+        cport = self._choose_port(fixed_cport, previous.controller_port if previous else None, host, avoid={port})
+        if previous and self.cfg.cluster_id and previous.cluster_id != self.cfg.cluster_id:
+            raise BrokerError(f"{self.data_dir} belongs to cluster {previous.cluster_id}, not broker.cluster_id "
+                              f"{self.cfg.cluster_id}; use a fresh broker.data_dir to join that cluster")
+        cluster_id = previous.cluster_id if previous else (self.cfg.cluster_id or new_cluster_id())
         state = BrokerState(host, port, cport, cluster_id, version=kafka_version(libs))
         formatted = (self.log_dir / "meta.properties").exists()
         if self.sasl and formatted and scram.broker_secret(self.data_dir, create=False) is None:
@@ -228,7 +246,7 @@ class EmbeddedBroker:
         fd = os.open(self.properties_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w") as fh:
-            fh.write(self._properties(state, secret))
+            fh.write(self.server_properties(state, secret))
         log4j = resources.files("streamtrain.broker").joinpath("log4j2.properties")
         base = [java, f"-Xmx{self.cfg.heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                 "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
@@ -402,12 +420,22 @@ class EmbeddedBroker:
             return previous  # same address as last time, so clients of the old run reconnect
         return free_port(host, avoid or ())
 
-    def _properties(self, state: BrokerState, secret: str | None = None) -> str:
+    def server_properties(self, state: BrokerState, secret: str | None = None) -> str:
+        """The server.properties of this broker at the addresses of `state`.
+
+        Args:
+            state: host, ports and cluster id chosen by `prepare`.
+            secret: the broker's own SCRAM password on a SASL listener.
+
+        Returns:
+            The file's text, `broker.properties` applied last.
+        """
         client = self.cfg.security_protocol  # the client listener's name is its protocol
+        voters = self.cfg.quorum_voters or f"{self.cfg.node_id}@{state.host}:{state.controller_port}"
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@{state.host}:{state.controller_port}",
+            "node.id": str(self.cfg.node_id),
+            "controller.quorum.voters": voters,
             "listeners": f"{client}://{state.host}:{state.port},CONTROLLER://{state.host}:{state.controller_port}",
             "advertised.listeners": f"{client}://{state.host}:{state.port}",
             "controller.listener.names": "CONTROLLER",
@@ -417,12 +445,8 @@ class EmbeddedBroker:
             "num.partitions": "1",
             # Topics come from one place (TopicNames + ensure_topics); a typo must fail, not create a topic.
             "auto.create.topics.enable": "false",
-            "offsets.topic.replication.factor": "1",
             "offsets.topic.num.partitions": "8",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            **replication_properties(len(self.cfg.voters)),
             "group.initial.rebalance.delay.ms": "0",
             "log.retention.check.interval.ms": "30000",
         }
@@ -461,7 +485,26 @@ class EmbeddedBroker:
         logger.info("formatted KRaft storage in %s (cluster %s%s)", self.log_dir, state.cluster_id, users)
 
 
-def _cluster_id() -> str:
+def replication_properties(nodes: int) -> dict[str, str]:
+    """Replication settings of a KRaft cluster of `nodes` brokers: three replicas and two in sync at most.
+
+    With three nodes these are docker-compose.multi-broker.yml's (one node can be lost, acks=all keeps every
+    acknowledged record); a single node gets 1 and 1.
+    """
+    replicas, in_sync = str(min(3, nodes)), str(min(2, nodes))
+    return {
+        "offsets.topic.replication.factor": replicas,
+        "transaction.state.log.replication.factor": replicas,
+        "transaction.state.log.min.isr": in_sync,
+        "share.coordinator.state.topic.replication.factor": replicas,
+        "share.coordinator.state.topic.min.isr": in_sync,
+        "default.replication.factor": replicas,
+        "min.insync.replicas": in_sync,
+    }
+
+
+def new_cluster_id() -> str:
+    """A new KRaft cluster id, as `kafka-storage random-uuid` makes one."""
     # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding (22 characters).
     # One in 64 starts with "-", which the storage tool's parser takes for an option; Kafka's own
     # Uuid.randomUuid() draws again in that case, and so do we.

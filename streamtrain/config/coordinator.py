@@ -156,6 +156,11 @@ class CoordinatorConfig(BaseModel):
     """Service: longest wait, after the first feedback of a step, for the other devices' feedback; the
     plan for the next step is then published with what has arrived (trainers never block on it)."""
 
+    absent_after_seconds: float = Field(default=30.0, ge=0.0)
+    """Service: a device with no feedback for this long, while plans went on without it (its trainer node left
+    the group), is absent: plans and the wait for a step's feedback leave it out until it reports again; its
+    stream waits in Kafka, its lag still exported. 0: never leave a device out."""
+
     poll_interval_seconds: float = Field(default=1.0, gt=0.0, le=60.0)
     """Service: how often watermarks, committed offsets (lag) and arrival rates are polled."""
 

@@ -15,7 +15,7 @@ from .producer import ProducerConfig
 from .renames import Renamed, milliseconds_to_seconds, seconds_renamed
 from .trainer import TrainerConfig
 
-__all__ = ["BrokerConfig", "KafkaConfig", "MetricsConfig", "StreamtrainConfig"]
+__all__ = ["BrokerConfig", "KafkaConfig", "MetricsConfig", "StreamtrainConfig", "parse_quorum_voters"]
 
 _SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret")
 
@@ -183,7 +183,7 @@ class KafkaConfig(_Section):
 
 
 class BrokerConfig(_Section):
-    """The embedded single-node KRaft broker (`streamtrain broker ...`)."""
+    """The embedded KRaft broker (`streamtrain broker ...`): a single node, or one node of a cluster."""
 
     data_dir: Path = Path(".streamtrain/broker")
     """Directory holding the broker's logs, metadata, generated configuration and state file."""
@@ -195,7 +195,21 @@ class BrokerConfig(_Section):
     """Client port; 0 picks a free one (and keeps it across restarts of the same data directory)."""
 
     controller_port: int = Field(default=0, ge=0, le=65535)
-    """KRaft controller port; 0 picks a free one."""
+    """KRaft controller port; 0 picks a free one (on a multi-node cluster: this node's port in quorum_voters)."""
+
+    node_id: int = Field(default=1, ge=1, le=2**31 - 1)
+    """KRaft node id of this broker, unique in its cluster (a single node is node 1)."""
+
+    quorum_voters: str | None = None
+    """The controller quorum of a multi-node KRaft cluster, `id@host:port,...`: every node is broker and
+    controller, every node gets the same list, and this node's entry is `node_id@host:controller_port`. Internal
+    topics then get min(3, nodes) replicas, and topics a minimum of min(2, nodes) in-sync replicas, as in
+    docker-compose.multi-broker.yml. None: a single-node cluster of this broker alone."""
+
+    cluster_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_-]{21}$")
+    """KRaft cluster id the data directory is formatted with (22 URL-safe base64 characters, e.g. from
+    `streamtrain broker cluster-id`); every node of a multi-node cluster needs the same one. None: a new id
+    at the first start of the data directory (single node)."""
 
     heap: str = Field(default="768m", pattern=r"^[0-9]+[kmgKMG]$")
     """Java heap size (-Xmx), e.g. 768m or 2g."""
@@ -255,6 +269,54 @@ class BrokerConfig(_Section):
         if self.security_protocol == "SASL_PLAINTEXT" and not self.scram_users:
             raise ValueError("broker.security_protocol=SASL_PLAINTEXT needs at least one user in broker.scram_users")
         return self
+
+    @model_validator(mode="after")
+    def _quorum_names_this_node(self) -> BrokerConfig:
+        if self.quorum_voters is None:
+            return self
+        voters = parse_quorum_voters(self.quorum_voters)
+        own = voters.get(self.node_id)
+        if own is None:
+            raise ValueError(f"broker.node_id {self.node_id} is not in broker.quorum_voters ({self.quorum_voters})")
+        host, port = own
+        if host != self.host:
+            raise ValueError(f"broker.quorum_voters names node {self.node_id} at {host}, but broker.host is "
+                             f"{self.host}: the controller listens where the quorum reaches it")
+        if self.controller_port not in (0, port):
+            raise ValueError(f"broker.controller_port {self.controller_port} differs from node {self.node_id}'s "
+                             f"port {port} in broker.quorum_voters")
+        if self.cluster_id is None:
+            raise ValueError("broker.quorum_voters needs broker.cluster_id: every node is formatted with the same "
+                             "id (`streamtrain broker cluster-id` makes one)")
+        if self.security_protocol != "PLAINTEXT":
+            raise ValueError("broker.security_protocol=SASL_PLAINTEXT is single-node only (each node's inter-broker "
+                             "user lives in its own data directory); leave broker.quorum_voters unset")
+        return self
+
+    @property
+    def voters(self) -> dict[int, tuple[str, int]]:
+        """The controller quorum by node id: this node alone (on controller_port) unless quorum_voters is set."""
+        if self.quorum_voters is None:
+            return {self.node_id: (self.host, self.controller_port)}
+        return parse_quorum_voters(self.quorum_voters)
+
+
+def parse_quorum_voters(value: str) -> dict[int, tuple[str, int]]:
+    """`1@host:9093,2@host2:9093` as {1: ("host", 9093), 2: ("host2", 9093)}.
+
+    Raises:
+        ValueError: an entry is not id@host:port, or an id appears twice.
+    """
+    voters: dict[int, tuple[str, int]] = {}
+    for entry in value.split(","):
+        node, at, address = entry.strip().partition("@")
+        host, colon, port = address.rpartition(":")
+        if not (at and colon and host and node.isdigit() and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"quorum voter {entry.strip()!r} is not id@host:port")
+        if int(node) in voters:
+            raise ValueError(f"node {node} appears twice in the quorum voters {value!r}")
+        voters[int(node)] = (host, int(port))
+    return voters
 
 
 class MetricsConfig(_Section):

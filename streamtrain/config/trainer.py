@@ -137,6 +137,12 @@ class TrainerConfig(BaseModel):
     """Threshold delta on the relative energy loss |‖g‖² - ‖Topk(g)‖²| / ‖g‖²: a bucket is sent sparse
     only when every rank's loss is within it, dense otherwise."""
 
+    collective_timeout_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    """Longest a rank waits in a collective (and in joining its group) before it fails. A peer silent for longer
+    (a host cut off, a rank hung) fails the step on every rank, and torchrun's elastic agent restarts the group:
+    across nodes, this is how long a node may be away before the others go on without it. A shorter absence
+    only pauses the group."""
+
     bucket_cap_mb: float = Field(default=25.0, gt=0, le=4096)
     """DDP gradient bucket size in MiB (each bucket is one hook call and one collective)."""
 

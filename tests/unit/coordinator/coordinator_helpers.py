@@ -1,4 +1,4 @@
-"""Builders of hand-made planning states for the coordinator tests."""
+"""Builders of hand-made planning states and feedback records for the coordinator tests."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 
 from coordinator.perfmodel import PerfModel
 from coordinator.state import DeviceState, PendingIndex, PlanningState
+from streamtrain.wire import PendingSample, StepFeedback
 
 
 def device(
@@ -29,3 +30,15 @@ def device(
 
 def state(*devices: DeviceState, step: int = 1, now: float = 100.0, **kw: object) -> PlanningState:
     return PlanningState(step=step, now=now, devices=tuple(devices), **kw)  # type: ignore[arg-type]
+
+
+def feedback(step: int, device: str = "a", *, new: range | list[int] | tuple[int, ...] = (), lowest: int = 0,
+             plan_step: int | None = None, depth: int | None = None, size: int = 10, rank: int = 0,
+             seconds: float = 0.5) -> StepFeedback:
+    """A rank's report of `step` that followed the plan (unless `plan_step` says otherwise)."""
+    samples = tuple(PendingSample(o, size) for o in new)
+    return StepFeedback(job="j", step=step, device_id=device, rank=rank, plan_step=step if plan_step is None
+                        else plan_step, samples=4, total_size=40, compute_seconds=seconds, data_wait_seconds=0.0,
+                        comm_seconds=0.0, step_seconds=seconds, memory_bytes=0, lowest_unprocessed_offset=lowest,
+                        buffer_depth=len(samples) if depth is None else depth, new_samples=samples,
+                        sent_at=1_000_000)

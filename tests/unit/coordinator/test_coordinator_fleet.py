@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from coordinator_helpers import feedback
 
 from coordinator.fleet import FleetTracker, PendingBook, RateEstimator
 from coordinator.policies import plan_step
 from coordinator.state import plan_to_assignment
 from streamtrain.config import CoordinatorConfig
-from streamtrain.wire import PendingSample, StepFeedback
-
-
-def feedback(step: int, device: str = "a", *, new: range | list[int] | tuple[int, ...] = (), lowest: int = 0,
-             plan_step: int | None = None, depth: int | None = None, size: int = 10, rank: int = 0,
-             seconds: float = 0.5) -> StepFeedback:
-    samples = tuple(PendingSample(o, size) for o in new)
-    return StepFeedback(job="j", step=step, device_id=device, rank=rank, plan_step=step if plan_step is None
-                        else plan_step, samples=4, total_size=40, compute_seconds=seconds, data_wait_seconds=0.0,
-                        comm_seconds=0.0, step_seconds=seconds, memory_bytes=0, lowest_unprocessed_offset=lowest,
-                        buffer_depth=len(samples) if depth is None else depth, new_samples=samples,
-                        sent_at=1_000_000)
-
+from streamtrain.wire import StepFeedback
 
 # --- arrival rate -----------------------------------------------------------------------------
 

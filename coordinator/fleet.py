@@ -265,6 +265,8 @@ class FleetTracker:
         for s in [s for s in self._reports if s + 1 + ahead < self.next_plan_step]:
             self._reports.pop(s)
             self._first_report.pop(s, None)
+        for rec in self.devices.values():  # the steps whose feedback is in (or was waited for) settled theirs
+            rec.book.drop_claims_before(self.next_plan_step - 2 - ahead)
         for s in [s for s in self._step_seconds if s + 2 + ahead < self.next_plan_step]:
             del self._step_seconds[s]  # only the latest measured step's time is ever read
         for s in [s for s in self._overhead if s + _OVERHEAD_STEPS < self.next_plan_step]:

@@ -169,6 +169,14 @@ class PendingBook:
         """(count, size budget) of the published plans without offsets whose step has not reported, in step order."""
         return [self._budgets[s] for s in sorted(self._budgets)]
 
+    def drop_claims_before(self, step: int) -> None:
+        """Forget the budget claims of plans for steps before `step` that no feedback settled: the device's
+        rank did not report them (gone, or never there), and in a synchronous group a rank that is there
+        reports every step, so such a claim takes nothing any more. Kept, they would pile up one per plan
+        and make the device's backlog look taken, so truncation would never reach it."""
+        for s in [s for s in self._budgets if s < step]:
+            del self._budgets[s]
+
     def _settle(self, step: int, followed: bool) -> bool:
         """Settle the plans of steps up to `step`; returns whether `step`'s own plan had no offsets."""
         budgeted = False

@@ -308,3 +308,23 @@ def test_plans_name_only_reported_samples_once_and_lose_none(truncation: str, ah
         assert len(buffers[d]) == 0, f"{d}: {len(buffers[d])} samples never planned"
         assert len(trained[d]) + dropped[d] == produced[d]
         assert (dropped[d] > 0) == (truncation == "bounded")
+
+
+def test_a_device_that_never_reports_keeps_its_backlog_in_the_plans_view() -> None:
+    # Device b has no rank (or lost it): its plans without offsets are claims no feedback ever settles. Only
+    # the claims of steps still in the pipeline count; older ones would pile up, one per plan, until b's whole
+    # backlog looked taken and truncation never reached it.
+    fleet = FleetTracker(CoordinatorConfig(devices=("a", "b"), feedback_wait_seconds=0.1, absent_after_seconds=0.0))
+    fleet.observe_offsets("b", 0, 5_000, 0, at=0.0)
+    for step in range(40):
+        fleet.ingest_feedback(feedback(step, "a", rank=0), received=float(step))
+        due = fleet.due_step(step + 0.2)
+        if due is None:
+            continue
+        plan = plan_step(fleet.planning_state(due.step, now=1000.0 + step), fleet.config)
+        fleet.record_plan(plan_to_assignment(plan, "j", basis_step=due.basis))
+    claims = fleet.device("b").book.budget_claims()
+    assert 0 < len(claims) <= 2 + fleet.config.plan_ahead
+    view = fleet.planning_state(fleet.next_plan_step or 0, now=2000.0).devices
+    (b,) = [d for d in view if d.device_id == "b"]
+    assert b.lag >= 5_000 - sum(count or 0 for count, _ in claims) > 0

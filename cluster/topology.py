@@ -17,6 +17,7 @@ otherwise works out from the host name.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -48,6 +49,7 @@ PRODUCER_METRICS_PORT = 9200
 COORDINATOR_PORT = 9300
 RANK_METRICS_PORT = 9400  # rank r of a node serves on 9400 + r
 RENDEZVOUS_PORT = 29400
+KEEP_ALIVE_SECONDS = 5  # torchrun's rendezvous heartbeat interval (its default)
 INTERFACE = "eth0"
 
 
@@ -61,6 +63,13 @@ class ClusterSpec:
     collective_timeout_seconds: float = 45.0
     """trainer.collective_timeout_seconds: a trainer node away for less only pauses the group (TCP resends once
     its cable is back); away for longer, the other node restarts its ranks without it."""
+
+    @property
+    def keep_alive_attempts(self) -> int:
+        """Rendezvous heartbeats a node may miss before it counts as gone: as long as the collective timeout, so
+        a node away for less only pauses the group. With torchrun's default (3 missed beats of 5 s) a node cut
+        off for 20 s was dropped from the rendezvous, and its return restarted the other node's ranks."""
+        return max(3, math.ceil(self.collective_timeout_seconds / KEEP_ALIVE_SECONDS))
 
     last_call_seconds: int = 5
     """Rendezvous: once a round has its minimum of nodes, how long it waits for more (torchrun's default is 30)."""
@@ -210,6 +219,8 @@ class Topology:
                 "--nproc-per-node", str(len(devices)), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", self.rendezvous, "--rdzv-id", self.config.job,
                 "--rdzv-conf", f"is_host={is_host},last_call_timeout={self.spec.last_call_seconds},"
-                               f"read_timeout={self.spec.rendezvous_timeout_seconds}",
+                               f"read_timeout={self.spec.rendezvous_timeout_seconds},"
+                               f"keep_alive_interval={KEEP_ALIVE_SECONDS},"
+                               f"keep_alive_max_attempt={self.spec.keep_alive_attempts}",
                 "--local-addr", self.addresses[host], "--max-restarts", str(self.spec.max_restarts),
                 "--monitor-interval", "1", *rank[1:]]

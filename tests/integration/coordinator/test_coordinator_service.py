@@ -86,8 +86,13 @@ def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConf
                 # Only what is held and no plan still to run names: nothing twice.
                 assert named(nxt, d) <= held[d] - (named(p2, d) if ahead else set())
 
-            _ctype, body = get(service.port, "/status")
-            status = json.loads(body)
+            deadline = time.monotonic() + 10
+            while True:  # /status is refreshed on a period, not at every plan
+                _ctype, body = get(service.port, "/status")
+                status = json.loads(body)
+                if status["last_plan"]["step"] == 2 + ahead or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             by_id = {d["device"]: d for d in status["devices"]}
             assert set(by_id) == {"fast", "slow"} and status["last_plan"]["step"] == 2 + ahead
             assert status["plan_ahead"] == ahead and status["last_plan"]["basis_step"] == 1

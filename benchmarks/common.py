@@ -6,13 +6,14 @@
   section of BENCHMARKS.md, and what `bench all` passes it.
 - `LaunchOptions`: the root `--config` / `--set` a benchmark was started with, typed, passed on to
   the configuration it loads and to every process it starts.
-- Trends (`slope`, `robust_slope`), formatting for BENCHMARKS.md (`num`, `table`, `verdict`, `TIMES`)
-  and plots (`pyplot`, `save_figure`).
+- Trends (`slope`, `robust_slope`), times to a target over repeats (`median_reached`), formatting for
+  BENCHMARKS.md (`num`, `table`, `verdict`, `TIMES`) and plots (`pyplot`, `save_figure`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "LaunchOptions",
     "Record",
     "RenderContext",
+    "median_reached",
     "num",
     "pyplot",
     "robust_slope",
@@ -178,6 +180,14 @@ def robust_slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
     dt = t[j] - t[i]
     keep = dt > 0
     return float(np.median((y[j] - y[i])[keep] / dt[keep])) if keep.any() else None
+
+
+def median_reached(seconds: Iterable[float | None]) -> float | None:
+    """The median time to a target over runs, a run that never reached it (None) counted as the slowest:
+    None when most runs did not (or there are none)."""
+    values = [math.inf if s is None else s for s in seconds]
+    mid = float(np.median(values)) if values else math.inf
+    return mid if math.isfinite(mid) else None
 
 
 def slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:

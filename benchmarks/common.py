@@ -22,7 +22,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
 import typer
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamtrain.cli_support import GlobalOptions, module_command
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
@@ -35,6 +35,7 @@ __all__ = [
     "RenderContext",
     "median_reached",
     "num",
+    "problems",
     "pyplot",
     "robust_slope",
     "save_figure",
@@ -71,6 +72,13 @@ class Record(BaseModel):
 
 
 R = TypeVar("R", bound=Record)
+
+
+def problems(exc: ValueError) -> str:
+    """What is wrong with a setup, for a person: a validation error's messages without pydantic's framing."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+    return str(exc)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from streamtrain.config.coordinator import POLICY_NAMES
-
-from ..common import LaunchOptions
+from ..common import LaunchOptions, problems
 from .results import RealdataResult, RunResult
 from .setup import DEFAULT_POLICIES, RealdataCell, RealdataSetup
 
@@ -81,17 +79,18 @@ def realdata_command(
 
     cfg = config_from(ctx)
     try:
+        factors = tuple(float(v) for v in slowdowns.replace(" ", "").split(",") if v)
+    except ValueError:
+        die(f"--slowdowns {slowdowns!r}: expected comma-separated factors, e.g. 1,1,1,4", EXIT_CONFIG)
+    try:
         setup = RealdataSetup(
             policies=tuple(policy or (("static", "ett-stream") if quick else DEFAULT_POLICIES)),
-            slowdowns=tuple(float(v) for v in slowdowns.replace(" ", "").split(",") if v), control=control,
+            slowdowns=factors, control=control,
             repeats=repeats or (1 if quick else _default("repeats")), steps=steps or (15 if quick else 40),
             warmup_steps=warmup if warmup is not None else (3 if quick else 5), global_batch=global_batch,
             eval_every=eval_every, target_accuracy=target_accuracy, time_scale=time_scale, seed=seed, quick=quick)
     except ValueError as exc:
-        die(f"bench realdata: {exc}", EXIT_CONFIG)
-    unknown = sorted(set(setup.policies) - set(POLICY_NAMES))
-    if unknown:  # the setup says so too; named here with the flag
-        die(f"--policy {', '.join(unknown)}: no such policy (have: {', '.join(POLICY_NAMES)})", EXIT_CONFIG)
+        die(f"bench realdata: {problems(exc)}", EXIT_CONFIG)
     cells = setup.cells()
     console.print(f"{len(cells)} cells x {setup.repeats} rounds: {', '.join(c.label for c in cells)}; global batch "
                   f"{setup.global_batch}, {setup.warmup_steps} + {setup.steps} steps, held-out every "

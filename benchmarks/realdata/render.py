@@ -65,7 +65,7 @@ def plot_realdata(result: RealdataResult, path: Path) -> Path:
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     setup = result.setup
     fig.suptitle(f"{setup.devices} gloo ranks, slow-downs {fleet_label(setup.slowdowns)}, global batch "
-                 f"{setup.global_batch}, {setup.repeats} rounds", fontsize=9)
+                 f"{setup.global_batch}, {setup.repeats} round{'s' if setup.repeats > 1 else ''}", fontsize=9)
     return save_figure(fig, path)
 
 

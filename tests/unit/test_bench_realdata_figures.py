@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from benchmarks.common import RenderContext
+from benchmarks.common import RenderContext, problems
 from benchmarks.realdata.analysis import (
     accuracy_curve,
     combine_runs,
@@ -164,3 +165,10 @@ def test_result_round_trips_and_renders_its_section(tmp_path: Path) -> None:
     assert (tmp_path / "realdata.png").stat().st_size > 0
     assert "![realdata](realdata.png)" in text and "`trainer.model=seq`" in text
     assert "ett-stream (control, 1,1,1,1)" in text and "**met**" in text
+
+
+def test_a_bad_setup_reads_as_what_to_change() -> None:
+    with pytest.raises(ValidationError) as caught:
+        RealdataSetup(policies=("static", "fastest"))
+    assert problems(caught.value).startswith("unknown policies ['fastest']; known: static,")
+    assert problems(ValueError("plain")) == "plain"

@@ -96,6 +96,9 @@ class RealdataTargets(Record):
     ett_stream_wall_period_seconds: float | None
     over_oracle: float | None
     """ett-stream's median step time (wall period) over the oracle's (target <= 1.15)."""
+    oracle_is_bound: bool | None = None
+    """Whether the control was no slower than ett-stream on the heterogeneous fleet (else its oracle bounds
+    nothing, and `oracle_met` is None)."""
     oracle_met: bool | None
 
 

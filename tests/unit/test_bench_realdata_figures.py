@@ -123,6 +123,10 @@ def test_the_oracle_is_the_control_times_n_over_the_summed_speeds() -> None:
     assert t.over_oracle == pytest.approx(0.27 / (0.2 * 4 / 3.25)) and t.oracle_met is True
     slow = combine_runs([*runs[:1], _run("ett-stream", 0, 0.3, period=0.29 * 1.2), runs[2]])
     assert evaluate_targets(slow, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0)).oracle_met is False
+    # A control slower than the heterogeneous fleet was slowed by something else: its oracle is not judged.
+    loaded = combine_runs([*runs[:2], _run("ett-stream", 0, 0.4, period=0.4, control=True)])
+    t = evaluate_targets(loaded, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0))
+    assert t.oracle_is_bound is False and t.oracle_met is None and t.over_oracle is not None
 
 
 def test_a_failed_run_is_counted_apart_and_a_cell_of_failures_is_an_error() -> None:

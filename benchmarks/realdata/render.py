@@ -56,7 +56,8 @@ def plot_realdata(result: RealdataResult, path: Path) -> Path:
                color=[colours[p.policy + ("/c" if p.control else "")] for p in measured])
     if t.oracle_step_seconds is not None:
         period.axhline(t.oracle_step_seconds * 1e3, color="green", linestyle="--", linewidth=1.2,
-                       label=f"oracle {t.oracle_step_seconds * 1e3:.0f} ms")
+                       label=f"oracle {t.oracle_step_seconds * 1e3:.0f} ms"
+                       + (" (no bound: the control ran slower)" if t.oracle_is_bound is False else ""))
         period.axhline(t.oracle_step_seconds * 1.15e3, color="green", linestyle=":", linewidth=1,
                        label="oracle + 15%")
         period.legend(fontsize=7)

@@ -6,13 +6,14 @@
   section of BENCHMARKS.md, and what `bench all` passes it.
 - `LaunchOptions`: the root `--config` / `--set` a benchmark was started with, typed, passed on to
   the configuration it loads and to every process it starts.
-- Trends (`slope`, `robust_slope`), formatting for BENCHMARKS.md (`num`, `table`, `verdict`, `TIMES`)
-  and plots (`pyplot`, `save_figure`).
+- Trends (`slope`, `robust_slope`), times to a target over repeats (`median_reached`), formatting for
+  BENCHMARKS.md (`num`, `table`, `verdict`, `TIMES`) and plots (`pyplot`, `save_figure`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
 import typer
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamtrain.cli_support import GlobalOptions, module_command
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
@@ -32,7 +33,9 @@ __all__ = [
     "LaunchOptions",
     "Record",
     "RenderContext",
+    "median_reached",
     "num",
+    "problems",
     "pyplot",
     "robust_slope",
     "save_figure",
@@ -69,6 +72,13 @@ class Record(BaseModel):
 
 
 R = TypeVar("R", bound=Record)
+
+
+def problems(exc: ValueError) -> str:
+    """What is wrong with a setup, for a person: a validation error's messages without pydantic's framing."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+    return str(exc)
 
 
 @dataclass(frozen=True)
@@ -178,6 +188,14 @@ def robust_slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
     dt = t[j] - t[i]
     keep = dt > 0
     return float(np.median((y[j] - y[i])[keep] / dt[keep])) if keep.any() else None
+
+
+def median_reached(seconds: Iterable[float | None]) -> float | None:
+    """The median time to a target over runs, a run that never reached it (None) counted as the slowest:
+    None when most runs did not (or there are none)."""
+    values = [math.inf if s is None else s for s in seconds]
+    mid = float(np.median(values)) if values else math.inf
+    return mid if math.isfinite(mid) else None
 
 
 def slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import balance, convergence, ingest, kafka, scheduler, soak, truncation
+from . import balance, convergence, ingest, kafka, realdata, scheduler, soak, truncation
 from .common import Bench
 
 __all__ = ["REGISTRY", "bench_named"]
@@ -20,6 +20,7 @@ REGISTRY: tuple[Bench[Any], ...] = (
     scheduler.BENCH,
     convergence.BENCH,
     balance.BENCH,
+    realdata.BENCH,
     truncation.BENCH,
     soak.BENCH,
 )

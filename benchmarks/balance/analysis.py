@@ -16,6 +16,7 @@ from coordinator.balance import straggler_effect
 from stack.report import by_step, median, weighted_loss
 from streamtrain.wire import StepFeedback
 
+from ..common import median_reached
 from .results import BalanceTargets, CellComparison, CellFigures, CellResult
 from .setup import BalanceSetup, fleet_label
 
@@ -181,15 +182,13 @@ def combine_repeats(runs: Sequence[CellResult]) -> list[CellResult]:
             continue
         medians = {name: median([v for r in ok if (v := getattr(r, name)) is not None]) for name in _MEDIAN_FIELDS}
         ranks = sorted({d for r in ok for d in r.rank_compute_seconds_median})
-        # A run that never reached the target counts as the slowest: None when most runs did not.
-        mid = median([math.inf if r.seconds_to_target_loss is None else r.seconds_to_target_loss for r in ok])
         out.append(CellResult.model_validate({
             **identity, **medians,
             "rank_compute_seconds_median": {d: median([v for r in ok if (v := r.rank_compute_seconds_median.get(d))
                                                        is not None]) for d in ranks},
             "rank_samples_median": {d: median([v for r in ok if (v := r.rank_samples_median.get(d)) is not None])
                                     for d in ranks},
-            "seconds_to_target_loss": mid if mid is not None and math.isfinite(mid) else None,
+            "seconds_to_target_loss": median_reached(r.seconds_to_target_loss for r in ok),
             "samples_lost": sum(r.samples_lost or 0 for r in ok),
             "steps_measured": min(r.steps_measured for r in ok),
             "local_plan_rank_steps": sum(r.local_plan_rank_steps for r in ok),

@@ -12,7 +12,7 @@ from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import Record
 
-__all__ = ["FLEETS", "BalanceCell", "BalanceSetup", "cell_settings", "fleet_label"]
+__all__ = ["FLEETS", "BalanceCell", "BalanceSetup", "backlog_for", "cell_settings", "fleet_label"]
 
 #: Named fleets, one slow-down factor per rank (rank r computes factor_r times slower). `--fleet NAME` runs one;
 #: a new pattern is one line here.
@@ -24,6 +24,12 @@ FLEETS: dict[str, tuple[float, ...]] = {
 _MAX_SHARE = 0.42
 #: Steps the ranks may run past `until_step` before they stop (the stack polls twice a second).
 _OVERSHOOT_STEPS = 12
+
+
+def backlog_for(global_batch: int, until_step: int) -> int:
+    """Samples to pre-produce per device so that no device's backlog drains before `until_step` (nor in the steps
+    the ranks may run past it), whichever policy splits `global_batch` samples per step."""
+    return math.ceil(_MAX_SHARE * global_batch * (until_step + _OVERSHOOT_STEPS))
 
 
 def fleet_label(slowdowns: tuple[float, ...], sep: str = ",") -> str:
@@ -93,7 +99,7 @@ class BalanceSetup(Record):
                 "steps", defaults["steps"].default)
             batch = data.get("global_batch", defaults["global_batch"].default)
             data = {"devices": len(slowdowns[0]) if slowdowns else 0,
-                    "backlog_per_device": math.ceil(_MAX_SHARE * batch * (until + _OVERSHOOT_STEPS)), **data}
+                    "backlog_per_device": backlog_for(batch, until), **data}
         return data
 
     @model_validator(mode="after")

@@ -76,8 +76,8 @@ def target_lines(result: BalanceResult) -> list[str]:
 
 
 def plot_balance(result: BalanceResult, path: Path) -> Path:
-    """Step time and straggler effect (log scale) per policy vs DIF, one column per heterogeneous slow-down set;
-    a control row (every factor equal) is drawn as the machine's noise floor."""
+    """Wall period (with the fleet's oracle) and straggler effect (log scale) per policy vs DIF, one column per
+    heterogeneous slow-down set; a control row (every factor equal) is drawn as the machine's noise floor."""
     cells = [c for c in result.cells if c.step_seconds_median is not None]
     if not cells:
         raise ValueError("no measured cells to plot")
@@ -88,12 +88,17 @@ def plot_balance(result: BalanceResult, path: Path) -> Path:
     fig, axes = pyplot().subplots(2, len(slows), figsize=(6.0 * len(slows), 6.4), squeeze=False)
     for col, slow in enumerate(slows):
         for policy in policies:
-            pts = sorted((c.dif, (c.step_seconds_median or 0.0) * 1e3, c.straggler_effect_median) for c in cells
-                         if c.policy == policy and c.slowdowns == slow)
+            pts = sorted((c.dif, (c.wall_step_seconds_median or c.step_seconds_median or 0.0) * 1e3,
+                          c.straggler_effect_median) for c in cells if c.policy == policy and c.slowdowns == slow)
             style = {"linewidth": 2.5, "color": "black"} if policy == "ett-stream" else {"alpha": 0.8}
             axes[0][col].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy, **style)
             axes[1][col].plot([p[0] for p in pts], [p[2] for p in pts], marker="o", **style)
-        axes[0][col].set(title=f"slow-downs {fleet_label(slow)}", ylabel="step time, median (ms)", ylim=(0, None))
+        oracle = [p.oracle_wall_seconds for p in result.targets.per_cell
+                  if p.slowdowns == slow and p.oracle_wall_seconds]
+        if oracle:
+            axes[0][col].axhline(oracle[0] * 1e3, color="green", linestyle=":", linewidth=1,
+                                 label=f"oracle (control {TIMES} n / Σ 1/s_i)")
+        axes[0][col].set(title=f"slow-downs {fleet_label(slow)}", ylabel="wall period, median (ms)", ylim=(0, None))
         axes[1][col].axhline(0.10, color="green", linestyle=":", linewidth=1, label="SE 0.10 target")
         for control in controls if slow not in {c.slowdowns for c in controls} else ():
             axes[1][col].axhline(control.straggler_effect_median, color="grey", linestyle="--", linewidth=1,

@@ -21,7 +21,7 @@ from .results import BalanceTargets, CellComparison, CellFigures, CellResult
 from .setup import BalanceSetup, fleet_label, oracle_factor
 
 __all__ = ["MatrixFigures", "analyse_cell", "combine_repeats", "control_cell", "evaluate_targets", "finish_figures",
-           "loss_targets", "seconds_to", "split_medians", "summarise"]
+           "loss_targets", "oracle_ratios", "seconds_to", "split_medians", "summarise"]
 
 #: Per-run figures a combined cell reports as the median over its repeats.
 _MEDIAN_FIELDS = ("step_seconds_median", "wall_step_seconds_median", "straggler_effect_median", "samples_per_s",
@@ -159,9 +159,11 @@ def loss_targets(cells: Sequence[CellResult], setup: BalanceSetup) -> tuple[dict
     return targets, rule
 
 
-def finish_figures(cells: Sequence[CellResult], setup: BalanceSetup) -> MatrixFigures:
+def finish_figures(cells: Sequence[CellResult], setup: BalanceSetup,
+                   runs: Sequence[CellResult] | None = None) -> MatrixFigures:
     """The figures that compare cells: each cell's balance of per-rank medians, its time to its DIF's target
-    loss, and the targets. A pure function of the cells (re-applied to a stored balance.json as is)."""
+    loss, and the targets (with `runs`, the repeated runs behind combined cells, also each run's own ratio to
+    the oracle). A pure function of the cells (re-applied to a stored balance.json as is)."""
     targets, rule = loss_targets(cells, setup)
     out = []
     for c in cells:
@@ -173,7 +175,8 @@ def finish_figures(cells: Sequence[CellResult], setup: BalanceSetup) -> MatrixFi
             update["target_loss"] = target
             update["seconds_to_target_loss"] = seconds_to(c.loss_curve or [], target) if target is not None else None
         out.append(c.model_copy(update=update))
-    return MatrixFigures(out, {f"{d:g}": t for d, t in sorted(targets.items())}, rule, evaluate_targets(out, setup))
+    return MatrixFigures(out, {f"{d:g}": t for d, t in sorted(targets.items())}, rule,
+                         evaluate_targets(out, setup, runs))
 
 
 def summarise(results: Sequence[CellResult], setup: BalanceSetup) -> MatrixFigures:
@@ -190,7 +193,7 @@ def summarise(results: Sequence[CellResult], setup: BalanceSetup) -> MatrixFigur
         runs += figures.cells
         for dif, value in figures.target_loss.items():
             losses[dif].append(value)
-    combined = finish_figures(combine_repeats(runs), setup)
+    combined = finish_figures(combine_repeats(runs), setup, runs)
     target_loss = {d: m for d, v in losses.items() if (m := median(v)) is not None}
     return MatrixFigures(combined.cells, target_loss, f"{rule}; in each run its own, the median over runs shown",
                          combined.targets, runs)
@@ -243,8 +246,27 @@ def control_cell(cells: Sequence[CellResult]) -> CellResult | None:
     return min(controls, key=lambda c: c.dif, default=None)
 
 
+def oracle_ratios(runs: Sequence[CellResult]) -> dict[tuple[tuple[float, ...], float], list[float]]:
+    """ett-stream's wall period over the oracle of its own run of the matrix, per (fleet, DIF), in repeat order.
+
+    Repeats alternate through the matrix, so a run's control ran minutes from its ett-stream cells: the machine's
+    drift between repeats (the load of whatever else runs on it) falls on both sides of each ratio.
+    """
+    out: dict[tuple[tuple[float, ...], float], list[float]] = defaultdict(list)
+    for rep in sorted({r.repeat for r in runs if r.repeat is not None}):
+        mine = [r for r in runs if r.repeat == rep and not r.error]
+        control = control_cell(mine)
+        if control is None or not control.wall_step_seconds_median:
+            continue
+        for r in mine:
+            if r.policy == "ett-stream" and r.wall_step_seconds_median:
+                oracle = control.wall_step_seconds_median * oracle_factor(r.slowdowns)
+                out[(r.slowdowns, r.dif)].append(r.wall_step_seconds_median / oracle)
+    return dict(out)
+
+
 def _compare(cells: Sequence[CellResult], slow: tuple[float, ...], dif: float,
-             control: CellResult | None) -> CellComparison | None:
+             control: CellResult | None, per_run: Sequence[float] = ()) -> CellComparison | None:
     """ett-stream in the (fleet, DIF) cell against the best work rate, the oracle, static and chronica."""
     group = {c.policy: c for c in cells if c.slowdowns == slow and c.dif == dif and not c.error}
     mine = group.get("ett-stream")
@@ -272,6 +294,7 @@ def _compare(cells: Sequence[CellResult], slow: tuple[float, ...], dif: float,
         ett_stream_size_per_s=mine.size_per_s, best_over_ett_stream=best_rate / mine.size_per_s,
         within_5_percent=best_rate / mine.size_per_s <= 1.05,
         ett_stream_wall_seconds=wall, oracle_wall_seconds=oracle, over_oracle=over, oracle_tolerance=tolerance,
+        over_oracle_runs=list(per_run) or None,
         within_oracle=None if over is None else over <= 1.0 + tolerance,
         wall_speedup_vs_static=static_wall / wall if static_wall and wall else None,
         ett_stream_seconds_to_target=mine_t, chronica_seconds_to_target=chronica_t,
@@ -285,7 +308,8 @@ def _all(flags: Sequence[bool | None]) -> bool | None:
     return all(known) if known else None
 
 
-def evaluate_targets(cells: Sequence[CellResult], setup: BalanceSetup) -> BalanceTargets:
+def evaluate_targets(cells: Sequence[CellResult], setup: BalanceSetup,
+                     runs: Sequence[CellResult] | None = None) -> BalanceTargets:
     """The targets: ett-stream's speed-up over static at the first heterogeneous fleet and the largest DIF, and per
     (fleet, DIF) cell ett-stream against the best work rate, the oracle, static and chronica; the plan wait of every
     cell, and whether every window ended before a backlog drained.
@@ -296,6 +320,7 @@ def evaluate_targets(cells: Sequence[CellResult], setup: BalanceSetup) -> Balanc
     second): policies that pick which samples to train (chronica takes small ones first) do different work per
     step, so step time alone would reward training less. The oracle of a fleet is the homogeneous control's wall
     period x n / sum(1 / s_i): the same global batch split in proportion to speed, every device done together.
+    The verdict takes the cells' medians; with `runs`, each run's ratio to its own repeat's oracle is listed too.
     """
     def find(policy: str, slowdowns: tuple[float, ...], dif: float) -> CellResult | None:
         return next((c for c in cells if (c.policy, c.slowdowns, c.dif) == (policy, slowdowns, dif)
@@ -314,8 +339,9 @@ def evaluate_targets(cells: Sequence[CellResult], setup: BalanceSetup) -> Balanc
             if ett and static and ett.step_size_median and static.step_size_median else None)
     se = ett.straggler_effect_median if ett else None
     control = control_cell(cells)
+    ratios = oracle_ratios(runs) if runs else {}
     per_cell = [p for slow in setup.slowdowns for dif in setup.difs
-                if (p := _compare(cells, slow, dif, control)) is not None]
+                if (p := _compare(cells, slow, dif, control, ratios.get((slow, dif), ()))) is not None]
     waits = [c.plan_wait_seconds_median for c in cells if c.plan_wait_seconds_median is not None]
     return BalanceTargets(
         slowdowns=hetero, dif=top,

@@ -42,6 +42,10 @@ def backlog_text(cell: CellResult) -> str:
     return "drained at step " + ",".join(str(s) for s in cell.backlog_drained_steps or [])
 
 
+def _ratios(values: list[float] | None) -> str:
+    return " / ".join(f"{v:.2f}" for v in values or []) or "—"
+
+
 def _seconds(value: float | None) -> str:
     return "never" if value is None else f"{value:.1f} s"
 
@@ -62,7 +66,8 @@ def target_lines(result: BalanceResult) -> list[str]:
         lines.append(
             f"  slow-downs {fleet_label(p.slowdowns)} DIF {p.dif:g}: ett-stream wall "
             f"{figure(p.ett_stream_wall_seconds, '.1f', 1e3, '-')} ms vs oracle "
-            f"{figure(p.oracle_wall_seconds, '.1f', 1e3, '-')} ms = {figure(p.over_oracle, '.3f', missing='-')} "
+            f"{figure(p.oracle_wall_seconds, '.1f', 1e3, '-')} ms = {figure(p.over_oracle, '.3f', missing='-')}"
+            + (f" (runs against their own: {_ratios(p.over_oracle_runs)})" if p.over_oracle_runs else "") + " "
             f"(within {figure(p.oracle_tolerance, '.0%', missing='-')}: {p.within_oracle}); "
             f"{figure(p.wall_speedup_vs_static, '.2f', missing='-')}x static; target loss in "
             f"{_seconds(p.ett_stream_seconds_to_target)} vs chronica {_seconds(p.chronica_seconds_to_target)} "
@@ -176,10 +181,12 @@ def _targets(result: BalanceResult) -> str:
 
 def _comparisons(result: BalanceResult) -> str:
     """ett-stream per (fleet, DIF) cell against the oracle, static and chronica."""
-    return table(["slow-downs", "DIF", "ett-stream wall ms", "oracle ms", "over oracle", "tolerance",
+    return table(["slow-downs", "DIF", "ett-stream wall ms", "oracle ms", "over oracle", "each run vs its own",
+                  "tolerance",
                   f"{TIMES} static (wall)", "s to target: ett-stream", "chronica", "backlog"], [
         [fleet_label(p.slowdowns), f"{p.dif:g}", figure(p.ett_stream_wall_seconds, ".1f", 1e3),
-         figure(p.oracle_wall_seconds, ".1f", 1e3), figure(p.over_oracle, ".3f"), figure(p.oracle_tolerance, ".0%"),
+         figure(p.oracle_wall_seconds, ".1f", 1e3), figure(p.over_oracle, ".3f"), _ratios(p.over_oracle_runs),
+         figure(p.oracle_tolerance, ".0%"),
          figure(p.wall_speedup_vs_static, ".2f"), _seconds(p.ett_stream_seconds_to_target),
          _seconds(p.chronica_seconds_to_target),
          "—" if p.backlog_held is None else ("held" if p.backlog_held else "drained")]

@@ -116,6 +116,8 @@ class CellComparison(Record):
     """The control's wall period x n / sum(1 / s_i): a perfect split of the same batch on this fleet."""
     over_oracle: float | None = None
     """ett-stream's wall period over the oracle's (1.0 = perfect)."""
+    over_oracle_runs: list[float] | None = None
+    """With repeats: each run's ett-stream wall period over its own repeat's oracle (the spread behind the median)."""
     oracle_tolerance: float | None = None
     """The allowed excess over the oracle: 5% at DIF 0, 10% with varying sizes."""
     within_oracle: bool | None = None

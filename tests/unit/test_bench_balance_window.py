@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.balance.analysis import analyse_cell, combine_repeats, evaluate_targets
+from benchmarks.balance.analysis import analyse_cell, combine_repeats, evaluate_targets, oracle_ratios
 from benchmarks.balance.render import backlog_text, split_text, target_lines
 from benchmarks.balance.results import BalanceResult, BalanceRunSetup, CellResult
 from benchmarks.balance.setup import BalanceSetup, balanced_share, oracle_factor
@@ -132,3 +132,16 @@ def test_a_run_that_never_reached_the_target_is_later_than_one_that_did() -> Non
     both = evaluate_targets([_cell("chronica", ONE_SLOW, 16.0, 0.3, reach=None),
                              _cell("ett-stream", ONE_SLOW, 16.0, 0.3, reach=None)], setup)
     assert both.per_cell[0].target_no_later_than_chronica is None and both.oracle_met is None  # no control run
+
+
+def test_each_run_is_set_against_the_oracle_of_its_own_repeat() -> None:
+    setup = BalanceSetup(policies=("static", "ett-stream"), slowdowns=(ONE_SLOW, EQUAL), difs=(0.0,), repeats=2)
+    # The machine slowed down in the second repeat: its control and its ett-stream alike.
+    runs = [_cell("static", EQUAL, 0.0, 0.2).model_copy(update={"repeat": 0}),
+            _cell("ett-stream", ONE_SLOW, 0.0, 0.2 * oracle_factor(ONE_SLOW) * 1.02).model_copy(update={"repeat": 0}),
+            _cell("static", EQUAL, 0.0, 0.3).model_copy(update={"repeat": 1}),
+            _cell("ett-stream", ONE_SLOW, 0.0, 0.3 * oracle_factor(ONE_SLOW) * 1.04).model_copy(update={"repeat": 1})]
+    assert oracle_ratios(runs)[(ONE_SLOW, 0.0)] == pytest.approx([1.02, 1.04])
+    (p,) = evaluate_targets(combine_repeats(runs), setup, runs).per_cell
+    # The cells' medians compare median with median: (0.204 + 0.312) / 2 over the controls' 0.25.
+    assert p.over_oracle_runs == pytest.approx([1.02, 1.04]) and p.over_oracle == pytest.approx(1.032)

@@ -11,9 +11,9 @@ import typer
 from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import LaunchOptions
-from .render import figure
+from .render import SPLIT_KEY, backlog_text, figure, split_text, target_lines
 from .results import BalanceResult, CellResult
-from .setup import FLEETS, BalanceCell, BalanceSetup, fleet_label
+from .setup import DEFAULT_FLEETS, FLEETS, BalanceCell, BalanceSetup, fleet_label
 
 __all__ = ["balance_command"]
 
@@ -22,8 +22,9 @@ def _default(name: str) -> Any:
     return BalanceSetup.model_fields[name].default
 
 
-def _fleets(named: Sequence[str], texts: Sequence[str], control: bool) -> tuple[tuple[float, ...], ...]:
-    """The fleets of `--fleet` and `--slowdowns` (default the one-slow fleet), plus an all-equal control."""
+def _fleets(named: Sequence[str], texts: Sequence[str], control: bool,
+            default: Sequence[str] = DEFAULT_FLEETS) -> tuple[tuple[float, ...], ...]:
+    """The fleets of `--fleet` and `--slowdowns` (default `DEFAULT_FLEETS`), plus an all-equal control."""
     unknown = sorted(set(named) - set(FLEETS))
     if unknown:
         raise ValueError(f"--fleet {', '.join(unknown)}: no such fleet (have: {', '.join(FLEETS)})")
@@ -33,7 +34,7 @@ def _fleets(named: Sequence[str], texts: Sequence[str], control: bool) -> tuple[
             out.append(tuple(float(v) for v in text.replace(" ", "").split(",") if v))
         except ValueError:
             raise ValueError(f"--slowdowns {text!r}: expected comma-separated factors, e.g. 1,1,1,4") from None
-    out = out or [FLEETS["one-slow"]]
+    out = out or [FLEETS[name] for name in default]
     if control and (1.0,) * len(out[0]) not in out:
         out.append((1.0,) * len(out[0]))
     return tuple(out)
@@ -46,15 +47,16 @@ def balance_command(
     runs: Annotated[Path, typer.Option("--runs", help="Directory of each cell's run (report.json, series.json, "
                                        "plots, logs); kept out of --out, which may be committed.", metavar="DIR")
                     ] = Path("reports/balance-runs"),
-    quick: Annotated[bool, typer.Option(help="static, lbbsp and ett-stream at DIF 0 and 64 with fewer steps "
-                                        "(about 4 minutes).")] = False,
+    quick: Annotated[bool, typer.Option(help="static, lbbsp and ett-stream at DIF 0 and 64 on the one-slow fleet "
+                                        "with fewer steps (about 4 minutes).")] = False,
     policy: Annotated[list[str] | None, typer.Option("--policy", help="Policy to run (repeatable; default all "
                                                      "six).")] = None,
     fleet: Annotated[list[str] | None, typer.Option("--fleet", help="A named fleet of slow-downs (repeatable): "
                                                     + ", ".join(f"{k} ({fleet_label(v)})" for k, v in FLEETS.items())
-                                                    + ".")] = None,
+                                                    + f"; default {' and '.join(DEFAULT_FLEETS)}.")] = None,
     slowdowns: Annotated[list[str] | None, typer.Option("--slowdowns", help="Per-rank slow-down factors, one "
-                                                        "list per set (repeatable; default 1,1,1,4).")] = None,
+                                                        "list per set (repeatable; instead of or besides "
+                                                        "--fleet).")] = None,
     control: Annotated[bool, typer.Option(help="Also run static at slow-downs 1,1,1,1, DIF 0: identical batches on "
                                           "identical ranks, whose straggler effect is the machine's noise floor (a "
                                           "control with no heterogeneity).")] = False,
@@ -78,7 +80,7 @@ def balance_command(
     external: Annotated[bool, typer.Option(help="Use the Kafka at kafka.bootstrap_servers instead of one "
                                            "embedded broker for the whole benchmark.")] = False,
 ) -> None:
-    """Every planning policy on the live stack: 4 gloo ranks, emulated slow-downs, DIF 0/16/64.
+    """Every planning policy on the live stack: 4 gloo ranks, emulated fleets of slow-downs, DIF 0/16/64.
 
     Each cell runs the coordinator with one policy and `streamtrain train --local-ranks 4` on the real
     broker. Rank r sleeps (factor_r - 1) x its measured compute after every step (trainer.slowdowns), so
@@ -87,10 +89,14 @@ def balance_command(
     start, each device topic gets the same pre-produced backlog (same seed for every cell), so step time
     reflects the plan, not the arrival rate; every policy plans the same global batch per step.
 
-    Per cell: median step time (slowest rank, emulated sleep included), median straggler effect (LBB
-    Eq. 4 on compute seconds), samples/s and seconds to a target loss (what static reaches mid-window
-    at DIF 0), over a fixed window after the warm-up. Writes DIR/balance.json ({"cells": [...]}, the
-    targets) and DIR/balance.png; each cell's report, series, plots and logs go to --runs.
+    Per cell: median step time (slowest rank, emulated sleep included), median wall period and its split
+    (compute, communication, plan wait, data wait, hold) on the critical path, median straggler effect
+    (LBB Eq. 4 on compute seconds), samples/s, seconds to a target loss (what static reaches mid-window),
+    and whether every device still had samples waiting at every step of the window (a drained backlog is
+    flagged), over a fixed window after the warm-up. Per fleet and DIF: ett-stream's wall period against
+    the oracle (the control's period x n / sum(1 / s_i); needs --control), static and chronica. Writes
+    DIR/balance.json ({"cells": [...]}, the targets) and DIR/balance.png; each cell's report, series,
+    plots and logs go to --runs.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -105,7 +111,8 @@ def balance_command(
         die(f"--dif {dif!r}: expected comma-separated numbers, e.g. 0,16,64", EXIT_CONFIG)
     try:
         setup = BalanceSetup(policies=tuple(policy or (("static", "lbbsp", "ett-stream") if quick else POLICY_NAMES)),
-                             slowdowns=_fleets(fleet or [], slowdowns or [], control), difs=difs,
+                             slowdowns=_fleets(fleet or [], slowdowns or [], control,
+                                                       ("one-slow",) if quick else DEFAULT_FLEETS), difs=difs,
                              global_batch=global_batch, time_scale=time_scale, model_window=model_window,
                              repeats=repeats, steps=steps or (12 if quick else 24),
                              warmup_steps=warmup if warmup is not None else (8 if quick else 10), seed=seed,
@@ -155,26 +162,21 @@ def _summary(result: BalanceResult, out: Path, console: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"bench balance — {out / 'balance.json'}")
-    for col in ("policy", "slow-downs", "DIF", "step ms", "wall ms", "SE", "samples/s", "work/s", "size",
-                "s to target", "lost"):
+    for col in ("policy", "slow-downs", "DIF", "step ms", "wall ms", "split ms", "SE", "samples/s", "work/s",
+                "size", "s to target", "lost", "backlog"):
         table.add_column(col, justify="right")
     for c in result.cells:
         table.add_row(c.policy, fleet_label(c.slowdowns), f"{c.dif:g}",
                       figure(c.step_seconds_median, ".1f", 1e3, "-"),
-                      figure(c.wall_step_seconds_median, ".1f", 1e3, "-"),
+                      figure(c.wall_step_seconds_median, ".1f", 1e3, "-"), split_text(c, "-"),
                       figure(c.straggler_effect_median, ".3f", missing="-"),
                       figure(c.samples_per_s, ".1f", missing="-"), figure(c.size_per_s, ".0f", missing="-"),
                       figure(c.trained_size_mean, ".1f", missing="-"),
                       figure(c.seconds_to_target_loss, ".1f", missing="-"),
-                      "-" if c.samples_lost is None else str(c.samples_lost))
+                      "-" if c.samples_lost is None else str(c.samples_lost), backlog_text(c))
     console.print(table)
-    t = result.targets
-    losses = ", ".join(f"DIF {d}: {v:.4f}" for d, v in result.target_loss.items())
-    console.print(f"target loss {losses} ({result.target_loss_rule})", highlight=False)
-    console.print(f"at slow-downs {fleet_label(t.slowdowns)}, DIF {t.dif:g}: ett-stream "
-                  f"{figure(t.speedup_vs_static, '.2f', missing='-')}x faster per step than static (target >= 2.5: "
-                  f"{t.speedup_met}), median SE {figure(t.straggler_effect_median, '.3f', missing='-')} (target <= "
-                  f"0.10: {t.straggler_effect_met}); best work rate or within 5% of it in every cell: "
-                  f"{t.best_or_within_5_percent_met}", highlight=False)
+    console.print(f"split ms: {SPLIT_KEY}", highlight=False)
+    for line in target_lines(result):
+        console.print(line, highlight=False)
     console.print(f"wrote {out / 'balance.json'} and {out / 'balance.png'} in {result.seconds:.0f} s",
                   highlight=False)

@@ -33,6 +33,18 @@ class CellFigures(Record):
     rank_samples_median: dict[str, float | None] = Field(default_factory=dict)
     local_plan_rank_steps: int = 0
     """Rank-steps trained on a local fallback plan (no plan from the coordinator in time)."""
+    plan_wait_seconds_median: float | None = None
+    """Median over the window of the critical-path rank's wait for its plan (0 when plans are made ahead in time)."""
+    step_period_split_median: dict[str, float] | None = None
+    """Median seconds over the window of each part of a step's wall period (compute, communication, plan_wait,
+    data_wait, hold, other), each read from the critical-path rank."""
+    backlog_held: bool | None = None
+    """Whether every device still had samples waiting (buffer depth > 0 after its step) at every measured step:
+    False flags a window in which some device ran out of work, whose steps say nothing about balance."""
+    backlog_drained_steps: list[int] | None = None
+    """The measured steps at which some device reported an empty buffer (empty when the backlog held)."""
+    buffer_depth_min: dict[str, int] | None = None
+    """Each device's smallest buffer depth over the window (the margin the backlog left)."""
     final_loss: float | None = None
     loss_curve: list[tuple[float, float]] | None = None
     """[seconds since step 0 began, trailing-mean loss] per step up to the window's end (kept in single runs)."""
@@ -71,10 +83,6 @@ class CellResult(CellFigures):
     size_mean_measured: float | None = None
     size_dif_measured: float | None = None
     plan_latency_ms_median: float | None = None
-    plan_wait_seconds_median: float | None = None
-    """Median over steps of the slowest rank's wait for its plan (0 when plans are made ahead and on time)."""
-    step_period_split_median: dict[str, float] | None = None
-    """Median seconds of each part of a step's wall period (compute, communication, plan_wait, data_wait, ...)."""
     backlog_seconds: float | None = None
     run_dir: str | None = None
     straggler_effect_of_medians: float | None = None
@@ -93,7 +101,7 @@ class CellResult(CellFigures):
 
 
 class CellComparison(Record):
-    """ett-stream against the best policy of one (fleet, DIF) cell, by work rate."""
+    """ett-stream in one (fleet, DIF) cell: against the best policy by work rate, the oracle, static and chronica."""
 
     slowdowns: tuple[float, ...]
     dif: float
@@ -102,6 +110,25 @@ class CellComparison(Record):
     ett_stream_size_per_s: float
     best_over_ett_stream: float
     within_5_percent: bool
+    ett_stream_wall_seconds: float | None = None
+    """ett-stream's median wall step period."""
+    oracle_wall_seconds: float | None = None
+    """The control's wall period x n / sum(1 / s_i): a perfect split of the same batch on this fleet."""
+    over_oracle: float | None = None
+    """ett-stream's wall period over the oracle's (1.0 = perfect)."""
+    over_oracle_runs: list[float] | None = None
+    """With repeats: each run's ett-stream wall period over its own repeat's oracle (the spread behind the median)."""
+    oracle_tolerance: float | None = None
+    """The allowed excess over the oracle: 5% at DIF 0, 10% with varying sizes."""
+    within_oracle: bool | None = None
+    wall_speedup_vs_static: float | None = None
+    """static's median wall period over ett-stream's."""
+    ett_stream_seconds_to_target: float | None = None
+    chronica_seconds_to_target: float | None = None
+    target_no_later_than_chronica: bool | None = None
+    """Whether ett-stream reached the target loss no later than chronica (None without both figures)."""
+    backlog_held: bool | None = None
+    """Whether every policy's window in this cell ended before any device's backlog drained."""
 
 
 class BalanceTargets(Record):
@@ -110,8 +137,9 @@ class BalanceTargets(Record):
     slowdowns: tuple[float, ...]
     dif: float
     speedup_vs_static: float | None
-    """static's median step time over ett-stream's (target >= 2.5)."""
+    """static's median step time (the slowest rank's step, LBB's iteration time) over ett-stream's."""
     speedup_met: bool | None
+    """Whether static's wall period is >= 2.5x ett-stream's (the step time's ratio when no wall period is known)."""
     work_ratio: float | None
     """ett-stream's median step size over static's (what a step holds)."""
     straggler_effect_median: float | None
@@ -119,6 +147,20 @@ class BalanceTargets(Record):
     straggler_effect_of_medians: float | None
     per_cell: list[CellComparison]
     best_or_within_5_percent_met: bool | None
+    wall_speedup_vs_static: float | None = None
+    """static's median wall period over ett-stream's (the target's measure: what a user waits per step)."""
+    control_wall_seconds: float | None = None
+    """The homogeneous control's median wall period (static, every factor 1, smallest DIF): the oracle's base."""
+    oracle_met: bool | None = None
+    """ett-stream within its tolerance of the oracle in every cell."""
+    plan_wait_max_seconds: float | None = None
+    """The largest median plan wait of any measured cell."""
+    plan_wait_met: bool | None = None
+    """Median plan wait on the critical path <= 2 ms in every measured cell."""
+    target_loss_met: bool | None = None
+    """ett-stream reached the target loss no later than chronica in every cell with both."""
+    backlog_held: bool | None = None
+    """No cell's window saw a device run out of work."""
 
 
 class BalanceRunSetup(BalanceSetup):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,29 +13,48 @@ from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import Record
 
-__all__ = ["FLEETS", "BalanceCell", "BalanceSetup", "backlog_for", "cell_settings", "fleet_label"]
+__all__ = ["DEFAULT_FLEETS", "FLEETS", "BalanceCell", "BalanceSetup", "backlog_for", "balanced_share", "cell_settings",
+           "fleet_label", "oracle_factor"]
 
 #: Named fleets, one slow-down factor per rank (rank r computes factor_r times slower). `--fleet NAME` runs one;
 #: a new pattern is one line here.
 FLEETS: dict[str, tuple[float, ...]] = {
     "one-slow": (1.0, 1.0, 1.0, 4.0),  # three devices and one four times slower (LBB Table 2, CHRONICA Table IV)
+    "two-slow": (1.0, 1.0, 4.0, 4.0),  # half the fleet slow: the fast pair carries 80% of the batch
+    "graded": (1.0, 2.0, 3.0, 4.0),  # every device its own speed: no two shares alike
 }
+#: The fleets a run measures unless told otherwise.
+DEFAULT_FLEETS: tuple[str, ...] = ("one-slow", "two-slow")
 
-#: Largest share of the global batch any policy is expected to give one device (backlog sizing).
-_MAX_SHARE = 0.42
+#: The backlog holds this many times the hungriest device's balanced share (a plan fitted on noisy models, or one
+#: that picks small samples first, may ask a device for more than its speed's share for a while).
+_SHARE_MARGIN = 1.35
 #: Steps the ranks may run past `until_step` before they stop (the stack polls twice a second).
 _OVERSHOOT_STEPS = 12
 
 
-def backlog_for(global_batch: int, until_step: int) -> int:
+def backlog_for(global_batch: int, until_step: int, fleets: Sequence[Sequence[float]]) -> int:
     """Samples to pre-produce per device so that no device's backlog drains before `until_step` (nor in the steps
-    the ranks may run past it), whichever policy splits `global_batch` samples per step."""
-    return math.ceil(_MAX_SHARE * global_batch * (until_step + _OVERSHOOT_STEPS))
+    the ranks may run past it), whichever policy splits `global_batch` samples per step on any of `fleets`: the
+    hungriest device's balanced share, with a margin for a policy that gives it more."""
+    share = min(1.0, _SHARE_MARGIN * max((balanced_share(f) for f in fleets if f and min(f) > 0), default=1.0))
+    return math.ceil(share * global_batch * (until_step + _OVERSHOOT_STEPS))
 
 
 def fleet_label(slowdowns: tuple[float, ...], sep: str = ",") -> str:
     """`1,1,1,4`: a fleet as its factors."""
     return sep.join(f"{f:g}" for f in slowdowns)
+
+
+def oracle_factor(slowdowns: Sequence[float]) -> float:
+    """n / sum(1 / s_i): how much longer than an equal fleet's step a perfect split of the same global batch takes
+    (each device trains in proportion to its speed, so all finish together)."""
+    return len(slowdowns) / sum(1.0 / f for f in slowdowns)
+
+
+def balanced_share(slowdowns: Sequence[float]) -> float:
+    """The fastest device's share of the global batch under a perfect split: (1 / s_min) / sum(1 / s_i)."""
+    return (1.0 / min(slowdowns)) / sum(1.0 / f for f in slowdowns)
 
 
 @dataclass(frozen=True)
@@ -54,7 +74,7 @@ class BalanceSetup(Record):
     """The balance experiment: the matrix, the stream, the batch and the measured window."""
 
     policies: tuple[str, ...] = POLICY_NAMES
-    slowdowns: tuple[tuple[float, ...], ...] = (FLEETS["one-slow"],)
+    slowdowns: tuple[tuple[float, ...], ...] = tuple(FLEETS[name] for name in DEFAULT_FLEETS)
     """The fleets: one list of per-rank slow-down factors each, all of the same length."""
     difs: tuple[float, ...] = (0.0, 16.0, 64.0)
     size_mean: float = 45.0
@@ -84,7 +104,9 @@ class BalanceSetup(Record):
     devices: int = 0
     """Ranks (the length of each fleet); filled in from `slowdowns`."""
     backlog_per_device: int = 0
-    """Samples pre-produced per device: enough for the hungriest device of any policy, with margin; filled in."""
+    """Samples pre-produced per device: the hungriest device's balanced share of every step until the ranks stop,
+    with margin, for the hungriest fleet; filled in. Sized, not assumed: the analysis checks from the feedback
+    that every device still had samples waiting at every measured step (`CellFigures.backlog_held`)."""
     quick: bool = False
     """Whether `--quick` chose the matrix and the window (a note for the reader of the JSON)."""
 
@@ -99,7 +121,7 @@ class BalanceSetup(Record):
                 "steps", defaults["steps"].default)
             batch = data.get("global_batch", defaults["global_batch"].default)
             data = {"devices": len(slowdowns[0]) if slowdowns else 0,
-                    "backlog_per_device": backlog_for(batch, until), **data}
+                    "backlog_per_device": backlog_for(batch, until, slowdowns), **data}
         return data
 
     @model_validator(mode="after")
@@ -109,6 +131,8 @@ class BalanceSetup(Record):
             raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICY_NAMES)}")
         if not self.slowdowns or len({len(s) for s in self.slowdowns}) != 1:
             raise ValueError("slowdowns: give one or more factor lists, all of the same length (one per rank)")
+        if any(f <= 0 for s in self.slowdowns for f in s):
+            raise ValueError(f"slowdowns: every factor must be positive (got {self.slowdowns})")
         if self.devices != len(self.slowdowns[0]):
             raise ValueError(f"devices {self.devices} differs from the {len(self.slowdowns[0])} factors per fleet")
         if self.global_batch < self.devices:

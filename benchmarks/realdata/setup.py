@@ -90,7 +90,8 @@ class RealdataSetup(Record):
             until = data.get("warmup_steps", defaults["warmup_steps"].default) + data.get(
                 "steps", defaults["steps"].default)
             batch = data.get("global_batch", defaults["global_batch"].default)
-            data = {**data, "backlog_per_device": backlog_for(batch, until)}
+            slowdowns = data.get("slowdowns", defaults["slowdowns"].default)
+            data = {**data, "backlog_per_device": backlog_for(batch, until, [slowdowns])}
         return data
 
     @model_validator(mode="after")

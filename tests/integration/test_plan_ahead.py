@@ -48,7 +48,7 @@ def test_ranks_find_the_next_plan_waiting_under_a_backlog(tmp_path: Path) -> Non
     # Waiting for the last step's feedback to be planned costs a round trip through Kafka (its length depends on
     # the machine: 9-65 ms here); a plan made ahead is already fetched (a poll; the median leaves room for a busy
     # machine).
-    assert ahead["plan_wait_seconds_median"] < 0.005
+    assert ahead["plan_wait_seconds_median"] < 0.02  # 0.2-0.4 ms on a quiet machine, 7.8 ms seen under load 15
     assert ahead["plan_wait_seconds_median"] < 0.25 * behind["plan_wait_seconds_median"]
     # The ranks followed the coordinator's plans, not local fallbacks, apart from the first steps at most.
     assert ahead["rank_steps_on_local_plan"] <= 2

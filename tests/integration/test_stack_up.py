@@ -57,7 +57,7 @@ def test_up_for_n_steps_stops_in_order_and_accounts_for_every_sample(tmp_path: P
 def test_up_stopped_with_a_backlog_left_exits_0_and_reports_it_pending(tmp_path: Path) -> None:
     """A stop before the backlog is worked off is not a loss: what is left stays in Kafka, reported as pending."""
     out = tmp_path / "run"
-    per_device = 3000
+    per_device = 20_000
     cmd = module_command(CLI_MODULE, "up", "--devices", "2", "--backlog", str(per_device), "--steps", "3",
                          "--drain-timeout", "0", "--sizes", "24,12", "--broker", "embedded", "--no-prometheus",
                          "--no-live", "--out", str(out),

@@ -76,8 +76,9 @@ def up(
                                                    "bounded.")] = None,
     duration: Annotated[float | None, typer.Option(min=1.0, help="Stop after this many seconds of running "
                                                    "(counted once every service is up).")] = None,
-    steps: Annotated[int | None, typer.Option(min=1, help="Stop once every rank has done this many more steps "
-                                              "(counted once every service is up).")]
+    steps: Annotated[int | None, typer.Option(min=1, help="Stop once every rank has done at least this many "
+                                              "more steps (counted once every service is up; checked twice a "
+                                              "second, so short steps run on past it until the ranks stop).")]
     = None,
     out: Annotated[Path | None, typer.Option("--out", metavar="DIR", help="Report directory "
                                              "(default reports/up-<date>-<time>).")] = None,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from fault_helpers import FaultStack, scrape, until
 from nan_model import MARKED_SIZE
+from trainer_seq_log import committed_offsets
 
 from stack.ledger import collect_records
 from streamtrain.config import KafkaConfig
@@ -60,17 +61,14 @@ def test_hard_data_leaves_the_model_finite_and_every_record_accounted(kafka_cfg:
         # The NaN-marked samples come once the burst is processed: a step holding both would be skipped, its
         # burst samples dead-lettered with it, and the burst is meant to be trained.
         last = max(injected["burst"] + injected["overflow"])
-        until(lambda: (collect_records(stack.config(), ("0",), timeout=30).committed.get(
-            (kafka_cfg.topics.device("0"), 0)) or 0) > last, 120, "the burst processed")
+        group = stack.config().trainer_group_id
+        until(lambda: committed_offsets(kafka_cfg, group, ("0",))["0"] > last, 120, "the burst processed")
         injected.update(_inject(kafka_cfg, ("marked",)))
         assert producer.proc is not None and producer.proc.wait(60) == 0, producer.tail()
         produced = {"0": PER_DEVICE + BURST + 1, "1": PER_DEVICE + MARKED}
 
-        def processed() -> bool:
-            run = collect_records(stack.config(), DEVICES, timeout=30)
-            return all(run.committed.get((kafka_cfg.topics.device(d), 0)) == produced[d] for d in DEVICES)
-
-        until(processed, 180, "every record processed and committed")
+        until(lambda: committed_offsets(kafka_cfg, group, DEVICES) == produced, 180,
+              "every record processed and committed")
         skipped = {d: scrape(url).get("streamtrain_trainer_skipped_steps_total") for d, url in
                    stack.rank_metrics_urls(trainer).items()}
         assert trainer.stop(60) == 0, trainer.tail()

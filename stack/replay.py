@@ -80,10 +80,10 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig) -> DatasetReplay:
         held_out = str(derived[1])
     features = {s.shape[1:] for s in dataset.samples}
     if features != {(trainer.num_features,)}:
-        shape = ", ".join(str(f) for f in sorted(features))
+        shape = " or ".join("(size, " + ", ".join(map(str, f)) + ")" for f in sorted(features))
         hint = f" (--set trainer.num_features={next(iter(features))[0]})" if len(features) == 1 and len(
             next(iter(features))) == 1 else ""
-        raise ValueError(f"--dataset {choice}: its samples have shape (size, {shape}) per frame but the model takes "
+        raise ValueError(f"--dataset {choice}: its samples have shape {shape} but the model takes "
                          f"(size, {trainer.num_features}): set trainer.num_features{hint}")
     classes = int(dataset.labels.max()) + 1 if dataset.labelled else 0
     if classes > trainer.num_classes:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, TopicMetadata
 
 from .authz import REFUSED_CODES, DeliveryCallback, GuardedProducer, raise_if_refused
 from .config import KafkaConfig
@@ -286,6 +286,28 @@ def list_topics(client: AdminClient | Consumer, timeout: float = 30.0, topic: st
                 raise
 
 
+def topic_metadata(client: AdminClient | Consumer, topic: str, timeout: float = 30.0) -> TopicMetadata:
+    """One topic's metadata, waiting (up to `timeout`) while the cluster does not show it yet.
+
+    A topic created a moment ago is known to the controller first: a broker that has not caught up with
+    the metadata log answers "unknown topic or partition", and a new partition's leader may take a moment to
+    settle. Both are retried; a refused DESCRIBE fails at once with the ACL it needs.
+
+    Raises:
+        KafkaException: the topic is still not there (or has no leader) after `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = list_topics(client, max(0.1, deadline - time.monotonic()), topic).topics[topic]
+        if meta.error is None and meta.partitions and all(p.leader >= 0 for p in meta.partitions.values()):
+            return meta
+        raise_if_refused(config_of(client), meta.error, "DESCRIBE", topic, "topic")
+        if time.monotonic() > deadline:
+            raise KafkaException(meta.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                                          f"{topic}: a partition has no leader"))
+        time.sleep(0.1)
+
+
 def _check_partitions(admin: AdminClient, spec: TopicSpec, timeout: float) -> None:
     meta = admin.list_topics(spec.name, timeout=timeout).topics[spec.name]
     if len(meta.partitions) != spec.partitions:
@@ -360,14 +382,7 @@ def tail_positions(consumer: Consumer, topic: str, last: int | None, timeout: fl
     a moment to settle: both are retried until `timeout`.
     """
     deadline = time.monotonic() + timeout
-    while True:
-        meta = list_topics(consumer, max(0.1, deadline - time.monotonic()), topic).topics[topic]
-        if meta.error is None and meta.partitions:
-            break
-        raise_if_refused(config_of(consumer), meta.error, "DESCRIBE", topic, "topic")
-        if time.monotonic() > deadline:
-            raise KafkaException(meta.error)
-        time.sleep(0.2)
+    meta = topic_metadata(consumer, topic, timeout)
     spans = {}
     for pid in meta.partitions:
         while True:

@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig, TrainerConfig
-from streamtrain.kafka import DeadLetterSink, consume_available, make_consumer
+from streamtrain.kafka import DeadLetterSink, consume_available, make_consumer, topic_metadata
 from streamtrain.wire import Assignment, Sample, WireError, decode, encode
 
 from .batching import payload_problem, sample_problems
@@ -81,9 +81,7 @@ class RankConsumer:
         queued_kb = max(1024, min(65536, trainer.buffer_max_bytes // 4096))
         self.consumer: Consumer = make_consumer(kafka, group_id, **{"queued.max.messages.kbytes": queued_kb})
         self.buffer = SampleBuffer(trainer.buffer_max_samples, trainer.buffer_max_bytes, trainer.buffer_resume_ratio)
-        meta = self.consumer.list_topics(self.topic, timeout=30).topics[self.topic]
-        if meta.error is not None:
-            raise KafkaException(meta.error)
+        meta = topic_metadata(self.consumer, self.topic)  # just created, perhaps: not on every broker yet
         if len(meta.partitions) != 1:
             raise TrainerSetupError(f"device topic {self.topic} has {len(meta.partitions)} partitions; a rank trains a "
                              "device's stream in order from exactly one (create it with kafka.partitions=1)")
@@ -115,7 +113,7 @@ class RankConsumer:
             logger.warning("%s: resume offset %d was deleted by retention; starting at %d", self.topic, offset, low)
         self.buffer.position = start
         assignment = [TopicPartition(self.topic, 0, start)]
-        plan_meta = self.consumer.list_topics(self.assignments_topic, timeout=30).topics[self.assignments_topic]
+        plan_meta = topic_metadata(self.consumer, self.assignments_topic)
         for pid in plan_meta.partitions:
             p_low, p_high = self.consumer.get_watermark_offsets(TopicPartition(self.assignments_topic, pid), timeout=30)
             assignment.append(TopicPartition(self.assignments_topic, pid, max(p_low, p_high - PLAN_LOOKBACK)))

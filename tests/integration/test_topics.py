@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import (
@@ -20,6 +21,7 @@ from streamtrain.kafka import (
     make_producer,
     read_to_end,
     topic_config,
+    topic_metadata,
 )
 from streamtrain.wire import DeadLetter, Sample, WireError, decode, encode
 
@@ -47,6 +49,29 @@ def test_broker_refuses_to_invent_topics(kafka_cfg: KafkaConfig) -> None:
     producer.flush(10)
     assert errors and errors[0] is not None
     assert kafka_cfg.topics.device("typo") not in make_admin(kafka_cfg).list_topics(timeout=10).topics
+
+
+def test_a_topic_the_metadata_does_not_show_yet_is_waited_for_then_refused_by_name(kafka_cfg: KafkaConfig) -> None:
+    """A rank reads its device topic's metadata right after creating it; a broker that has not caught up says
+    "unknown topic". The lookup waits for the topic to appear, and names it when it never does."""
+    name = kafka_cfg.topics.device("late")
+    consumer = make_consumer(kafka_cfg, "late-reader")
+    creator = threading.Timer(1.5, lambda: ensure_topics(make_admin(kafka_cfg), [TopicSpec.from_config(kafka_cfg,
+                                                                                                        name)]))
+    try:
+        started = time.monotonic()
+        creator.start()
+        meta = topic_metadata(consumer, name, timeout=30)
+        assert time.monotonic() - started >= 1.0 and len(meta.partitions) == 1  # it was not there at first
+        assert all(p.leader >= 0 for p in meta.partitions.values())
+        started = time.monotonic()
+        with pytest.raises(KafkaException) as refused:
+            topic_metadata(consumer, kafka_cfg.topics.device("never"), timeout=2)
+        assert refused.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        assert 2 <= time.monotonic() - started < 10
+    finally:
+        creator.join()
+        consumer.close()
 
 
 def test_dead_letter_sink_keeps_the_record_and_the_reason(kafka_cfg: KafkaConfig) -> None:

@@ -213,8 +213,7 @@ class Coordinator:
         state = self.fleet.planning_state(step, time.time(), self._carry)
         plan = plan_step(state, self.ccfg)
         assignment = plan_to_assignment(plan, self.cfg.job, basis_step=basis)
-        if warm:
-            assignment = self._without_guessed_bounds(assignment)
+        assignment = self._without_guessed_bounds(assignment)
         value, headers = encode(assignment)
         self._producer.produce(self.topics.assignments, key=self.cfg.job.encode(), value=value, headers=headers,
                                on_delivery=self._delivered)
@@ -283,21 +282,21 @@ class Coordinator:
         self._refresh_status(force=True)
 
     def _without_guessed_bounds(self, assignment: Assignment) -> Assignment:
-        """A warm-start plan without the bound that rests on a sample size nobody has reported yet.
+        """The plan without the size budgets that rest on a sample size nobody has reported yet.
 
         Without an index a plan gives a count and a size budget, one derived from the other through the
-        device's mean sample size. Before any size is known that mean is a placeholder, so only the
-        policy's own bound is kept: the size budget (time at the warm-start model) for ett-stream, the
-        count for the count-based policies.
+        device's mean sample size. Before any of the device's sizes is known that mean is a placeholder in
+        units nobody has reported, so only the count is kept (for ett-stream, a device it knows nothing about
+        is given its equal share of global_batch by count): what the trainer takes and what the pending book
+        claims for it are then the same samples.
         """
-        by_time = self.ccfg.policy == "ett-stream"
+        if all(part.offsets or part.size_budget is None for part in assignment.devices):
+            return assignment
         parts = []
         for part in assignment.devices:
             rec = self.fleet.devices.get(part.device_id)
             if part.offsets or rec is None or rec.sizes_seen:
                 parts.append(part)
-            elif by_time:
-                parts.append(replace(part, count=None))
             else:
                 parts.append(replace(part, size_budget=None))
         return replace(assignment, devices=tuple(parts))

@@ -95,7 +95,8 @@ def hold_backlog(buffer: SampleBuffer, device_id: str, plan: Assignment | None, 
 
     Returns:
         buffered samples the newest plan saw that no later plan names, plus what truncation dropped since
-        the last report; with no plan at all, every reported sample still buffered counts.
+        the last report; with no plan at all, every reported sample still buffered counts, and with only
+        warm-start plans (made from the lag, before any report) every buffered sample.
     """
     plans = [p for p in (plan, *later) if p is not None]
     named = named_by(later, device_id)
@@ -103,5 +104,10 @@ def hold_backlog(buffer: SampleBuffer, device_id: str, plan: Assignment | None, 
         part = p.for_device(device_id)
         if part is not None and not part.offsets and (part.count is not None or part.size_budget is not None):
             named.update(buffer.select_oldest(part.count, part.size_budget, exclude=named))
-    before = reports.bound(max(p.seen_through for p in plans)) if plans else None
+    basis = max(p.seen_through for p in plans) if plans else None
+    if basis is not None and basis < 0:
+        # Warm-start plans, made before any feedback, saw the device's lag rather than reports: every sample
+        # buffered (it was on the topic to be seen) that no later plan takes is left behind.
+        return buffer.count_reported(None, named, reported_only=False) + buffer.dropped_since_report
+    before = reports.bound(basis) if basis is not None else None
     return buffer.count_reported(before, named) + buffer.dropped_since_report

@@ -15,13 +15,17 @@
    (`PlanningState.plan_round_trip_seconds`): a step period shorter than r waits for it anyway, so
    while streams keep up T is at least r - o, and the ranks wait by batching (the report hold)
    rather than idle at the step boundary.
-   Only devices with a fitted model count once there is one: a warm-start guess does not set T (before
-   any is fitted, T is the b_min bound alone).
+   Only devices with a fitted model count once there is one: a warm-start guess does not set T. Before
+   any is fitted, T is the guessed time of each device's equal share of `global_batch` (the batch the
+   fixed policies start from): the first steps measure the fleet at a batch that also trains the model
+   sensibly, where steps of b_min samples would each be a noisy update at the full learning rate.
    Devices that cannot keep up at any T simply fill T; their backlog is the truncation policy's.
 2. Fill. Each device's size budget is (T - b) / a, within its memory. It takes its oldest pending
    samples while they fit (so nothing starves), then up to `best_fit_rounds` more, each the largest
    remaining sample that still fits the gap (size-aware best fit). A device with pending samples
-   always trains at least max(b_min, 1) of them when memory allows, even past T. Samples larger
+   always trains at least max(b_min, 1) of them when memory allows, even past T. A device with neither
+   an index nor a fitted model (no sample size or speed known: a size budget would rest on guesses in
+   units nobody has reported) is given a count, its equal share of `global_batch`. Samples larger
    than memory allows are never planned (the trainer dead-letters them). Best fit chooses among the
    `best_fit_lookahead` samples just past the prefix, so planning costs the same however long the backlog.
 
@@ -45,7 +49,13 @@ from .common import normalized, size_limit
 from .packing import ranges, run_heads
 from .reference import fill_reference
 
-__all__ = ["choose_step_time", "plan_ett_stream", "plan_ett_stream_reference"]
+__all__ = ["choose_step_time", "plan_ett_stream", "plan_ett_stream_reference", "warm_share"]
+
+
+def warm_share(config: CoordinatorConfig, devices: int) -> int:
+    """Samples a device is given before anything about it is measured: its equal share of `global_batch`,
+    at least max(b_min, 1) and at most b_max."""
+    return min(max(-(-config.global_batch // max(devices, 1)), config.b_min, 1), config.b_max)
 
 
 def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig,
@@ -64,8 +74,8 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
     rate = np.fromiter((d.arrival_rate for d in devices), np.float64, n)
     # T rests on measured speeds. The warm-start guesses are slow by design (an unknown device gets a small
     # batch), so they would call every stream a backlog and T seconds long: once some device is measured the
-    # guessed ones are filled to its T, and before any is, T is only the guessed time of each device's first
-    # b_min samples (small steps that measure the fleet).
+    # guessed ones are filled to its T, and before any is, T is the guessed time of each device's equal share
+    # of global_batch (steps that measure the fleet at a batch that trains).
     measured = np.fromiter((d.model.fitted for d in devices), bool, n)
     counted = measured if measured.any() else np.ones(n, dtype=bool)
     active = (np.fromiter((d.pending_count > 0 for d in devices), bool, n) | (rate > 0)) & measured
@@ -82,7 +92,7 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
         # Backlog only: the equal time at which the fleet trains global_batch samples (LB-BSP, CHRONICA).
         inv = 1.0 / np.maximum(a[active] * m[active], 1e-12)
         bounds["global_batch"] = float((config.global_batch + (b[active] * inv).sum()) / inv.sum())
-    want = max(config.b_min, 1)
+    want = max(config.b_min, 1) if measured.any() else warm_share(config, n)
     first = np.full(n, np.nan)
     for i, d in enumerate(devices):
         if d.pending is not None and len(d.pending):
@@ -91,7 +101,7 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
             first[i] = min(want, d.lag) * d.mean_size
     some = ~np.isnan(first) & counted
     bmin = max(float((a[some] * first[some] + b[some]).max()), 0.0) if some.any() else 0.0
-    bounds["b_min"] = bmin
+    bounds["b_min" if measured.any() else "warm_share"] = bmin
     target = float(np.clip(max(bounds.values()), config.min_step_seconds, config.max_step_seconds))
     return target, bounds
 
@@ -258,6 +268,7 @@ def _plan(state: PlanningState, config: CoordinatorConfig, fill: _Fill) -> Plan:
     budgets = np.minimum([d.model.capacity(target) for d in devices], limits)
     n = len(devices)
     floor = max(config.b_min, 1)
+    share = warm_share(config, n)
     offsets: list[np.ndarray | None] = [None] * n
     counts = np.zeros(n, dtype=np.int64)
     totals = np.zeros(n)
@@ -282,9 +293,10 @@ def _plan(state: PlanningState, config: CoordinatorConfig, fill: _Fill) -> Plan:
             continue
         room = budgets[i]
         fits = limits[i] // d.mean_size if np.isfinite(limits[i]) else d.lag
-        count = max(int(min(d.lag, config.b_max, max(room // d.mean_size, floor), fits)), 0)
+        want = max(room // d.mean_size, floor) if d.model.fitted else share
+        count = max(int(min(d.lag, config.b_max, want, fits)), 0)
         counts[i] = count
-        totals[i] = max(room, count * d.mean_size) if count else 0.0
+        totals[i] = (max(room, count * d.mean_size) if d.model.fitted else count * d.mean_size) if count else 0.0
     a = np.fromiter((d.model.a for d in devices), np.float64, n)
     b = np.fromiter((d.model.b for d in devices), np.float64, n)
     predicted = np.where(counts > 0, a * totals + b, 0.0)

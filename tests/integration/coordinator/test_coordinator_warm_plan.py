@@ -18,7 +18,8 @@ pytestmark = pytest.mark.integration
 @pytest.mark.parametrize("ahead", [1, 0])
 def test_step_zero_is_planned_from_warm_start_then_feedback_takes_over(kafka_cfg: KafkaConfig, ahead: int) -> None:
     sizes = produce_samples(kafka_cfg, {"cam0": 30, "cam1": 50})
-    service = Coordinator(config(kafka_cfg, devices=("cam0", "cam1"), policy="ett-stream", plan_ahead=ahead))
+    service = Coordinator(config(kafka_cfg, devices=("cam0", "cam1"), policy="ett-stream", plan_ahead=ahead,
+                                 global_batch=16))
     thread = threading.Thread(target=service.run, name="coordinator-warm")
     trainers, plans = Trainers(kafka_cfg), Plans(kafka_cfg)
     try:
@@ -30,9 +31,8 @@ def test_step_zero_is_planned_from_warm_start_then_feedback_takes_over(kafka_cfg
             assert plan.job == JOB and plan.policy == "ett-stream" and plan.basis_step == -1
             for device in ("cam0", "cam1"):
                 part = plan.for_device(device)
-                # No index and no sample size yet: a size budget from the warm-start model, nothing else.
-                assert part is not None and not part.offsets and part.count is None
-                assert part.size_budget is not None and part.size_budget > 0
+                # No index, no sample size and no speed known yet: each device's share of global_batch, by count.
+                assert part is not None and not part.offsets and part.count == 8 and part.size_budget is None
         _ctype, body = get(service.port, "/status")
         status = json.loads(body)
         assert status["last_plan"]["step"] == ahead and status["last_plan"]["warm_start"] is True
@@ -50,13 +50,9 @@ def test_step_zero_is_planned_from_warm_start_then_feedback_takes_over(kafka_cfg
             part = p1.for_device(device)
             assert part is not None and part.offsets and min(part.offsets) >= 8
             if ahead:
-                # Step 1 runs the warm plan without offsets: it will take the oldest within its size budget,
-                # which plan 2 leaves to it.
-                budget = warm[1].for_device(device).size_budget  # type: ignore[union-attr]
-                sizes_left = sizes[device][8:]
-                claimed = next((k for k in range(1, len(sizes_left)) if sum(sizes_left[:k + 1]) > budget),
-                               len(sizes_left))
-                assert min(part.offsets) >= 8 + claimed
+                # Step 1 runs the warm plan without offsets: it will take the 8 oldest after step 0's, which
+                # plan 2 leaves to it.
+                assert min(part.offsets) == 16
         deadline = time.monotonic() + 10
         while True:
             status = json.loads(get(service.port, "/status")[1])

@@ -107,11 +107,30 @@ def test_warm_start_guesses_do_not_set_the_step_time_once_a_speed_is_measured() 
     assert target == pytest.approx(alone) and bounds["line_rate"] == pytest.approx(0.1 / 0.45)
     plan = plan_step(state(measured, guess), cfg, "ett-stream")
     assert plan.devices[1].count >= 1  # filled to T (at least its floor), not left out
-    # Before any device is measured, T is the guessed time of each device's first sample: small steps that
-    # measure the fleet, not a line-rate or backlog target built on guesses.
+    # Before any device is measured, T is the guessed time of each device's equal share of global_batch (the
+    # fixed policies' first batch): steps that measure the fleet and train, not a line-rate or backlog target
+    # built on guesses, nor steps of one sample each (a noisy update at the full learning rate).
     unmeasured = replace(measured, model=PerfModel(a=1e-3, b=0.1, fitted=False))
-    both, bounds = choose_step_time((unmeasured, guess), cfg)
-    assert bounds == {"b_min": pytest.approx(0.5)} and both == pytest.approx(0.5)
+    cold = cfg.model_copy(update={"global_batch": 4})
+    both, bounds = choose_step_time((unmeasured, guess), cold)
+    assert bounds == {"warm_share": pytest.approx(0.05 + 2 * 0.45)} and both == pytest.approx(0.95)
+    first = plan_step(state(unmeasured, guess), cold, "ett-stream")
+    assert [d.count for d in first.devices] == [4, 2]  # each at least its share; the small samples fill to T
+
+
+def test_a_device_known_by_nothing_but_its_lag_is_given_its_share_of_the_global_batch_by_count() -> None:
+    """No index and no fitted model: neither its sample sizes nor its speed are known, so a size budget would rest
+    on guesses in units nobody reported; it gets a count, its equal share of global_batch, as under static."""
+    blind = [DeviceState(device_id=f"b{i}", model=PerfModel(a=1e-3, b=0.05, fitted=False), pending=None, lag=lag,
+                         end_offset=lag) for i, lag in enumerate((1000, 10))]
+    cfg = CoordinatorConfig(global_batch=64)
+    plan = plan_step(PlanningState(step=0, now=0.0, devices=tuple(blind)), cfg, "ett-stream")
+    assert [d.count for d in plan.devices] == [32, 10] and plan.notes.keys() == {"warm_share"}
+    assert [d.total_size for d in plan.devices] == [32.0, 10.0]  # the placeholder mean size, dropped on the wire
+    # The same device beside a measured one still gets its share, not the measured T over a guessed speed.
+    measured = device("m", [5.0] * 400, a=1e-4, b=0.01, arrival_rate=0.0, mean_size=5.0)
+    mixed = plan_step(PlanningState(step=0, now=0.0, devices=(measured, blind[0])), cfg, "ett-stream")
+    assert mixed.devices[1].count == 32
 
 
 def test_unknown_index_gives_count_and_size_budget() -> None:

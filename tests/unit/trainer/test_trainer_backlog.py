@@ -54,6 +54,19 @@ def test_samples_no_plan_has_seen_yet_are_not_backlog() -> None:
     assert hold_backlog(rank.buffer, "d0", _plan(2, tuple(range(6))), [], rank.reports) == 4
 
 
+def test_a_warm_start_plan_saw_the_lag_so_what_it_left_buffered_is_backlog() -> None:
+    """Plans made before any feedback count the device's lag, not reports: a backlog the warm plans leave is one
+    (no hold), while samples a later warm plan takes are not."""
+    rank = _Rank()
+    rank.arrive(40)
+    step_0, step_1 = _plan(0, basis=-1, count=8), _plan(1, basis=-1, count=8)
+    rank.run(rank.buffer.select_oldest(8))
+    assert hold_backlog(rank.buffer, "d0", step_0, [step_1], rank.reports) == 24  # 32 left, 8 of them step 1's
+    rank.buffer.complete_step()
+    rank.run(rank.buffer.select_oldest(32))
+    assert hold_backlog(rank.buffer, "d0", step_1, [], rank.reports) == 0  # all taken: a short step may hold
+
+
 def test_what_the_newest_plan_saw_and_no_plan_names_is_backlog() -> None:
     rank = _Rank()
     rank.arrive(6)

@@ -49,6 +49,7 @@ class PerfModel:
         n_obs: feedback records behind the fit.
         fitted: True once fitted on feedback, False while warm-start (possibly rescaled).
         rel_error: smoothed relative prediction error |predicted - actual| / actual, None before any.
+        largest: the largest batch total size among the observations behind the fit (None: none).
     """
 
     a: float
@@ -56,6 +57,7 @@ class PerfModel:
     n_obs: int = 0
     fitted: bool = False
     rel_error: float | None = None
+    largest: float | None = None
 
     @classmethod
     def warm(cls, config: CoordinatorConfig) -> PerfModel:
@@ -195,9 +197,11 @@ class ModelBank:
 
     def model(self, row: int) -> PerfModel:
         err = float(self.rel_error[row])
-        n = int(self.valid[row].sum())
+        valid = self.valid[row]
+        n = int(valid.sum())
         return PerfModel(float(self.a[row]), float(self.b[row]), n_obs=n, fitted=bool(self.n_updates[row] > 0)
-                         and n >= 1, rel_error=None if np.isnan(err) else err)
+                         and n >= 1, rel_error=None if np.isnan(err) else err,
+                         largest=float(self.x[row][valid].max()) if n else None)
 
     def predict(self, sizes: np.ndarray) -> np.ndarray:
         return self.a * sizes + self.b

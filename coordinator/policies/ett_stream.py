@@ -20,8 +20,10 @@
    fixed policies start from): the first steps measure the fleet at a batch that also trains the model
    sensibly, where steps of b_min samples would each be a noisy update at the full learning rate.
    Devices that cannot keep up at any T simply fill T; their backlog is the truncation policy's.
-2. Fill. Each device's size budget is (T - b) / a, within its memory. It takes its oldest pending
-   samples while they fit (so nothing starves), then up to `best_fit_rounds` more, each the largest
+2. Fill. Each device's size budget is (T - b) / a, within its memory and within `max_batch_growth`
+   times the largest batch its model was fitted on (a line is not trusted far past the sizes it saw).
+   It takes its oldest pending samples while they fit (so nothing starves), then up to
+   `best_fit_rounds` more, each the largest
    remaining sample that still fits the gap (size-aware best fit). A device with pending samples
    always trains at least max(b_min, 1) of them when memory allows, even past T. A device with neither
    an index nor a fitted model (no sample size or speed known: a size budget would rest on guesses in
@@ -256,6 +258,16 @@ def plan_ett_stream_reference(state: PlanningState, config: CoordinatorConfig) -
     return _plan(state, config, fill_reference)
 
 
+def _trusted_capacity(device: DeviceState, seconds: float, config: CoordinatorConfig) -> float:
+    """The total size `device`'s time model says it trains in `seconds`, at most `max_batch_growth` times the
+    largest batch the model was fitted on: a line fitted over the sizes seen is not trusted far beyond them."""
+    capacity = device.model.capacity(seconds)
+    growth, largest = config.max_batch_growth, device.model.largest
+    if growth is None or not device.model.fitted or not largest:
+        return capacity
+    return min(capacity, growth * largest)
+
+
 _Fill = Callable[[list[DeviceState], np.ndarray, np.ndarray, CoordinatorConfig], list[np.ndarray]]
 
 
@@ -265,7 +277,7 @@ def _plan(state: PlanningState, config: CoordinatorConfig, fill: _Fill) -> Plan:
         return Plan("ett-stream", state.step, 0.0, 0.0, ())
     target, bounds = choose_step_time(devices, config, state.step_overhead_seconds, state.plan_round_trip_seconds)
     limits = np.array([size_limit(d, config) for d in devices])
-    budgets = np.minimum([d.model.capacity(target) for d in devices], limits)
+    budgets = np.minimum([_trusted_capacity(d, target, config) for d in devices], limits)
     n = len(devices)
     floor = max(config.b_min, 1)
     share = warm_share(config, n)

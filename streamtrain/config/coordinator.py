@@ -70,6 +70,12 @@ class CoordinatorConfig(BaseModel):
     from (None: its whole backlog). Keeps planning time independent of the backlog's length, and what best fit
     picks close to the front of the stream."""
 
+    max_batch_growth: float | None = Field(default=2.0, ge=1.0)
+    """ett-stream: a measured device's batch is at most this many times the largest batch (total size) among the
+    observations its time model was fitted on (None: no bound). The model is a line through the sizes seen; far
+    beyond them a fit that is flat there (fixed costs dominate) promises a huge batch in the same time. A batch
+    growing into new sizes at most doubles per step by default."""
+
     warm_start_a: float = Field(default=1e-3, gt=0.0)
     """Seconds per unit of sample size assumed for a device before it has reported enough feedback."""
 

@@ -10,7 +10,7 @@ from coordinator_helpers import device, state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.perfmodel import PerfModel
+from coordinator.perfmodel import ModelBank, PerfModel
 from coordinator.policies import POLICIES, plan_step
 from coordinator.policies.ett_stream import choose_step_time
 from coordinator.state import DeviceState, PlanningState
@@ -192,3 +192,22 @@ def test_ett_stream_never_idles_a_device_with_trainable_samples(fleet: tuple[Pla
             assert oldest in set(batch.offsets.tolist())
         else:
             assert batch.count == 0
+
+
+def test_a_fit_flat_over_the_sizes_it_saw_does_not_promise_a_batch_far_beyond_them() -> None:
+    """A device measured at sizes 4,000-6,000 whose time hardly varied there (fixed costs dominate) fits a slope near
+    zero: its line says ten times the batch takes the same time. Its batch grows at most max_batch_growth times
+    the largest it was measured at; a well-measured device beside it fills the target as before."""
+    cfg = CoordinatorConfig(global_batch=400, model_window=8)
+    bank = ModelBank.create(1, cfg)
+    for step, (size, seconds) in enumerate([(5000, 0.150), (6000, 0.152), (4000, 0.149), (5500, 0.151)]):
+        bank = bank.update(np.array([size]), np.array([seconds]), np.array([True]), step, cfg)
+    flat = bank.model(0)
+    assert flat.fitted and flat.largest == 6000 and flat.capacity(0.3) > 50_000
+    fast = replace(device("flat", [50.0] * 2000), model=flat)
+    steady = device("steady", [50.0] * 2000, a=2.5e-5, b=0.05)
+    plan = plan_step(state(fast, steady), cfg.model_copy(update={"target_step_seconds": 0.3}), "ett-stream")
+    assert plan.devices[0].total_size <= 2 * 6000 and plan.devices[0].count == 240
+    assert plan.devices[1].total_size == pytest.approx(10_000, abs=50)  # (0.3 - 0.05) / 2.5e-5: not capped
+    unbounded = cfg.model_copy(update={"target_step_seconds": 0.3, "max_batch_growth": None})
+    assert plan_step(state(fast, steady), unbounded, "ett-stream").devices[0].total_size > 50_000

@@ -115,7 +115,8 @@ def test_light_streams_fill_the_step_target_by_holding_reports() -> None:
     held = simulate(sc, cfg, "ett-stream")
     eager = simulate(replace(sc, hold_max_seconds=0.0), cfg, "ett-stream")
     h, e = held.summary, eager.summary
-    assert h["samples_per_second"] == pytest.approx(e["samples_per_second"], rel=0.02)  # line rate either way
+    for run in (h, e):  # line rate either way: what is left at the end is about one step's arrivals
+        assert run["samples_trained"] >= 0.98 * run["samples_arrived"] and run["max_lag_seconds"] < 1.0
     assert h["steps"] * 2 < e["steps"]
     late = slice(len(held.series["step_seconds"]) // 2, None)  # once the models are fitted
     steps, targets = held.series["step_seconds"][late], held.series["step_target"][late]

@@ -171,11 +171,13 @@ class Coordinator:
             self._poll_offsets()
             devices = tuple(self.fleet.expected)
             if self.fleet.warm_start_step() is not None and devices != self._warm_for:
-                # No feedback yet: plan step 0 (and the steps ahead) from warm-start models and lag, again only
-                # if the fleet changes.
+                # No feedback yet: plan step 0 from warm-start models and lag, again only if the fleet changes.
+                # Not the steps ahead of it: a plan ahead rests on predictions, and before any feedback there are
+                # only guesses (each device's share of the batch, as static plans it, which on an uneven fleet
+                # costs a static step). Step 1 waits one round trip for step 0's feedback; plans run ahead from
+                # there.
                 self._warm_for = devices
-                for step in range(1 + self.ccfg.plan_ahead):
-                    self._publish(step, complete=False, basis=-1, warm=True)
+                self._publish(0, complete=False, basis=-1, warm=True)
         self._publish_due()
         self._producer.poll(0)
         self._refresh_status()

@@ -12,8 +12,10 @@ and the next plan gets what arrived meanwhile.
 With `coordinator.plan_ahead` = 1 (the live service's default) the plan for step s+1 is made as
 step s begins, as the service makes it while step s runs: from the buffers less what plan s takes
 and truncates (`after_plan`), the models fitted through step s-1, the last step's period and the
-clock at s's start; step s's results correct the plan after it. The hold then counts as backlog what
-plan s saw and left, as a live rank does before plan s+1 reaches it (`trainer.backlog`).
+clock at s's start; step s's results correct the plan after it. Step 1 alone is planned from step
+0's results, as the live coordinator does: before any feedback there is nothing to predict from.
+The hold then counts as backlog what plan s saw and left, as a live rank does before plan s+1
+reaches it (`trainer.backlog`).
 
 Device cost model. A device's compute seconds for a batch are `(a / speed) · size + b`, times noise,
 slow-downs and disturbances, where `size` is what the trainer actually computes on:
@@ -155,8 +157,9 @@ def simulate(
         else:
             plan, seen = ahead
         ahead = None
-        if config.plan_ahead:
-            # Made now, before this step's results: plan's samples taken, models through the step before.
+        if config.plan_ahead and step > 0:
+            # Made now, before this step's results: plan's samples taken, models through the step before. Not
+            # at step 0, as the live coordinator: with no results at all, step 1 waits for step 0's.
             ahead = plan_step(after_plan(state, plan), config, policy), buffers.next_offset.copy()
             carry = ahead[0].carry
         counts = np.array([b.count for b in plan.devices], dtype=np.int64)

@@ -83,15 +83,17 @@ def test_a_report_of_the_next_step_that_comes_first_does_not_hold_back_the_due_p
     assert fleet.due_step(1.4) is None and fleet.due_step(3.2) == (4, False, 2)
 
 
-def test_warm_start_publishes_step_0_and_the_step_ahead_until_someone_reports() -> None:
+def test_warm_start_publishes_step_0_then_step_0s_feedback_plans_step_1_and_the_step_ahead() -> None:
     fleet = FleetTracker(CoordinatorConfig())
     fleet.observe_offsets("a", log_start=0, end=50, committed=None, at=0.0)
     assert fleet.warm_start_step() == 0
-    zero, one = publish(fleet, 0), publish(fleet, 1)
-    assert zero.basis_step == one.basis_step == -1 and fleet.next_plan_step == 2
-    assert fleet.warm_start_step() == 0  # may be refreshed (both plans) until the first feedback
+    zero = publish(fleet, 0)
+    assert zero.basis_step == -1 and fleet.next_plan_step == 1
+    assert fleet.warm_start_step() == 0 and fleet.due_step(0.5) is None  # may be refreshed until the first feedback
     fleet.ingest_feedback(feedback(0, "a", new=range(1, 50), lowest=1), received=1.0)
-    assert fleet.warm_start_step() is None and fleet.due_step(1.1) == (2, True, 0)
+    assert fleet.warm_start_step() is None and fleet.due_step(1.1) == (1, True, 0)
+    publish(fleet, 1)
+    assert fleet.due_step(1.1) == (2, True, 0)  # and the plan ahead, from the same feedback
 
 
 def test_plan_ahead_zero_keeps_plans_waiting_for_the_last_step() -> None:
@@ -262,8 +264,7 @@ def test_plans_name_only_reported_samples_once_and_lose_none(truncation: str, ah
     plans: dict[int, Assignment] = {}
     for d in devices:
         fleet.observe_offsets(d, log_start=0, end=0, committed=None, at=0.0)
-    for step in range(1 + ahead):
-        plans[step] = publish(fleet, step)
+    plans[0] = publish(fleet, 0)  # the warm-start plan; step 1's waits for step 0's feedback
     for step in range(80):
         t = float(step)
         for i, d in enumerate(devices):
@@ -273,7 +274,7 @@ def test_plans_name_only_reported_samples_once_and_lose_none(truncation: str, ah
                 buffers[d].add(produced[d], Sample.from_array(d, produced[d], np.zeros((size, 2), np.float32)), 8)
                 produced[d] += 1
             fleet.observe_offsets(d, log_start=0, end=produced[d], committed=None, at=t)
-        plan = plans[step]  # always there: made a step ahead (or, with plan_ahead 0, after the last feedback)
+        plan = plans[step]  # always there: made a step ahead (or after the last feedback: plan_ahead 0, step 1)
         later = [p for s, p in sorted(plans.items()) if s > step]
         for rank, d in enumerate(devices):
             buf, sel = buffers[d], selection_from(plan, d)

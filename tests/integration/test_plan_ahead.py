@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _up(out: Path, ahead: int) -> dict[str, Any]:
-    cmd = module_command(CLI_MODULE, "up", "--devices", "2", "--backlog", "400", "--steps", "30", "--dif", "16",
+    # 2 x 4,500 samples at 256 a step outlast the 30 steps: every step is under a backlog.
+    cmd = module_command(CLI_MODULE, "up", "--devices", "2", "--backlog", "4500", "--steps", "30", "--dif", "16",
                          "--broker", "embedded", "--no-prometheus", "--no-live", "--drain-timeout", "90",
                          "--out", str(out),
                          sets={"trainer.hidden_size": 16, "trainer.slowdowns": [1, 3], "coordinator.plan_ahead": ahead})

@@ -43,5 +43,6 @@ def test_truncate_retains_far_fewer_records_than_persist(kafka_cfg: KafkaConfig,
     assert persist.truncated == 0 and persist.deleted_records == 0
     assert truncate.truncated > 0 and truncate.deleted_records > 0
     assert truncate.retained_records_final * 4 < persist.retained_records_final
-    assert truncate.retained_ratio_to_persist is not None and truncate.retained_ratio_to_persist > 4
+    # The stored ratio is rounded to 0.1: the strict 4x is the raw counts' (above).
+    assert truncate.retained_ratio_to_persist is not None and truncate.retained_ratio_to_persist >= 4
     assert truncate.buffer_depth_final < persist.buffer_depth_final or persist.buffer_depth_final == 0

@@ -262,13 +262,17 @@ def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
     pending = set(names)
     while pending:
         topics = list_topics(admin, max(0.1, deadline - time.monotonic())).topics
-        pending = {n for n in pending if n not in topics or topics[n].error is not None or not topics[n].partitions
-                   or any(p.leader < 0 for p in topics[n].partitions.values())}
+        pending = {n for n in pending if n not in topics or not _has_leaders(topics[n])}
         if pending and time.monotonic() >= deadline:
             logger.warning("created topics %s are not visible in metadata after %.0f s", sorted(pending), timeout)
             return
         if pending:
             time.sleep(0.05)
+
+
+def _has_leaders(meta: TopicMetadata) -> bool:
+    """The topic is in the metadata with a leader for each of its partitions (usable, not just created)."""
+    return meta.error is None and bool(meta.partitions) and all(p.leader >= 0 for p in meta.partitions.values())
 
 
 def list_topics(client: AdminClient | Consumer, timeout: float = 30.0, topic: str | None = None) -> ClusterMetadata:
@@ -299,7 +303,7 @@ def topic_metadata(client: AdminClient | Consumer, topic: str, timeout: float = 
     deadline = time.monotonic() + timeout
     while True:
         meta = list_topics(client, max(0.1, deadline - time.monotonic()), topic).topics[topic]
-        if meta.error is None and meta.partitions and all(p.leader >= 0 for p in meta.partitions.values()):
+        if _has_leaders(meta):
             return meta
         raise_if_refused(config_of(client), meta.error, "DESCRIBE", topic, "topic")
         if time.monotonic() > deadline:

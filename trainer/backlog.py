@@ -108,6 +108,6 @@ def hold_backlog(buffer: SampleBuffer, device_id: str, plan: Assignment | None, 
     if basis is not None and basis < 0:
         # Warm-start plans, made before any feedback, saw the device's lag rather than reports: every sample
         # buffered (it was on the topic to be seen) that no later plan takes is left behind.
-        return buffer.count_reported(None, named, reported_only=False) + buffer.dropped_since_report
+        return buffer.count_buffered(named) + buffer.dropped_since_report
     before = reports.bound(basis) if basis is not None else None
     return buffer.count_reported(before, named) + buffer.dropped_since_report

@@ -217,13 +217,14 @@ class SampleBuffer:
         """Buffered samples already reported in feedback."""
         return self.count_reported()
 
-    def count_reported(self, before: int | None = None, exclude: Collection[int] = (), *,
-                       reported_only: bool = True) -> int:
-        """Buffered samples reported in feedback (any, when not `reported_only`) and below offset `before` (None:
-        any), less those in `exclude`."""
-        reported = self.first_unreported if reported_only else float("inf")
-        bound = reported if before is None else min(before, reported)
+    def count_reported(self, before: int | None = None, exclude: Collection[int] = ()) -> int:
+        """Buffered samples reported in feedback and below offset `before` (None: any), less those in `exclude`."""
+        bound = self.first_unreported if before is None else min(before, self.first_unreported)
         return sum(1 for offset in takewhile(lambda offset: offset < bound, self._entries) if offset not in exclude)
+
+    def count_buffered(self, exclude: Collection[int] = ()) -> int:
+        """Buffered samples, reported or not, less those in `exclude`."""
+        return sum(1 for offset in self._entries if offset not in exclude)
 
     def drain_new(self) -> tuple[PendingSample, ...]:
         """(offset, size) of samples buffered since the last call that are still buffered (for feedback)."""

@@ -305,10 +305,10 @@ def _plan(state: PlanningState, config: CoordinatorConfig, fill: _Fill) -> Plan:
             continue
         room = budgets[i]
         fits = limits[i] // d.mean_size if np.isfinite(limits[i]) else d.lag
-        want = max(room // d.mean_size, floor) if d.model.fitted else share
-        count = max(int(min(d.lag, config.b_max, want, fits)), 0)
+        fitted = d.model.fitted  # else its budget would rest on guessed speed and size: the share, by count
+        count = max(int(min(d.lag, config.b_max, max(room // d.mean_size, floor) if fitted else share, fits)), 0)
         counts[i] = count
-        totals[i] = (max(room, count * d.mean_size) if d.model.fitted else count * d.mean_size) if count else 0.0
+        totals[i] = max(room if fitted else 0.0, count * d.mean_size) if count else 0.0
     a = np.fromiter((d.model.a for d in devices), np.float64, n)
     b = np.fromiter((d.model.b for d in devices), np.float64, n)
     predicted = np.where(counts > 0, a * totals + b, 0.0)

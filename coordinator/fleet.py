@@ -7,7 +7,8 @@ assignments) and runs live, and unit tests drive it by hand.
 A device's pending index is its `PendingBook` (`coordinator.pending`). With `coordinator.plan_ahead`
 = 1 the plan for step s+1 is due once step s-1's feedback is in, while step s runs: the index then
 holds what was reported through s-1 less plan s's samples (in flight or claimed), which is the
-predicted state plan s+1 is made from.
+predicted state plan s+1 is made from. A plan ahead that would train nothing waits for step s's
+feedback instead (`FleetTracker.defer`).
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ class FleetTracker:
         self._first_report: dict[int, float] = {}
         self._step_seconds: dict[int, float] = {}
         self._overhead: dict[int, float] = {}
+        self._deferred: tuple[int, int] | None = None  # (step, basis) of a plan ahead left unmade
         self.membership = Membership(config.absent_after_seconds)
         for d in config.devices:
             self.device(d)
@@ -261,6 +263,7 @@ class FleetTracker:
                 rec.delete_before = max(rec.delete_before, part.truncate_before)
         if self.next_plan_step is None or plan.step + 1 > self.next_plan_step:
             self.next_plan_step = plan.step + 1
+        self._deferred = None
         ahead = self.config.plan_ahead
         for s in [s for s in self._reports if s + 1 + ahead < self.next_plan_step]:
             self._reports.pop(s)
@@ -320,8 +323,18 @@ class FleetTracker:
         for s in sorted((s for s in self._reports if nxt is None or s + 1 + ahead >= nxt), reverse=True):
             complete = expected <= self._reports[s]
             if complete or now - self._first_report[s] >= self.config.feedback_wait_seconds:
-                return DueStep(s + 1 if nxt is None else max(nxt, s + 1), complete, s)
+                due = DueStep(s + 1 if nxt is None else max(nxt, s + 1), complete, s)
+                if (due.step, due.basis) == self._deferred:
+                    return None  # not worth making from this basis: the next feedback makes it due again
+                return due
         return None
+
+    def defer(self, step: int, basis: int) -> None:
+        """Leave the plan for `step`, due ahead of its basis step, unmade until feedback newer than the basis is
+        in (`Plan.worth_ahead`): `due_step` does not return it again from the same basis."""
+        if step <= basis + 1:
+            raise ValueError(f"only a plan made ahead can wait: step {step} is next after its basis {basis}")
+        self._deferred = (step, basis)
 
     def reporters(self, step: int) -> set[str]:
         """Devices whose feedback for `step` arrived before it was planned past."""

@@ -41,6 +41,10 @@ class CoordinatorMetrics:
         self.plan_latency_fraction = fleet.gauge("plan_latency_step_ratio",
                                                  "Last plan's latency over the wall time of the step it followed "
                                                  "(target < 0.01).")
+        self.plans_deferred = fleet.counter("plans_ahead_deferred",
+                                            "Plans ahead not published because they would train nothing (the group "
+                                            "drained what it could see, as at line rate): made from the next "
+                                            "feedback instead.")
         self.plans_partial = fleet.counter("plans_partial",
                                            "Plans published after the bounded wait without every device's feedback.")
         self.dead_lettered = reasons.counter("dead_lettered_records", "Feedback records sent to the dead-letter topic "

@@ -214,6 +214,11 @@ class Coordinator:
         started = time.perf_counter()
         state = self.fleet.planning_state(step, time.time(), self._carry)
         plan = plan_step(state, self.ccfg)
+        if step > basis + 1 and not plan.worth_ahead:
+            # The group drained what it could see (line rate): step `step` is planned from the next feedback.
+            self.fleet.defer(step, basis)
+            self.metrics.plans_deferred.labels(self.cfg.job).inc()
+            return
         assignment = plan_to_assignment(plan, self.cfg.job, basis_step=basis)
         assignment = self._without_guessed_bounds(assignment)
         value, headers = encode(assignment)

@@ -193,6 +193,19 @@ class Plan:
     def predicted_step_seconds(self) -> float:
         return max((d.predicted_seconds for d in self.devices), default=0.0)
 
+    @property
+    def worth_ahead(self) -> bool:
+        """Whether this plan, made a step ahead from predicted state (`after_plan`), is worth publishing.
+
+        One that trains nothing on any device is not: the group drained everything the plans could see,
+        which at line rate is every step (the ranks hold each report until the target, `streamtrain.pacing`,
+        and the plan before took what that report brought). Published, it runs an empty group step between
+        every two steps that train. Left unmade, the next step is planned from the feedback of the step
+        before it, which brings what arrived during the hold. The live coordinator and the simulator both
+        follow this rule.
+        """
+        return self.global_batch > 0
+
 
 def oldest_within(sizes: np.ndarray, count: int | None, size_budget: float | None) -> int:
     """How many of the oldest samples (`sizes`, oldest first) a part of a plan without offsets trains.

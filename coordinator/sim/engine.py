@@ -12,8 +12,10 @@ and the next plan gets what arrived meanwhile.
 With `coordinator.plan_ahead` = 1 (the live service's default) the plan for step s+1 is made as
 step s begins, as the service makes it while step s runs: from the buffers less what plan s takes
 and truncates (`after_plan`), the models fitted through step s-1, the last step's period and the
-clock at s's start; step s's results correct the plan after it. Step 1 alone is planned from step
-0's results, as the live coordinator does: before any feedback there is nothing to predict from.
+clock at s's start; step s's results correct the plan after it. Step 1 is planned from step 0's
+results, as the live coordinator does: before any feedback there is nothing to predict from. A plan
+made ahead that would train nothing (`Plan.worth_ahead`: the group drained what it could see, as at
+line rate) is not used either: the step after is planned from this step's results.
 The hold then counts as backlog what plan s saw and left, as a live rank does before plan s+1
 reaches it (`trainer.backlog`).
 
@@ -160,8 +162,9 @@ def simulate(
         if config.plan_ahead and step > 0:
             # Made now, before this step's results: plan's samples taken, models through the step before. Not
             # at step 0, as the live coordinator: with no results at all, step 1 waits for step 0's.
-            ahead = plan_step(after_plan(state, plan), config, policy), buffers.next_offset.copy()
-            carry = ahead[0].carry
+            made = plan_step(after_plan(state, plan), config, policy)
+            if made.worth_ahead:  # else this step's results plan the next, as the live coordinator does
+                ahead, carry = (made, buffers.next_offset.copy()), made.carry
         counts = np.array([b.count for b in plan.devices], dtype=np.int64)
         sizes = np.array([b.total_size for b in plan.devices])
         size_total += float(sizes[counts > 0].sum())

@@ -96,6 +96,26 @@ def test_warm_start_publishes_step_0_then_step_0s_feedback_plans_step_1_and_the_
     assert fleet.due_step(1.1) == (2, True, 0)  # and the plan ahead, from the same feedback
 
 
+def test_a_plan_ahead_that_would_train_nothing_waits_for_the_next_feedback() -> None:
+    """At line rate the plan for s+1 takes everything step s-1 reported, and the plan ahead for s+2 would find
+    nothing: it is left unmade, and step s+1's feedback (with what arrived meanwhile) makes it due again."""
+    fleet = FleetTracker(CoordinatorConfig(devices=("a",)))
+    fleet.ingest_feedback(feedback(0, new=range(6)), received=0.0)
+    one = publish(fleet, 1)
+    assert offsets_of(one) == set(range(6)) and fleet.due_step(0.1) == (2, True, 0)
+    ahead = plan_step(fleet.planning_state(2, 1000.0), fleet.config)
+    assert ahead.global_batch == 0 and not ahead.worth_ahead
+    fleet.defer(2, 0)
+    assert fleet.due_step(0.1) is None and fleet.due_step(100.0) is None  # not again from the same basis
+    fleet.ingest_feedback(feedback(1, new=range(6, 9), lowest=6), received=0.5)
+    assert fleet.due_step(0.6) == (2, True, 1)
+    two = publish(fleet, 2)
+    assert two.basis_step == 1 and offsets_of(two) == {6, 7, 8}
+    assert fleet.due_step(0.6) == (3, True, 1)  # and plans run ahead again from there
+    with pytest.raises(ValueError, match="only a plan made ahead"):
+        fleet.defer(2, 1)
+
+
 def test_plan_ahead_zero_keeps_plans_waiting_for_the_last_step() -> None:
     fleet = FleetTracker(CoordinatorConfig(plan_ahead=0))
     fleet.ingest_feedback(feedback(0, "a", new=range(10)), received=0.0)

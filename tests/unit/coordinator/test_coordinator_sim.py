@@ -125,6 +125,21 @@ def test_light_streams_fill_the_step_target_by_holding_reports() -> None:
     assert e["median_step_seconds"] < 0.5 * h["median_step_seconds"]
 
 
+def test_plans_ahead_add_no_empty_steps_at_line_rate() -> None:
+    """Streams so light that every plan takes all there is: a plan made ahead would find nothing and run an
+    empty group step between every two that train (measured before the rule: 159 empty steps of 633 against 76
+    of 552 planning after each step). Left unmade, the steps are those of plans made after each step."""
+    sc = build_scenario("stream", devices=4, rate=(4.0, 10.0), duration=60.0)
+
+    def empty(ahead: int) -> tuple[int, int]:
+        run = simulate(sc, CoordinatorConfig(plan_ahead=ahead), "ett-stream")
+        return sum(1 for n in run.series["samples"] if n == 0), run.summary["steps"]
+
+    (empty_after, steps_after), (empty_ahead, steps_ahead) = empty(0), empty(1)
+    assert empty_ahead <= 1.1 * empty_after + 2
+    assert steps_ahead <= 1.05 * steps_after
+
+
 @pytest.mark.parametrize("ahead", [0, 1])
 def test_a_truncated_stream_is_never_held(ahead: int) -> None:
     """truncate keeps about one step's worth, so a plan can take all that is left; the streams still outrun

@@ -60,7 +60,7 @@ $(KAFKA_STAMP): kafka/pom.xml | system-deps
 # Prometheus; examples/plaid-demo.toml), then its report; fails unless every produced sample was trained, truncated
 # or dead-lettered. More: DEMO_ARGS="--policy static".
 demo: setup system-deps
-	$(VENV)/bin/streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 4,6,8,10 --duration 75 \
+	$(VENV)/bin/streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75 \
 	  --out reports/demo $(DEMO_ARGS)
 	@echo "report: reports/demo/report.json, plots in reports/demo/plots/"
 

@@ -38,7 +38,7 @@ _PARAGRAPHS = (
     "  streamtrain --set trainer.slowdowns=[1,1,1,4] up --backlog 3000 --steps 150 --dif 64   "
     "# balance: one rank 4x slower\n\n"
     "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal",
-    "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 4,6,8,10 --duration 75   "
+    "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75   "
     "# make demo: PLAID, held-out accuracy",
 )
 _HELP = "\n\n".join(_PARAGRAPHS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,17 @@ def test_cli_shows_the_config_in_force_with_secrets_masked(monkeypatch: pytest.M
     result = CliRunner().invoke(app, ["--set", "job=nightly", "config", "show"])
     assert result.exit_code == 0, result.output
     assert '"nightly"' in result.output and "hunter2" not in result.output and "***" in result.output
+
+
+def test_the_demo_configuration_loads_and_its_burst_is_the_one_the_makefile_runs() -> None:
+    """`make demo` runs examples/plaid-demo.toml with the Makefile's --rates: the file must validate, slow the
+    device with the lightest stream (else that device's own stream sets the pace whatever the policy), and burst
+    once between line-rate stretches."""
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "examples" / "plaid-demo.toml", env={})
+    factors = [c.factor for c in cfg.producer.rate.schedule]
+    assert factors[0] == factors[-1] == 1 and max(factors) > 10
+    make = (root / "Makefile").read_text()
+    rates = [float(r) for r in re.search(r"plaid-demo\.toml up .*--rates ([\d.,]+)", make).group(1).split(",")]
+    slow = cfg.trainer.slowdowns
+    assert len(rates) == len(slow) and rates[slow.index(max(slow))] == min(rates)

@@ -165,8 +165,11 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
         start = min(fb.started_at for fb in run.feedback)
         span_s = (max(fb.sent_at for fb in run.feedback) - start) / 1e3
     with_loss = [r for r in steps.values() if weighted_loss(r) is not None]
-    last = [fb for r in with_loss[-FINAL_LOSS_STEPS:] for fb in r]
-    first = [fb for r in with_loss[:FINAL_LOSS_STEPS] for fb in r]
+    # Up to FINAL_LOSS_STEPS steps at each end, never overlapping: a run that trained in a few steps (a small
+    # backlog, then idle steps) would otherwise report the same steps' loss as initial and final.
+    ends = min(FINAL_LOSS_STEPS, max(1, len(with_loss) // 2))
+    last = [fb for r in with_loss[-ends:] for fb in r]
+    first = [fb for r in with_loss[:ends] for fb in r]
     late = sum(1 for fb in run.feedback if fb.plan_step < 0)
     report: dict[str, Any] = {
         **extra,

@@ -196,7 +196,10 @@ def test_report_has_the_required_figures_and_series() -> None:
     assert report["samples_produced"] == 8 and report["samples_trained"] == 8 and report["samples_unaccounted"] == 0
     assert report["steps"] == 3 and report["steps_idle"] == 1 and report["devices"] == 2
     assert report["straggler_effect_median"] == pytest.approx((0.2 / 0.2 + 0.0) / 2)  # step 0: SE 1, step 1: SE 0
-    assert report["final_loss"] == pytest.approx((1.0 * 4 + 0.5 * 2 + 0.25 * 2) / 8)
+    # Two steps trained: the first is the initial loss, the second the final one (the ends never overlap, else a
+    # run that trained in a few steps reports one figure twice).
+    assert report["initial_loss"] == pytest.approx(1.0)
+    assert report["final_loss"] == pytest.approx((0.5 * 2 + 0.25 * 2) / 4)
     assert report["step_period_seconds_median"] == pytest.approx(0.1)  # the steps' last reports: 110 and 210 ms
     # Appended at 0-3 ms; device 0's offsets 0-1 were passed by its report at 100 ms, 2-3 at 200 ms; device 1 +10.
     assert report["sample_delay_seconds_median"] == pytest.approx((0.110 + 0.197) / 2)

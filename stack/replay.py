@@ -53,9 +53,12 @@ def _held_out_beside(path: Path) -> Path | None:
 def resolve_replay(choice: str, cfg: StreamtrainConfig) -> DatasetReplay:
     """Resolve `--dataset CHOICE` (a packaged dataset's name, or a file or directory) against `cfg`.
 
+    `trainer.num_features` and `trainer.num_classes` the user did not set are taken from the dataset (its
+    series' dimensions, its classes); ones they set are checked against it.
+
     Raises:
         ValueError: the dataset cannot be loaded, or it does not fit `trainer.num_features` /
-            `trainer.num_classes` (the message says which setting to change).
+            `trainer.num_classes` as set (the message says which setting to change).
     """
     settings: dict[str, object] = {}
     held_out: str | None = None
@@ -79,6 +82,11 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig) -> DatasetReplay:
         settings[derived[0]] = derived[1]
         held_out = str(derived[1])
     features = {s.shape[1:] for s in dataset.samples}
+    explicit = trainer.model_fields_set  # set by the file, the environment or a flag; the rest are defaults
+    if "num_features" not in explicit and len(features) == 1 and len(shape1 := next(iter(features))) == 1:
+        # Not chosen by the user: the model takes the dataset's dimensions.
+        settings["trainer.num_features"] = shape1[0]
+        trainer = trainer.model_copy(update={"num_features": shape1[0]})
     if features != {(trainer.num_features,)}:
         shape = " or ".join("(size, " + ", ".join(map(str, f)) + ")" for f in sorted(features))
         hint = f" (--set trainer.num_features={next(iter(features))[0]})" if len(features) == 1 and len(
@@ -86,6 +94,9 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig) -> DatasetReplay:
         raise ValueError(f"--dataset {choice}: its samples have shape {shape} but the model takes "
                          f"(size, {trainer.num_features}): set trainer.num_features{hint}")
     classes = int(dataset.labels.max()) + 1 if dataset.labelled else 0
+    if "num_classes" not in explicit and classes:
+        settings["trainer.num_classes"] = max(classes, 2)
+        trainer = trainer.model_copy(update={"num_classes": max(classes, 2)})
     if classes > trainer.num_classes:
         raise ValueError(f"--dataset {choice}: its labels go up to {classes - 1} but trainer.num_classes is "
                          f"{trainer.num_classes} (--set trainer.num_classes={classes})")

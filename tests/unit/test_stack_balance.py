@@ -109,10 +109,15 @@ def test_up_dataset_plaid_replays_the_train_split_and_evaluates_on_the_test_spli
     mine = resolve_replay("plaid", _config(**{"trainer.num_features": 1, "trainer.num_classes": 11,
                                               "trainer.eval_max_samples": 5, "trainer.eval_path": "x.npz"}))
     assert "trainer.eval_packaged" not in mine.settings and mine.held_out == "x.npz"  # an explicit one stays
+    # Left unset, the model takes the dataset's dimensions and classes; set, they are checked against it.
+    derived = resolve_replay("plaid", _config())
+    assert derived.settings["trainer.num_features"] == 1 and derived.settings["trainer.num_classes"] == 11
+    assert _config(**derived.settings).trainer.num_features == 1
+    assert "trainer.num_features" not in resolve_replay("plaid", _config(**{"trainer.num_features": 1})).settings
     with pytest.raises(ValueError, match=r"trainer.num_features=1\)"):
-        resolve_replay("plaid", _config(**{"trainer.num_classes": 11}))
+        resolve_replay("plaid", _config(**{"trainer.num_features": 3}))
     with pytest.raises(ValueError, match=r"trainer.num_classes=11\)"):
-        resolve_replay("plaid", _config(**{"trainer.num_features": 1}))
+        resolve_replay("plaid", _config(**{"trainer.num_classes": 5}))
 
 
 def test_up_dataset_file_takes_the_test_file_beside_it_and_one_producer_serves_every_device(tmp_path: Path) -> None:

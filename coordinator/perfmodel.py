@@ -262,6 +262,16 @@ def _refit(
     few = n < config.min_observations
     a = np.where(few, f * prior_a, fa)
     b = np.where(few, f * prior_b, fb)
+    # One batch size cannot split fixed from per-size cost: keep at least `warm_fixed_fraction` of the time at the
+    # sizes seen fixed, so a smaller batch is not predicted almost proportionally cheaper.
+    phi = config.warm_fixed_fraction
+    if phi > 0 and (few & (n > 0)).any():
+        with np.errstate(all="ignore"):
+            xm = _row_nanmedian(np.where(valid, x, np.nan))
+            at = a * xm + b
+            lift = few & (n > 0) & (xm > 0) & (at > 0) & (b < phi * at)
+        a = np.where(lift, (1.0 - phi) * at / np.where(lift, xm, 1.0), a)
+        b = np.where(lift, phi * at, b)
     # The rescaled warm start becomes the prior the later fit leans towards, not the raw default.
     seen = few & (n > 0)
     prior_a = np.where(seen, a, prior_a)

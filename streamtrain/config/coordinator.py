@@ -82,6 +82,12 @@ class CoordinatorConfig(BaseModel):
     warm_start_b: float = Field(default=0.05, ge=0.0)
     """Fixed seconds per step assumed for a device before it has reported enough feedback."""
 
+    warm_fixed_fraction: float = Field(default=0.25, ge=0.0, lt=1.0)
+    """Before a device's model is fitted, the least share of its measured compute time taken as fixed cost. One
+    batch size cannot tell fixed from per-size cost; a scaled warm start whose fixed part is small predicts a
+    smaller batch almost proportionally cheaper, which every step's fixed costs (launch, optimizer, the collate)
+    make too optimistic. 0 keeps the warm start's own split."""
+
     min_observations: int = Field(default=3, ge=2)
     """Feedback records needed before a device's model is fitted rather than scaled from the warm start."""
 

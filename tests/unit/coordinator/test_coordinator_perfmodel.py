@@ -37,8 +37,14 @@ def test_tracker_scales_warm_start_then_fits() -> None:
     assert tracker.model.a == CFG.warm_start_a and not tracker.model.fitted
     rng = np.random.default_rng(2)
     tracker = tracker.update(1000.0, 0.5 * (CFG.warm_start_a * 1000 + CFG.warm_start_b), 0, CFG)
-    # One record: the warm start keeps its shape, scaled to what the device reported.
-    assert tracker.model.a == pytest.approx(0.5 * CFG.warm_start_a)
+    # One record: the warm start scaled to what the device reported, with at least warm_fixed_fraction of that
+    # time fixed (one batch size cannot tell the two apart; the warm start's own split is 5% fixed here).
+    seen = 0.5 * (CFG.warm_start_a * 1000 + CFG.warm_start_b)
+    assert tracker.model.predict(1000.0) == pytest.approx(seen)
+    assert tracker.model.b == pytest.approx(CFG.warm_fixed_fraction * seen)
+    proportional = CFG.model_copy(update={"warm_fixed_fraction": 0.0})
+    own = PerfTracker.create(proportional).update(1000.0, seen, 0, proportional)
+    assert own.model.a == pytest.approx(0.5 * CFG.warm_start_a)  # 0: the warm start's shape, only scaled
     for step in range(1, 40):
         size = float(rng.uniform(200, 3000))
         tracker = tracker.update(size, 3e-4 * size + 0.03, step, CFG)

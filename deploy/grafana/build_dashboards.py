@@ -197,10 +197,13 @@ TRAINING = (
              "p50"),
            q("histogram_quantile(0.99, sum by (le) (rate(streamtrain_coordinator_plan_latency_seconds_bucket[1m])))",
              "p99")), unit="s"),
-    Panel("Plans per second", "Plans published, and plans published after the bounded wait without every "
-          "device's feedback (0 until the first partial plan).",
+    Panel("Plans per second", "Plans published; plans published after the bounded wait without every "
+          "device's feedback (0 until the first partial plan); plans ahead left unmade because they would train "
+          "nothing (line rate: the step is planned from the next feedback).",
           (q("rate(streamtrain_coordinator_plans_published_total[1m])", "published"),
-           q("sum(rate(streamtrain_coordinator_plans_partial_total[1m])) or on() vector(0)", "partial")), unit="ops"),
+           q("sum(rate(streamtrain_coordinator_plans_partial_total[1m])) or on() vector(0)", "partial"),
+           q("sum(rate(streamtrain_coordinator_plans_ahead_deferred_total[1m])) or on() vector(0)", "deferred")),
+          unit="ops"),
     Panel("Late plans", "Steps run on a local plan because the coordinator's Assignment arrived late, over "
           "5 minutes, per device.",
           (q(f"sum by (device) (increase(streamtrain_trainer_plans_late_total{{{DEVICE}}}[5m]))"),)),

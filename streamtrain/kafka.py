@@ -41,6 +41,8 @@ __all__ = [
     "read_to_end",
     "tail_positions",
     "topic_config",
+    "topic_metadata",
+    "watermarks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -389,19 +391,36 @@ def tail_positions(consumer: Consumer, topic: str, last: int | None, timeout: fl
     meta = topic_metadata(consumer, topic, timeout)
     spans = {}
     for pid in meta.partitions:
-        while True:
-            try:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid),
-                                                           timeout=max(0.1, deadline - time.monotonic()))
-                break
-            except KafkaException as exc:
-                raise_if_refused(config_of(consumer), exc.args[0], "DESCRIBE", topic, "topic")
-                if time.monotonic() > deadline:
-                    raise
-                logger.debug("watermarks of %s[%d] not yet available: %s", topic, pid, exc)
-                time.sleep(0.2)
+        low, high = watermarks(consumer, TopicPartition(topic, pid), max(0.1, deadline - time.monotonic()))
         spans[pid] = (low if last is None else max(low, high - last), high)
     return spans
+
+
+def watermarks(consumer: Consumer, partition: TopicPartition, timeout: float = 30.0) -> tuple[int, int]:
+    """A partition's (low, high) watermarks, retried (up to `timeout`) while its leader does not know it yet.
+
+    The metadata may already name a new partition's leader while that broker has not applied the partition's
+    creation from the metadata log: it answers "unknown topic or partition" for a moment. A refused DESCRIBE
+    fails at once with the ACL it needs.
+
+    Raises:
+        KafkaException: still not answered after `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    where = f"{partition.topic}[{partition.partition}]"
+    while True:
+        try:
+            marks = consumer.get_watermark_offsets(partition, timeout=max(0.1, deadline - time.monotonic()))
+            if marks is not None:
+                return int(marks[0]), int(marks[1])
+            error = KafkaError(KafkaError._TIMED_OUT, f"watermarks of {where}: no answer")
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise_if_refused(config_of(consumer), error, "DESCRIBE", partition.topic, "topic")
+        if time.monotonic() > deadline:
+            raise KafkaException(error)
+        logger.debug("watermarks of %s not yet available: %s", where, error)
+        time.sleep(0.2)
 
 
 def consume_available(consumer: Consumer, max_records: int, timeout: float) -> list[Message]:

@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig, TrainerConfig
-from streamtrain.kafka import DeadLetterSink, consume_available, make_consumer, topic_metadata
+from streamtrain.kafka import DeadLetterSink, consume_available, make_consumer, topic_metadata, watermarks
 from streamtrain.wire import Assignment, Sample, WireError, decode, encode
 
 from .batching import payload_problem, sample_problems
@@ -107,7 +107,7 @@ class RankConsumer:
         Returns:
             The offset consumption of the device topic starts at.
         """
-        low, high = self.consumer.get_watermark_offsets(self.partition, timeout=30)
+        low, high = watermarks(self.consumer, self.partition)  # retried: the topic may be a moment old
         start = low if offset is None else min(max(offset, low), high)
         if offset is not None and offset < low:
             logger.warning("%s: resume offset %d was deleted by retention; starting at %d", self.topic, offset, low)
@@ -115,7 +115,7 @@ class RankConsumer:
         assignment = [TopicPartition(self.topic, 0, start)]
         plan_meta = topic_metadata(self.consumer, self.assignments_topic)
         for pid in plan_meta.partitions:
-            p_low, p_high = self.consumer.get_watermark_offsets(TopicPartition(self.assignments_topic, pid), timeout=30)
+            p_low, p_high = watermarks(self.consumer, TopicPartition(self.assignments_topic, pid))
             assignment.append(TopicPartition(self.assignments_topic, pid, max(p_low, p_high - PLAN_LOOKBACK)))
         self.consumer.assign(assignment)
         logger.info("consuming %s from offset %d (log %d..%d)", self.topic, start, low, high)

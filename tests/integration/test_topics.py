@@ -22,6 +22,7 @@ from streamtrain.kafka import (
     read_to_end,
     topic_config,
     topic_metadata,
+    watermarks,
 )
 from streamtrain.wire import DeadLetter, Sample, WireError, decode, encode
 
@@ -68,6 +69,32 @@ def test_a_topic_the_metadata_does_not_show_yet_is_waited_for_then_refused_by_na
         with pytest.raises(KafkaException) as refused:
             topic_metadata(consumer, kafka_cfg.topics.device("never"), timeout=2)
         assert refused.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        assert 2 <= time.monotonic() - started < 10
+    finally:
+        creator.join()
+        consumer.close()
+
+
+def test_watermarks_of_a_partition_its_leader_does_not_know_yet_are_retried_then_refused(
+        kafka_cfg: KafkaConfig) -> None:
+    """The metadata can name a new partition's leader before that broker has applied the partition (a rank on
+    the multi-host bed died on "Failed to get watermark offsets: unknown topic or partition" a moment after
+    creating its topic). The watermark query is retried; a partition that never appears fails after the
+    timeout, naming the error."""
+    name = kafka_cfg.topics.device("late-marks")
+    consumer = make_consumer(kafka_cfg, "late-marks-reader")
+    creator = threading.Timer(1.5, lambda: ensure_topics(make_admin(kafka_cfg), [TopicSpec.from_config(kafka_cfg,
+                                                                                                        name)]))
+    try:
+        started = time.monotonic()
+        creator.start()
+        assert watermarks(consumer, TopicPartition(name, 0), timeout=30) == (0, 0)
+        assert time.monotonic() - started >= 1.0  # it was not there at first
+        started = time.monotonic()
+        with pytest.raises(KafkaException) as refused:
+            watermarks(consumer, TopicPartition(kafka_cfg.topics.device("never-marks"), 0), timeout=2)
+        assert refused.value.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                                                KafkaError._TIMED_OUT)
         assert 2 <= time.monotonic() - started < 10
     finally:
         creator.join()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import (
@@ -52,47 +53,35 @@ def test_broker_refuses_to_invent_topics(kafka_cfg: KafkaConfig) -> None:
     assert kafka_cfg.topics.device("typo") not in make_admin(kafka_cfg).list_topics(timeout=10).topics
 
 
-def test_a_topic_the_metadata_does_not_show_yet_is_waited_for_then_refused_by_name(kafka_cfg: KafkaConfig) -> None:
-    """A rank reads its device topic's metadata right after creating it; a broker that has not caught up says
-    "unknown topic". The lookup waits for the topic to appear, and names it when it never does."""
-    name = kafka_cfg.topics.device("late")
-    consumer = make_consumer(kafka_cfg, "late-reader")
+def _metadata(consumer: Consumer, topic: str, timeout: float) -> None:
+    meta = topic_metadata(consumer, topic, timeout)
+    assert len(meta.partitions) == 1 and all(p.leader >= 0 for p in meta.partitions.values())
+
+
+def _watermarks(consumer: Consumer, topic: str, timeout: float) -> None:
+    assert watermarks(consumer, TopicPartition(topic, 0), timeout) == (0, 0)
+
+
+@pytest.mark.parametrize("lookup", [_metadata, _watermarks], ids=["metadata", "watermarks"])
+def test_a_topic_created_a_moment_ago_is_waited_for_then_refused_by_name(
+        kafka_cfg: KafkaConfig, lookup: Callable[[Consumer, str, float], None]) -> None:
+    """A rank reads its device topic's metadata, then its watermarks, right after creating it. A broker that has
+    not caught up with the metadata log says "unknown topic"; the metadata can name a new partition's leader
+    before that broker has applied the partition (a rank on the multi-host bed died on "Failed to get watermark
+    offsets: unknown topic or partition"). Both lookups wait for the topic to appear, and name the error when
+    it never does."""
+    name = kafka_cfg.topics.device(f"late{lookup.__name__}")
+    consumer = make_consumer(kafka_cfg, f"late{lookup.__name__}-reader")
     creator = threading.Timer(1.5, lambda: ensure_topics(make_admin(kafka_cfg), [TopicSpec.from_config(kafka_cfg,
                                                                                                         name)]))
     try:
         started = time.monotonic()
         creator.start()
-        meta = topic_metadata(consumer, name, timeout=30)
-        assert time.monotonic() - started >= 1.0 and len(meta.partitions) == 1  # it was not there at first
-        assert all(p.leader >= 0 for p in meta.partitions.values())
-        started = time.monotonic()
-        with pytest.raises(KafkaException) as refused:
-            topic_metadata(consumer, kafka_cfg.topics.device("never"), timeout=2)
-        assert refused.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-        assert 2 <= time.monotonic() - started < 10
-    finally:
-        creator.join()
-        consumer.close()
-
-
-def test_watermarks_of_a_partition_its_leader_does_not_know_yet_are_retried_then_refused(
-        kafka_cfg: KafkaConfig) -> None:
-    """The metadata can name a new partition's leader before that broker has applied the partition (a rank on
-    the multi-host bed died on "Failed to get watermark offsets: unknown topic or partition" a moment after
-    creating its topic). The watermark query is retried; a partition that never appears fails after the
-    timeout, naming the error."""
-    name = kafka_cfg.topics.device("late-marks")
-    consumer = make_consumer(kafka_cfg, "late-marks-reader")
-    creator = threading.Timer(1.5, lambda: ensure_topics(make_admin(kafka_cfg), [TopicSpec.from_config(kafka_cfg,
-                                                                                                        name)]))
-    try:
-        started = time.monotonic()
-        creator.start()
-        assert watermarks(consumer, TopicPartition(name, 0), timeout=30) == (0, 0)
+        lookup(consumer, name, 30)
         assert time.monotonic() - started >= 1.0  # it was not there at first
         started = time.monotonic()
         with pytest.raises(KafkaException) as refused:
-            watermarks(consumer, TopicPartition(kafka_cfg.topics.device("never-marks"), 0), timeout=2)
+            lookup(consumer, kafka_cfg.topics.device(f"never{lookup.__name__}"), 2)
         assert refused.value.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                                                 KafkaError._TIMED_OUT)
         assert 2 <= time.monotonic() - started < 10

@@ -150,12 +150,9 @@ def up(
         a for s in opts_in.sets for a in ("--set", s)]
     if replay is not None:
         global_args += [a for key, value in replay.settings.items() for a in ("--set", f"{key}={value}")]
-        derived = ", ".join(f"{k}={v}" for k, v in replay.settings.items() if k in ("trainer.num_features",
-                                                                                      "trainer.num_classes"))
         console.print(f"dataset {replay.name}: {replay.samples} samples of {replay.features} dimension(s), "
                       f"{replay.classes} classes, sharded over {devices} devices; held-out set: "
-                      f"{replay.held_out or 'none (no evaluation)'}"
-                      + (f"; from the dataset: {derived}" if derived else ""), highlight=False)
+                      f"{replay.held_out or 'none (no evaluation)'}", highlight=False)
     out = out or Path("reports") / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     opts = StackOptions(streams=streams, out=out.resolve(), policy=policy, truncation=truncation, duration_s=duration,
                         steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]

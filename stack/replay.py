@@ -83,10 +83,10 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig) -> DatasetReplay:
         held_out = str(derived[1])
     features = {s.shape[1:] for s in dataset.samples}
     explicit = trainer.model_fields_set  # set by the file, the environment or a flag; the rest are defaults
-    if "num_features" not in explicit and len(features) == 1 and len(shape1 := next(iter(features))) == 1:
-        # Not chosen by the user: the model takes the dataset's dimensions.
-        settings["trainer.num_features"] = shape1[0]
-        trainer = trainer.model_copy(update={"num_features": shape1[0]})
+    only = next(iter(features)) if len(features) == 1 else ()
+    if "num_features" not in explicit and len(only) == 1:  # the user left it: the model takes the dataset's
+        settings["trainer.num_features"] = only[0]
+        trainer = trainer.model_copy(update={"num_features": only[0]})
     if features != {(trainer.num_features,)}:
         shape = " or ".join("(size, " + ", ".join(map(str, f)) + ")" for f in sorted(features))
         hint = f" (--set trainer.num_features={next(iter(features))[0]})" if len(features) == 1 and len(
@@ -95,12 +95,24 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig) -> DatasetReplay:
                          f"(size, {trainer.num_features}): set trainer.num_features{hint}")
     classes = int(dataset.labels.max()) + 1 if dataset.labelled else 0
     if "num_classes" not in explicit and classes:
+        # The held-out split may hold a class the training split lacks: the model needs an output for it too.
+        classes = max(classes, _classes_in(held_out, cfg)) if held_out is not None else classes
         settings["trainer.num_classes"] = max(classes, 2)
         trainer = trainer.model_copy(update={"num_classes": max(classes, 2)})
     if classes > trainer.num_classes:
         raise ValueError(f"--dataset {choice}: its labels go up to {classes - 1} but trainer.num_classes is "
                          f"{trainer.num_classes} (--set trainer.num_classes={classes})")
     return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes)
+
+
+def _classes_in(held_out: str, cfg: StreamtrainConfig) -> int:
+    """Classes the held-out set's labels call for (the evaluator checks them against the model at start-up)."""
+    path = packaged_file(held_out, "test") if held_out in PACKAGED else Path(held_out)
+    try:
+        labels = load_dataset(path, cfg.producer.dataset.label_column, cfg.producer.dataset.sample_column).labels
+    except DatasetError as exc:
+        raise ValueError(f"held-out set {held_out}: {exc}") from None
+    return int(labels.max()) + 1 if len(labels) else 0
 
 
 def replay_settings(streams: Sequence[DeviceStream], seed: int) -> dict[str, object]:

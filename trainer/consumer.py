@@ -17,7 +17,14 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig, TrainerConfig
-from streamtrain.kafka import DeadLetterSink, consume_available, make_consumer, topic_metadata, watermarks
+from streamtrain.kafka import (
+    DeadLetterSink,
+    consume_available,
+    make_consumer,
+    tail_positions,
+    topic_metadata,
+    watermarks,
+)
 from streamtrain.wire import Assignment, Sample, WireError, decode, encode
 
 from .batching import payload_problem, sample_problems
@@ -113,10 +120,8 @@ class RankConsumer:
             logger.warning("%s: resume offset %d was deleted by retention; starting at %d", self.topic, offset, low)
         self.buffer.position = start
         assignment = [TopicPartition(self.topic, 0, start)]
-        plan_meta = topic_metadata(self.consumer, self.assignments_topic)
-        for pid in plan_meta.partitions:
-            p_low, p_high = watermarks(self.consumer, TopicPartition(self.assignments_topic, pid))
-            assignment.append(TopicPartition(self.assignments_topic, pid, max(p_low, p_high - PLAN_LOOKBACK)))
+        for pid, (near_end, _high) in tail_positions(self.consumer, self.assignments_topic, PLAN_LOOKBACK, 30).items():
+            assignment.append(TopicPartition(self.assignments_topic, pid, near_end))
         self.consumer.assign(assignment)
         logger.info("consuming %s from offset %d (log %d..%d)", self.topic, start, low, high)
         return start

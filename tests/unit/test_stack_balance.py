@@ -134,3 +134,11 @@ def test_up_dataset_file_takes_the_test_file_beside_it_and_one_producer_serves_e
     assert child.producer.dataset.path == tmp_path / "X_TRAIN.ts" and spec.ports == (9100,)
     with pytest.raises(ValueError, match="does not exist"):
         resolve_replay(str(tmp_path / "nope.ts"), cfg)
+
+
+def test_up_dataset_gives_the_model_an_output_for_a_class_only_the_held_out_split_has(tmp_path: Path) -> None:
+    header = "@univariate true\n@classLabel true a b c\n@data\n"
+    (tmp_path / "Y_TRAIN.ts").write_text(header + "1,2,3:a\n4,5:b\n")
+    (tmp_path / "Y_TEST.ts").write_text(header + "1,2:a\n3,4,5:c\n")
+    replay = resolve_replay(str(tmp_path / "Y_TRAIN.ts"), _config())
+    assert replay.settings["trainer.num_classes"] == 3 and replay.settings["trainer.num_features"] == 1

@@ -26,14 +26,31 @@ import torch
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
-__all__ = ["DTYPE_NOT_ACCEPTED", "DTYPE_OVERFLOW", "Batch", "PackedBatch", "collate_packed", "model_dtype",
-           "pack_samples", "payload_problem", "sample_problems"]
+__all__ = ["DTYPE_NOT_ACCEPTED", "DTYPE_OVERFLOW", "Batch", "PackedBatch", "bucketed_length", "collate_packed",
+           "model_dtype", "pack_samples", "payload_problem", "sample_problems"]
 
 logger = logging.getLogger(__name__)
 
 #: Dead-letter reasons of the payload rule.
 DTYPE_NOT_ACCEPTED = "dtype-not-accepted"
 DTYPE_OVERFLOW = "dtype-overflow"
+
+
+def bucketed_length(length: int, per_octave: int = 8) -> int:
+    """`length` rounded up to one of `per_octave` evenly spaced lengths in its power of two (at most 1/per_octave
+    more; `per_octave` is a power of two, or 0 to leave `length` as it is).
+
+    For a model whose tensors are as long as the batch: a stream of batches of ever new total sizes is a stream
+    of ever new shapes, and a kernel library that builds a kernel per shape (oneDNN's convolutions on a CPU;
+    cuDNN's autotuner) pays that for every step. Padded to these lengths, the shapes repeat within a few dozen
+    steps while the padding stays a small, bounded share of the compute, so the step cost follows the size.
+    """
+    if length < 0 or per_octave < 0 or per_octave & (per_octave - 1):
+        raise ValueError(f"length must be >= 0 and per_octave 0 or a power of two, got {length} and {per_octave}")
+    if per_octave == 0 or length <= per_octave:
+        return length
+    step = 1 << (length.bit_length() - per_octave.bit_length())
+    return -(-length // step) * step
 
 
 def model_dtype(config: TrainerConfig) -> torch.dtype:

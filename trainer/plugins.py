@@ -80,7 +80,7 @@ def build_model(config: TrainerConfig) -> nn.Module:
         if config.model == "conv":
             model: Any = PackedConvNet(*shape)
         elif config.model == "seq":
-            model = SequenceClassifier(*shape)
+            model = SequenceClassifier(*shape, length_buckets=config.length_buckets)
         else:
             model = resolve_dotted(config.model, "trainer.model")(config)
             if not isinstance(model, nn.Module):

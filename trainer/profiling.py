@@ -1,12 +1,15 @@
 """Measured step time against batch size: T = a·size + b, the per-device model of CHRONICA and LBB.
 
 Times forward + backward of a model over packed batches of several total sizes (each made of
-samples of random, very different lengths) and fits a line by least squares, with R². Run:
+samples of random, very different lengths) and fits a line by least squares, with R². Every timing is
+of a batch not seen before, as in training on a stream: a kernel library that builds kernels per input
+shape (oneDNN on a CPU) pays for it here as it does there. Run:
 
     .venv/bin/python -m trainer.profiling --threads 1                  # as a CPU rank runs
     .venv/bin/python -m trainer.profiling --threads 1 --system-malloc  # glibc's defaults, for comparison
     .venv/bin/python -m trainer.profiling --threads 1 --model seq --features 1 --classes 11 --hidden 32 \
         --layers 4 --lengths 100 1344                                   # the real-series model, PLAID's lengths
+    ... --length-buckets 0                                              # the same, its lengths not bucketed
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -80,21 +84,23 @@ def sizes_summing_to(total: int, low: int, high: int, rng: np.random.Generator) 
     return sizes
 
 
-def time_forward_backward(model: nn.Module, batch: object, labels: torch.Tensor, repeats: int = 3) -> float:
-    """Median seconds of forward + cross-entropy + backward of `model` on `batch` (after one warm-up)."""
+def _time_once(model: nn.Module, batch: object, labels: torch.Tensor) -> float:
+    """Seconds of one forward + cross-entropy + backward of `model` on `batch`."""
     device = labels.device
-    times: list[float] = []
-    for i in range(repeats + 1):
-        model.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        started = time.perf_counter()
-        F.cross_entropy(model(batch), labels).backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # kernels are async: time them, not their launch
-        if i > 0:  # the first run pays allocator and kernel-selection warm-up
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    model.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    F.cross_entropy(model(batch), labels).backward()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # kernels are async: time them, not their launch
+    return time.perf_counter() - started
+
+
+def time_forward_backward(model: nn.Module, batch: object, labels: torch.Tensor, repeats: int = 3) -> float:
+    """Median seconds of forward + cross-entropy + backward of `model` on the same `batch` (after one warm-up)."""
+    _time_once(model, batch, labels)  # the first run pays allocator and kernel-selection warm-up
+    return statistics.median(_time_once(model, batch, labels) for _ in range(repeats))
 
 
 def profile_size_time(
@@ -112,7 +118,7 @@ def profile_size_time(
         config: Model, collate and precision to profile.
         total_sizes: Total frames per batch, one timing each.
         sample_sizes: Range of individual sample lengths mixed into each batch.
-        repeats: Timed runs per batch (the median is kept).
+        repeats: Timed batches per total size, each a new draw of sample lengths (the median is kept).
         device: Where to run (default CPU).
         seed: Seed of the sample lengths and payloads.
 
@@ -123,13 +129,22 @@ def profile_size_time(
     model = build_model(config).to(device)
     collate = build_collate(config)
     rng = np.random.default_rng(seed)
+
+    def fresh_batch(total: int, draw: int) -> Any:
+        lengths = sizes_summing_to(total, *sample_sizes, rng)
+        samples = synthetic_samples(lengths, config.num_features, config.num_classes, seed=draw)
+        return collate(samples, config).to(device)
+
+    warm = fresh_batch(total_sizes[0], seed + len(total_sizes) * repeats)
+    _time_once(model, warm, warm.labels)  # the process's first step: allocator and thread-pool start-up
     seconds: list[float] = []
     for i, total in enumerate(total_sizes):
-        lengths = sizes_summing_to(total, *sample_sizes, rng)
-        samples = synthetic_samples(lengths, config.num_features, config.num_classes, seed=seed + i)
-        batch = collate(samples, config).to(device)
-        seconds.append(time_forward_backward(model, batch, batch.labels, repeats))
-        logger.debug("total size %d (%d samples): %.4f s", total, len(lengths), seconds[-1])
+        times = []
+        for r in range(repeats):
+            batch = fresh_batch(total, seed + i * repeats + r)
+            times.append(_time_once(model, batch, batch.labels))
+        seconds.append(statistics.median(times))
+        logger.debug("total size %d: %.4f s (median of %d new batches)", total, seconds[-1], repeats)
     return fit_linear(total_sizes, seconds)
 
 
@@ -146,6 +161,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lengths", type=int, nargs=2, default=[4, 256], metavar=("LOW", "HIGH"),
                         help="range of the sample lengths mixed into each batch")
+    parser.add_argument("--length-buckets", type=int, default=TrainerConfig().length_buckets,
+                        help="trainer.length_buckets (seq): lengths per power of two its time axis is padded to "
+                             "(0: none)")
     parser.add_argument("--system-malloc", action="store_true",
                         help="leave glibc's defaults (no kept memory, no reserve) instead of a CPU rank's set-up")
     args = parser.parse_args(argv)
@@ -153,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     config = TrainerConfig(hidden_size=args.hidden, model=args.model, num_features=args.features,
-                           num_classes=args.classes, num_layers=args.layers)
+                           num_classes=args.classes, num_layers=args.layers, length_buckets=args.length_buckets)
     if device.type == "cpu" and not args.system_malloc:
         # As a CPU rank starts (build_step_runner): memory kept for reuse and a reserve mapped in.
         if malloc_in_use() == "system":

@@ -12,6 +12,13 @@ wide as the largest dilated kernel's reach, and every layer's output is zeroed i
 convolution then never reads across a series boundary, exactly as if each series were convolved
 alone with zero padding. The gaps add a fixed number of frames per series (16 for k=5, L=4).
 
+The axis is then padded with zeros to one of eight lengths per power of two (`bucketed_length`, at most
+1/8 more frames). A stream of variable-size batches has a new total length almost every step, and on a
+CPU PyTorch hands these convolutions (past ~600 frames) to oneDNN, which builds a kernel for each new
+shape: some 12 ms of CPU time per step whatever the batch, which made a 700-frame batch cost three times a
+550-frame one. With the lengths bucketed the shapes repeat and the kernels are reused, so a step's cost
+follows its size (`length_buckets=0` turns it off).
+
 Normalisation happens here, inside the model, not in a collate function: real series come in their
 own units (PLAID's currents range from milliamperes to tens of amperes), so each series is
 z-normalised per channel, and its level and scale enter as two per-series features, `asinh(mean)`
@@ -26,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .batching import PackedBatch
+from .batching import PackedBatch, bucketed_length
 from .model import segment_mean
 
 __all__ = ["SequenceClassifier", "series_features"]
@@ -62,15 +69,19 @@ class SequenceClassifier(nn.Module):
         hidden_size: Channels of the conv blocks (H).
         num_layers: Residual conv blocks; block i has dilation 2^i.
         kernel_size: Odd temporal kernel width.
+        length_buckets: Lengths per power of two the packed axis is padded to (see the module doc; 0: none).
     """
 
     def __init__(
-        self, num_features: int, num_classes: int, hidden_size: int = 32, num_layers: int = 4, kernel_size: int = 5
+        self, num_features: int, num_classes: int, hidden_size: int = 32, num_layers: int = 4, kernel_size: int = 5,
+        length_buckets: int = 8,
     ) -> None:
         super().__init__()
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd, got {kernel_size}")
+        bucketed_length(0, length_buckets)  # a bad count fails here, not at the first batch
         self.hidden_size = hidden_size
+        self.length_buckets = length_buckets
         self.gap = (kernel_size // 2) * 2 ** (num_layers - 1)
         self.embed = nn.Linear(3 * num_features, hidden_size)
         self.convs = nn.ModuleList(
@@ -86,7 +97,7 @@ class SequenceClassifier(nn.Module):
         n_frames, n_series = h.shape[0], lengths.shape[0]
         # Frame i of series s sits at i + (s + 1)·gap on the gapped axis: a gap before every series and after the last.
         where = torch.arange(n_frames, device=h.device) + (seg + 1) * self.gap
-        span = n_frames + (n_series + 1) * self.gap
+        span = bucketed_length(n_frames + (n_series + 1) * self.gap, self.length_buckets)
         mask = h.new_zeros(span).index_fill_(0, where, 1.0).view(1, 1, span)
         x = h.new_zeros(span, self.hidden_size).index_copy_(0, where, h).t().unsqueeze(0)
         for conv in self.convs:

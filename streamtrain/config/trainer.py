@@ -43,6 +43,11 @@ class TrainerConfig(BaseModel):
     kernel_size: int = Field(default=5, ge=1, le=63)
     """Temporal kernel width of the built-in models (odd, so 'same' padding is symmetric)."""
 
+    length_buckets: int = Field(default=8, ge=0, le=1024)
+    """`seq`: lengths per power of two its packed time axis is padded to (at most 1/length_buckets more
+    frames), so that batches of ever new sizes reuse a few shapes; on a CPU, oneDNN builds its convolution
+    kernels anew for every new shape. A power of two; 0 pads nothing."""
+
     model: str = "conv"
     """The model every rank trains: `conv` (the packed temporal conv net the synthetic task is made for),
     `seq` (a dilated masked conv net for real series: per-series normalisation, mean and max pooling; e.g.
@@ -244,6 +249,13 @@ class TrainerConfig(BaseModel):
     def _kernel_is_odd(cls, value: int) -> int:
         if value % 2 == 0:
             raise ValueError(f"kernel_size must be odd for symmetric 'same' padding, got {value}")
+        return value
+
+    @field_validator("length_buckets")
+    @classmethod
+    def _buckets_are_a_power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"length_buckets must be 0 or a power of two (1, 2, 4, 8, ...), got {value}")
         return value
 
     @field_validator("slowdowns", mode="before")

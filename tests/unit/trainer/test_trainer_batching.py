@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import Sample
-from trainer.batching import collate_packed, pack_samples, sample_problems
+from trainer.batching import bucketed_length, collate_packed, pack_samples, sample_problems
 
 
 def test_pack_concatenates_without_padding() -> None:
@@ -73,3 +73,26 @@ def test_missing_or_out_of_range_label_is_refused() -> None:
 
 def test_good_sample_has_no_problems() -> None:
     assert sample_problems(synthetic_samples([3], num_features=4)[0], 4) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0, max_value=10**7), st.sampled_from([1, 2, 4, 8, 16]))
+def test_a_bucketed_length_covers_the_length_with_bounded_padding(length: int, per_octave: int) -> None:
+    padded = bucketed_length(length, per_octave)
+    assert length <= padded <= length + length / per_octave
+    assert bucketed_length(padded, per_octave) == padded  # a bucket's length is its own bucket
+    assert bucketed_length(length, 0) == length
+
+
+@pytest.mark.parametrize("per_octave", [1, 4, 8])
+def test_every_power_of_two_holds_per_octave_buckets(per_octave: int) -> None:
+    for octave in (64, 1024, 1 << 20):
+        lengths = {bucketed_length(n, per_octave) for n in range(octave + 1, 2 * octave + 1)}
+        assert len(lengths) == per_octave  # a stream of ever new sizes comes back to the same few shapes
+        assert max(lengths) == 2 * octave
+
+
+@pytest.mark.parametrize("per_octave", [-1, 3, 6])
+def test_a_bucket_count_that_is_not_a_power_of_two_is_refused(per_octave: int) -> None:
+    with pytest.raises(ValueError, match="per_octave"):
+        bucketed_length(100, per_octave)

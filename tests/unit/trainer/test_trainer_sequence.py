@@ -38,6 +38,22 @@ def test_a_packed_batch_equals_each_series_alone() -> None:
     assert model(pack_samples([], 2, dtype=torch.float64)).shape == (0, 5)
 
 
+def test_bucketed_lengths_repeat_the_conv_shapes_and_change_no_output() -> None:
+    torch.manual_seed(0)
+    bucketed = build_model(SEQ).to(torch.float64)
+    exact = SequenceClassifier(2, 5, hidden_size=8, num_layers=3, kernel_size=3, length_buckets=0).to(torch.float64)
+    exact.load_state_dict(bucketed.state_dict())
+    seen: list[int] = []
+    bucketed.convs[0].register_forward_hook(lambda _m, args, _out: seen.append(args[0].shape[-1]))
+    for i, lengths in enumerate(([300, 411], [302, 409, 3], [700], [1, 2, 3])):
+        batch = pack_samples(synthetic_samples(lengths, num_features=2, num_classes=5, seed=i), 2, dtype=torch.float64)
+        torch.testing.assert_close(bucketed(batch), exact(batch))  # the padding is zeros no conv reads into a series
+    # 711 frames + 3 gaps of 4, 714 + 4 gaps and 700 + 2 gaps all come to the bucket of 768 frames: one conv shape.
+    assert seen == [768, 768, 768, 22]
+    with pytest.raises(ValueError, match="per_octave"):
+        SequenceClassifier(2, 5, length_buckets=3)
+
+
 def test_normalisation_keeps_the_shape_unit_free_and_the_amplitude_visible() -> None:
     rng = np.random.default_rng(0)
     x = torch.from_numpy(rng.standard_normal((40, 1)))

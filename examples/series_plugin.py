@@ -4,7 +4,9 @@ This module shows the whole contract with a design different from the built-in o
 function *pads* a batch to its longest series (a (batch, length, features) tensor plus a mask),
 and the model is a small 1-D conv net with masked mean pooling over that padding. (Padding makes a
 batch cost count x longest rather than its total size, so the coordinator's time model fits it less
-well than the packed built-ins: it is the plug-in's choice to make.)
+well than the packed built-ins: it is the plug-in's choice to make.) The padded length is rounded up
+with `trainer.batching.bucketed_length`, so a stream of batches comes back to a few shapes and a
+kernel library that builds kernels per shape (oneDNN on a CPU) reuses them.
 
 Train it on a `.ts` dataset of your own (here the toy one `toy_series.py` writes):
 
@@ -32,6 +34,7 @@ from torch import nn
 
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
+from trainer.batching import bucketed_length
 
 __all__ = ["PaddedBatch", "PaddedConvNet", "build_model", "collate"]
 
@@ -66,7 +69,7 @@ def collate(samples: Sequence[Sample], config: TrainerConfig) -> PaddedBatch:
     Normalisation lives here in this plug-in: each series is z-scored per feature, so the model sees
     shapes, not units. An empty list must give an empty batch (an idle rank still runs its step).
     """
-    longest = max((s.size for s in samples), default=1)
+    longest = bucketed_length(max((s.size for s in samples), default=1))  # at most 1/8 more, few shapes
     values = np.zeros((len(samples), longest, config.num_features), dtype=np.float32)
     mask = np.zeros((len(samples), longest), dtype=np.float32)
     for i, sample in enumerate(samples):

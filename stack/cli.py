@@ -134,7 +134,7 @@ def up(
             "one per device, with `streamtrain produce --dataset`)", EXIT_CONFIG)
     if dataset is not None:
         try:
-            replay = resolve_replay(dataset, cfg)
+            replay = resolve_replay(dataset, cfg, devices)
         except ValueError as exc:
             die(str(exc), EXIT_CONFIG)
         cfg = config_from(ctx, {**flags, **replay.settings})
@@ -153,6 +153,9 @@ def up(
         console.print(f"dataset {replay.name}: {replay.samples} samples of {replay.features} dimension(s), "
                       f"{replay.classes} classes, sharded over {devices} devices; held-out set: "
                       f"{replay.held_out or 'none (no evaluation)'}", highlight=False)
+        if "coordinator.global_batch" in replay.settings:
+            console.print(f"global batch {replay.settings['coordinator.global_batch']}: an eighth of the dataset "
+                          f"(--set coordinator.global_batch=N to choose)", highlight=False)
     out = out or Path("reports") / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     opts = StackOptions(streams=streams, out=out.resolve(), policy=policy, truncation=truncation, duration_s=duration,
                         steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]

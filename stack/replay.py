@@ -50,11 +50,17 @@ def _held_out_beside(path: Path) -> Path | None:
     return None
 
 
-def resolve_replay(choice: str, cfg: StreamtrainConfig) -> DatasetReplay:
+#: `up --dataset` makes the global batch at most this fraction of the training split when the user did not set it.
+STEPS_PER_PASS = 8
+
+
+def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> DatasetReplay:
     """Resolve `--dataset CHOICE` (a packaged dataset's name, or a file or directory) against `cfg`.
 
     `trainer.num_features` and `trainer.num_classes` the user did not set are taken from the dataset (its
-    series' dimensions, its classes); ones they set are checked against it.
+    series' dimensions, its classes); ones they set are checked against it. An unset `coordinator.global_batch`
+    larger than an eighth of the dataset becomes that eighth (at least one sample per device): the default
+    256 would train a dataset of a hundred series in two steps per pass.
 
     Raises:
         ValueError: the dataset cannot be loaded, or it does not fit `trainer.num_features` /
@@ -102,6 +108,9 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig) -> DatasetReplay:
     if classes > trainer.num_classes:
         raise ValueError(f"--dataset {choice}: its labels go up to {classes - 1} but trainer.num_classes is "
                          f"{trainer.num_classes} (--set trainer.num_classes={classes})")
+    batch = cfg.coordinator.global_batch
+    if "global_batch" not in cfg.coordinator.model_fields_set and batch * STEPS_PER_PASS > len(dataset):
+        settings["coordinator.global_batch"] = max(devices, len(dataset) // STEPS_PER_PASS)
     return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes)
 
 

@@ -102,7 +102,7 @@ def _config(**sets: object) -> StreamtrainConfig:
 
 
 def test_up_dataset_plaid_replays_the_train_split_and_evaluates_on_the_test_split() -> None:
-    cfg = _config(**{"trainer.num_features": 1, "trainer.num_classes": 11})
+    cfg = _config(**{"trainer.num_features": 1, "trainer.num_classes": 11, "coordinator.global_batch": 256})
     replay = resolve_replay("plaid", cfg)
     assert replay.settings == {"producer.dataset.packaged": "plaid", "trainer.eval_packaged": "plaid"}
     assert (replay.samples, replay.classes, replay.held_out) == (537, 11, "plaid")
@@ -118,6 +118,15 @@ def test_up_dataset_plaid_replays_the_train_split_and_evaluates_on_the_test_spli
         resolve_replay("plaid", _config(**{"trainer.num_features": 3}))
     with pytest.raises(ValueError, match=r"trainer.num_classes=11\)"):
         resolve_replay("plaid", _config(**{"trainer.num_classes": 5}))
+
+
+def test_up_dataset_makes_an_unset_global_batch_an_eighth_of_a_small_dataset() -> None:
+    # PLAID's 537 training series at the default 256 a step would be two steps a pass.
+    assert _config().coordinator.global_batch * 8 > 537
+    assert resolve_replay("plaid", _config(), devices=4).settings["coordinator.global_batch"] == 537 // 8
+    assert resolve_replay("plaid", _config(), devices=100).settings["coordinator.global_batch"] == 100  # >= 1 each
+    chosen = resolve_replay("plaid", _config(**{"coordinator.global_batch": 256})).settings
+    assert "coordinator.global_batch" not in chosen  # one the user set stays, however large
 
 
 def test_up_dataset_file_takes_the_test_file_beside_it_and_one_producer_serves_every_device(tmp_path: Path) -> None:

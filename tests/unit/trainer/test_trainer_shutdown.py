@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import weakref
+from typing import ClassVar
 
 import pytest
 import torch
@@ -24,7 +25,7 @@ class _HoldsTheGroup:
 
 
 class _FakeRank:
-    instances: list[weakref.ref[_HoldsTheGroup]] = []
+    instances: ClassVar[list[weakref.ref[_HoldsTheGroup]]] = []
 
     def __init__(self, *_args: object) -> None:
         self.model = _HoldsTheGroup()

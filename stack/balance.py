@@ -257,8 +257,9 @@ def closing_lines(report: Mapping[str, Any]) -> list[str]:
     """The lines `streamtrain up` ends with: held-out accuracy, who kept up, and static vs measured step time."""
     lines = []
     if report.get("heldout_evaluations"):
-        classes = report.get("num_classes")
-        chance = f"; chance {1 / classes:.2f} with {classes} classes" if classes else ""
+        classes, majority = report.get("num_classes"), report.get("heldout_chance")
+        chance = (f"; chance {majority:.2f} (always its most common class)" if majority is not None
+                  else f"; chance {1 / classes:.2f} with {classes} classes" if classes else "")
         lines.append(f"held-out accuracy ({report['heldout_dataset']}, {report['heldout_samples']} samples): "
                      f"{report['heldout_accuracy_first']:.3f} at the first evaluation, "
                      f"{report['heldout_accuracy_final']:.3f} at the last{chance}")

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from producers.service import ProducerError, StreamProducer
 from streamtrain.cli_support import module_command
 from streamtrain.config import KafkaConfig, ProducerConfig, StreamtrainConfig
@@ -116,12 +118,37 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
 
 def _classes_in(held_out: str, cfg: StreamtrainConfig) -> int:
     """Classes the held-out set's labels call for (the evaluator checks them against the model at start-up)."""
-    path = packaged_file(held_out, "test") if held_out in PACKAGED else Path(held_out)
     try:
-        labels = load_dataset(path, cfg.producer.dataset.label_column, cfg.producer.dataset.sample_column).labels
+        labels = held_out_labels(held_out, cfg)
     except DatasetError as exc:
         raise ValueError(f"held-out set {held_out}: {exc}") from None
     return int(labels.max()) + 1 if len(labels) else 0
+
+
+def held_out_labels(held_out: str, cfg: StreamtrainConfig) -> np.ndarray:
+    """The labels of a held-out set named as `trainer.eval_packaged` (a packaged name) or `trainer.eval_path`.
+
+    Raises:
+        DatasetError: it cannot be read.
+    """
+    path = packaged_file(held_out, "test") if held_out in PACKAGED else Path(held_out)
+    return load_dataset(path, cfg.producer.dataset.label_column, cfg.producer.dataset.sample_column).labels
+
+
+def held_out_chance(cfg: StreamtrainConfig) -> float | None:
+    """The accuracy of always answering the held-out set's most common class: the baseline a run's held-out
+    accuracy is read against. 1 / num_classes would be wrong for a set whose classes are uneven or numbered with
+    gaps (labels 3, 7 and 10 make 11 outputs, three of them used). None without a readable held-out set."""
+    held_out = cfg.trainer.eval_path or cfg.trainer.eval_packaged
+    if held_out is None:
+        return None
+    try:
+        labels = held_out_labels(str(held_out), cfg)
+    except DatasetError:
+        return None  # the ranks said why at start-up
+    if not len(labels) or (labels < 0).any():
+        return None  # empty or unlabelled: the ranks evaluated nothing
+    return float(np.bincount(labels).max() / len(labels))
 
 
 def replay_settings(streams: Sequence[DeviceStream], seed: int) -> dict[str, object]:

@@ -38,7 +38,7 @@ from .monitor import Monitor, StackSnapshot
 from .plots import plot_series
 from .procs import Child, wait_http
 from .prometheus import INSTALL_HINT, find_prometheus, scrape_config
-from .replay import produce_replay_backlog, replay_producer_spec
+from .replay import held_out_chance, produce_replay_backlog, replay_producer_spec
 from .report import build_report, build_series, write_json
 from .secure import Identities, secure_broker_config, set_up_secure_broker
 from .services import (
@@ -484,7 +484,8 @@ class LocalStack:
         }
         report = build_report(run, tallies, extra)
         self.series = build_series(run)
-        report.update(balance_figures(run, self.series), num_classes=cfg.trainer.num_classes)
+        report.update(balance_figures(run, self.series), num_classes=cfg.trainer.num_classes,
+                      heldout_chance=held_out_chance(cfg) if run.evaluations else None)
         self.series["heldout"] = report.get("heldout", [])
         write_json(self.out / "report.json", report)
         write_json(self.out / "series.json", self.series)

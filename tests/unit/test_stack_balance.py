@@ -19,7 +19,7 @@ from stack.balance import (
     waiting_work,
 )
 from stack.ledger import DeviceRecords, RunRecords
-from stack.replay import replay_producer_spec, resolve_replay
+from stack.replay import held_out_chance, replay_producer_spec, resolve_replay
 from stack.report import build_series
 from stack.services import device_streams
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
@@ -95,6 +95,19 @@ def test_report_figures_and_closing_lines() -> None:
     assert "chance 0.09 with 11 classes" in lines[0] and "2 of 2 devices" in lines[1]
     assert "no such step" in lines[2] and lines[3].startswith("step time (slowest device's compute, median over")
     assert heldout_figures([], 0) == {}
+    # With the held-out set's own baseline (its most common class), that is what the line reads against.
+    with_baseline = closing_lines({**figures, "num_classes": 11, "heldout_chance": 0.162, "policy": "ett-stream"})
+    assert with_baseline[0].endswith("0.700 at the last; chance 0.16 (always its most common class)")
+
+
+def test_chance_is_the_held_out_sets_most_common_class_whatever_its_numbering(tmp_path: Path) -> None:
+    # Labels numbered with gaps (3, 7, 10: 11 outputs, three used) and uneven: 1/11 would flatter any model.
+    labels = np.array([3] * 5 + [7] * 3 + [10] * 2)
+    np.savez(tmp_path / "held.npz", x=np.ones((10, 4, 1), np.float32), y=labels)
+    assert held_out_chance(_config(**{"trainer.eval_path": str(tmp_path / "held.npz")})) == pytest.approx(0.5)
+    assert held_out_chance(_config(**{"trainer.eval_packaged": "plaid"})) == pytest.approx(87 / 537)
+    assert held_out_chance(_config()) is None  # no held-out set
+    assert held_out_chance(_config(**{"trainer.eval_path": str(tmp_path / "gone.npz")})) is None
 
 
 def _config(**sets: object) -> StreamtrainConfig:

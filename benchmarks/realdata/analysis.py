@@ -133,6 +133,8 @@ def combine_runs(runs: Sequence[RunResult]) -> list[PolicyResult]:
             "seconds_to_target": median_reached(r.seconds_to_target for r in ok),
             "seconds_to_target_runs": [r.seconds_to_target for r in ok],
             "steps_to_target": median([r.steps_to_target for r in ok if r.steps_to_target is not None]),
+            "seconds_per_step_to_target": median([r.seconds_to_target / r.steps_to_target for r in ok
+                                                  if r.seconds_to_target is not None and r.steps_to_target]),
             "rank_samples_median": {d: median([v for r in ok if (v := r.rank_samples_median.get(d)) is not None])
                                     for d in devices},
             "samples_unaccounted": sum(r.samples_unaccounted or 0 for r in ok),
@@ -166,6 +168,12 @@ def evaluate_targets(policies: Sequence[PolicyResult], target: float | None, rul
               if control is not None and control.wall_period_seconds_median else None)
     ett_period = ett.wall_period_seconds_median if ett else None
     over = ett_period / oracle if ett_period and oracle else None
+    # The same rule over the whole run to the target: what a perfect split would take in static's steps, so
+    # static's time over it is the most any policy could gain over static (step 0 included, planned before
+    # anything is measured).
+    per_step = oracle_step_seconds(control.seconds_per_step_to_target, slowdowns) if (
+        control is not None and control.seconds_per_step_to_target) else None
+    oracle_time = per_step * static.steps_to_target if per_step and static and static.steps_to_target else None
     bound = None if control is None or ett_period is None or not control.wall_period_seconds_median else (
         control.wall_period_seconds_median <= ett_period)
     return RealdataTargets(
@@ -176,6 +184,11 @@ def evaluate_targets(policies: Sequence[PolicyResult], target: float | None, rul
         speedup_vs_static=speedup, speedup_met=None if speedup is None else speedup >= 2.0,
         control_wall_period_seconds=control.wall_period_seconds_median if control else None,
         oracle_step_seconds=oracle, ett_stream_wall_period_seconds=ett_period, over_oracle=over,
+        oracle_seconds_to_target=oracle_time,
+        oracle_speedup_vs_static=(static.seconds_to_target / oracle_time
+                                  if oracle_time and static and static.seconds_to_target else None),
+        ett_stream_over_oracle_to_target=(ett.seconds_per_step_to_target / per_step
+                                          if per_step and ett and ett.seconds_per_step_to_target else None),
         oracle_is_bound=bound, oracle_met=None if over is None or not bound else over <= 1.15,
     )
 

@@ -148,7 +148,9 @@ def _summary(result: RealdataResult, out: Path, console: Any) -> None:
     console.print(f"ett-stream no later than the best other policy ({t.best_other_policy}): "
                   f"{t.no_later_than_best_met}; "
                   f"{figure(t.speedup_vs_static, '.2f', missing='-')}x sooner than static (target >= 2: "
-                  f"{t.speedup_met}); step {figure(t.over_oracle, '.2f', missing='-')}x the oracle "
+                  f"{t.speedup_met}; a perfect split from step 0: "
+                  f"{figure(t.oracle_speedup_vs_static, '.2f', missing='-')}x); "
+                  f"step {figure(t.over_oracle, '.2f', missing='-')}x the oracle "
                   f"{figure(t.oracle_step_seconds, '.0f', 1e3, '-')} ms (target <= 1.15: {t.oracle_met}"
                   + ("; not judged: the control ran slower than the heterogeneous fleet" if t.oracle_is_bound is False
                      else "") + ")",

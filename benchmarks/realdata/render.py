@@ -80,6 +80,11 @@ def _targets(result: RealdataResult) -> str:
     speed = (f"static {s(static.seconds_to_target if static else None)} / ett-stream "
              f"{s(t.ett_stream_seconds_to_target)}" + ("" if t.speedup_vs_static is None
                                                        else f" = {t.speedup_vs_static:.2f}{TIMES}"))
+    if t.oracle_speedup_vs_static is not None:
+        speed += (f"; a perfect split from step 0 would take {s(t.oracle_seconds_to_target)} = "
+                  f"{t.oracle_speedup_vs_static:.2f}{TIMES} (the control's pace to its target {TIMES} n / Σ 1/s_i, "
+                  f"in static's steps), ett-stream's pace to the target "
+                  f"{figure(t.ett_stream_over_oracle_to_target, '.2f')}{TIMES} that")
     return table(["target", "measured", "verdict"], [
         ["`ett-stream` reaches the target accuracy no later than the best other policy (medians)",
          f"ett-stream {s(t.ett_stream_seconds_to_target)}, best other "

@@ -64,6 +64,9 @@ class PolicyResult(Record):
     """Median over runs, a run that never reached the target counted as the slowest (None when most did not)."""
     seconds_to_target_runs: list[float | None] = Field(default_factory=list)
     steps_to_target: float | None = None
+    seconds_per_step_to_target: float | None = None
+    """Median over the runs that reached the target of their time to it over the steps it took (step 0 and the
+    first steps' settling included): the pace of the whole run up to the target, not of its steady steps."""
     wall_period_seconds_median: float | None = None
     step_seconds_median: float | None = None
     """The slowest rank's step (collate, compute, all-reduce, emulated sleep), median over runs of run medians."""
@@ -96,6 +99,14 @@ class RealdataTargets(Record):
     ett_stream_wall_period_seconds: float | None
     over_oracle: float | None
     """ett-stream's median step time (wall period) over the oracle's (target <= 1.15)."""
+    oracle_seconds_to_target: float | None = None
+    """A perfect split's time to the target: the control's seconds per step to its target x n / sum(1 / s_i)
+    (the oracle rule applied to the whole run up to the target, first steps included) x static's steps to it."""
+    oracle_speedup_vs_static: float | None = None
+    """static's median time to the target over the oracle's: the most any split of this fleet could gain over
+    static in as many steps, the bound on `speedup_vs_static`."""
+    ett_stream_over_oracle_to_target: float | None = None
+    """ett-stream's seconds per step to the target over the oracle's (its steady steps are `over_oracle`)."""
     oracle_is_bound: bool | None = None
     """Whether the control was no slower than ett-stream on the heterogeneous fleet (else its oracle bounds
     nothing, and `oracle_met` is None)."""

@@ -129,6 +129,23 @@ def test_the_oracle_is_the_control_times_n_over_the_summed_speeds() -> None:
     assert t.oracle_is_bound is False and t.oracle_met is None and t.over_oracle is not None
 
 
+def test_the_oracle_time_to_the_target_bounds_the_speedup_over_static() -> None:
+    # Each run reaches 0.4 after 6 steps (rise 0.1 per 2 steps): static at 0.8 s a step, ett-stream at 0.3, the
+    # equal-rank control at 0.2 s. A perfect split of 1,1,1,4 paces 0.2 x 4 / 3.25 s a step over static's 6 steps.
+    runs = [_run("static", r, 0.8) for r in range(3)] + [_run("ett-stream", r, 0.3) for r in range(3)]
+    runs += [_run("ett-stream", r, 0.2 + 0.01 * r, control=True) for r in range(3)]
+    t = summarise(runs, SETUP, {}, 1.0).targets
+    pace = 0.21 * 4 / 3.25  # the control's median pace to its target
+    assert t.oracle_seconds_to_target == pytest.approx(pace * 6)
+    assert t.oracle_speedup_vs_static == pytest.approx(0.8 * 6 / (pace * 6))
+    assert t.ett_stream_over_oracle_to_target == pytest.approx(0.3 / pace)
+    # The bound is met by no policy faster than the oracle: ett-stream's speed-up stays under it.
+    assert t.speedup_vs_static is not None and t.speedup_vs_static < t.oracle_speedup_vs_static
+    # Without a control there is no oracle to bound anything.
+    alone = summarise(runs[:6], SETUP, {}, 1.0).targets
+    assert alone.oracle_seconds_to_target is None and alone.oracle_speedup_vs_static is None
+
+
 def test_a_failed_run_is_counted_apart_and_a_cell_of_failures_is_an_error() -> None:
     runs = [_run("static", 0, 0.8), _run("static", 1, 0.8, error="boom"), _run("lbb", 0, 0.3, error="no ranks")]
     cells = {p.policy: p for p in combine_runs(runs)}
@@ -169,6 +186,8 @@ def test_result_round_trips_and_renders_its_section(tmp_path: Path) -> None:
     assert (tmp_path / "realdata.png").stat().st_size > 0
     assert "![realdata](realdata.png)" in text and "`trainer.model=seq`" in text
     assert "ett-stream (control, 1,1,1,1)" in text and "**met**" in text
+    # 6 steps at 0.2 x 4 / 3.25 s against static's 6 at 0.8 s
+    assert "a perfect split from step 0 would take 1.5 s = 3.25\N{MULTIPLICATION SIGN}" in text
 
 
 def test_a_bad_setup_reads_as_what_to_change() -> None:

@@ -167,7 +167,7 @@ def build_source(cfg: ProducerConfig) -> tuple[SampleSource, Dataset | None]:
         path = ds_cfg.path
     else:
         return SyntheticSource(cfg, devices), None
-    dataset = load_dataset(path, ds_cfg.label_column, ds_cfg.sample_column)
+    dataset = load_dataset(path, ds_cfg.label_column, ds_cfg.sample_column, ds_cfg.class_names)
     if ds_cfg.sharding in ("stratified",) and not dataset.labelled:
         raise ValueError(f"dataset.sharding: stratified sharding needs labels; {path} has unlabelled samples")
     if cfg.size.kind != "fixed" or cfg.size.dif:

@@ -118,7 +118,7 @@ def up(
 
     from rich.live import Live
 
-    from streamtrain.cli_support import EXIT_CONFIG, GlobalOptions, config_from, console, die
+    from streamtrain.cli_support import EXIT_CONFIG, GlobalOptions, config_from, console, die, set_args
 
     from .monitor import render_snapshot
     from .replay import resolve_replay
@@ -149,7 +149,7 @@ def up(
     global_args = ([f"--config={opts_in.config_file}"] if opts_in.config_file else []) + [
         a for s in opts_in.sets for a in ("--set", s)]
     if replay is not None:
-        global_args += [a for key, value in replay.settings.items() for a in ("--set", f"{key}={value}")]
+        global_args += set_args(replay.settings)
         console.print(f"dataset {replay.name}: {replay.samples} samples of {replay.features} dimension(s), "
                       f"{replay.classes} classes, sharded over {devices} devices; held-out set: "
                       f"{replay.held_out or 'none (no evaluation)'}", highlight=False)

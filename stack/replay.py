@@ -7,7 +7,9 @@ for any producer. A sample's size is its length. The held-out set the trainers e
 packaged dataset's test split, or the archive's `<name>_TEST.ts` beside a `<name>_TRAIN.ts`, unless
 `trainer.eval_path` / `trainer.eval_packaged` already name one. Before anything starts, the dataset
 is checked against the model's settings, so a mismatch fails with the setting to change, not with
-every sample dead-lettered.
+every sample dead-lettered. A dataset whose classes are names (class directories, `.ts` classes, text
+labels) gets `producer.dataset.class_names` from both splits, so the replayed samples and the held-out
+set number every class alike even when one split lacks a class.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
             settings["producer.dataset.path"] = str(path)
             beside = _held_out_beside(path)
             derived = ("trainer.eval_path", str(beside)) if beside is not None else None
-        dataset = load_dataset(path, cfg.producer.dataset.label_column, cfg.producer.dataset.sample_column)
+        dataset = load_dataset(path, cfg.producer.dataset.label_column, cfg.producer.dataset.sample_column,
+                               cfg.producer.dataset.class_names)
     except DatasetError as exc:
         raise ValueError(f"--dataset {choice}: {exc}") from None
     if trainer.eval_path is not None or trainer.eval_packaged is not None:
@@ -101,10 +104,17 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
             next(iter(features))) == 1 else ""
         raise ValueError(f"--dataset {choice}: its samples have shape {shape} but the model takes "
                          f"(size, {trainer.num_features}): set trainer.num_features{hint}")
-    classes = int(dataset.labels.max()) + 1 if dataset.labelled else 0
+    names = dataset.class_names
+    if names is not None and cfg.producer.dataset.class_names is None:
+        # Numbered apart, a held-out split lacking a class would number the ones after it differently: one list
+        # for both, the training split's classes first (their numbers unchanged), then any only the other holds.
+        names = names + _names_only_in(held_out, names, cfg) if held_out is not None else names
+        settings["producer.dataset.class_names"] = list(names)
+    classes = len(names) if names is not None else int(dataset.labels.max()) + 1 if dataset.labelled else 0
     if "num_classes" not in explicit and classes:
-        # The held-out split may hold a class the training split lacks: the model needs an output for it too.
-        classes = max(classes, _classes_in(held_out, cfg)) if held_out is not None else classes
+        if names is None and held_out is not None:
+            # The held-out split may hold a class the training split lacks: the model needs an output for it too.
+            classes = max(classes, _classes_in(held_out, cfg))
         settings["trainer.num_classes"] = max(classes, 2)
         trainer = trainer.model_copy(update={"num_classes": max(classes, 2)})
     if classes > trainer.num_classes:
@@ -114,6 +124,20 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
     if "global_batch" not in cfg.coordinator.model_fields_set and batch * STEPS_PER_PASS > len(dataset):
         settings["coordinator.global_batch"] = max(devices, len(dataset) // STEPS_PER_PASS)
     return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes)
+
+
+def _names_only_in(held_out: str, names: tuple[str, ...], cfg: StreamtrainConfig) -> tuple[str, ...]:
+    """The class names of the held-out set that `names` lacks, in the order the set numbers them."""
+    try:
+        own = load_dataset(_held_out_path(held_out), cfg.producer.dataset.label_column,
+                           cfg.producer.dataset.sample_column).class_names or ()
+    except DatasetError as exc:
+        raise ValueError(f"held-out set {held_out}: {exc}") from None
+    return tuple(n for n in own if n not in names)
+
+
+def _held_out_path(held_out: str) -> Path:
+    return packaged_file(held_out, "test") if held_out in PACKAGED else Path(held_out)
 
 
 def _classes_in(held_out: str, cfg: StreamtrainConfig) -> int:
@@ -131,8 +155,9 @@ def held_out_labels(held_out: str, cfg: StreamtrainConfig) -> np.ndarray:
     Raises:
         DatasetError: it cannot be read.
     """
-    path = packaged_file(held_out, "test") if held_out in PACKAGED else Path(held_out)
-    return load_dataset(path, cfg.producer.dataset.label_column, cfg.producer.dataset.sample_column).labels
+    reading = cfg.producer.dataset
+    return load_dataset(_held_out_path(held_out), reading.label_column, reading.sample_column,
+                        reading.class_names).labels
 
 
 def held_out_chance(cfg: StreamtrainConfig) -> float | None:

@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from .config import ConfigError, StreamtrainConfig, load_config, parse_assignment
 
 __all__ = ["CLI_MODULE", "EXIT_CONFIG", "GlobalOptions", "ProseGroup", "command_app", "config_from", "console", "die",
-           "err_console", "module_command", "prose", "setup_logging"]
+           "err_console", "module_command", "prose", "set_args", "setup_logging"]
 
 #: Exit status for a configuration that cannot be used (the service never started).
 EXIT_CONFIG = 2
@@ -97,11 +97,16 @@ def module_command(module: str, *command: str, global_args: Sequence[str] = (),
     Returns:
         The argument vector, for `subprocess`.
     """
+    return (sys.executable, "-m", module, *global_args, *set_args(sets or {}), *command)
+
+
+def set_args(sets: Mapping[str, object]) -> list[str]:
+    """`--set key=value` for each setting, lists, tuples and dicts as JSON (how `--set` reads them back)."""
     flags: list[str] = []
-    for key, value in (sets or {}).items():
+    for key, value in sets.items():
         text = json.dumps(value) if isinstance(value, list | tuple | dict) else str(value)
         flags += ["--set", f"{key}={text}"]
-    return (sys.executable, "-m", module, *global_args, *flags, *command)
+    return flags
 
 
 def die(message: str, code: int = 1) -> NoReturn:

@@ -24,6 +24,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from streamtrain.config.producer import DatasetConfig
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.datasets import Dataset, DatasetError, load_dataset, packaged_file
 from streamtrain.wire import Sample
@@ -108,22 +109,30 @@ class HeldOutEvaluator:
         config: Trainer settings (the held-out set, features, classes, batch bound).
         ctx: This rank's place in the group.
         collate: The collate function the rank trains with.
+        reading: How the replayed dataset is read (`producer.dataset`: CSV columns, class names), so that the
+            held-out set is read, and its classes numbered, as the training data is.
 
     Raises:
         TrainerSetupError: the held-out set cannot be loaded, has unlabelled samples, samples of the wrong
             shape or labels outside [0, num_classes), naming the setting that named it.
     """
 
-    def __init__(self, config: TrainerConfig, ctx: DistContext, collate: CollateFn) -> None:
+    def __init__(self, config: TrainerConfig, ctx: DistContext, collate: CollateFn,
+                 reading: DatasetConfig | None = None) -> None:
         source = held_out_source(config)
         if source is None:
             raise TrainerSetupError("trainer.eval_path: no held-out set configured")
         self.name, path, setting = source
         self.ctx = ctx
+        reading = reading or DatasetConfig()
         try:
-            dataset = load_dataset(path)
+            dataset = load_dataset(path, reading.label_column, reading.sample_column, reading.class_names)
         except DatasetError as exc:
             raise TrainerSetupError(f"{setting}: {exc}") from None
+        if dataset.class_names is not None and reading.class_names is None:
+            logger.warning("rank %d: held-out set %s numbers its classes by its own names (%s): set "
+                           "producer.dataset.class_names so that the training data numbers them alike",
+                           ctx.rank, self.name, ", ".join(f"{n}={i}" for i, n in enumerate(dataset.class_names[:12])))
         _check_held_out(dataset, config, setting)
         keep = stratified_subset(dataset.labels, config.eval_max_samples or len(dataset), config.seed)
         sizes = dataset.sizes[keep]

@@ -68,7 +68,7 @@ class TrainerRank:
         topics = config.kafka.topics
         self.feedback_topic = topics.feedback
         self.runner = build_step_runner(self.trainer, ctx)  # bad plug-ins or slowdowns fail before Kafka is touched
-        self.evaluator = (HeldOutEvaluator(self.trainer, ctx, self.runner.collate)
+        self.evaluator = (HeldOutEvaluator(self.trainer, ctx, self.runner.collate, config.producer.dataset)
                           if held_out_source(self.trainer) is not None else None)
         self._evaluated_step: int | None = None
         own = [topics.device(device_id), topics.feedback, topics.assignments, topics.dead_letter]

@@ -254,8 +254,29 @@ class DatasetConfig(_Model):
     """CSV column whose consecutive equal values group rows into one sample (size = rows); rows are
     samples of size 1 when the column is absent."""
 
+    class_names: tuple[str, ...] | None = None
+    """The class names in label order: a sample of class `class_names[i]` (its directory, its `.ts` class, its
+    text label) is labelled i, in the replayed dataset and in the held-out set the trainers read alike, and a
+    file holding a class not named here is skipped. Unset: names are numbered in the order a load meets them
+    (class directories sorted, `.ts` files in their `@classLabel` order), which numbers a held-out set that
+    lacks a class differently from the training data; `streamtrain up --dataset` sets it from both splits.
+    Integer labels are used as they are either way."""
+
 
     _packaged_is_known = field_validator("packaged")(check_packaged_name)
+
+    @field_validator("class_names")
+    @classmethod
+    def _names_are_usable(cls, names: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if names is None:
+            return None
+        stripped = tuple(str(n).strip() for n in names)
+        if not stripped or any(not n for n in stripped):
+            raise ValueError("name at least one class, none of them empty")
+        twice = sorted({n for n in stripped if stripped.count(n) > 1})
+        if twice:
+            raise ValueError(f"class names must differ: {', '.join(twice)} named more than once")
+        return stripped
 
     @model_validator(mode="after")
     def _one_source(self) -> DatasetConfig:

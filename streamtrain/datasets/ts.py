@@ -29,6 +29,8 @@ import numpy as np
 
 __all__ = ["TsData", "TsFormatError", "TsHeader", "fill_missing", "parse_ts", "read_ts"]
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 #: The header tags this reader knows, lower-cased as they are matched.
 KNOWN_TAGS = ("problemname", "timestamps", "missing", "univariate", "dimensions", "equallength", "serieslength",
               "classlabel", "targetlabel", "data")
@@ -206,6 +208,10 @@ def _series(text: str, header: TsHeader, source: str, line: int) -> tuple[np.nda
     if header.equal_length and header.series_length is not None and length != header.series_length:
         raise TsFormatError(source, line, f"series of length {length}, the header declares @seriesLength "
                             f"{header.series_length}")
+    big = float(np.nanmax(np.abs(array)))
+    if big > _FLOAT32_MAX:
+        raise TsFormatError(source, line, f"a value of {big:.3g} is beyond float32's range (+-{_FLOAT32_MAX:.3g}), "
+                            "the dtype samples are read in: scale the data")
     return array.astype(np.float32), label
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+from producers.sources import build_source
 from stack.balance import (
     balance_figures,
     closing_lines,
@@ -22,8 +24,14 @@ from stack.ledger import DeviceRecords, RunRecords
 from stack.replay import held_out_chance, replay_producer_spec, resolve_replay
 from stack.report import build_series
 from stack.services import device_streams
+from streamtrain.cli_support import set_args
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
 from streamtrain.wire import Evaluation, PendingSample, StepFeedback
+from trainer.batching import collate_packed
+from trainer.distributed import DistContext
+from trainer.evaluation import HeldOutEvaluator
+
+ONE = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
 
 SPEED = {"fast": 1e-4, "slow": 4e-4}  # seconds per unit of size: "slow" is 4x slower
 
@@ -114,14 +122,19 @@ def _config(**sets: object) -> StreamtrainConfig:
     return load_config(env={}, overrides=sets)
 
 
-def test_up_dataset_plaid_replays_the_train_split_and_evaluates_on_the_test_split() -> None:
+def test_up_dataset_plaid_replays_the_train_split_and_evaluates_on_the_test_split(tmp_path: Path) -> None:
     cfg = _config(**{"trainer.num_features": 1, "trainer.num_classes": 11, "coordinator.global_batch": 256})
     replay = resolve_replay("plaid", cfg)
-    assert replay.settings == {"producer.dataset.packaged": "plaid", "trainer.eval_packaged": "plaid"}
+    assert replay.settings == {"producer.dataset.packaged": "plaid", "trainer.eval_packaged": "plaid",
+                               "producer.dataset.class_names": [str(c) for c in range(11)]}
     assert (replay.samples, replay.classes, replay.held_out) == (537, 11, "plaid")
+    own = tmp_path / "x.npz"
+    np.savez(own, x=np.ones((3, 5, 1), dtype=np.float32), y=np.array([0, 4, 10]))
     mine = resolve_replay("plaid", _config(**{"trainer.num_features": 1, "trainer.num_classes": 11,
-                                              "trainer.eval_max_samples": 5, "trainer.eval_path": "x.npz"}))
-    assert "trainer.eval_packaged" not in mine.settings and mine.held_out == "x.npz"  # an explicit one stays
+                                              "trainer.eval_max_samples": 5, "trainer.eval_path": str(own)}))
+    assert "trainer.eval_packaged" not in mine.settings and mine.held_out == str(own)  # an explicit one stays
+    with pytest.raises(ValueError, match=r"held-out set .*gone.npz: dataset .*gone.npz does not exist"):
+        resolve_replay("plaid", _config(**{"trainer.eval_path": str(tmp_path / "gone.npz")}))
     # Left unset, the model takes the dataset's dimensions and classes; set, they are checked against it.
     derived = resolve_replay("plaid", _config())
     assert derived.settings["trainer.num_features"] == 1 and derived.settings["trainer.num_classes"] == 11
@@ -164,3 +177,29 @@ def test_up_dataset_gives_the_model_an_output_for_a_class_only_the_held_out_spli
     (tmp_path / "Y_TEST.ts").write_text(header + "1,2:a\n3,4,5:c\n")
     replay = resolve_replay(str(tmp_path / "Y_TRAIN.ts"), _config())
     assert replay.settings["trainer.num_classes"] == 3 and replay.settings["trainer.num_features"] == 1
+
+
+def test_up_dataset_numbers_classes_alike_in_the_replay_and_the_held_out_set(tmp_path: Path) -> None:
+    """A held-out split lacking a training class, and holding one the training split lacks: `up` names every class
+    once, and the producer's samples and the evaluator's labels (read by the children from their --set) agree."""
+    for split, classes in (("train", ["cat", "dog", "fox"]), ("test", ["cat", "fox", "owl"])):
+        for c in classes:
+            (tmp_path / split / c).mkdir(parents=True)
+            np.save(tmp_path / split / c / "0.npy", np.full((4, 2), float(len(c)), dtype=np.float32))
+    cfg = _config(**{"trainer.eval_path": str(tmp_path / "test")})
+    replay = resolve_replay(str(tmp_path / "train"), cfg)
+    assert replay.settings["producer.dataset.class_names"] == ["cat", "dog", "fox", "owl"]
+    assert replay.settings["trainer.num_classes"] == 4 and replay.classes == 4
+    sets = dict(parse_assignment(a) for a in set_args(replay.settings)[1::2])
+    child = load_config(env={}, overrides={"trainer.eval_path": str(tmp_path / "test"), **sets})
+    _source, replayed = build_source(child.producer.model_copy(update={"devices": 1}))
+    assert replayed is not None
+    assert {Path(src).parent.name: int(y) for src, y in zip(replayed.sources, replayed.labels, strict=True)} == {
+        "cat": 0, "dog": 1, "fox": 2}
+    evaluator = HeldOutEvaluator(child.trainer, ONE, collate_packed, child.producer.dataset)
+    held = sorted(int(y) for batch in evaluator.batches for y in batch.labels)
+    assert held == [0, 2, 3]  # cat, fox, owl: fox is 2 as in training, not 1 as the held-out split alone says
+    # A user's own list wins and is not replaced.
+    mine = resolve_replay(str(tmp_path / "train"), _config(**{"producer.dataset.class_names": ["fox", "dog", "cat"],
+                                                                "trainer.eval_path": str(tmp_path / "train")}))
+    assert "producer.dataset.class_names" not in mine.settings and mine.classes == 3

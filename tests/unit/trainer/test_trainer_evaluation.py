@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamtrain.config.producer import DatasetConfig
 from streamtrain.config.trainer import TrainerConfig
 from trainer.batching import collate_packed
 from trainer.distributed import DistContext
@@ -87,3 +88,20 @@ def test_missing_or_unlabelled_held_out_files_name_the_setting(tmp_path: Path) -
     (tmp_path / "u.ts").write_text("@univariate true\n@classLabel false\n@data\n1,2,3\n")
     with pytest.raises(TrainerSetupError, match="unlabelled"):
         HeldOutEvaluator(TrainerConfig(num_features=1, eval_path=tmp_path / "u.ts"), ONE, collate_packed)
+
+
+def test_the_held_out_set_is_read_as_the_replayed_dataset_is(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The producers' reading settings (CSV columns, class names) apply to the held-out set too."""
+    (tmp_path / "h.csv").write_text("kind,f1,f2\nowl,0.1,0.2\ncat,0.3,0.4\nowl,0.5,0.6\n")
+    config = TrainerConfig(num_features=2, num_classes=2, eval_path=tmp_path / "h.csv")
+    reading = DatasetConfig(label_column="kind", sample_column=None, class_names=("cat", "owl"))
+    evaluator = HeldOutEvaluator(config, ONE, collate_packed, reading)
+    assert sorted(int(y) for b in evaluator.batches for y in b.labels) == [0, 1, 1]
+    with pytest.raises(TrainerSetupError, match=r"trainer.eval_path: .*no 'label' column"):
+        HeldOutEvaluator(config, ONE, collate_packed)  # read with the defaults, as before the fix
+    with pytest.raises(TrainerSetupError, match=r"class 'owl' is not one of producer\.dataset\.class_names"):
+        HeldOutEvaluator(config, ONE, collate_packed, reading.model_copy(update={"class_names": ("cat",)}))
+    with caplog.at_level("WARNING", logger="trainer.evaluation"):
+        HeldOutEvaluator(config, ONE, collate_packed, reading.model_copy(update={"class_names": None}))
+    assert "numbers its classes by its own names (owl=0, cat=1)" in caplog.text
+    assert "set producer.dataset.class_names" in caplog.text

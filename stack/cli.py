@@ -153,6 +153,11 @@ def up(
         console.print(f"dataset {replay.name}: {replay.samples} samples of {replay.features} dimension(s), "
                       f"{replay.classes} classes, sharded over {devices} devices; held-out set: "
                       f"{replay.held_out or 'none (no evaluation)'}", highlight=False)
+        names = replay.settings.get("producer.dataset.class_names")
+        if isinstance(names, list):
+            shown = ", ".join(f"{n}={i}" for i, n in enumerate(names[:20])) + (", ..." if len(names) > 20 else "")
+            console.print(f"classes by name: {shown} (producer.dataset.class_names, for the replay and the "
+                          "held-out set alike)", highlight=False)
         if "coordinator.global_batch" in replay.settings:
             console.print(f"global batch {replay.settings['coordinator.global_batch']}: an eighth of the dataset "
                           f"(--set coordinator.global_batch=N to choose)", highlight=False)

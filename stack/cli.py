@@ -154,7 +154,7 @@ def up(
                       f"{replay.classes} classes, sharded over {devices} devices; held-out set: "
                       f"{replay.held_out or 'none (no evaluation)'}", highlight=False)
         names = replay.settings.get("producer.dataset.class_names")
-        if isinstance(names, list):
+        if isinstance(names, list) and any(str(n) != str(i) for i, n in enumerate(names)):  # not 0=0, 1=1, ...
             shown = ", ".join(f"{n}={i}" for i, n in enumerate(names[:20])) + (", ..." if len(names) > 20 else "")
             console.print(f"classes by name: {shown} (producer.dataset.class_names, for the replay and the "
                           "held-out set alike)", highlight=False)

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..datasets.packaged import check_packaged_name
+from .parsing import split_list
 from .renames import Renamed, seconds_renamed
 
 __all__ = [
@@ -264,6 +265,11 @@ class DatasetConfig(_Model):
 
 
     _packaged_is_known = field_validator("packaged")(check_packaged_name)
+
+    @field_validator("class_names", mode="before")
+    @classmethod
+    def _split_names(cls, value: object) -> object:
+        return tuple(split_list(value)) if isinstance(value, str) else value
 
     @field_validator("class_names")
     @classmethod

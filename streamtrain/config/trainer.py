@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..datasets.packaged import check_packaged_name
 from ..wire.records import DTYPES
+from .parsing import split_list
 from .renames import Renamed, seconds_renamed
 
 __all__ = ["BUILTIN_MODELS", "DOTTED_PATH", "TrainerConfig"]
@@ -263,7 +264,7 @@ class TrainerConfig(BaseModel):
     def _split_slowdowns(cls, value: object) -> object:
         if isinstance(value, str):
             try:
-                return tuple(float(p) for p in _split_list(value))
+                return tuple(float(p) for p in split_list(value))
             except ValueError:
                 raise ValueError(f"{value!r} is not a comma-separated list of numbers") from None
         return value
@@ -271,7 +272,7 @@ class TrainerConfig(BaseModel):
     @field_validator("accepted_dtypes", mode="before")
     @classmethod
     def _split_dtypes(cls, value: object) -> object:
-        return tuple(_split_list(value)) if isinstance(value, str) else value
+        return tuple(split_list(value)) if isinstance(value, str) else value
 
     @field_validator("accepted_dtypes")
     @classmethod
@@ -315,8 +316,3 @@ class TrainerConfig(BaseModel):
         if self.eval_path is not None and self.eval_packaged is not None:
             raise ValueError("set eval_path or eval_packaged, not both")
         return self
-
-
-def _split_list(text: str) -> list[str]:
-    """`a,b` or `[a, b]` (quotes allowed) as its items: list settings given as one string (environment, --set)."""
-    return [p.strip().strip("'\"") for p in text.strip().strip("[]").split(",") if p.strip()]

@@ -105,6 +105,8 @@ def test_values_beyond_float32_are_refused_by_name_not_published_as_infinity(tmp
 def test_class_names_setting_refuses_empty_or_repeated_names() -> None:
     cfg: StreamtrainConfig = load_config(env={}, overrides={"producer.dataset.class_names": [" cat", "dog "]})
     assert cfg.producer.dataset.class_names == ("cat", "dog")
+    as_text = load_config(env={"STREAMTRAIN_PRODUCER__DATASET__CLASS_NAMES": "owl, cat"}, overrides={})
+    assert as_text.producer.dataset.class_names == ("owl", "cat")  # one string, as the environment gives it
     for bad, words in (([], "at least one"), (["a", " "], "none of them empty"), (["a", "b", "a"], "a named more")):
         with pytest.raises(Exception, match=words):
             load_config(env={}, overrides={"producer.dataset.class_names": bad})

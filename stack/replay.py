@@ -25,7 +25,7 @@ import numpy as np
 from producers.service import ProducerError, StreamProducer
 from streamtrain.cli_support import module_command
 from streamtrain.config import KafkaConfig, ProducerConfig, StreamtrainConfig
-from streamtrain.datasets import PACKAGED, DatasetError, load_dataset, packaged_file
+from streamtrain.datasets import PACKAGED, Dataset, DatasetError, load_dataset, packaged_file
 
 from .services import DeviceStream, ServiceSpec
 
@@ -105,16 +105,20 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
         raise ValueError(f"--dataset {choice}: its samples have shape {shape} but the model takes "
                          f"(size, {trainer.num_features}): set trainer.num_features{hint}")
     names = dataset.class_names
-    if names is not None and cfg.producer.dataset.class_names is None:
-        # Numbered apart, a held-out split lacking a class would number the ones after it differently: one list
-        # for both, the training split's classes first (their numbers unchanged), then any only the other holds.
-        names = names + _names_only_in(held_out, names, cfg) if held_out is not None else names
+    # Numbered apart, a held-out split lacking a class would number the ones after it differently: one list of
+    # names for both, the training split's first (their numbers unchanged), then any only the held-out split has.
+    share_names = names is not None and cfg.producer.dataset.class_names is None
+    # Numbers as written: the held-out split may hold a class the training split lacks, which needs an output too.
+    count_held_out = names is None and dataset.labelled and "num_classes" not in explicit
+    held = _held_out_dataset(held_out, cfg) if held_out is not None and (share_names or count_held_out) else None
+    if share_names and names is not None:
+        only_held_out = [n for n in held.class_names or () if n not in names] if held is not None else []
+        names = (*names, *only_held_out)
         settings["producer.dataset.class_names"] = list(names)
     classes = len(names) if names is not None else int(dataset.labels.max()) + 1 if dataset.labelled else 0
+    if count_held_out and held is not None and len(held.labels):
+        classes = max(classes, int(held.labels.max()) + 1)
     if "num_classes" not in explicit and classes:
-        if names is None and held_out is not None:
-            # The held-out split may hold a class the training split lacks: the model needs an output for it too.
-            classes = max(classes, _classes_in(held_out, cfg))
         settings["trainer.num_classes"] = max(classes, 2)
         trainer = trainer.model_copy(update={"num_classes": max(classes, 2)})
     if classes > trainer.num_classes:
@@ -126,38 +130,27 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
     return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes)
 
 
-def _names_only_in(held_out: str, names: tuple[str, ...], cfg: StreamtrainConfig) -> tuple[str, ...]:
-    """The class names of the held-out set that `names` lacks, in the order the set numbers them."""
+def _held_out_dataset(held_out: str, cfg: StreamtrainConfig) -> Dataset:
+    """The held-out set, read as the ranks read it (the `producer.dataset` settings).
+
+    Raises:
+        ValueError: it cannot be read (the message names it).
+    """
     try:
-        own = load_dataset(_held_out_path(held_out), cfg.producer.dataset.label_column,
-                           cfg.producer.dataset.sample_column).class_names or ()
+        return _read_held_out(held_out, cfg)
     except DatasetError as exc:
         raise ValueError(f"held-out set {held_out}: {exc}") from None
-    return tuple(n for n in own if n not in names)
 
 
-def _held_out_path(held_out: str) -> Path:
-    return packaged_file(held_out, "test") if held_out in PACKAGED else Path(held_out)
-
-
-def _classes_in(held_out: str, cfg: StreamtrainConfig) -> int:
-    """Classes the held-out set's labels call for (the evaluator checks them against the model at start-up)."""
-    try:
-        labels = held_out_labels(held_out, cfg)
-    except DatasetError as exc:
-        raise ValueError(f"held-out set {held_out}: {exc}") from None
-    return int(labels.max()) + 1 if len(labels) else 0
-
-
-def held_out_labels(held_out: str, cfg: StreamtrainConfig) -> np.ndarray:
-    """The labels of a held-out set named as `trainer.eval_packaged` (a packaged name) or `trainer.eval_path`.
+def _read_held_out(held_out: str, cfg: StreamtrainConfig) -> Dataset:
+    """The held-out set named as `trainer.eval_packaged` (a packaged name) or `trainer.eval_path`.
 
     Raises:
         DatasetError: it cannot be read.
     """
+    path = packaged_file(held_out, "test") if held_out in PACKAGED else Path(held_out)
     reading = cfg.producer.dataset
-    return load_dataset(_held_out_path(held_out), reading.label_column, reading.sample_column,
-                        reading.class_names).labels
+    return load_dataset(path, reading.label_column, reading.sample_column, reading.class_names)
 
 
 def held_out_chance(cfg: StreamtrainConfig) -> float | None:
@@ -168,7 +161,7 @@ def held_out_chance(cfg: StreamtrainConfig) -> float | None:
     if held_out is None:
         return None
     try:
-        labels = held_out_labels(str(held_out), cfg)
+        labels = _read_held_out(str(held_out), cfg).labels
     except DatasetError:
         return None  # the ranks said why at start-up
     if not len(labels) or (labels < 0).any():

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["split_list"]
+__all__ = ["split_list", "text_as_tuple"]
 
 
 def split_list(text: str) -> list[str]:
     """`a,b` or `[a, b]` (quotes allowed) as its items: list settings given as one string (environment, --set)."""
     return [p.strip().strip("'\"") for p in text.strip().strip("[]").split(",") if p.strip()]
+
+
+def text_as_tuple(value: object) -> object:
+    """A list setting's value before validation: one string (`split_list`) as its items, anything else as it is.
+    Used as `field_validator(name, mode="before")(text_as_tuple)`."""
+    return tuple(split_list(value)) if isinstance(value, str) else value

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..datasets.packaged import check_packaged_name
-from .parsing import split_list
+from .parsing import text_as_tuple
 from .renames import Renamed, seconds_renamed
 
 __all__ = [
@@ -265,11 +265,7 @@ class DatasetConfig(_Model):
 
 
     _packaged_is_known = field_validator("packaged")(check_packaged_name)
-
-    @field_validator("class_names", mode="before")
-    @classmethod
-    def _split_names(cls, value: object) -> object:
-        return tuple(split_list(value)) if isinstance(value, str) else value
+    _names_from_text = field_validator("class_names", mode="before")(text_as_tuple)
 
     @field_validator("class_names")
     @classmethod

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..datasets.packaged import check_packaged_name
 from ..wire.records import DTYPES
-from .parsing import split_list
+from .parsing import split_list, text_as_tuple
 from .renames import Renamed, seconds_renamed
 
 __all__ = ["BUILTIN_MODELS", "DOTTED_PATH", "TrainerConfig"]
@@ -269,10 +269,7 @@ class TrainerConfig(BaseModel):
                 raise ValueError(f"{value!r} is not a comma-separated list of numbers") from None
         return value
 
-    @field_validator("accepted_dtypes", mode="before")
-    @classmethod
-    def _split_dtypes(cls, value: object) -> object:
-        return tuple(split_list(value)) if isinstance(value, str) else value
+    _dtypes_from_text = field_validator("accepted_dtypes", mode="before")(text_as_tuple)
 
     @field_validator("accepted_dtypes")
     @classmethod

@@ -313,12 +313,10 @@ def _class_dirs(root: Path, files: list[Path], classes: ClassNames) -> dict[Path
         if unique:
             classes.numbers_used = True
         return {d: int(n) for d, n in zip(dirs, names, strict=True)}
-    if not classes.fixed:
-        for n in unique:
-            classes.number(n)
-        if unique:
-            logger.info("class directories numbered in sorted order: %s",
-                        ", ".join(f"{n}={classes.number(n)}" for n in unique))
+    if not classes.fixed and unique:
+        numbered = {n: classes.number(n) for n in unique}
+        logger.info("class directories numbered in sorted order: %s",
+                    ", ".join(f"{n}={i}" for n, i in numbered.items()))
     return dict(zip(dirs, names, strict=True))
 
 

@@ -54,6 +54,8 @@ class Sample:
     data: bytes
     label: int | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    target: tuple[float, ...] | None = None
+    """Float target (regression values, multi-label 0/1 tags), row-major; None when the objective needs none."""
 
     @classmethod
     def from_array(
@@ -64,8 +66,12 @@ class Sample:
         label: int | None = None,
         produced_at: int | None = None,
         metadata: dict[str, str] | None = None,
+        target: Sequence[float] | np.ndarray | float | None = None,
     ) -> Sample:
-        """Build a sample from an array whose first axis is the variable-length one (size = shape[0])."""
+        """Build a sample from an array whose first axis is the variable-length one (size = shape[0]).
+
+        `target` (a number or any float sequence, flattened row-major) is the sample's float target.
+        """
         arr = np.asarray(array)
         if arr.ndim == 0:
             raise ValueError("a sample's payload needs at least one axis (its size axis)")
@@ -85,6 +91,7 @@ class Sample:
             data=arr.tobytes(),  # C order whatever the input's layout
             label=label,
             metadata=dict(metadata or {}),
+            target=None if target is None else tuple(float(v) for v in np.ravel(np.asarray(target, dtype=np.float64))),
         )
 
     def array(self) -> np.ndarray:
@@ -113,6 +120,8 @@ class Sample:
                          f"needs {expected}")
         elif self.dtype.startswith("float") and not np.isfinite(self.array()).all():
             found.append("payload holds NaN or infinity")
+        if self.target is not None and not all(math.isfinite(v) for v in self.target):
+            found.append("target holds NaN or infinity")
         return found
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,6 +135,8 @@ class Sample:
             "dtype": self.dtype,
             "data": self.data,
             "label": self.label,
+            # A list: fastavro reads a tuple in a union as an explicit (branch, value) pair.
+            "target": None if self.target is None else list(self.target),
             "metadata": self.metadata,
         }
 
@@ -141,6 +152,7 @@ class Sample:
             data=bytes(d["data"]),
             label=d.get("label"),
             metadata=dict(d.get("metadata") or {}),
+            target=None if d.get("target") is None else tuple(d["target"]),
         )
 
 

@@ -105,8 +105,8 @@ def test_fingerprints_are_distinct_and_stable() -> None:
     current = {fingerprint_of(t) for t in (Sample, StepFeedback, Assignment, DeadLetter, Evaluation)}
     assert len(current) == 5 and current <= set(fps)
     # The first versions of StepFeedback and Assignment stay readable beside the current ones.
-    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Evaluation", "Sample", "StepFeedback",
-                                    "StepFeedback"]
+    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Evaluation", "Sample", "Sample",
+                                    "StepFeedback", "StepFeedback"]
     assert all(len(fp) == 16 and int(fp, 16) >= 0 for fp in fps)
 
 
@@ -136,6 +136,18 @@ def test_records_of_the_first_schema_versions_are_read_with_the_new_fields_defau
     assert plan.seen_through == 11
     with pytest.raises(SchemaMismatchError, match="StepFeedback"):
         decode(*_older_record("StepFeedback", old), Assignment)
+
+
+def test_samples_of_the_first_schema_read_without_a_target_and_new_ones_carry_theirs() -> None:
+    sample = Sample.from_array("3", 7, np.arange(12, dtype=np.float32).reshape(4, 3), label=2)
+    old = {k: v for k, v in sample.to_dict().items() if k != "target"}
+    value, headers = _older_record("Sample", old)
+    headers.append((SIZE_HEADER, b"4"))
+    assert decode(value, headers, Sample, device="3") == sample and sample.target is None
+    with_target = Sample.from_array("3", 8, np.ones((2, 1), dtype=np.float32), target=[[0.5, -1.25], [2.0, 0.0]])
+    assert with_target.target == (0.5, -1.25, 2.0, 0.0)
+    assert decode(*encode(with_target), Sample).target == with_target.target
+    assert "target holds NaN" in "; ".join(replace(with_target, target=(1.0, float("nan"))).problems())
 
 
 @settings(max_examples=150, deadline=None)

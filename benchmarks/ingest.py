@@ -173,7 +173,7 @@ class IngestBench:
         from producers.service import StreamProducer
         from streamtrain.config import TrainerConfig
         from streamtrain.kafka import make_producer
-        from trainer.batching import collate_packed
+        from streamtrain.models.batching import collate_packed
         from trainer.consumer import RankConsumer
         from trainer.plans import PlanBook
 

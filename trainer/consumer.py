@@ -25,9 +25,9 @@ from streamtrain.kafka import (
     topic_metadata,
     watermarks,
 )
+from streamtrain.models.batching import payload_problem, sample_problems
 from streamtrain.wire import Assignment, Sample, WireError, decode, encode
 
-from .batching import payload_problem, sample_problems
 from .buffer import BufferedSample, SampleBuffer
 from .errors import TrainerSetupError
 from .plans import PlanBook

@@ -1,13 +1,10 @@
-"""The trainer's one error type for settings and environments that cannot work."""
+"""The trainer's one error type for settings and environments that cannot work (the core's `SetupError`)."""
 
 from __future__ import annotations
 
+from streamtrain.models.errors import SetupError
+
 __all__ = ["TrainerSetupError"]
 
-
-class TrainerSetupError(ValueError):
-    """A setting, environment variable or topic layout a rank cannot start with; the message names it.
-
-    `streamtrain train` reports these as configuration errors (exit 2). Any other exception is a
-    bug or an outage and surfaces with its traceback.
-    """
+#: The trainer's name for `streamtrain.models.SetupError`: the model and collate checks raise it from the core.
+TrainerSetupError = SetupError

@@ -27,12 +27,12 @@ from torch import nn
 from streamtrain.config.producer import DatasetConfig
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.datasets import Dataset, DatasetError, load_dataset, packaged_file
+from streamtrain.models.batching import Batch
+from streamtrain.models.plugins import CollateFn
 from streamtrain.wire import Sample
 
-from .batching import Batch
 from .distributed import DistContext
 from .errors import TrainerSetupError
-from .plugins import CollateFn
 
 __all__ = ["HeldOutEvaluator", "HeldOutResult", "deal_by_size", "held_out_source", "stratified_subset"]
 

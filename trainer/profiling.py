@@ -28,10 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.models.plugins import build_collate, build_model
 from streamtrain.synthetic import synthetic_samples
 
 from .distributed import keep_freed_memory, malloc_in_use, reserve_memory
-from .plugins import build_collate, build_model
 
 __all__ = ["SizeTimeFit", "fit_linear", "profile_size_time", "sizes_summing_to", "time_forward_backward"]
 

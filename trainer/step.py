@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.models.plugins import CollateFn, build_collate, build_model, check_plugins
 from streamtrain.wire import Sample
 
 from .aggregation import AggregationState, aggregation_hook
@@ -37,7 +38,6 @@ from .distributed import (
     reset_peak_memory,
 )
 from .errors import TrainerSetupError
-from .plugins import CollateFn, build_collate, build_model, check_plugins
 
 __all__ = ["NON_FINITE_LOSS", "StepResult", "StepRunner", "build_optimizer", "build_step_runner", "linear_lr_scale",
            "slowdown_for"]

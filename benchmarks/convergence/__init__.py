@@ -1,7 +1,7 @@
 """`streamtrain bench convergence`: weighted vs plain gradient aggregation with uneven batches.
 
-Every cell trains the trainer's real code path — the packed conv net (`trainer.model`), packing
-(`trainer.batching`), the step runner with its weighted-aggregation DDP hook (`trainer.step`,
+Every cell trains the trainer's real code path — the packed conv net (`streamtrain.models.conv`), packing
+(`streamtrain.models.batching`), the step runner with its weighted-aggregation DDP hook (`trainer.step`,
 `trainer.aggregation`) — on the same stream of samples in the same order:
 
 - `sgd`: one process (a DDP group of one) trains the union of every device's samples of a step;

@@ -29,7 +29,7 @@ def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells:
                messages: Any) -> None:
     import torch
 
-    from trainer.batching import collate_packed
+    from streamtrain.models.batching import collate_packed
     from trainer.distributed import destroy_distributed, init_distributed
     from trainer.step import build_step_runner
 

@@ -32,9 +32,9 @@ def _evaluate(setup: TruncationSetup, checkpoint_dir: Path) -> tuple[float | Non
     """Held-out accuracy and loss of the trainers' final checkpoint (None when there is none)."""
     import torch
 
-    from trainer.batching import collate_packed
+    from streamtrain.models.batching import collate_packed
+    from streamtrain.models.plugins import build_model
     from trainer.checkpoint import load_checkpoint
-    from trainer.plugins import build_model
 
     ckpt = load_checkpoint(checkpoint_dir)
     if ckpt is None:

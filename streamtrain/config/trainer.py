@@ -18,7 +18,7 @@ __all__ = ["BUILTIN_MODELS", "DOTTED_PATH", "TrainerConfig"]
 #: `package.module:attribute`, the form of `model` and `collate`.
 DOTTED_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
-#: The models `model` can name instead of a dotted path (built by `trainer.plugins.build_model`).
+#: The models `model` can name instead of a dotted path (built by `streamtrain.models.build_model`).
 BUILTIN_MODELS: tuple[str, ...] = ("conv", "seq")
 
 

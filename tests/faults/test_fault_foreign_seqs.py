@@ -79,7 +79,7 @@ def test_foreign_numbering_is_accounted_in_seconds_and_bounded_memory(kafka_cfg:
     (tmp_path / "seqs").mkdir()
     sets = train_settings(kafka_cfg, JOB, tmp_path / "ckpt", **{
         "trainer.num_classes": 4, "trainer.local_batch": BATCH, "trainer.checkpoint_every": 1,
-        "trainer.max_steps": STEPS, "trainer.collate": "trainer.batching:collate_packed"})
+        "trainer.max_steps": STEPS, "trainer.collate": "streamtrain.models.batching:collate_packed"})
     trainer = Service("trainer", [*sets, "train", "--local-ranks", "1", "--devices", "0"], tmp_path / "trainer.log",
                       rank_environment(tmp_path / "seqs")).start()
     try:

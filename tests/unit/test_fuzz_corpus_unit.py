@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from streamtrain.fuzz import assignment_corpus, device_corpus, feedback_corpus, reason_counts
+from streamtrain.models.batching import sample_problems
 from streamtrain.wire import Assignment, Sample, StepFeedback, WireError, decode
-from trainer.batching import sample_problems
 
 
 def _reason(value: bytes | None, headers: list, expect: type, oversize: int | None = None,

@@ -26,8 +26,8 @@ from stack.report import build_series
 from stack.services import device_streams
 from streamtrain.cli_support import set_args
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
+from streamtrain.models.batching import collate_packed
 from streamtrain.wire import Evaluation, PendingSample, StepFeedback
-from trainer.batching import collate_packed
 from trainer.distributed import DistContext
 from trainer.evaluation import HeldOutEvaluator
 

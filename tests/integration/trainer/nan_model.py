@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from streamtrain.config.trainer import TrainerConfig
-from trainer.batching import PackedBatch
-from trainer.model import PackedConvNet
+from streamtrain.models.batching import PackedBatch
+from streamtrain.models.conv import PackedConvNet
 
 #: Size (frames) of a sample this model answers with NaN.
 MARKED_SIZE = 13

@@ -28,10 +28,10 @@ from trainer_ranks import (
 )
 
 from streamtrain.datasets import load_dataset
+from streamtrain.models.batching import collate_packed
+from streamtrain.models.plugins import build_model
 from streamtrain.wire import Sample
-from trainer.batching import collate_packed
 from trainer.compression import topk
-from trainer.plugins import build_model
 
 pytestmark = pytest.mark.integration
 

@@ -20,13 +20,13 @@ import torch.nn.functional as F
 from nan_model import MARKED_SIZE
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.models.batching import collate_packed
+from streamtrain.models.plugins import build_model
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import Sample
-from trainer.batching import collate_packed
 from trainer.compression import TopKCompressor
 from trainer.distributed import destroy_distributed, free_port, init_distributed
 from trainer.evaluation import HeldOutEvaluator
-from trainer.plugins import build_model
 from trainer.step import build_step_runner, linear_lr_scale
 
 #: Tiny float64 model: fast, and exact enough to compare at 1e-9.

@@ -19,9 +19,9 @@ from streamtrain.accounting import SeqLedger
 from streamtrain.config import KafkaConfig
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.kafka import make_consumer, read_to_end
+from streamtrain.models.batching import PackedBatch, collate_packed
+from streamtrain.models.plugins import PROBE_DEVICE
 from streamtrain.wire import Sample, StepFeedback, decode
-from trainer.batching import PackedBatch, collate_packed
-from trainer.plugins import PROBE_DEVICE
 
 ENV = "TRAINER_TEST_SEQ_LOG"
 

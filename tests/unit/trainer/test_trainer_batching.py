@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.models.batching import bucketed_length, collate_packed, pack_samples, sample_problems
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import Sample
-from trainer.batching import bucketed_length, collate_packed, pack_samples, sample_problems
 
 
 def test_pack_concatenates_without_padding() -> None:

@@ -11,10 +11,10 @@ from torch import nn
 
 from streamtrain.config.core import StreamtrainConfig
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.models.batching import PackedBatch, collate_packed
+from streamtrain.models.conv import PackedConvNet
+from streamtrain.models.plugins import build_collate, build_model, resolve_dotted
 from streamtrain.wire import Sample
-from trainer.batching import PackedBatch, collate_packed
-from trainer.model import PackedConvNet
-from trainer.plugins import build_collate, build_model, resolve_dotted
 
 
 def test_defaults_fit_the_synthetic_task() -> None:

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from streamtrain.config.producer import DatasetConfig
 from streamtrain.config.trainer import TrainerConfig
-from trainer.batching import collate_packed
+from streamtrain.models.batching import collate_packed
+from streamtrain.models.plugins import build_model
 from trainer.distributed import DistContext
 from trainer.errors import TrainerSetupError
 from trainer.evaluation import HeldOutEvaluator, deal_by_size, held_out_source, stratified_subset
-from trainer.plugins import build_model
 
 ONE = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
 

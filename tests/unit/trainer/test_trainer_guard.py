@@ -17,13 +17,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.fuzz import extreme_sample
+from streamtrain.models.batching import DTYPE_NOT_ACCEPTED, DTYPE_OVERFLOW, PackedBatch, collate_packed, payload_problem
+from streamtrain.models.conv import PackedConvNet
+from streamtrain.models.plugins import build_model
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import DTYPES, Sample
 from trainer.aggregation import AggregationState, aggregation_hook
-from trainer.batching import DTYPE_NOT_ACCEPTED, DTYPE_OVERFLOW, PackedBatch, collate_packed, payload_problem
 from trainer.distributed import DistContext, destroy_distributed, init_distributed
-from trainer.model import PackedConvNet
-from trainer.plugins import build_model
 from trainer.step import StepRunner, build_optimizer, build_step_runner
 
 CONFIG = TrainerConfig(num_features=4, num_classes=3, hidden_size=8, num_layers=1, kernel_size=3, device="cpu")

@@ -6,10 +6,10 @@ import torch
 import torch.nn.functional as F
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.models.batching import PackedBatch, pack_samples
+from streamtrain.models.conv import MaskedConv1d, PackedConvNet
+from streamtrain.models.plugins import build_model
 from streamtrain.synthetic import synthetic_samples
-from trainer.batching import PackedBatch, pack_samples
-from trainer.model import MaskedConv1d, PackedConvNet
-from trainer.plugins import build_model
 
 
 def _reference_logits(model: PackedConvNet, frames: torch.Tensor) -> torch.Tensor:

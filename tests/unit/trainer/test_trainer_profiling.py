@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.models.batching import pack_samples
+from streamtrain.models.plugins import build_model
 from streamtrain.synthetic import synthetic_samples
-from trainer.batching import pack_samples
-from trainer.plugins import build_model
 from trainer.profiling import fit_linear, profile_size_time, sizes_summing_to, time_forward_backward
 
 CONFIG = TrainerConfig(hidden_size=32)

@@ -10,12 +10,12 @@ import torch
 from torch import nn
 
 from streamtrain.config.trainer import BUILTIN_MODELS, TrainerConfig
+from streamtrain.models.batching import PackedBatch, collate_packed, pack_samples
+from streamtrain.models.plugins import build_collate, build_model, check_plugins
+from streamtrain.models.sequence import SequenceClassifier, series_features
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import Sample
-from trainer.batching import PackedBatch, collate_packed, pack_samples
 from trainer.errors import TrainerSetupError
-from trainer.plugins import build_collate, build_model, check_plugins
-from trainer.sequence import SequenceClassifier, series_features
 
 SEQ = TrainerConfig(model="seq", num_features=2, num_classes=5, hidden_size=8, num_layers=3, kernel_size=3)
 

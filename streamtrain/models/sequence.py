@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .batching import PackedBatch, bucketed_length
-from .model import segment_mean
+from .conv import segment_mean
 
 __all__ = ["SequenceClassifier", "series_features"]
 

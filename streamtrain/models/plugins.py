@@ -21,8 +21,8 @@ from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
 from .batching import Batch, collate_packed, model_dtype
-from .errors import TrainerSetupError
-from .model import PackedConvNet
+from .conv import PackedConvNet
+from .errors import SetupError
 from .sequence import SequenceClassifier
 
 __all__ = ["PROBE_DEVICE", "CollateFn", "build_collate", "build_model", "check_plugins", "probe_samples",
@@ -45,23 +45,23 @@ def resolve_dotted(path: str, setting: str) -> Any:
         setting: The config key it came from, named in every error.
 
     Raises:
-        TrainerSetupError: The path is malformed, its module does not import, or the attribute is missing
+        SetupError: The path is malformed, its module does not import, or the attribute is missing
             or not callable.
     """
     module_name, sep, attr_path = path.partition(":")
     if not sep or not module_name or not attr_path:
-        raise TrainerSetupError(f"{setting}: {path!r} is not of the form package.module:attribute")
+        raise SetupError(f"{setting}: {path!r} is not of the form package.module:attribute")
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise TrainerSetupError(f"{setting}: cannot import module {module_name!r} of {path!r}: {exc}") from exc
+        raise SetupError(f"{setting}: cannot import module {module_name!r} of {path!r}: {exc}") from exc
     for part in attr_path.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise TrainerSetupError(f"{setting}: {module_name!r} has no attribute {attr_path!r}") from None
+            raise SetupError(f"{setting}: {module_name!r} has no attribute {attr_path!r}") from None
     if not callable(target):
-        raise TrainerSetupError(f"{setting}: {path!r} is {type(target).__name__}, not a callable")
+        raise SetupError(f"{setting}: {path!r} is {type(target).__name__}, not a callable")
     return target
 
 
@@ -70,7 +70,7 @@ def build_model(config: TrainerConfig) -> nn.Module:
     configured precision, on the CPU.
 
     Raises:
-        TrainerSetupError: `config.model` cannot be resolved or its factory returns no `nn.Module`.
+        SetupError: `config.model` cannot be resolved or its factory returns no `nn.Module`.
     """
     dtype = model_dtype(config)
     # Seeded without disturbing the caller's global RNG; DDP later broadcasts rank 0's parameters anyway.
@@ -85,7 +85,7 @@ def build_model(config: TrainerConfig) -> nn.Module:
             model = resolve_dotted(config.model, "trainer.model")(config)
             if not isinstance(model, nn.Module):
                 got = type(model).__name__
-                raise TrainerSetupError(f"trainer.model: {config.model!r} returned {got}, not nn.Module")
+                raise SetupError(f"trainer.model: {config.model!r} returned {got}, not nn.Module")
             logger.info("using model %s from trainer.model", config.model)
     return model.to(dtype)
 
@@ -120,7 +120,7 @@ def check_plugins(model: nn.Module, collate: CollateFn, config: TrainerConfig) -
         config: Trainer settings (features, classes, and the plug-ins' names for messages).
 
     Raises:
-        TrainerSetupError: naming `trainer.collate` when collating fails or its batch lacks what a step needs,
+        SetupError: naming `trainer.collate` when collating fails or its batch lacks what a step needs,
             `trainer.model` when the forward pass raises or its logits are not (num_samples, num_classes) and finite.
     """
     collate_name = _name(config.collate, "the default packing")
@@ -133,22 +133,22 @@ def check_plugins(model: nn.Module, collate: CollateFn, config: TrainerConfig) -
             try:
                 batch = collate(samples, config)
             except Exception as exc:  # a plug-in may raise anything: report it as this setting's failure
-                raise TrainerSetupError(f"trainer.collate: {collate_name} raised {type(exc).__name__} on {what}: "
+                raise SetupError(f"trainer.collate: {collate_name} raised {type(exc).__name__} on {what}: "
                                         f"{exc}") from exc
             _check_batch(batch, samples, collate_name)
             try:
                 with torch.no_grad():
                     logits = model(batch)
             except Exception as exc:
-                raise TrainerSetupError(f"trainer.model: {model_name} raised {type(exc).__name__} on {what} "
+                raise SetupError(f"trainer.model: {model_name} raised {type(exc).__name__} on {what} "
                                         f"(collated by {collate_name}): {exc}") from exc
             want = (len(samples), config.num_classes)
             if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != want:
                 got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-                raise TrainerSetupError(f"trainer.model: {model_name} returned logits of shape {got} for {what}; "
+                raise SetupError(f"trainer.model: {model_name} returned logits of shape {got} for {what}; "
                                         f"expected {want} (batch.num_samples, trainer.num_classes)")
             if not logits.is_floating_point() or not bool(torch.isfinite(logits).all()):
-                raise TrainerSetupError(f"trainer.model: {model_name} returned non-finite or non-float logits "
+                raise SetupError(f"trainer.model: {model_name} returned non-finite or non-float logits "
                                         f"for {what}")
     finally:
         model.train(was_training)
@@ -158,14 +158,14 @@ def check_plugins(model: nn.Module, collate: CollateFn, config: TrainerConfig) -
 def _check_batch(batch: Any, samples: Sequence[Sample], collate_name: str) -> None:
     missing = [a for a in ("labels", "num_samples", "total_size", "to") if not hasattr(batch, a)]
     if missing:
-        raise TrainerSetupError(f"trainer.collate: {collate_name} returned {type(batch).__name__}, which lacks "
+        raise SetupError(f"trainer.collate: {collate_name} returned {type(batch).__name__}, which lacks "
                                 f"{', '.join(missing)} (a batch needs labels, num_samples, total_size and to(device))")
     n, total = len(samples), sum(s.size for s in samples)
     labels = batch.labels
     if not isinstance(labels, torch.Tensor) or tuple(labels.shape) != (n,) or labels.dtype != torch.int64:
         got = f"{tuple(labels.shape)} {labels.dtype}" if isinstance(labels, torch.Tensor) else type(labels).__name__
-        raise TrainerSetupError(f"trainer.collate: {collate_name} returned labels {got} for {n} samples; expected "
+        raise SetupError(f"trainer.collate: {collate_name} returned labels {got} for {n} samples; expected "
                                 f"an int64 tensor of shape ({n},)")
     if batch.num_samples != n or batch.total_size != total:
-        raise TrainerSetupError(f"trainer.collate: {collate_name} reports num_samples {batch.num_samples} and "
+        raise SetupError(f"trainer.collate: {collate_name} reports num_samples {batch.num_samples} and "
                                 f"total_size {batch.total_size} for {n} samples of total size {total}")

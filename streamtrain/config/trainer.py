@@ -13,13 +13,16 @@ from ..wire.records import DTYPES
 from .parsing import split_list, text_as_tuple
 from .renames import Renamed, seconds_renamed
 
-__all__ = ["BUILTIN_MODELS", "DOTTED_PATH", "TrainerConfig"]
+__all__ = ["BUILTIN_MODELS", "BUILTIN_OBJECTIVES", "DOTTED_PATH", "TrainerConfig"]
 
 #: `package.module:attribute`, the form of `model` and `collate`.
 DOTTED_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 #: The models `model` can name instead of a dotted path (built by `streamtrain.models.build_model`).
 BUILTIN_MODELS: tuple[str, ...] = ("conv", "seq")
+
+#: The objectives `objective` can name instead of a dotted path.
+BUILTIN_OBJECTIVES: tuple[str, ...] = ("classification", "regression", "multilabel", "forecast")
 
 
 class TrainerConfig(BaseModel):
@@ -55,6 +58,11 @@ class TrainerConfig(BaseModel):
     PLAID), or the dotted path `module:attr` of a factory `(TrainerConfig) -> torch.nn.Module` of your own.
     Whatever it is must take what `collate` returns, an empty batch included, and give logits of shape
     (batch.num_samples, num_classes): each rank checks that on a probe batch at start-up."""
+
+    objective: str = "classification"
+    """What the model learns and how it is judged: `classification` (an integer label per sample; cross-entropy),
+    `regression` (a float target per sample), `multilabel` (k tags per sample), `forecast` (no labels: the next
+    values of each series), or the dotted path `module:attr` of an objective of your own."""
 
     collate: str | None = None
     """Dotted path `module:attr` of `(Sequence[Sample], TrainerConfig) -> batch` replacing the default
@@ -295,6 +303,14 @@ class TrainerConfig(BaseModel):
         if value not in BUILTIN_MODELS and not DOTTED_PATH.match(value):
             raise ValueError(f"{value!r} is neither a built-in model ({', '.join(BUILTIN_MODELS)}) nor a dotted "
                              "path of the form package.module:attribute")
+        return value
+
+    @field_validator("objective")
+    @classmethod
+    def _is_builtin_objective_or_dotted(cls, value: str) -> str:
+        if value not in BUILTIN_OBJECTIVES and not DOTTED_PATH.match(value):
+            raise ValueError(f"{value!r} is neither a built-in objective ({', '.join(BUILTIN_OBJECTIVES)}) nor a "
+                             "dotted path of the form package.module:attribute")
         return value
 
     @field_validator("collate")

@@ -17,12 +17,14 @@ def encode_sample(
     label: int | None,
     produced_at: int,
     metadata: dict[str, str],
+    target: np.ndarray | None = None,
 ) -> tuple[bytes, HeaderList, int]:
-    """The (value, headers) of the Sample built from `array` (size = shape[0]), and its size.
+    """The (value, headers) of the Sample built from `array` (size = shape[0]) and its float `target`, and its size.
 
     Raises:
         ValueError: for a payload `Sample.from_array` refuses (no axis, unknown dtype).
     """
-    sample = Sample.from_array(device_id, seq, array, label=label, produced_at=produced_at, metadata=metadata)
+    sample = Sample.from_array(device_id, seq, array, label=label, produced_at=produced_at, metadata=metadata,
+                               target=target)
     value, headers = encode(sample)
     return value, headers, sample.size

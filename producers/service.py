@@ -238,24 +238,24 @@ class StreamProducer:
                 time.sleep(pause)
 
     def _publish(self, d: int, draft: Draft, now: int, stop: threading.Event) -> bool:
-        if not self._send(d, draft.array, draft.label, draft.metadata, now, stop, injected=False):
+        if not self._send(d, draft, draft.metadata, now, stop, injected=False):
             return False
         self.own[d] += 1
         targets = self.injection.targets(d)
         if len(targets):
             origin = {**draft.metadata, "injected_from": self.ids[d], "origin_seq": str(self.next_seq[d] - 1)}
             for r in targets:
-                if not self._send(int(r), draft.array, draft.label, origin, now, stop, injected=True):
+                if not self._send(int(r), draft, origin, now, stop, injected=True):
                     return False
                 self.injected[r] += 1
         return True
 
-    def _send(self, d: int, array: np.ndarray, label: int | None, metadata: dict[str, str], now: int,
-              stop: threading.Event, *, injected: bool) -> bool:
+    def _send(self, d: int, draft: Draft, metadata: dict[str, str], now: int, stop: threading.Event, *,
+              injected: bool) -> bool:
         producer = self._producer
         assert producer is not None
         seq = int(self.next_seq[d])
-        value, headers, size = encode_sample(self.ids[d], seq, array, label, now, metadata)
+        value, headers, size = encode_sample(self.ids[d], seq, draft.array, draft.label, now, metadata, draft.target)
         callback = partial(self._delivered, d, seq, size, injected)
         while True:
             try:

@@ -38,6 +38,8 @@ class Draft:
     array: np.ndarray
     label: int | None
     metadata: dict[str, str] = field(default_factory=dict)
+    target: np.ndarray | None = None
+    """The float target (regression values, multi-label tags), when the dataset carries one."""
 
 
 class SampleSource(Protocol):
@@ -140,8 +142,9 @@ class DatasetSource:
             i = int(order[self._pos[device]])
             self._pos[device] += 1
             label = int(self.dataset.labels[i])
+            target = self.dataset.targets[i] if self.dataset.targets is not None else None
             out.append(Draft(self.dataset.samples[i], label if label >= 0 else None,
-                             {"source": Path(self.dataset.sources[i]).name}))
+                             {"source": Path(self.dataset.sources[i]).name}, target))
         return out
 
 
@@ -167,7 +170,8 @@ def build_source(cfg: ProducerConfig) -> tuple[SampleSource, Dataset | None]:
         path = ds_cfg.path
     else:
         return SyntheticSource(cfg, devices), None
-    dataset = load_dataset(path, ds_cfg.label_column, ds_cfg.sample_column, ds_cfg.class_names)
+    dataset = load_dataset(path, ds_cfg.label_column, ds_cfg.sample_column, ds_cfg.class_names,
+                           ds_cfg.target_columns)
     if ds_cfg.sharding in ("stratified",) and not dataset.labelled:
         raise ValueError(f"dataset.sharding: stratified sharding needs labels; {path} has unlabelled samples")
     if cfg.size.kind != "fixed" or cfg.size.dif:

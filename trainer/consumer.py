@@ -26,6 +26,7 @@ from streamtrain.kafka import (
     watermarks,
 )
 from streamtrain.models.batching import payload_problem, sample_problems
+from streamtrain.objectives import Objective, build_objective
 from streamtrain.wire import Assignment, Sample, WireError, decode, encode
 
 from .buffer import BufferedSample, SampleBuffer
@@ -57,6 +58,7 @@ class RankConsumer:
         plans: Where decoded Assignments go.
         producer: Producer the dead letters are sent with (the caller flushes it).
         dead_letter_plans: Also dead-letter bad Assignment records (one rank should, not all).
+        objective: Says which samples lack the target it trains on (default: the one `trainer.objective` names).
     """
 
     def __init__(
@@ -68,8 +70,11 @@ class RankConsumer:
         plans: PlanBook,
         producer: Producer,
         dead_letter_plans: bool = False,
+        *,
+        objective: Objective | None = None,
     ) -> None:
         self.config = trainer
+        self.objective = objective if objective is not None else build_objective(trainer)
         self.kafka = kafka
         self.group_id = group_id
         self.device_id = device_id
@@ -189,10 +194,13 @@ class RankConsumer:
             self.buffer.skip(offset)
             return
         problems = sample_problems(sample, self.config.num_features, wire_checked=True)  # decode validated it
-        if sample.label is not None and sample.label >= self.config.num_classes:
-            problems.append(f"label {sample.label} is not below trainer.num_classes={self.config.num_classes}")
         if problems:
             self.dead_letter(msg, "untrainable", f"sample {sample.device_id}#{sample.seq}: " + "; ".join(problems))
+            self.buffer.skip(offset)
+            return
+        lacking = self.objective.target_problem(sample)  # what the loss needs must be there before it is buffered
+        if lacking is not None:
+            self.dead_letter(msg, lacking.reason, f"sample {sample.device_id}#{sample.seq}: {lacking.detail}")
             self.buffer.skip(offset)
             return
         refused = payload_problem(sample, self.config)

@@ -1,13 +1,18 @@
-"""Held-out evaluation while training: accuracy and loss of the shared model on a test split.
+"""Held-out evaluation while training: the objective's metrics of the shared model on a test split.
 
 Which samples: `trainer.eval_path` (any file or directory dataset replay reads, e.g. a `*_TEST.ts`) or
 `trainer.eval_packaged` (a packaged dataset's test split, e.g. PLAID_TEST.ts), optionally cut to a
 class-stratified `trainer.eval_max_samples`. Who evaluates: every rank, each its own slice — the
 samples dealt out by size so every slice holds about the same total size, hence takes about the same
-time — and one all-reduce of (loss sum, correct, count) gives every rank the result. Sharding keeps
+time — and one gather of the metric sums gives every rank the result. Sharding keeps
 the pause short: rank 0 alone would hold every other rank at the next step's collectives for the whole
 set. Each rank collates its slice once at start-up (which also checks `trainer.collate` and the
 held-out samples' shape before training starts).
+
+What is measured is the objective's (`streamtrain.objectives`): accuracy for classification, MAE and RMSE
+for regression and forecasts, F1 for multi-label, each beside its baseline's. The baseline is scored with
+what the whole fleet has trained so far (the ranks' baseline states added up first: the training mean,
+the most common class), so it is the same model-free guess whichever rank scores a sample.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from streamtrain.config.producer import DatasetConfig
@@ -29,6 +33,7 @@ from streamtrain.config.trainer import TrainerConfig
 from streamtrain.datasets import Dataset, DatasetError, load_dataset, packaged_file
 from streamtrain.models.batching import Batch
 from streamtrain.models.plugins import CollateFn
+from streamtrain.objectives import Objective, add_sums, build_objective
 from streamtrain.wire import Sample
 
 from .distributed import DistContext
@@ -45,10 +50,13 @@ class HeldOutResult:
 
     step: int
     samples: int
-    accuracy: float
+    accuracy: float | None
+    """Classification's accuracy (None for other objectives)."""
     loss: float
     seconds: float
     """This rank's wall time from the evaluation's start to the combined result (the pause in training)."""
+    metrics: dict[str, float]
+    """The objective's metrics and its baseline's (`Objective.summarise` of the summed metric sums)."""
 
 
 def held_out_source(config: TrainerConfig) -> tuple[str, Path, str] | None:
@@ -111,6 +119,7 @@ class HeldOutEvaluator:
         collate: The collate function the rank trains with.
         reading: How the replayed dataset is read (`producer.dataset`: CSV columns, class names), so that the
             held-out set is read, and its classes numbered, as the training data is.
+        objective: What is measured (default: the one `trainer.objective` names).
 
     Raises:
         TrainerSetupError: the held-out set cannot be loaded, has unlabelled samples, samples of the wrong
@@ -118,15 +127,17 @@ class HeldOutEvaluator:
     """
 
     def __init__(self, config: TrainerConfig, ctx: DistContext, collate: CollateFn,
-                 reading: DatasetConfig | None = None) -> None:
+                 reading: DatasetConfig | None = None, *, objective: Objective | None = None) -> None:
         source = held_out_source(config)
         if source is None:
             raise TrainerSetupError("trainer.eval_path: no held-out set configured")
         self.name, path, setting = source
         self.ctx = ctx
+        self.objective = objective if objective is not None else build_objective(config)
         reading = reading or DatasetConfig()
         try:
-            dataset = load_dataset(path, reading.label_column, reading.sample_column, reading.class_names)
+            dataset = load_dataset(path, reading.label_column, reading.sample_column, reading.class_names,
+                                   reading.target_columns)
         except DatasetError as exc:
             raise TrainerSetupError(f"{setting}: {exc}") from None
         if dataset.class_names is not None and reading.class_names is None:
@@ -134,12 +145,12 @@ class HeldOutEvaluator:
                            "producer.dataset.class_names so that the training data numbers them alike",
                            ctx.rank, self.name, ", ".join(f"{n}={i}" for i, n in enumerate(dataset.class_names[:12])))
         _check_held_out(dataset, config, setting)
-        keep = stratified_subset(dataset.labels, config.eval_max_samples or len(dataset), config.seed)
+        usable = _usable(dataset, self.objective, setting)
+        keep = usable[stratified_subset(dataset.labels[usable], config.eval_max_samples or len(usable), config.seed)]
         sizes = dataset.sizes[keep]
         mine = keep[deal_by_size(sizes, ctx.rank, ctx.world_size)]
         self.total = len(keep)
-        samples = [Sample.from_array("held-out", int(i), dataset.samples[i], label=int(dataset.labels[i]))
-                   for i in mine]
+        samples = [_held_out_sample(dataset, int(i)) for i in mine]
         self.batches: list[Batch] = []
         for chunk in _chunks(samples, config.eval_batch_size):
             try:
@@ -158,38 +169,71 @@ class HeldOutEvaluator:
         A collective: every rank must call it at the same step.
         """
         started = time.perf_counter()
+        baseline = self._fleet_sum(self.objective.baseline_state)
         was_training = model.training
         model.eval()
-        loss_sum = correct = 0.0
+        sums: dict[str, float] = {}
         try:
             with torch.inference_mode():
                 for batch in self.batches:
-                    logits = model(batch)
-                    loss_sum += float(F.cross_entropy(logits, batch.labels, reduction="sum"))
-                    correct += float((logits.argmax(dim=1) == batch.labels).sum())
+                    scored = self.objective.metric_sums(model(batch), batch, baseline)
+                    add_sums(sums, {k: float(v) for k, v in scored.items()})
         finally:
             model.train(was_training)
-        totals = torch.tensor([loss_sum, correct, float(self.own_samples)], dtype=torch.float64)
         if dist.is_initialized() and self.ctx.world_size > 1:
-            # gloo reduces CPU tensors; NCCL needs them on the rank's GPU.
-            device = self.ctx.device if self.ctx.backend == "nccl" else torch.device("cpu")
-            moved = totals.to(device)
-            dist.all_reduce(moved)
-            totals = moved.cpu()
-        loss_total, right, count = (float(v) for v in totals)
-        seconds = time.perf_counter() - started
-        return HeldOutResult(step=step, samples=int(count), accuracy=right / count if count else 0.0,
-                             loss=loss_total / count if count else 0.0, seconds=seconds)
+            gathered: list[dict[str, float] | None] = [None] * self.ctx.world_size
+            dist.all_gather_object(gathered, sums)  # a few sums, every few dozen steps: simplicity over speed
+            sums = {}
+            for part in gathered:
+                add_sums(sums, part or {})
+        metrics = self.objective.summarise(sums)
+        return HeldOutResult(step=step, samples=int(sums.get("count", 0)), accuracy=metrics.get("accuracy"),
+                             loss=metrics.get("loss", 0.0), seconds=time.perf_counter() - started, metrics=metrics)
+
+    def _fleet_sum(self, state: torch.Tensor) -> torch.Tensor:
+        """The baseline states of every rank added up (what the fleet has trained so far)."""
+        if not (dist.is_initialized() and self.ctx.world_size > 1) or not state.numel():
+            return state
+        # gloo reduces CPU tensors; NCCL needs them on the rank's GPU.
+        device = self.ctx.device if self.ctx.backend == "nccl" else torch.device("cpu")
+        total = state.to(device, copy=True)
+        dist.all_reduce(total)
+        return total
+
+
+def _held_out_sample(dataset: Dataset, i: int) -> Sample:
+    label = int(dataset.labels[i])
+    target = dataset.targets[i] if dataset.targets is not None else None
+    return Sample.from_array("held-out", i, dataset.samples[i], label=label if label >= 0 else None, target=target)
+
+
+def _usable(dataset: Dataset, objective: Objective, setting: str) -> np.ndarray:
+    """Indices of the held-out samples that carry what the objective needs (the others are left out, and said so).
+
+    Raises:
+        TrainerSetupError: none does.
+    """
+    problems = [objective.target_problem(_held_out_sample(dataset, i)) for i in range(len(dataset))]
+    usable = np.asarray([i for i, p in enumerate(problems) if p is None], dtype=np.int64)
+    left = [p for p in problems if p is not None]
+    if not len(usable):
+        raise TrainerSetupError(f"{setting}: no held-out sample can be scored by trainer.objective "
+                                f"{objective.name}: {left[0].detail}")
+    if left:
+        logger.warning("held-out set: %d of %d samples left out (%s)", len(left), len(dataset), left[0].detail)
+    return usable
 
 
 def _check_held_out(dataset: Dataset, config: TrainerConfig, setting: str) -> None:
-    if not dataset.labelled:
-        raise TrainerSetupError(f"{setting}: the held-out set has unlabelled samples; evaluation needs labels")
     shapes = {s.shape[1:] for s in dataset.samples}
     if shapes != {(config.num_features,)}:
         shown = ", ".join(f"(size, {', '.join(map(str, s))})" for s in sorted(shapes))
         raise TrainerSetupError(f"{setting}: held-out samples have shape {shown}; the model takes "
                                 f"(size, {config.num_features}) (trainer.num_features)")
+    if config.objective != "classification":
+        return
+    if not dataset.labelled:
+        raise TrainerSetupError(f"{setting}: the held-out set has unlabelled samples; evaluation needs labels")
     top = int(dataset.labels.max())
     if top >= config.num_classes:
         raise TrainerSetupError(f"{setting}: held-out label {top} is not below trainer.num_classes "

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry
 
 from streamtrain.metrics import MetricSet
+from streamtrain.objectives import Objective, SumWindow
 from streamtrain.wire import StepFeedback
 
-__all__ = ["BUSY_SMOOTHING", "TrainerMetrics"]
+__all__ = ["BUSY_SMOOTHING", "ObjectiveMetrics", "TrainerMetrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,10 +122,65 @@ class TrainerMetrics:
                 self._plans_rejected.labels(**self._labels, reason=reason).inc(new)
                 self._rejected_seen[reason] = total
 
-    def record_heldout(self, step: int, accuracy: float, loss: float, seconds: float) -> None:
-        """Update the held-out metrics from one evaluation (after `step` steps)."""
-        self.heldout_accuracy.set(accuracy)
+    def record_heldout(self, step: int, accuracy: float | None, loss: float, seconds: float) -> None:
+        """Update the held-out metrics from one evaluation (after `step` steps); accuracy is classification's."""
+        if accuracy is not None:
+            self.heldout_accuracy.set(accuracy)
         self.heldout_loss.set(loss)
         self.heldout_seconds.set(seconds)
         self.heldout_step.set(step)
         self.heldout_evaluations.inc()
+
+
+class ObjectiveMetrics:
+    """One rank's figures in the terms of its objective: test-then-train (each sample scored by the model before
+    the step that trains it) and held-out.
+
+    `streamtrain_trainer_prequential_sums_total{key}` counts the metric sums themselves (count, loss_sum,
+    squared_error_sum, ...), so a dashboard gets any window and the fleet exactly as ratios of sums:
+    `sum(increase(...{key="correct"}[1m])) / sum(increase(...{key="count"}[1m]))`. The gauges hold this rank's
+    metrics, running (the whole run) and recent (the last `trainer.prequential_window` steps that trained).
+
+    Args:
+        registry: Where to register (the rank's registry).
+        device_id: Value of the `device` label.
+        job: Value of the `job` label.
+        objective: Turns sums into metrics.
+        window: Steps of the recent window.
+    """
+
+    def __init__(self, registry: CollectorRegistry, device_id: str, job: str, objective: Objective,
+                 window: int) -> None:
+        self.objective = objective
+        self.window = SumWindow(window)
+        self._labels = {"device": device_id, "job": job}
+        self._sums = MetricSet(registry, "trainer", [*self._labels, "key"]).counter(
+            "prequential_sums", "Test-then-train metric sums (label key: count, loss_sum, correct, abs_error_sum, "
+            "...) of the samples trained, each scored by the model before the step that trained it; metrics are "
+            "ratios of these sums over any window and any set of devices.")
+        self._metric = MetricSet(registry, "trainer", [*self._labels, "metric", "window"]).gauge(
+            "prequential", "Test-then-train metric of this device's samples (label metric: accuracy, rmse, mae, "
+            "f1_mean, loss, and their baseline_*), over the whole run (window=running) or the last "
+            "trainer.prequential_window steps that trained (window=recent).")
+        self._heldout = MetricSet(registry, "trainer", [*self._labels, "metric"]).gauge(
+            "heldout", "The objective's metrics on the held-out set at the last evaluation (label metric: accuracy, "
+            "rmse, mae, f1_mean, loss, and their baseline_*; the same on every rank).")
+
+    def record_step(self, sums: Mapping[str, float]) -> None:
+        """Fold one step's test-then-train sums in (a step that trained nothing has none)."""
+        if not sums:
+            return
+        self.window.add(sums)
+        for key, value in sums.items():
+            if value > 0:  # a counter only grows; a sum that is not positive adds nothing
+                self._sums.labels(**self._labels, key=key).inc(value)
+            elif value < 0:
+                logger.debug("prequential sum %s = %g not counted: the counter only grows", key, value)
+        for window, totals in (("running", self.window.running), ("recent", self.window.recent)):
+            for metric, value in self.objective.summarise(totals).items():
+                self._metric.labels(**self._labels, metric=metric, window=window).set(value)
+
+    def record_heldout(self, metrics: Mapping[str, float]) -> None:
+        """Set the held-out gauges from one evaluation's metrics."""
+        for metric, value in metrics.items():
+            self._heldout.labels(**self._labels, metric=metric).set(value)

@@ -34,7 +34,7 @@ from .checkpoint import Checkpoint, NonFiniteCheckpointError, load_checkpoint, r
 from .consumer import RankConsumer
 from .distributed import DistContext, destroy_distributed, init_distributed
 from .evaluation import HeldOutEvaluator, held_out_source
-from .metrics import TrainerMetrics
+from .metrics import ObjectiveMetrics, TrainerMetrics
 from .plan_checks import PartCheck
 from .plans import LocalPlanner, PlanBook, Selection, selection_from
 from .step import NON_FINITE_LOSS, StepResult, build_step_runner
@@ -77,12 +77,14 @@ class TrainerRank:
         self.producer = make_control_producer(config.kafka)
         self.plans = PlanBook(config.job, window=self.trainer.plan_window_steps)
         self.consumer = RankConsumer(config.kafka, self.trainer, device_id, self.group_id, self.plans,
-                                     self.producer, dead_letter_plans=ctx.is_main)
+                                     self.producer, dead_letter_plans=ctx.is_main, objective=self.runner.objective)
         self.part_check = PartCheck(device_id, config.coordinator, self.consumer.high_watermark, self._wait_for)
         self.buffer = self.consumer.buffer
         self.local = LocalPlanner(self.trainer.local_batch)
         self.reports = ReportLog()
         self.metrics = TrainerMetrics(registry if registry is not None else CollectorRegistry(), device_id, config.job)
+        self.scores = ObjectiveMetrics(self.metrics.registry, device_id, config.job, self.runner.objective,
+                                       self.trainer.prequential_window)
         self.step = 0
         self.plans_late = 0
         self.committed: int | None = None
@@ -202,6 +204,7 @@ class TrainerRank:
             trained_offsets=trained, dropped_offsets=ranges_of(dropped),
             plan_wait_seconds=plan_wait, hold_seconds=held,
             plan_round_trip_seconds=self.reports.time_plans(self.plans.received()),
+            prequential=result.prequential,
         )
         self.reports.record(step, self.buffer.first_unreported)
         value, headers = encode(feedback)
@@ -212,6 +215,7 @@ class TrainerRank:
         self._dead_lettered_seen = self.consumer.dead_lettered
         compressed = result.buckets > 0 and result.compressed_buckets == result.buckets
         self.metrics.record_step(feedback, late=arrived is None, compressed=compressed, dead_lettered=dead)
+        self.scores.record_step(feedback.prequential)
         self.metrics.count_rejected(self.plans.rejected)
         self.metrics.buffer_bytes.set(self.buffer.nbytes)
         if self.step % self.trainer.log_every == 0:

@@ -16,15 +16,15 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.models.plugins import CollateFn, build_collate, build_model, check_plugins
+from streamtrain.objectives import Objective, build_objective
 from streamtrain.wire import Sample
 
 from .aggregation import AggregationState, aggregation_hook
@@ -89,6 +89,9 @@ class StepResult:
     value); this rank's samples were not trained."""
     grad_norm: float | None = None
     """L2 norm of the aggregated gradient before clipping (the same on every rank); None when nobody trained."""
+    prequential: dict[str, float] = field(default_factory=dict)
+    """Test-then-train: the objective's metric sums of this rank's samples under the model as it was before the
+    step, from the step's own forward pass (empty when it trained none or the step was skipped)."""
 
 
 def linear_lr_scale(global_batch: int, base_batch: int, max_scale: float) -> float:
@@ -102,6 +105,16 @@ def build_optimizer(model: nn.Module, config: TrainerConfig) -> torch.optim.Opti
     if config.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+
+
+def _read_sums(sums: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Metric sums as numbers, the tensors among them read from the device at once (one host sync)."""
+    out = {name: float(v) for name, v in sums.items() if not isinstance(v, torch.Tensor)}
+    names = [name for name, v in sums.items() if isinstance(v, torch.Tensor)]
+    if names:
+        values = torch.stack([sums[n].detach().to(torch.float64).reshape(()) for n in names]).tolist()
+        out.update(zip(names, values, strict=True))
+    return out
 
 
 def _zero_loss(logits: torch.Tensor, model: nn.Module) -> torch.Tensor:
@@ -129,6 +142,7 @@ class StepRunner:
         device: Device the model lives on.
         slowdown: Emulated slow-down factor of this rank (>= 1; see `slowdown_for`).
         slowdown_clock: What the factor multiplies: "cpu" (this thread's CPU time in the step) or "wall".
+        objective: Loss and metrics of the outputs (default: the one `trainer.objective` names).
     """
 
     def __init__(
@@ -141,6 +155,8 @@ class StepRunner:
         device: torch.device,
         slowdown: float = 1.0,
         slowdown_clock: str = "wall",
+        *,
+        objective: Objective | None = None,
     ) -> None:
         if not slowdown >= 1.0:
             raise ValueError(f"slowdown factor must be >= 1, got {slowdown}")
@@ -151,6 +167,7 @@ class StepRunner:
         self.state = state
         self.config = config
         self.collate = collate
+        self.objective = objective if objective is not None else build_objective(config)
         self.device = device
         self.slowdown = float(slowdown)
         self.slowdown_clock = slowdown_clock
@@ -212,9 +229,13 @@ class StepRunner:
         self.optimizer.zero_grad(set_to_none=True)
         self.model.train()
         saved = [b.detach().clone() for b in self._buffers]
-        logits = self.model(batch)
-        has_samples = batch.num_samples > 0
-        loss = F.cross_entropy(logits, batch.labels) if has_samples else _zero_loss(logits, self.model.module)
+        outputs = self.model(batch)
+        scored: dict[str, torch.Tensor] | None = None
+        if batch.num_samples > 0:
+            loss = self.objective.losses(outputs, batch).mean()  # per-rank mean: the hook weights it by lambda_i
+            scored = self.objective.metric_sums(outputs.detach(), batch)  # test, then train: the pre-step model
+        else:
+            loss = _zero_loss(outputs, self.model.module)
         self.state.mark_loss(loss)
         loss.backward()  # returns once every bucket's hook future has completed
         self._sync()
@@ -238,6 +259,9 @@ class StepRunner:
                 for buffer, before in zip(self._buffers, saved, strict=True):
                     buffer.copy_(before)
         loss_value = float(loss.detach()) if batch.num_samples > 0 else None
+        prequential = {} if scored is None or skipped else _read_sums(scored)
+        if prequential:
+            self.objective.observe(batch)  # the baseline learns from the samples only after scoring them
         self._sync()
         finished = time.perf_counter()
         cpu_seconds = time.thread_time() - cpu_started
@@ -277,6 +301,7 @@ class StepRunner:
             cpu_seconds=cpu_seconds,
             skipped=skipped,
             grad_norm=grad_norm,
+            prequential=prequential,
         )
 
     def _clip_gradients(self) -> float:
@@ -330,8 +355,9 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
         reserve_memory(config.memory_reserve_mb)
         logger.info("rank %d: %s allocator, %d MiB reserved", ctx.rank, malloc_in_use(), config.memory_reserve_mb)
     slowdown = slowdown_for(config, ctx.rank, ctx.world_size)
-    model = build_model(config)
-    check_plugins(model, collate, config)  # a plug-in that raises or answers in the wrong shape fails here, by name
+    objective = build_objective(config)
+    model = build_model(config, objective.output_width())
+    check_plugins(model, collate, config, objective)  # a plug-in that raises or answers wrong fails here, by name
     model = model.to(ctx.device)
     ddp = DistributedDataParallel(
         model,
@@ -356,4 +382,4 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
     if slowdown > 1.0:
         logger.info("rank %d: emulating a device %g times slower on the %s clock (trainer.slowdowns)", ctx.rank,
                     slowdown, clock)
-    return StepRunner(ddp, optimizer, state, config, collate, ctx.device, slowdown, clock)
+    return StepRunner(ddp, optimizer, state, config, collate, ctx.device, slowdown, clock, objective=objective)

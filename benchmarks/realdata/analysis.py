@@ -57,7 +57,7 @@ def accuracy_curve(evaluations: Sequence[Evaluation], feedback: Sequence[StepFee
     paused = 0.0
     recent: list[float] = []
     for step, e in sorted(seen.items()):
-        if step - 1 not in ends:
+        if step - 1 not in ends or e.accuracy is None:
             continue
         recent = [*recent[-(smooth - 1):], e.accuracy] if smooth > 1 else [e.accuracy]
         points.append(AccuracyPoint(step=step, seconds=round(ends[step - 1] - paused, 4), accuracy=e.accuracy,

@@ -249,7 +249,11 @@ class DatasetConfig(_Model):
     """Shuffle each device's shard (once per pass) instead of replaying it in file order."""
 
     label_column: str = "label"
-    """CSV column holding the label."""
+    """CSV column holding the label (it may be absent when `target_columns` are named)."""
+
+    target_columns: tuple[str, ...] = ()
+    """CSV columns holding each sample's float target (regression values, multi-label 0/1 tags), e.g.
+    `--set producer.dataset.target_columns=fat,moisture`; constant within a sample. Empty: no target columns."""
 
     sample_column: str | None = "sample"
     """CSV column whose consecutive equal values group rows into one sample (size = rows); rows are
@@ -266,6 +270,7 @@ class DatasetConfig(_Model):
 
     _packaged_is_known = field_validator("packaged")(check_packaged_name)
     _names_from_text = field_validator("class_names", mode="before")(text_as_tuple)
+    _targets_from_text = field_validator("target_columns", mode="before")(text_as_tuple)
 
     @field_validator("class_names")
     @classmethod

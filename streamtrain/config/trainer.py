@@ -62,7 +62,45 @@ class TrainerConfig(BaseModel):
     objective: str = "classification"
     """What the model learns and how it is judged: `classification` (an integer label per sample; cross-entropy),
     `regression` (a float target per sample), `multilabel` (k tags per sample), `forecast` (no labels: the next
-    values of each series), or the dotted path `module:attr` of an objective of your own."""
+    values of each series), or the dotted path `module:attr` of an objective of your own (see the objectives
+    guide). The objective sets the model's output width, the loss, the metrics (held-out and test-then-train) and
+    which samples are dead-lettered for want of the target it needs."""
+
+    target_width: int = Field(default=1, ge=1, le=65536)
+    """`regression`: floats in every sample's target (1 for a scalar); the model emits this many values. A sample
+    whose target has another width is dead-lettered as `target-width`."""
+
+    regression_loss: Literal["mse", "huber"] = "mse"
+    """`regression`: the training loss, mean squared error or Huber (quadratic within `huber_delta` of the target,
+    linear beyond it: an outlying target pulls less). Either way the metrics are MAE and RMSE."""
+
+    huber_delta: float = Field(default=1.0, gt=0, le=1e6)
+    """`regression` with the Huber loss: the error (in units of `target_scale`) where it turns from quadratic to
+    linear."""
+
+    target_shift: float = Field(default=0.0, allow_inf_nan=False)
+    """`regression`: the model learns (target - target_shift) / target_scale, so that targets of any level and
+    scale reach it near 0 and 1; predictions and metrics are in the target's own units. `streamtrain up --dataset`
+    sets both from the training targets (their mean and standard deviation) when they are left unset."""
+
+    target_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """`regression`: see `target_shift`."""
+
+    num_tags: int = Field(default=2, ge=1, le=65536)
+    """`multilabel`: tags k; every sample's target is k floats, 1 for a tag it has and 0 for one it has not."""
+
+    tag_threshold: float = Field(default=0.5, gt=0, lt=1)
+    """`multilabel`: a tag is predicted when its probability is at least this (precision, recall and F1 count
+    these predictions)."""
+
+    horizon: int = Field(default=1, ge=1, le=65536)
+    """`forecast`: values to predict after each series. The last `horizon` frames of every sample are its future,
+    the frames before them its input; a sample of `horizon` frames or fewer is dead-lettered as `series-too-short`.
+    A sample's size stays its whole length (the coordinator plans with it); the model reads size - horizon frames."""
+
+    prequential_window: int = Field(default=50, ge=1, le=1_000_000)
+    """Steps the windowed test-then-train metrics cover (each sample scored by the model before the step that
+    trains it); the running ones cover the whole run."""
 
     collate: str | None = None
     """Dotted path `module:attr` of `(Sequence[Sample], TrainerConfig) -> batch` replacing the default

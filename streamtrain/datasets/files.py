@@ -12,9 +12,15 @@ is its size axis):
 - ``*.npz`` with ``x`` and ``y``: a scalar ``y`` makes one sample; ``x`` of shape (N, L, ...) with
   ``y`` of shape (N,) makes N samples; adding ``sizes`` (N,) splits a ragged ``x`` of shape
   (sum(sizes), ...) into N samples of those sizes. ``data``/``labels``/``lengths`` are accepted too.
-  Integer labels are used as they are, string labels are class names.
+  Integer labels are used as they are, string labels are class names. A float ``y`` (N,) or any
+  ``y`` of shape (N, W) is a float *target* per sample instead (regression values, multi-label 0/1
+  tags); so is a ``target``/``targets`` array beside integer labels. Without ``y`` the samples are
+  unlabelled (a self-supervised objective needs nothing else).
 - ``*.csv`` with a header: a label column (integers, or class names), an optional sample column
-  grouping consecutive rows into one sample (size = number of rows), and numeric feature columns.
+  grouping consecutive rows into one sample (size = number of rows), and numeric feature columns;
+  with target columns named (`producer.dataset.target_columns`), those hold each sample's float
+  target and the label column may be absent.
+- ``*.ts`` with ``@targetLabel true`` (the archive's regression problems): each series' float target.
 
 Class names become label numbers through one list per load (`ClassNames`): the configured names in
 their order (`producer.dataset.class_names`), a name outside them making its file unusable; or, when
@@ -29,9 +35,7 @@ the line at fault); the rest loads. A single file that cannot be read is an erro
 
 from __future__ import annotations
 
-import csv
 import logging
-import zipfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,92 +43,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..wire import DTYPES
-from .ts import TsFormatError, fill_missing, read_ts
+from .readers import CLASS_NAMES_SETTING, BadFile, ClassNames, read_file
 
 __all__ = ["ClassNames", "Dataset", "DatasetError", "SkippedFile", "load_dataset", "load_sizes"]
 
 logger = logging.getLogger(__name__)
 
 SUFFIXES = (".ts", ".npy", ".npz", ".csv")
-_X_KEYS = ("x", "data", "X", "samples")
-_Y_KEYS = ("y", "labels", "label", "Y")
-_SIZE_KEYS = ("sizes", "lengths")
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class DatasetError(ValueError):
     """The dataset as a whole cannot be used (nothing readable, no such path)."""
-
-
-class _BadFile(ValueError):
-    """One file that cannot be used; the loader reports it and carries on."""
-
-
-#: The setting that fixes the class names (named in the errors of a load that was given them).
-CLASS_NAMES_SETTING = "producer.dataset.class_names"
-
-
-class ClassNames:
-    """Class names to label numbers for one load.
-
-    Args:
-        names: the configured names, in label order (a name outside them is an error); None: each new name is
-            given the next number, in the order the load meets them.
-    """
-
-    def __init__(self, names: Sequence[str] | None = None) -> None:
-        self.fixed = names is not None
-        self.names: list[str] = list(names or ())
-        self._index = {name: i for i, name in enumerate(self.names)}
-        self.numbers_used = False
-        """Some label was a number, used as it is: names numbered from 0 would collide with it."""
-
-    def number(self, name: str) -> int:
-        """The label number of class `name`.
-
-        Raises:
-            _BadFile: the names are fixed and `name` is not one of them.
-        """
-        name = name.strip()
-        found = self._index.get(name)
-        if found is not None:
-            return found
-        if self.fixed:
-            shown = " ".join(self.names[:12]) + (" ..." if len(self.names) > 12 else "")
-            raise _BadFile(f"class {name!r} is not one of {CLASS_NAMES_SETTING} ({shown})")
-        self._index[name] = len(self.names)
-        self.names.append(name)
-        return self._index[name]
-
-    def label(self, cell: str) -> int:
-        """A label written as text (a CSV cell): a configured name, else an integer as it is, else a new name."""
-        text = cell.strip()
-        if not self.fixed:
-            try:
-                value = int(text)
-            except ValueError:
-                pass
-            else:
-                self.numbers_used = True
-                return value
-        return self.number(text)
-
-    def mark(self) -> tuple[int, bool]:
-        """Where the names stand before a file is read (`forget_since` undoes what a skipped file added)."""
-        return len(self.names), self.numbers_used
-
-    def forget_since(self, mark: tuple[int, bool]) -> None:
-        """Drop the names, and the use of numbers, that came after `mark`: the file that brought them was skipped."""
-        count, self.numbers_used = mark
-        for name in self.names[count:]:
-            del self._index[name]
-        del self.names[count:]
-
-    @property
-    def used(self) -> tuple[str, ...] | None:
-        """The names by label number, None when no label came from a name."""
-        return tuple(self.names) if self.names else None
 
 
 @dataclass(frozen=True)
@@ -146,6 +75,9 @@ class Dataset:
     class_names: tuple[str, ...] | None = None
     """The class names by label number when labels came from names (directories, `.ts` classes, text labels);
     None when every label was a number as written."""
+    targets: np.ndarray | None = None
+    """(N, W) float64 target of every sample (`@targetLabel` series, a float `y`, CSV target columns); None when
+    the samples carry none."""
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -159,148 +91,6 @@ class Dataset:
     def labelled(self) -> bool:
         """Whether every sample has a label."""
         return bool(len(self.labels)) and bool(np.all(self.labels >= 0))
-
-
-def _as_payload(arr: np.ndarray, where: str) -> np.ndarray:
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-        raise _BadFile(f"{where}: dtype {arr.dtype} is not numeric")
-    if arr.ndim == 0:
-        raise _BadFile(f"{where}: a sample needs at least one axis (its size axis)")
-    if arr.shape[0] < 1:
-        raise _BadFile(f"{where}: a sample of size 0")
-    if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
-        raise _BadFile(f"{where}: holds NaN or infinity")
-    if arr.dtype.name not in DTYPES or arr.dtype == np.float64:
-        if np.issubdtype(arr.dtype, np.floating) and arr.size:
-            big = float(np.abs(arr).max())
-            if big > _FLOAT32_MAX:
-                raise _BadFile(f"{where}: holds {big:.3g}, beyond float32's range (+-{_FLOAT32_MAX:.3g}), the dtype "
-                               "samples are published in: scale the data")
-        arr = arr.astype(np.float32)  # float64 doubles the bytes on the wire for no training benefit
-    return np.ascontiguousarray(arr)
-
-
-def _pick(keys: list[str], names: tuple[str, ...]) -> str | None:
-    return next((k for k in names if k in keys), None)
-
-
-def _read_npz(path: Path, dir_label: int, classes: ClassNames) -> tuple[list[np.ndarray], list[int]]:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            keys = list(z.keys())
-            xk, yk, sk = _pick(keys, _X_KEYS), _pick(keys, _Y_KEYS), _pick(keys, _SIZE_KEYS)
-            if xk is None:
-                raise _BadFile(f"no array named one of {', '.join(_X_KEYS)} (has {', '.join(keys) or 'nothing'})")
-            x = z[xk]
-            y = z[yk] if yk is not None else None
-            sizes = z[sk] if sk is not None else None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        if isinstance(exc, _BadFile):
-            raise
-        raise _BadFile(f"not a readable .npz ({exc})") from None
-    if y is None:
-        if dir_label < 0:
-            raise _BadFile(f"no labels (no array named one of {', '.join(_Y_KEYS)})")
-        return [_as_payload(x, str(path))], [dir_label]
-    y = np.asarray(y)
-    if y.dtype.kind in "US":  # class names
-        named = [classes.number(str(v)) for v in y.reshape(-1)]
-        y = np.asarray(named, dtype=np.int64).reshape(y.shape)
-    elif not np.issubdtype(y.dtype, np.integer):
-        raise _BadFile(f"labels have dtype {y.dtype}, neither integers nor class names")
-    else:
-        classes.numbers_used = True
-    if y.ndim == 0:
-        return [_as_payload(x, str(path))], [int(y)]
-    if sizes is not None:
-        sizes = np.asarray(sizes)
-        if sizes.shape != y.shape or int(sizes.sum()) != x.shape[0] or np.any(sizes < 1):
-            raise _BadFile(f"sizes {sizes.shape} (sum {int(sizes.sum())}) do not split x {x.shape} "
-                           f"for labels {y.shape}")
-        parts = np.split(x, np.cumsum(sizes)[:-1])
-    else:
-        if x.ndim < 2 or x.shape[0] != y.shape[0]:
-            raise _BadFile(f"x {x.shape} does not hold one sample per label ({y.shape[0]} labels)")
-        parts = list(x)
-    return [_as_payload(p, f"{path}[{i}]") for i, p in enumerate(parts)], [int(v) for v in y]
-
-
-def _read_npy(path: Path, dir_label: int) -> tuple[list[np.ndarray], list[int]]:
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise _BadFile(f"not a readable .npy ({exc})") from None
-    return [_as_payload(arr, str(path))], [dir_label]
-
-
-def _read_csv(path: Path, label_column: str, sample_column: str | None,
-              classes: ClassNames) -> tuple[list[np.ndarray], list[int]]:
-    try:
-        with path.open(newline="") as fh:
-            rows = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise _BadFile(f"not a readable CSV ({exc})") from None
-    if not rows:
-        raise _BadFile("empty CSV")
-    header = [h.strip() for h in rows[0]]
-    if label_column not in header:
-        raise _BadFile(f"no {label_column!r} column (columns: {', '.join(header)})")
-    li = header.index(label_column)
-    si = header.index(sample_column) if sample_column and sample_column in header else None
-    fi = [i for i in range(len(header)) if i not in (li, si)]
-    if not fi:
-        raise _BadFile("no feature columns")
-    samples: list[np.ndarray] = []
-    labels: list[int] = []
-    group: list[list[float]] = []
-    key: tuple[str, int] | None = None
-    for number, row in enumerate(rows[1:], start=2):
-        if not any(cell.strip() for cell in row):
-            continue
-        if len(row) != len(header):
-            raise _BadFile(f"line {number} has {len(row)} cells, the header has {len(header)}")
-        if not row[li].strip():
-            raise _BadFile(f"line {number}: no label in column {label_column!r}")
-        label = classes.label(row[li])
-        try:
-            values = [float(row[i]) for i in fi]
-        except ValueError:
-            raise _BadFile(f"line {number}: a feature is not a number") from None
-        row_key = (row[si] if si is not None else str(number), label)
-        if key is not None and row_key[0] == key[0] and label != key[1]:
-            raise _BadFile(f"line {number}: sample {row_key[0]!r} changes label")
-        if key is not None and row_key != key:
-            samples.append(_as_payload(np.asarray(group), f"{path} sample {key[0]}"))
-            labels.append(key[1])
-            group = []
-        key = row_key
-        group.append(values)
-    if key is None:
-        raise _BadFile("no data rows")
-    samples.append(_as_payload(np.asarray(group), f"{path} sample {key[0]}"))
-    labels.append(key[1])
-    return samples, labels
-
-
-def _read_ts(path: Path, classes: ClassNames) -> tuple[list[np.ndarray], list[int]]:
-    try:
-        data = read_ts(path)
-    except TsFormatError as exc:
-        raise _BadFile(f"line {exc.line}: {exc.reason}" if exc.line is not None else exc.reason) from None
-    samples: list[np.ndarray] = []
-    filled = 0
-    for series, line in zip(data.series, data.lines, strict=True):
-        values, n = fill_missing(series)
-        filled += n
-        samples.append(_as_payload(values, f"{path}:{line}"))
-    if filled:
-        logger.info("%s: %d missing values interpolated", path, filled)
-    declared = data.header.class_names
-    if declared is None:
-        return samples, [int(v) for v in data.labels]
-    numbers = [classes.number(name) for name in declared]  # the file's own order, for a load without names
-    logger.info("%s: classes %s", path, ", ".join(f"{n}={i}" for n, i in zip(declared, numbers, strict=True)))
-    return samples, [numbers[v] if v >= 0 else -1 for v in data.labels]
 
 
 def _class_dirs(root: Path, files: list[Path], classes: ClassNames) -> dict[Path, str | int]:
@@ -321,7 +111,7 @@ def _class_dirs(root: Path, files: list[Path], classes: ClassNames) -> dict[Path
 
 
 def load_dataset(path: Path, label_column: str = "label", sample_column: str | None = "sample",
-                 class_names: Sequence[str] | None = None) -> Dataset:
+                 class_names: Sequence[str] | None = None, target_columns: Sequence[str] = ()) -> Dataset:
     """Load every readable sample under `path`; skip and report files that cannot be used.
 
     Samples whose trailing shape (everything after the size axis) differs from the most common one
@@ -333,24 +123,19 @@ def load_dataset(path: Path, label_column: str = "label", sample_column: str | N
         sample_column: the CSV column grouping rows into samples.
         class_names: the class names in label order (`producer.dataset.class_names`); a file holding another
             class is skipped. None: names are numbered in the order the load meets them.
+        target_columns: the CSV columns holding each sample's float target (`producer.dataset.target_columns`).
 
     Raises:
-        DatasetError: when `path` does not exist, nothing under it can be used, or its labels are both
-            numbers and names without `class_names` to say how they relate.
+        DatasetError: when `path` does not exist, nothing under it can be used, its labels are both
+            numbers and names without `class_names` to say how they relate, or some samples carry a float
+            target and others none (or one of another width).
     """
-    if not path.exists():
-        raise DatasetError(f"dataset {path} does not exist")
-    root = path if path.is_dir() else path.parent
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file())
-    else:
-        files = [path]
-    if not files:
-        raise DatasetError(f"dataset {path} holds no {', '.join(SUFFIXES)} files")
+    files = _files_of(path)
     classes = ClassNames(class_names)
-    class_of = _class_dirs(root, files, classes) if path.is_dir() else {}
+    class_of = _class_dirs(path, files, classes) if path.is_dir() else {}
     samples: list[np.ndarray] = []
     labels: list[int] = []
+    targets: list[np.ndarray | None] = []
     sources: list[str] = []
     skipped: list[SkippedFile] = []
     for f in files:
@@ -358,34 +143,19 @@ def load_dataset(path: Path, label_column: str = "label", sample_column: str | N
         try:
             dir_class = class_of.get(f.parent, -1)
             dir_label = classes.number(dir_class) if isinstance(dir_class, str) else dir_class
-            suffix = f.suffix.lower()
-            if suffix == ".ts":
-                got, ys = _read_ts(f, classes)
-            elif suffix == ".npz":
-                got, ys = _read_npz(f, dir_label, classes)
-            elif suffix == ".npy":
-                got, ys = _read_npy(f, dir_label)
-            else:
-                got, ys = _read_csv(f, label_column, sample_column, classes)
-        except _BadFile as exc:
+            got, ys, ts = read_file(f, dir_label, classes, label_column, sample_column, target_columns)
+        except BadFile as exc:
             classes.forget_since(mark)
             skipped.append(SkippedFile(str(f), str(exc)))
             logger.warning("skipping dataset file %s: %s", f, exc)
             continue
         samples.extend(got)
         labels.extend(ys)
+        targets.extend(ts)
         sources.extend([str(f)] * len(got))
-    if samples:
-        trailing = Counter(s.shape[1:] for s in samples).most_common(1)[0][0]
-        bad = {src for s, src in zip(samples, sources, strict=True) if s.shape[1:] != trailing}
-        for src in sorted(bad):
-            reason = f"sample shape differs from the dataset's (size, {', '.join(map(str, trailing))})"
-            skipped.append(SkippedFile(src, reason))
-            logger.warning("skipping dataset file %s: %s", src, reason)
-        keep = [i for i, src in enumerate(sources) if src not in bad]
-        samples = [samples[i] for i in keep]
-        labels = [labels[i] for i in keep]
-        sources = [sources[i] for i in keep]
+    keep = _same_trailing_shape(samples, sources, skipped)
+    samples, labels = [samples[i] for i in keep], [labels[i] for i in keep]
+    targets, sources = [targets[i] for i in keep], [sources[i] for i in keep]
     if not samples and path.is_file() and skipped:
         raise DatasetError(f"{skipped[0].path}: {skipped[0].reason}")
     if not samples:
@@ -396,7 +166,51 @@ def load_dataset(path: Path, label_column: str = "label", sample_column: str | N
         raise DatasetError(f"dataset {path}: some labels are numbers and some are class names "
                            f"({', '.join(named[:6])}{' ...' if len(named) > 6 else ''}), so a name's number could "
                            f"be a number's too: name every class, or set {CLASS_NAMES_SETTING} to number them")
-    return Dataset(samples, np.asarray(labels, dtype=np.int64), sources, skipped, named)
+    return Dataset(samples, np.asarray(labels, dtype=np.int64), sources, skipped, named, _stacked(targets, path))
+
+
+def _files_of(path: Path) -> list[Path]:
+    """The dataset files at `path` (itself, or those under it).
+
+    Raises:
+        DatasetError: there are none.
+    """
+    if not path.exists():
+        raise DatasetError(f"dataset {path} does not exist")
+    files = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file()) if path.is_dir() \
+        else [path]
+    if not files:
+        raise DatasetError(f"dataset {path} holds no {', '.join(SUFFIXES)} files")
+    return files
+
+
+def _same_trailing_shape(samples: list[np.ndarray], sources: list[str], skipped: list[SkippedFile]) -> list[int]:
+    """Indices of the samples of the most common trailing shape; the files of the others are reported skipped."""
+    if not samples:
+        return []
+    trailing = Counter(s.shape[1:] for s in samples).most_common(1)[0][0]
+    bad = {src for s, src in zip(samples, sources, strict=True) if s.shape[1:] != trailing}
+    for src in sorted(bad):
+        reason = f"sample shape differs from the dataset's (size, {', '.join(map(str, trailing))})"
+        skipped.append(SkippedFile(src, reason))
+        logger.warning("skipping dataset file %s: %s", src, reason)
+    return [i for i, src in enumerate(sources) if src not in bad]
+
+
+def _stacked(targets: list[np.ndarray | None], path: Path) -> np.ndarray | None:
+    """The samples' float targets as one (N, W) array, None when no sample has one.
+
+    Raises:
+        DatasetError: some samples have one and some not, or their widths differ.
+    """
+    have = [t for t in targets if t is not None]
+    if not have:
+        return None
+    widths = sorted({len(t) for t in have})
+    if len(have) != len(targets) or len(widths) > 1:
+        raise DatasetError(f"dataset {path}: {len(have)} of {len(targets)} samples carry a float target, of "
+                           f"{' or '.join(map(str, widths))} values: every sample needs one, all of one width")
+    return np.stack(have).astype(np.float64)
 
 
 def load_sizes(path: Path) -> np.ndarray:

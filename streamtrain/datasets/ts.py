@@ -9,9 +9,11 @@
     @missing false                (informational: '?' marks a missing value either way)
     @timeStamps false             (true is not supported: the values carry no timestamps here)
     @classLabel true 0 1 2 3      (the class names; false: the series are unlabelled)
+    @targetLabel true             (instead of @classLabel: every series ends with a number to regress)
     @data
     0.17,0.13,0.13:1              (values of each dimension, comma-separated, dimensions
-    1.0,?,2.0:0.5,0.5,0.4:3        separated by ':', then the class label when @classLabel true)
+    1.0,?,2.0:0.5,0.5,0.4:3        separated by ':', then the class label when @classLabel true,
+                                   or the target value when @targetLabel true)
 
 Every error names the file and the line and says what is wrong there. Labels are strings; a series'
 label is its class name's position in `@classLabel`, so a train and a test file that declare the same
@@ -59,6 +61,8 @@ class TsHeader:
     missing: bool | None = None
     class_names: tuple[str, ...] | None = None
     """The declared classes in order; None when the series carry no class label."""
+    target_label: bool = False
+    """`@targetLabel true`: every series ends with a float target (the archive's regression problems)."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +74,14 @@ class TsData:
         series: one float32 array of shape (length, dimensions) per series; NaN where a value is missing.
         labels: each series' class index into `header.class_names` (-1 when unlabelled).
         lines: the line each series was read from.
+        targets: with `@targetLabel true`, each series' float target; else None.
     """
 
     header: TsHeader
     series: list[np.ndarray]
     labels: np.ndarray
     lines: list[int]
+    targets: np.ndarray | None = None
 
 
 def _boolean(value: str, tag: str, source: str, line: int) -> bool:
@@ -135,8 +141,7 @@ class _Draft:
         elif tag == "targetlabel":
             words = rest.split()
             if _boolean(words[0] if words else "", tag, source, number):
-                raise TsFormatError(source, number, "@targetLabel true is a regression problem; streamtrain trains "
-                                    "classifiers (@classLabel)")
+                self.declared = replace(self.declared, target_label=True)
 
     def header(self, source: str, line: int) -> TsHeader:
         """The finished header, checked for contradictions."""
@@ -145,6 +150,9 @@ class _Draft:
             raise TsFormatError(source, line, f"@univariate true contradicts @dimensions {h.dimensions}")
         if h.series_length is not None and h.equal_length is False:
             raise TsFormatError(source, line, "@seriesLength is declared but @equalLength is false")
+        if h.target_label and h.class_names is not None:
+            raise TsFormatError(source, line, "@targetLabel true and @classLabel true: a series ends with one label, "
+                                "a class or a target value")
         return h
 
 
@@ -176,9 +184,24 @@ def _values(text: str, source: str, line: int, dim: int) -> np.ndarray:
     return out
 
 
-def _series(text: str, header: TsHeader, source: str, line: int) -> tuple[np.ndarray, int]:
+def _target(parts: list[str], source: str, line: int) -> float:
+    """The float target ending a series' line (popped from `parts`)."""
+    if len(parts) < 2:
+        raise TsFormatError(source, line, "no target value after the values (expected values:target)")
+    token = parts.pop().strip()
+    try:
+        value = float(token)
+    except ValueError:
+        raise TsFormatError(source, line, f"target value {token!r} is not a number") from None
+    if not np.isfinite(value) or abs(value) > _FLOAT32_MAX:
+        raise TsFormatError(source, line, f"target value {token!r} is not a finite float32")
+    return value
+
+
+def _series(text: str, header: TsHeader, source: str, line: int) -> tuple[np.ndarray, int, float]:
     parts = text.split(":")
     label = -1
+    target = _target(parts, source, line) if header.target_label else float("nan")
     if header.class_names is not None:
         if len(parts) < 2:
             raise TsFormatError(source, line, "no class label after the values (expected values:label)")
@@ -189,9 +212,10 @@ def _series(text: str, header: TsHeader, source: str, line: int) -> tuple[np.nda
         label = header.class_names.index(name)
     want = 1 if header.univariate else header.dimensions
     if want is not None and len(parts) != want:
+        labelled = header.class_names is not None or header.target_label
         raise TsFormatError(source, line, f"{len(parts)} dimensions, the header declares {want}"
-                            + (" (is a class label missing or one too many?)" if header.class_names is not None
-                               or len(parts) == want + 1 else ""))
+                            + (" (is a label missing or one too many?)" if labelled or len(parts) == want + 1
+                               else ""))
     dims = []
     for d, part in enumerate(parts):
         if not part.strip():
@@ -212,7 +236,7 @@ def _series(text: str, header: TsHeader, source: str, line: int) -> tuple[np.nda
     if big > _FLOAT32_MAX:
         raise TsFormatError(source, line, f"a value of {big:.3g} is beyond float32's range (+-{_FLOAT32_MAX:.3g}), "
                             "the dtype samples are read in: scale the data")
-    return array.astype(np.float32), label
+    return array.astype(np.float32), label, target
 
 
 def parse_ts(lines: Iterable[str], source: str = "<ts>") -> TsData:
@@ -232,6 +256,7 @@ def parse_ts(lines: Iterable[str], source: str = "<ts>") -> TsData:
     header: TsHeader | None = None
     series: list[np.ndarray] = []
     labels: list[int] = []
+    targets: list[float] = []
     where: list[int] = []
     dims_seen: int | None = None
     number = 0
@@ -250,18 +275,20 @@ def parse_ts(lines: Iterable[str], source: str = "<ts>") -> TsData:
             continue
         if text.startswith("@"):
             raise TsFormatError(source, number, f"header tag {text.split()[0]} after @data")
-        array, label = _series(text, header, source, number)
+        array, label, target = _series(text, header, source, number)
         if dims_seen is not None and array.shape[1] != dims_seen:
             raise TsFormatError(source, number, f"{array.shape[1]} dimensions, earlier series have {dims_seen}")
         dims_seen = array.shape[1]
         series.append(array)
         labels.append(label)
+        targets.append(target)
         where.append(number)
     if header is None:
         raise TsFormatError(source, number or None, "no @data line: not a .ts file, or its header is cut short")
     if not series:
         raise TsFormatError(source, number, "no series after @data")
-    return TsData(header, series, np.asarray(labels, dtype=np.int64), where)
+    return TsData(header, series, np.asarray(labels, dtype=np.int64), where,
+                  np.asarray(targets, dtype=np.float64) if header.target_label else None)
 
 
 def read_ts(path: Path) -> TsData:

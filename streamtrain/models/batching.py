@@ -5,6 +5,10 @@ A packed batch concatenates every sequence along the time axis into `values` of 
 `cu_seqlens` holds the cumulative boundaries (FlashAttention's varlen convention). A batch of one
 long and many short samples therefore costs its total size, not count x longest.
 
+Targets ride beside the frames: `labels` (an integer class per sample, -1 where a sample has none) and
+`targets` (N, W) floats, which hold a sample's float target (regression values, multi-label tags) or, for
+`forecast`, the last `horizon` frames of each series, held back from `values` as its future.
+
 The payload rule, whatever the collate function: a sample's declared dtype must be one of
 `trainer.accepted_dtypes` (else it is dead-lettered as `dtype-not-accepted`), and its values are converted
 to the model's dtype (`trainer.precision`), where they must stay finite (a float64 of 1e300 is infinite in
@@ -26,8 +30,8 @@ import torch
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
-__all__ = ["DTYPE_NOT_ACCEPTED", "DTYPE_OVERFLOW", "Batch", "PackedBatch", "bucketed_length", "collate_packed",
-           "model_dtype", "pack_samples", "payload_problem", "sample_problems"]
+__all__ = ["DTYPE_NOT_ACCEPTED", "DTYPE_OVERFLOW", "Batch", "PackedBatch", "bucketed_length", "collate_for_prediction",
+           "collate_packed", "model_dtype", "pack_samples", "payload_problem", "sample_problems"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +85,11 @@ class PackedBatch:
         values: (total_size, F) frames of every sample, back to back.
         segment_ids: (total_size,) int64 index of the sample each frame belongs to.
         cu_seqlens: (num_samples + 1,) int64 cumulative lengths; sample i is rows cu[i]:cu[i+1].
-        lengths: (num_samples,) int64 frames per sample.
-        labels: (num_samples,) int64 class of each sample.
+        lengths: (num_samples,) int64 frames per sample (in `values`).
+        labels: (num_samples,) int64 class of each sample (-1: it has none).
+        targets: (num_samples, W) float target of each sample in the dtype of `values` (W = 0: none); for
+            `forecast`, the `horizon` frames held back from the end of each series, flattened time-major.
+        horizon: Frames per sample held back in `targets` rather than `values` (`forecast`; else 0).
     """
 
     values: torch.Tensor
@@ -90,6 +97,8 @@ class PackedBatch:
     cu_seqlens: torch.Tensor
     lengths: torch.Tensor
     labels: torch.Tensor
+    targets: torch.Tensor | None = None
+    horizon: int = 0
 
     @property
     def num_samples(self) -> int:
@@ -97,7 +106,8 @@ class PackedBatch:
 
     @property
     def total_size(self) -> int:
-        return int(self.values.shape[0])
+        """The samples' sizes as the wire declares them (what the coordinator plans with): held-back frames too."""
+        return int(self.values.shape[0]) + self.horizon * self.num_samples
 
     @property
     def num_features(self) -> int:
@@ -111,6 +121,8 @@ class PackedBatch:
             cu_seqlens=self.cu_seqlens.to(device, non_blocking=True),
             lengths=self.lengths.to(device, non_blocking=True),
             labels=self.labels.to(device, non_blocking=True),
+            targets=None if self.targets is None else self.targets.to(device, non_blocking=True),
+            horizon=self.horizon,
         )
 
 
@@ -131,9 +143,7 @@ def sample_problems(sample: Sample, num_features: int, *, wire_checked: bool = F
         return found
     if len(sample.shape) != 2 or sample.shape[1] != num_features:
         found.append(f"shape {list(sample.shape)} is not (size, {num_features})")
-    if sample.label is None:
-        found.append("label is missing")
-    elif sample.label < 0:
+    if sample.label is not None and sample.label < 0:
         found.append(f"label {sample.label} is negative")
     return found
 
@@ -174,37 +184,70 @@ def _bound_magnitude(values: np.ndarray, cu: np.ndarray, lengths: np.ndarray, ma
         values *= np.repeat(factors, lengths)[:, None]
 
 
+def _packed_labels(samples: Sequence[Sample], num_classes: int | None, require: bool) -> np.ndarray:
+    labels = np.full(len(samples), -1, dtype=np.int64)
+    for i, sample in enumerate(samples):
+        label = sample.label
+        if not require and (label is None or num_classes is None):
+            labels[i] = -1 if label is None else label
+            continue
+        if label is None or label < 0 or (num_classes is not None and label >= num_classes):
+            raise ValueError(f"sample seq={sample.seq}: label {label} is not a class in [0, {num_classes})")
+        labels[i] = label
+    return labels
+
+
+def _packed_targets(samples: Sequence[Sample], width: int, np_dtype: np.dtype) -> np.ndarray:
+    targets = np.zeros((len(samples), width), dtype=np_dtype)
+    if width == 0:
+        return targets
+    for i, sample in enumerate(samples):
+        if sample.target is None or len(sample.target) != width:
+            got = "none" if sample.target is None else f"{len(sample.target)} values"
+            raise ValueError(f"sample seq={sample.seq}: target has {got}, not {width} values")
+        targets[i] = sample.target
+    return targets
+
+
 def pack_samples(
     samples: Sequence[Sample],
     num_features: int,
     dtype: torch.dtype = torch.float32,
     num_classes: int | None = None,
     max_abs: float = 0.0,
+    *,
+    require_labels: bool = True,
+    target_width: int = 0,
+    horizon: int = 0,
 ) -> PackedBatch:
     """Concatenate samples into one packed batch (an empty list gives an empty, well-shaped batch).
 
     Args:
-        samples: Samples whose payload has shape (size, num_features) and an integer label.
+        samples: Samples whose payload has shape (size, num_features).
         num_features: Features per frame.
-        dtype: Dtype of `values`.
+        dtype: Dtype of `values` and `targets`.
         num_classes: When given, labels must lie in [0, num_classes).
         max_abs: When > 0, a sample whose largest |value| exceeds it is scaled down to reach it.
+        require_labels: Every sample needs an integer label; otherwise a missing one packs as -1.
+        target_width: Floats of every sample's `target` packed into `targets` (0: none).
+        horizon: Frames held back from the end of every series into `targets` (`forecast`; after the
+            magnitude bound, so input and future share one scale); every sample needs more than `horizon` frames.
 
     Returns:
         The packed batch on the CPU.
 
     Raises:
-        ValueError: A sample has the wrong shape or a missing / out-of-range label.
+        ValueError: A sample has the wrong shape, a missing / out-of-range label, a target of another width,
+            or no more than `horizon` frames.
     """
     lengths = np.fromiter((s.size for s in samples), dtype=np.int64, count=len(samples))
-    labels = np.empty(len(samples), dtype=np.int64)
+    labels = _packed_labels(samples, num_classes, require_labels)
     frames: list[np.ndarray] = []
-    for i, sample in enumerate(samples):
+    for sample in samples:
         if len(sample.shape) != 2 or sample.shape[1] != num_features:
             raise ValueError(f"sample seq={sample.seq}: shape {list(sample.shape)} is not (size, {num_features})")
-        if sample.label is None or sample.label < 0 or (num_classes is not None and sample.label >= num_classes):
-            raise ValueError(f"sample seq={sample.seq}: label {sample.label} is not a class in [0, {num_classes})")
-        labels[i] = sample.label
+        if sample.size <= horizon:
+            raise ValueError(f"sample seq={sample.seq}: {sample.size} frames leave none to forecast {horizon} from")
         frames.append(sample.array())
     np_dtype = torch.empty((), dtype=dtype).numpy().dtype
     # One concatenate into a fresh buffer: the only copy of the payload on the way to the tensor.
@@ -212,6 +255,10 @@ def pack_samples(
     cu = np.zeros(len(samples) + 1, dtype=np.int64)
     np.cumsum(lengths, out=cu[1:])
     _bound_magnitude(values, cu, lengths, max_abs)
+    if horizon:
+        values, lengths, cu, targets = _hold_back(values, lengths, cu, horizon)
+    else:
+        targets = _packed_targets(samples, target_width, np_dtype)
     segment_ids = np.repeat(np.arange(len(samples), dtype=np.int64), lengths)
     return PackedBatch(
         values=torch.from_numpy(values),
@@ -219,10 +266,53 @@ def pack_samples(
         cu_seqlens=torch.from_numpy(cu),
         lengths=torch.from_numpy(lengths),
         labels=torch.from_numpy(labels),
+        targets=torch.from_numpy(targets),
+        horizon=horizon,
     )
 
 
+def _hold_back(values: np.ndarray, lengths: np.ndarray, cu: np.ndarray,
+               horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split every series (rows cu[i]:cu[i+1] of `values`) into its input and its last `horizon` frames: the
+    inputs packed anew, the futures as (N, horizon * F) targets."""
+    future = np.zeros(len(values), dtype=bool)
+    for h in range(1, horizon + 1):
+        future[cu[1:] - h] = True
+    targets = values[future].reshape(len(lengths), horizon * values.shape[1])
+    inputs = lengths - horizon
+    cu_in = np.zeros_like(cu)
+    np.cumsum(inputs, out=cu_in[1:])
+    return np.ascontiguousarray(values[~future]), inputs, cu_in, targets
+
+
+def _packing(config: TrainerConfig, samples: Sequence[Sample]) -> tuple[bool, int, int]:
+    """What the configured objective needs packed beside the frames: (labels required, target width, horizon)."""
+    objective = config.objective
+    if objective == "classification":
+        return True, 0, 0
+    if objective == "regression":
+        return False, config.target_width, 0
+    if objective == "multilabel":
+        return False, config.num_tags, 0
+    if objective == "forecast":
+        return False, 0, config.horizon
+    # An objective of the user's: the targets the samples carry (`trainer.target_width` of them), labels as they are.
+    carried = bool(samples) and all(s.target is not None for s in samples)
+    return False, config.target_width if carried else 0, 0
+
+
 def collate_packed(samples: Sequence[Sample], config: TrainerConfig) -> PackedBatch:
-    """The default collate function: `pack_samples` with the configured features, classes, dtype and bound."""
-    return pack_samples(samples, config.num_features, dtype=model_dtype(config), num_classes=config.num_classes,
-                        max_abs=config.max_input_abs)
+    """The default collate function: `pack_samples` with the configured features, classes, dtype and bound, and
+    the labels or targets `trainer.objective` trains on."""
+    require_labels, target_width, horizon = _packing(config, samples)
+    classes = config.num_classes if require_labels else None  # a label the objective does not use is not checked
+    return pack_samples(samples, config.num_features, dtype=model_dtype(config), num_classes=classes,
+                        max_abs=config.max_input_abs, require_labels=require_labels, target_width=target_width,
+                        horizon=horizon)
+
+
+def collate_for_prediction(samples: Sequence[Sample], config: TrainerConfig) -> PackedBatch:
+    """Samples packed to be predicted on: as `collate_packed`, but no label or target is needed and a forecast's
+    series is input as a whole (its future is what is asked for)."""
+    return pack_samples(samples, config.num_features, dtype=model_dtype(config), max_abs=config.max_input_abs,
+                        require_labels=False)

@@ -229,6 +229,8 @@ class StepFeedback:
     plan_wait_seconds: float = 0.0
     hold_seconds: float = 0.0
     plan_round_trip_seconds: float = 0.0
+    prequential: dict[str, float] = field(default_factory=dict)
+    """Test-then-train metric sums of the samples the step trained, under the model before the step."""
 
     @property
     def wait_seconds(self) -> float:
@@ -253,6 +255,7 @@ class StepFeedback:
         d["new_samples"] = tuple(PendingSample(**p) for p in d.get("new_samples", ()))
         d["trained_offsets"] = tuple(OffsetRange(**r) for r in d.get("trained_offsets", ()))
         d["dropped_offsets"] = tuple(OffsetRange(**r) for r in d.get("dropped_offsets", ()))
+        d["prequential"] = dict(d.get("prequential") or {})
         return cls(**d)
 
 
@@ -342,17 +345,21 @@ class Evaluation:
     step: int
     dataset: str
     samples: int
-    accuracy: float
+    accuracy: float | None
+    """Classification's accuracy; None for other objectives (their metrics are in `metrics`)."""
     loss: float
     seconds: float
     sent_at: int = field(default_factory=now_ms)
+    objective: str = "classification"
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The objective's held-out metrics and its baseline's (e.g. `rmse`, `baseline_rmse`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return _fields_of(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Evaluation:
-        return cls(**d)
+        return cls(**{**d, "metrics": dict(d.get("metrics") or {})})
 
 
 def _fields_of(record: Any) -> dict[str, Any]:

@@ -105,14 +105,14 @@ def test_fingerprints_are_distinct_and_stable() -> None:
     current = {fingerprint_of(t) for t in (Sample, StepFeedback, Assignment, DeadLetter, Evaluation)}
     assert len(current) == 5 and current <= set(fps)
     # The first versions of StepFeedback and Assignment stay readable beside the current ones.
-    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Evaluation", "Sample", "Sample",
-                                    "StepFeedback", "StepFeedback"]
+    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Evaluation", "Evaluation", "Sample",
+                                    "Sample", "StepFeedback", "StepFeedback", "StepFeedback"]
     assert all(len(fp) == 16 and int(fp, 16) >= 0 for fp in fps)
 
 
-def _older_record(name: str, record: dict[str, object]) -> tuple[bytes, HeaderList]:
-    """`record` written with the first version of schema `name`, as a service of that version sent it."""
-    text = resources.files("streamtrain.wire").joinpath("schemas", "older", f"{name}.1.avsc").read_text()
+def _older_record(name: str, record: dict[str, object], version: int = 1) -> tuple[bytes, HeaderList]:
+    """`record` written with an older `version` of schema `name`, as a service of that version sent it."""
+    text = resources.files("streamtrain.wire").joinpath("schemas", "older", f"{name}.{version}.avsc").read_text()
     schema = fastavro.parse_schema(json.loads(text), named_schemas={})
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, schema, record)
@@ -136,6 +136,20 @@ def test_records_of_the_first_schema_versions_are_read_with_the_new_fields_defau
     assert plan.seen_through == 11
     with pytest.raises(SchemaMismatchError, match="StepFeedback"):
         decode(*_older_record("StepFeedback", old), Assignment)
+
+
+def test_feedback_and_evaluations_before_objectives_read_with_empty_metrics() -> None:
+    fb = replace(_feedback(), prequential={"count": 3.0, "loss_sum": 2.5, "correct": 2.0})
+    assert decode(*encode(fb), StepFeedback) == fb
+    value, headers = _older_record("StepFeedback", {k: v for k, v in fb.to_dict().items() if k != "prequential"}, 2)
+    assert decode(value, headers, StepFeedback) == replace(fb, prequential={})
+    held = Evaluation(job="j", step=4, dataset="d", samples=9, accuracy=None, loss=0.3, seconds=0.1,
+                      objective="regression", metrics={"rmse": 0.5, "baseline_rmse": 0.9})
+    assert decode(*encode(held), Evaluation) == held
+    old = Evaluation(job="j", step=4, dataset="d", samples=9, accuracy=0.7, loss=0.3, seconds=0.1)
+    value, headers = _older_record("Evaluation", {k: v for k, v in old.to_dict().items()
+                                                  if k not in ("objective", "metrics")})
+    assert decode(value, headers, Evaluation) == old and old.objective == "classification" and old.metrics == {}
 
 
 def test_samples_of_the_first_schema_read_without_a_target_and_new_ones_carry_theirs() -> None:

@@ -19,6 +19,7 @@ from trainer_ranks import (
     COUNTS,
     HELD_OUT,
     NAN_MODEL,
+    OBJECTIVES,
     backlog,
     reference_sgd,
     reference_size_weighted_grads,
@@ -58,6 +59,40 @@ def test_weighted_hook_equals_sgd_on_the_union(observed: dict[str, list[dict[str
     _ranks_agree(runs)
     expected, _ = reference_sgd(BASE, WORLD)
     assert _max_diff(runs[0]["params"], expected) < 1e-9
+
+
+@pytest.mark.parametrize("name", list(OBJECTIVES))
+def test_weighted_hook_equals_sgd_on_the_union_for_every_objective(observed: dict[str, list[dict[str, Any]]],
+                                                                   name: str) -> None:
+    runs = observed[f"weighted_{name}"]
+    _ranks_agree(runs)
+    scores: list[dict[str, float]] = []
+    expected, _ = reference_sgd(OBJECTIVES[name], WORLD, scores=scores)
+    assert _max_diff(runs[0]["params"], expected) < 1e-9
+    # Test-then-train from each rank's own forward pass adds up to the union's score under the pre-step model (the
+    # baseline's sums aside: each rank's baseline has seen its own device's targets).
+    busy = [step for step, counts in enumerate(COUNTS) if sum(counts)]
+    for step, union in zip(busy, scores, strict=True):
+        fleet: dict[str, float] = {}
+        for run in runs:
+            for key, value in run["results"][step].prequential.items():
+                fleet[key] = fleet.get(key, 0.0) + value
+        assert fleet.keys() == union.keys()
+        for key in (k for k in union if not k.startswith("baseline_")):
+            assert fleet[key] == pytest.approx(union[key], rel=1e-9, abs=1e-12), (step, key)
+
+
+def test_classification_scores_test_then_train_exactly(observed: dict[str, list[dict[str, Any]]]) -> None:
+    scores: list[dict[str, float]] = []
+    reference_sgd(BASE, WORLD, scores=scores)
+    busy = [step for step, counts in enumerate(COUNTS) if sum(counts)]
+    for step, union in zip(busy, scores, strict=True):
+        fleet = {k: sum(run["results"][step].prequential.get(k, 0.0) for run in observed["weighted"])
+                 for k in ("count", "loss_sum", "correct")}
+        assert fleet == pytest.approx({k: union[k] for k in fleet}, rel=1e-9)
+    for rank, run in enumerate(observed["weighted"]):
+        for step, result in enumerate(run["results"]):
+            assert (result.prequential.get("count") or 0) == COUNTS[step][rank]
 
 
 def test_idle_ranks_report_no_loss_and_weight_zero(observed: dict[str, list[dict[str, Any]]]) -> None:

@@ -6,9 +6,11 @@ with a single-process reference computed in the pytest process.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +18,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import torch.nn.functional as F
 from nan_model import MARKED_SIZE
 
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.models.batching import collate_packed
 from streamtrain.models.plugins import build_model
+from streamtrain.objectives import build_objective
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import Sample
 from trainer.compression import TopKCompressor
@@ -52,12 +54,33 @@ NAN_MODEL = BASE.model_copy(update={"model": "nan_model:build"})
 #: Samples per rank per step: uneven, with idle ranks (step 1: rank 2; step 3: rank 0), one empty step.
 COUNTS = ((3, 1, 6), (5, 2, 0), (0, 0, 0), (0, 4, 1))
 
+#: `BASE` under each objective beyond classification (the equality with single-process SGD holds for every one).
+OBJECTIVES = {
+    "regression": BASE.model_copy(update={"objective": "regression", "target_width": 2, "target_shift": 0.5}),
+    "multilabel": BASE.model_copy(update={"objective": "multilabel", "num_tags": 3}),
+    "forecast": BASE.model_copy(update={"objective": "forecast", "horizon": 2}),
+}
 
-def step_samples(step: int, rank: int) -> list[Sample]:
-    """The samples `rank` trains in `step` (deterministic, so the reference can rebuild them)."""
+
+def step_samples(step: int, rank: int, config: TrainerConfig = BASE) -> list[Sample]:
+    """The samples `rank` trains in `step` (deterministic, so the reference can rebuild them), with the targets
+    `config.objective` trains on (a forecast's series two frames longer, for its horizon)."""
     count = COUNTS[step][rank % len(COUNTS[step])]
-    sizes = [1 + (7 * step + 3 * rank + 5 * i) % 9 for i in range(count)]
-    return synthetic_samples(sizes, BASE.num_features, BASE.num_classes, seed=100 * step + rank, device_id=f"d{rank}")
+    longer = config.horizon if config.objective == "forecast" else 0
+    sizes = [1 + longer + (7 * step + 3 * rank + 5 * i) % 9 for i in range(count)]
+    samples = synthetic_samples(sizes, BASE.num_features, BASE.num_classes, seed=100 * step + rank,
+                                device_id=f"d{rank}")
+    if config.objective == "regression":
+        return [replace(s, target=(float(s.array()[:, 0].mean()), float(s.label or 0))) for s in samples]
+    if config.objective == "multilabel":
+        return [replace(s, target=(float(s.label == 0), float(s.label == 1), float(s.array()[:, 1].mean() > 0)))
+                for s in samples]
+    return samples
+
+
+def objective_samples(config: TrainerConfig) -> Callable[[int, int], list[Sample]]:
+    """`step_samples` under `config`'s objective."""
+    return lambda step, rank: step_samples(step, rank, config)
 
 
 def backlog(step: int, rank: int) -> int:
@@ -73,15 +96,17 @@ def marked_samples(step: int, rank: int) -> list[Sample]:
     return samples
 
 
-def reference_sgd(config: TrainerConfig, world: int, skipped: tuple[int, ...] = ()) -> tuple[
-        dict[str, torch.Tensor], list[float]]:
+def reference_sgd(config: TrainerConfig, world: int, skipped: tuple[int, ...] = (),
+                  scores: list[dict[str, float]] | None = None) -> tuple[dict[str, torch.Tensor], list[float]]:
     """Single-process SGD on the union of every rank's samples, per step (none in the `skipped` steps): parameters
-    and learning rates."""
+    and learning rates. With `scores`, each step's metric sums of the union under the model before the step are
+    appended to it."""
     model = build_model(config)
+    objective = build_objective(config)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     lrs: list[float] = []
     for step in range(len(COUNTS)):
-        union = [s for rank in range(world) for s in step_samples(step, rank)]
+        union = [s for rank in range(world) for s in step_samples(step, rank, config)]
         scale = linear_lr_scale(len(union), config.base_batch, config.max_lr_scale) if config.lr_scaling else 1.0
         lrs.append(config.lr * scale)
         if not union or step in skipped:
@@ -90,7 +115,10 @@ def reference_sgd(config: TrainerConfig, world: int, skipped: tuple[int, ...] = 
             group["lr"] = config.lr * scale
         batch = collate_packed(union, config)
         optimizer.zero_grad()
-        F.cross_entropy(model(batch), batch.labels).backward()
+        outputs = model(batch)
+        if scores is not None:
+            scores.append({k: float(v) for k, v in objective.metric_sums(outputs.detach(), batch).items()})
+        objective.losses(outputs, batch).mean().backward()
         optimizer.step()
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, lrs
 
@@ -108,6 +136,10 @@ def _train(config: TrainerConfig, rank: int, world: int,
         "compressed_step_ratio": None if stats is None else stats.compressed_step_ratio,
         "decisions": None if stats is None else (stats.buckets, stats.compressed_buckets),
     }
+
+
+def _train_objective(config: TrainerConfig, rank: int, world: int) -> dict[str, Any]:
+    return _train(config, rank, world, objective_samples(config))
 
 
 def _size_weighted_grads(rank: int, world: int) -> dict[str, Any]:
@@ -130,7 +162,7 @@ def reference_size_weighted_grads(world: int) -> dict[str, torch.Tensor]:
             continue
         model.zero_grad()
         batch = collate_packed(samples, BASE)
-        F.cross_entropy(model(batch), batch.labels).backward()
+        torch.nn.functional.cross_entropy(model(batch), batch.labels).backward()
         share = sum(s.size for s in samples) / total
         for name, p in model.named_parameters():
             assert p.grad is not None
@@ -193,6 +225,7 @@ SCENARIOS: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "non_finite_topk": lambda rank, world: _train(
         NAN_MODEL.model_copy(update={"compression": True, "compression_delta": 1e9}), rank, world, marked_samples
     ),
+    **{f"weighted_{name}": functools.partial(_train_objective, config) for name, config in OBJECTIVES.items()},
     "compressor_votes": _compressor_votes,
     "size_weighted": _size_weighted_grads,
     "heldout": _held_out,

@@ -124,7 +124,7 @@ def _float_labels(samples: Sequence[Sample], config: TrainerConfig) -> PackedBat
 
 
 @pytest.mark.parametrize(("model", "collate", "setting", "words"), [
-    (_Head(3, rows=2), collate_packed, "trainer.model", "logits of shape (2, 3)"),
+    (_Head(3, rows=2), collate_packed, "trainer.model", "outputs of shape (2, 3)"),
     (_Head(7), collate_packed, "trainer.model", "shape (3, 7)"),
     (_Head(3, fail=True), collate_packed, "trainer.model", "raised RuntimeError"),
     (_Head(3), _tuple_collate, "trainer.collate", "lacks labels, num_samples, total_size, to"),

@@ -1,0 +1,303 @@
+"""The readers of each file layout a dataset may hold (see `streamtrain.datasets.files` for the layouts).
+
+Each reader returns one file's samples, their labels and their float targets, or raises `BadFile` with
+what is wrong; `load_dataset` skips such a file, reports it and carries on. Class names become numbers
+through one `ClassNames` per load, so a training and a held-out split number their classes alike.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..wire import DTYPES
+from .ts import TsFormatError, fill_missing, read_ts
+
+__all__ = ["CLASS_NAMES_SETTING", "BadFile", "ClassNames", "Part", "read_file"]
+
+logger = logging.getLogger(__name__)
+
+_X_KEYS = ("x", "data", "X", "samples")
+_Y_KEYS = ("y", "labels", "label", "Y")
+_SIZE_KEYS = ("sizes", "lengths")
+_TARGET_KEYS = ("target", "targets")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class BadFile(ValueError):
+    """One file that cannot be used; the loader reports it and carries on."""
+
+
+#: The setting that fixes the class names (named in the errors of a load that was given them).
+CLASS_NAMES_SETTING = "producer.dataset.class_names"
+
+
+class ClassNames:
+    """Class names to label numbers for one load.
+
+    Args:
+        names: the configured names, in label order (a name outside them is an error); None: each new name is
+            given the next number, in the order the load meets them.
+    """
+
+    def __init__(self, names: Sequence[str] | None = None) -> None:
+        self.fixed = names is not None
+        self.names: list[str] = list(names or ())
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self.numbers_used = False
+        """Some label was a number, used as it is: names numbered from 0 would collide with it."""
+
+    def number(self, name: str) -> int:
+        """The label number of class `name`.
+
+        Raises:
+            BadFile: the names are fixed and `name` is not one of them.
+        """
+        name = name.strip()
+        found = self._index.get(name)
+        if found is not None:
+            return found
+        if self.fixed:
+            shown = " ".join(self.names[:12]) + (" ..." if len(self.names) > 12 else "")
+            raise BadFile(f"class {name!r} is not one of {CLASS_NAMES_SETTING} ({shown})")
+        self._index[name] = len(self.names)
+        self.names.append(name)
+        return self._index[name]
+
+    def label(self, cell: str) -> int:
+        """A label written as text (a CSV cell): a configured name, else an integer as it is, else a new name."""
+        text = cell.strip()
+        if not self.fixed:
+            try:
+                value = int(text)
+            except ValueError:
+                pass
+            else:
+                self.numbers_used = True
+                return value
+        return self.number(text)
+
+    def mark(self) -> tuple[int, bool]:
+        """Where the names stand before a file is read (`forget_since` undoes what a skipped file added)."""
+        return len(self.names), self.numbers_used
+
+    def forget_since(self, mark: tuple[int, bool]) -> None:
+        """Drop the names, and the use of numbers, that came after `mark`: the file that brought them was skipped."""
+        count, self.numbers_used = mark
+        for name in self.names[count:]:
+            del self._index[name]
+        del self.names[count:]
+
+    @property
+    def used(self) -> tuple[str, ...] | None:
+        """The names by label number, None when no label came from a name."""
+        return tuple(self.names) if self.names else None
+
+
+def _as_payload(arr: np.ndarray, where: str) -> np.ndarray:
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        raise BadFile(f"{where}: dtype {arr.dtype} is not numeric")
+    if arr.ndim == 0:
+        raise BadFile(f"{where}: a sample needs at least one axis (its size axis)")
+    if arr.shape[0] < 1:
+        raise BadFile(f"{where}: a sample of size 0")
+    if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
+        raise BadFile(f"{where}: holds NaN or infinity")
+    if arr.dtype.name not in DTYPES or arr.dtype == np.float64:
+        if np.issubdtype(arr.dtype, np.floating) and arr.size:
+            big = float(np.abs(arr).max())
+            if big > _FLOAT32_MAX:
+                raise BadFile(f"{where}: holds {big:.3g}, beyond float32's range (+-{_FLOAT32_MAX:.3g}), the dtype "
+                               "samples are published in: scale the data")
+        arr = arr.astype(np.float32)  # float64 doubles the bytes on the wire for no training benefit
+    return np.ascontiguousarray(arr)
+
+
+def _pick(keys: list[str], names: tuple[str, ...]) -> str | None:
+    return next((k for k in names if k in keys), None)
+
+
+#: What one file holds: its samples, their labels (-1: none) and their float targets (None: none).
+Part = tuple[list[np.ndarray], list[int], list[np.ndarray | None]]
+
+
+def _read_npz(path: Path, dir_label: int, classes: ClassNames) -> Part:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            keys = list(z.keys())
+            xk, yk, sk, tk = (_pick(keys, _X_KEYS), _pick(keys, _Y_KEYS), _pick(keys, _SIZE_KEYS),
+                              _pick(keys, _TARGET_KEYS))
+            if xk is None:
+                raise BadFile(f"no array named one of {', '.join(_X_KEYS)} (has {', '.join(keys) or 'nothing'})")
+            x = z[xk]
+            y = z[yk] if yk is not None else None
+            sizes = z[sk] if sk is not None else None
+            targets = z[tk] if tk is not None else None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        if isinstance(exc, BadFile):
+            raise
+        raise BadFile(f"not a readable .npz ({exc})") from None
+    if y is not None and targets is None and (np.asarray(y).dtype.kind == "f" or np.asarray(y).ndim == 2):
+        y, targets = None, y  # a float y, or one row of values per sample: a target, not a class
+    if y is None:
+        # No labels: every sample is its directory's class, or unlabelled (a self-supervised objective needs none).
+        shape = np.shape(targets) if targets is not None else ()
+        count = len(sizes) if sizes is not None else shape[0] if shape else None
+        y = np.asarray(dir_label) if count is None else np.full(count, dir_label, dtype=np.int64)
+    y = _labels_of(np.asarray(y), classes)
+    parts = _split(x, y, sizes)
+    rows: list[np.ndarray | None] = [None] * len(parts)
+    if targets is not None:
+        rows = _target_rows(targets, len(parts), path)
+    labels = [int(y)] if y.ndim == 0 else [int(v) for v in y]
+    return [_as_payload(p, f"{path}[{i}]") for i, p in enumerate(parts)], labels, rows
+
+
+def _labels_of(y: np.ndarray, classes: ClassNames) -> np.ndarray:
+    if y.dtype.kind in "US":  # class names
+        named = [classes.number(str(v)) for v in y.reshape(-1)]
+        return np.asarray(named, dtype=np.int64).reshape(y.shape)
+    if not np.issubdtype(y.dtype, np.integer):
+        raise BadFile(f"labels have dtype {y.dtype}, neither integers nor class names")
+    if (y >= 0).any():
+        classes.numbers_used = True
+    return y
+
+
+def _split(x: np.ndarray, y: np.ndarray, sizes: np.ndarray | None) -> list[np.ndarray]:
+    """`x` as one sample per label: whole (a scalar label), cut by `sizes`, or along its first axis."""
+    if y.ndim == 0:
+        return [x]
+    if sizes is not None:
+        sizes = np.asarray(sizes)
+        if sizes.shape != y.shape or int(sizes.sum()) != x.shape[0] or np.any(sizes < 1):
+            raise BadFile(f"sizes {sizes.shape} (sum {int(sizes.sum())}) do not split x {x.shape} "
+                           f"for labels {y.shape}")
+        return np.split(x, np.cumsum(sizes)[:-1])
+    if x.ndim < 2 or x.shape[0] != y.shape[0]:
+        raise BadFile(f"x {x.shape} does not hold one sample per label ({y.shape[0]} labels)")
+    return list(x)
+
+
+def _target_rows(targets: np.ndarray, count: int, path: Path) -> list[np.ndarray | None]:
+    """One float target row per sample (a scalar per sample becomes a row of one)."""
+    values = np.asarray(targets)
+    if values.dtype.kind not in "fiub":
+        raise BadFile(f"targets have dtype {values.dtype}, not numbers")
+    rows = values.reshape(count, -1) if values.size and values.shape[:1] in ((count,), ()) else None
+    if rows is None or (values.ndim > 2) or (values.ndim == 0 and count != 1):
+        raise BadFile(f"targets {values.shape} are not one value or one row of values per sample ({count})")
+    rows = rows.astype(np.float64)
+    if not np.isfinite(rows).all() or np.abs(rows).max() > _FLOAT32_MAX:
+        raise BadFile(f"{path}: targets hold NaN, infinity or values beyond float32's range")
+    return list(rows)
+
+
+def _read_npy(path: Path, dir_label: int) -> Part:
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise BadFile(f"not a readable .npy ({exc})") from None
+    return [_as_payload(arr, str(path))], [dir_label], [None]
+
+
+def _read_csv(path: Path, label_column: str, sample_column: str | None, classes: ClassNames,
+              target_columns: Sequence[str] = ()) -> Part:
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.reader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise BadFile(f"not a readable CSV ({exc})") from None
+    if not rows:
+        raise BadFile("empty CSV")
+    header = [h.strip() for h in rows[0]]
+    missing = [c for c in target_columns if c not in header]
+    if missing or (label_column not in header and not target_columns):
+        raise BadFile(f"no {', '.join(map(repr, missing or [label_column]))} column (columns: {', '.join(header)})")
+    li = header.index(label_column) if label_column in header else None
+    si = header.index(sample_column) if sample_column and sample_column in header else None
+    ti = [header.index(c) for c in target_columns]
+    fi = [i for i in range(len(header)) if i not in (li, si, *ti)]
+    if not fi:
+        raise BadFile("no feature columns")
+    out: Part = ([], [], [])
+    group: list[list[float]] = []
+    key: tuple[str, int, tuple[float, ...]] | None = None
+    for number, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            raise BadFile(f"line {number} has {len(row)} cells, the header has {len(header)}")
+        if li is not None and not row[li].strip():
+            raise BadFile(f"line {number}: no label in column {label_column!r}")
+        label = classes.label(row[li]) if li is not None else -1
+        values, target = _numbers(row, fi, number, "a feature"), tuple(_numbers(row, ti, number, "a target"))
+        row_key = (row[si] if si is not None else str(number), label, target)
+        if key is not None and row_key[0] == key[0] and row_key[1:] != key[1:]:
+            raise BadFile(f"line {number}: sample {row_key[0]!r} changes " + ("label" if label != key[1] else
+                                                                                "target"))
+        if key is not None and row_key != key:
+            _add_csv_sample(out, group, key, path)
+            group = []
+        key = row_key
+        group.append(values)
+    if key is None:
+        raise BadFile("no data rows")
+    _add_csv_sample(out, group, key, path)
+    return out
+
+
+def _numbers(row: Sequence[str], columns: Sequence[int], line: int, what: str) -> list[float]:
+    try:
+        return [float(row[i]) for i in columns]
+    except ValueError:
+        raise BadFile(f"line {line}: {what} is not a number") from None
+
+
+def _add_csv_sample(out: Part, group: list[list[float]], key: tuple[str, int, tuple[float, ...]], path: Path) -> None:
+    name, label, target = key
+    out[0].append(_as_payload(np.asarray(group), f"{path} sample {name}"))
+    out[1].append(label)
+    if target and not all(np.isfinite(target)):
+        raise BadFile(f"sample {name}: its target holds NaN or infinity")
+    out[2].append(np.asarray(target, dtype=np.float64) if target else None)
+
+
+def _read_ts(path: Path, classes: ClassNames) -> Part:
+    try:
+        data = read_ts(path)
+    except TsFormatError as exc:
+        raise BadFile(f"line {exc.line}: {exc.reason}" if exc.line is not None else exc.reason) from None
+    samples: list[np.ndarray] = []
+    filled = 0
+    for series, line in zip(data.series, data.lines, strict=True):
+        values, n = fill_missing(series)
+        filled += n
+        samples.append(_as_payload(values, f"{path}:{line}"))
+    if filled:
+        logger.info("%s: %d missing values interpolated", path, filled)
+    targets: list[np.ndarray | None] = [None] * len(samples) if data.targets is None else [
+        np.asarray([t]) for t in data.targets]
+    declared = data.header.class_names
+    if declared is None:
+        return samples, [int(v) for v in data.labels], targets
+    numbers = [classes.number(name) for name in declared]  # the file's own order, for a load without names
+    logger.info("%s: classes %s", path, ", ".join(f"{n}={i}" for n, i in zip(declared, numbers, strict=True)))
+    return samples, [numbers[v] if v >= 0 else -1 for v in data.labels], targets
+
+
+def read_file(f: Path, dir_label: int, classes: ClassNames, label_column: str, sample_column: str | None,
+               target_columns: Sequence[str]) -> Part:
+    suffix = f.suffix.lower()
+    if suffix == ".ts":
+        return _read_ts(f, classes)
+    if suffix == ".npz":
+        return _read_npz(f, dir_label, classes)
+    if suffix == ".npy":
+        return _read_npy(f, dir_label)
+    return _read_csv(f, label_column, sample_column, classes, target_columns)

@@ -1,0 +1,201 @@
+"""What every objective provides, and the sums its metrics are made of.
+
+An objective turns a model's outputs into a per-sample loss, metric sums, and predictions. Metrics are kept
+as *sums* (counts, summed errors, true positives, ...) that add across samples, steps and ranks, so a
+running value, a windowed value and a fleet value are all exact: add the sums, then take the ratios
+(`Objective.summarise`). The loss is per sample so that the trainer's weighted aggregation stays exact: a
+rank's loss is the mean over its samples, and its gradient is weighted by its sample count.
+
+Each objective also keeps a *baseline* that needs no model, so a reader sees whether the model learned
+anything: the training mean (regression), the most common class (classification), each tag's most common
+value (multi-label), the last value (forecast). The baseline's state (counts and sums of the targets
+trained so far) is a float64 vector that adds across ranks too (`baseline_state`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.wire import Sample
+
+__all__ = ["MISSING_TARGET", "SERIES_TOO_SHORT", "TARGET_RANGE", "TARGET_WIDTH", "UNTRAINABLE", "Objective",
+           "Predictions", "Ratio", "TargetProblem", "add_sums"]
+
+#: Dead-letter reasons of samples that lack what their objective trains on (each names the field at fault).
+MISSING_TARGET = "missing-target"
+TARGET_WIDTH = "target-width"
+TARGET_RANGE = "target-range"
+SERIES_TOO_SHORT = "series-too-short"
+#: The reason of a sample without a usable label (classification), as for any other sample the model cannot take.
+UNTRAINABLE = "untrainable"
+
+
+@dataclass(frozen=True)
+class TargetProblem:
+    """Why a sample cannot be trained under an objective: the dead-letter reason and a detail naming the field."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A metric that is the ratio of two sums (`sqrt` of it when `root`), so it adds up exactly over batches.
+
+    Attributes:
+        name: The metric's name (`accuracy`, `rmse`, ...).
+        numerator: The sum above the line.
+        denominator: The sum below it.
+        root: Take the square root of the ratio (RMSE from summed squared errors).
+    """
+
+    name: str
+    numerator: str
+    denominator: str
+    root: bool = False
+
+    def of(self, sums: Mapping[str, float]) -> float | None:
+        """The metric from `sums`; None when its denominator is 0 or absent."""
+        below = sums.get(self.denominator, 0.0)
+        if not below:
+            return None
+        value = sums.get(self.numerator, 0.0) / below
+        return math.sqrt(max(value, 0.0)) if self.root else value
+
+
+def add_sums(into: dict[str, float], more: Mapping[str, float]) -> dict[str, float]:
+    """Add `more` into `into` key by key (in place) and return it."""
+    for key, value in more.items():
+        into[key] = into.get(key, 0.0) + float(value)
+    return into
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """What a model says about a batch, in the objective's terms.
+
+    Attributes:
+        kind: The objective that made them (`classification`, `regression`, `multilabel`, `forecast`, or yours).
+        fields: Named arrays whose first axis is the sample: `classes` and `probabilities` (classification),
+            `values` (regression: (N, target_width); forecast: (N, horizon, num_features)), `probabilities` and
+            `tags` (multi-label: (N, num_tags) each).
+    """
+
+    kind: str
+    fields: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.fields.values()))) if self.fields else 0
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One JSON-ready dict per sample (lists and numbers), e.g. `{"class": 2, "probabilities": [...]}`."""
+        return [{name: _plain(values[i]) for name, values in self.fields.items()} for i in range(len(self))]
+
+
+def _plain(value: np.ndarray) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else value.item() if hasattr(value, "item") else value
+
+
+class Objective:
+    """The base of every objective: what the trainer, the held-out evaluation and a loaded model call.
+
+    Subclass it (overriding at least `output_width`, `losses` and `metric_sums`) for an objective of your
+    own, and name a factory `(TrainerConfig) -> Objective` (the class itself will do) in `trainer.objective`.
+
+    Args:
+        config: The trainer settings (widths, loss kind, thresholds).
+    """
+
+    name = "objective"
+    #: The metric shown first (`summarise`'s key), its baseline's, and which way is better.
+    headline = "loss"
+    baseline: str | None = None
+    higher_is_better = False
+    #: The metrics that are a ratio of two sums; `summarise` computes them.
+    ratios: tuple[Ratio, ...] = (Ratio("loss", "loss_sum", "count"),)
+    #: What the objective reads from a batch beyond its size (checked on the collate's probe batch at start-up).
+    batch_fields: tuple[str, ...] = ()
+
+    def __init__(self, config: TrainerConfig) -> None:
+        self.config = config
+        self._state = torch.zeros(self.baseline_size(), dtype=torch.float64)
+
+    # ---- what a sample and the model must look like ---------------------------------------------------------
+
+    def output_width(self) -> int:
+        """Values the model emits per sample."""
+        raise NotImplementedError
+
+    def target_problem(self, sample: Sample) -> TargetProblem | None:
+        """Why `sample` lacks what this objective trains on (None: it has it). Checked as samples arrive, so a
+        sample without its target is dead-lettered and never reaches the loss."""
+        return None
+
+    def probe_target(self, index: int, rng: np.random.Generator) -> tuple[int | None, list[float] | None]:
+        """(label, target) of the `index`-th probe sample the start-up check feeds the plug-ins."""
+        return index % self.config.num_classes, rng.standard_normal(self.config.target_width).tolist()
+
+    def min_size(self) -> int:
+        """The fewest frames a sample needs (forecast: one more than its horizon)."""
+        return 1
+
+    # ---- training and judging ----------------------------------------------------------------------------------
+
+    def losses(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        """Per-sample losses (shape (N,)) of the model's `outputs` (N, output_width) on `batch`."""
+        raise NotImplementedError
+
+    def metric_sums(self, outputs: torch.Tensor, batch: Any,
+                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Metric sums of a batch, each a 0-d tensor (kept on the device: read them once, after the step).
+
+        Args:
+            outputs: The model's outputs for `batch` (detached).
+            batch: The collated batch.
+            baseline: The baseline's state to score against (default this objective's own, `baseline_state`).
+
+        Returns:
+            Sums keyed by name; `count` is the number of samples.
+        """
+        raise NotImplementedError
+
+    def summarise(self, sums: Mapping[str, float]) -> dict[str, float]:
+        """The metrics from summed `sums` (those whose denominator is 0 are left out)."""
+        out = {}
+        for ratio in self.ratios:
+            value = ratio.of(sums)
+            if value is not None:
+                out[ratio.name] = value
+        return out
+
+    def predict(self, outputs: torch.Tensor, batch: Any) -> Predictions:
+        """The model's `outputs` as predictions in the objective's terms (see `Predictions`)."""
+        return Predictions(self.name, {"outputs": outputs.detach().cpu().numpy()})
+
+    # ---- the baseline ----------------------------------------------------------------------------------------------
+
+    def baseline_size(self) -> int:
+        """Length of the baseline's state vector (0: a baseline that needs no state, or none)."""
+        return 0
+
+    @property
+    def baseline_state(self) -> torch.Tensor:
+        """Counts and sums of the targets trained so far (float64, adds across ranks)."""
+        return self._state
+
+    def observe(self, batch: Any) -> None:
+        """Fold a trained batch's targets into the baseline's state (after it was scored: test, then train)."""
+        if self._state.numel():
+            added = self.state_of(batch)
+            self._state = self._state.to(added.device) + added
+
+    def state_of(self, batch: Any) -> torch.Tensor:
+        """The baseline state one batch adds (same length as `baseline_state`)."""
+        return torch.zeros(0, dtype=torch.float64)

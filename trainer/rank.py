@@ -68,7 +68,8 @@ class TrainerRank:
         topics = config.kafka.topics
         self.feedback_topic = topics.feedback
         self.runner = build_step_runner(self.trainer, ctx)  # bad plug-ins or slowdowns fail before Kafka is touched
-        self.evaluator = (HeldOutEvaluator(self.trainer, ctx, self.runner.collate, config.producer.dataset)
+        self.evaluator = (HeldOutEvaluator(self.trainer, ctx, self.runner.collate, config.producer.dataset,
+                                           objective=self.runner.objective)
                           if held_out_source(self.trainer) is not None else None)
         self._evaluated_step: int | None = None
         own = [topics.device(device_id), topics.feedback, topics.assignments, topics.dead_letter]
@@ -294,16 +295,19 @@ class TrainerRank:
         result = self.evaluator.evaluate(self.runner.model.module, self.step)
         self._evaluated_step = self.step
         self.metrics.record_heldout(result.step, result.accuracy, result.loss, result.seconds)
+        self.scores.record_heldout(result.metrics)
         if self.ctx.is_main:
             record = Evaluation(job=self.config.job, step=result.step, dataset=self.evaluator.name,
                                 samples=result.samples, accuracy=result.accuracy, loss=result.loss,
-                                seconds=result.seconds)
+                                seconds=result.seconds, objective=self.runner.objective.name, metrics=result.metrics)
             value, headers = encode(record)
             produce(self.producer, self.config.kafka.topics.evaluations, value, headers, self._feedback_delivered,
                     self.config.job.encode())
-            logger.info("held-out %s after step %d: accuracy %.3f, loss %.3f (%d samples, %.2f s)",
-                        self.evaluator.name, result.step, result.accuracy, result.loss, result.samples,
-                        result.seconds)
+            objective = self.runner.objective
+            shown = ", ".join(f"{k} {result.metrics[k]:.4g}" for k in (objective.headline, objective.baseline, "loss")
+                              if k is not None and k in result.metrics)
+            logger.info("held-out %s after step %d: %s (%d samples, %.2f s)", self.evaluator.name, result.step,
+                        shown, result.samples, result.seconds)
 
     def _feedback_delivered(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:

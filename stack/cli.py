@@ -150,9 +150,11 @@ def up(
         a for s in opts_in.sets for a in ("--set", s)]
     if replay is not None:
         global_args += set_args(replay.settings)
+        kind = f"{replay.classes} classes" if replay.objective == "classification" else replay.objective
         console.print(f"dataset {replay.name}: {replay.samples} samples of {replay.features} dimension(s), "
-                      f"{replay.classes} classes, sharded over {devices} devices; held-out set: "
+                      f"{kind}, sharded over {devices} devices; held-out set: "
                       f"{replay.held_out or 'none (no evaluation)'}", highlight=False)
+        console.print(f"objective: {replay.objective} ({replay.objective_why}; trainer.objective)", highlight=False)
         names = replay.settings.get("producer.dataset.class_names")
         if isinstance(names, list) and any(str(n) != str(i) for i, n in enumerate(names)):  # not 0=0, 1=1, ...
             shown = ", ".join(f"{n}={i}" for i, n in enumerate(names[:20])) + (", ..." if len(names) > 20 else "")

@@ -9,7 +9,9 @@ packaged dataset's test split, or the archive's `<name>_TEST.ts` beside a `<name
 is checked against the model's settings, so a mismatch fails with the setting to change, not with
 every sample dead-lettered. A dataset whose classes are names (class directories, `.ts` classes, text
 labels) gets `producer.dataset.class_names` from both splits, so the replayed samples and the held-out
-set number every class alike even when one split lacks a class.
+set number every class alike even when one split lacks a class. The objective comes from the data
+(`streamtrain.objectives.inference`: float targets, class labels, or neither) unless `trainer.objective` is
+set, in which case the data is checked against it.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import numpy as np
 
 from producers.service import ProducerError, StreamProducer
 from streamtrain.cli_support import module_command
-from streamtrain.config import KafkaConfig, ProducerConfig, StreamtrainConfig
+from streamtrain.config import KafkaConfig, ProducerConfig, StreamtrainConfig, TrainerConfig
 from streamtrain.datasets import PACKAGED, Dataset, DatasetError, load_dataset, packaged_file
+from streamtrain.objectives.inference import fit_objective
 
 from .services import DeviceStream, ServiceSpec
 
@@ -45,6 +48,10 @@ class DatasetReplay:
     samples: int
     features: int
     classes: int
+    objective: str = "classification"
+    """The objective in force: `trainer.objective` as set, or the one the data is for."""
+    objective_why: str = ""
+    """What in the data says so."""
 
 
 def _held_out_beside(path: Path) -> Path | None:
@@ -83,8 +90,9 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
             settings["producer.dataset.path"] = str(path)
             beside = _held_out_beside(path)
             derived = ("trainer.eval_path", str(beside)) if beside is not None else None
-        dataset = load_dataset(path, cfg.producer.dataset.label_column, cfg.producer.dataset.sample_column,
-                               cfg.producer.dataset.class_names)
+        reading = cfg.producer.dataset
+        dataset = load_dataset(path, reading.label_column, reading.sample_column, reading.class_names,
+                               reading.target_columns)
     except DatasetError as exc:
         raise ValueError(f"--dataset {choice}: {exc}") from None
     if trainer.eval_path is not None or trainer.eval_packaged is not None:
@@ -93,7 +101,7 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
         settings[derived[0]] = derived[1]
         held_out = str(derived[1])
     features = {s.shape[1:] for s in dataset.samples}
-    explicit = trainer.model_fields_set  # set by the file, the environment or a flag; the rest are defaults
+    explicit = set(trainer.model_fields_set)  # set by the file, the environment or a flag; the rest are defaults
     only = next(iter(features)) if len(features) == 1 else ()
     if "num_features" not in explicit and len(only) == 1:  # the user left it: the model takes the dataset's
         settings["trainer.num_features"] = only[0]
@@ -104,6 +112,26 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
             next(iter(features))) == 1 else ""
         raise ValueError(f"--dataset {choice}: its samples have shape {shape} but the model takes "
                          f"(size, {trainer.num_features}): set trainer.num_features{hint}")
+    fit = fit_objective(dataset, trainer, explicit, f"--dataset {choice}")
+    settings |= fit.settings
+    trainer = trainer.model_copy(update={k.removeprefix("trainer."): v for k, v in fit.settings.items()})
+    classes = (_classes(choice, cfg, trainer, explicit, dataset, held_out, settings)
+               if fit.objective == "classification" else 0)
+    batch = cfg.coordinator.global_batch
+    if "global_batch" not in cfg.coordinator.model_fields_set and batch * STEPS_PER_PASS > len(dataset):
+        settings["coordinator.global_batch"] = max(devices, len(dataset) // STEPS_PER_PASS)
+    return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes, fit.objective,
+                         fit.why)
+
+
+def _classes(choice: str, cfg: StreamtrainConfig, trainer: TrainerConfig, explicit: set[str], dataset: Dataset,
+             held_out: str | None, settings: dict[str, object]) -> int:
+    """The classes of a classification dataset: `trainer.num_classes` and `producer.dataset.class_names` set in
+    `settings` where the user left them unset, checked where they set them.
+
+    Raises:
+        ValueError: the labels go beyond `trainer.num_classes` as set.
+    """
     names = dataset.class_names
     # Numbered apart, a held-out split lacking a class would number the ones after it differently: one list of
     # names for both, the training split's first (their numbers unchanged), then any only the held-out split has.
@@ -124,10 +152,7 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
     if classes > trainer.num_classes:
         raise ValueError(f"--dataset {choice}: its labels go up to {classes - 1} but trainer.num_classes is "
                          f"{trainer.num_classes} (--set trainer.num_classes={classes})")
-    batch = cfg.coordinator.global_batch
-    if "global_batch" not in cfg.coordinator.model_fields_set and batch * STEPS_PER_PASS > len(dataset):
-        settings["coordinator.global_batch"] = max(devices, len(dataset) // STEPS_PER_PASS)
-    return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes)
+    return classes
 
 
 def _held_out_dataset(held_out: str, cfg: StreamtrainConfig) -> Dataset:

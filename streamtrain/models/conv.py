@@ -3,7 +3,9 @@
 Every layer works on the (total_size, H) packed tensor, so its cost is linear in the batch's total
 size. A convolution must not look across a sample boundary: each frame gathers its k neighbours
 and zeroes those of another segment (or off either end), which equals a per-sample Conv1d with
-zero 'same' padding. Samples are then mean-pooled per segment with `index_add_`.
+zero 'same' padding. Samples are then mean-pooled per segment with `index_add_`; with `last_state` the
+hidden state of each sample's last frame joins the pool (a forecast needs where the series ends, which a
+mean forgets).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from torch import nn
 
 from .batching import PackedBatch
 
-__all__ = ["MaskedConv1d", "PackedConvNet", "neighbour_index", "segment_mean"]
+__all__ = ["MaskedConv1d", "PackedConvNet", "last_frames", "neighbour_index", "segment_mean"]
 
 
 def neighbour_index(segment_ids: torch.Tensor, kernel_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,6 +43,13 @@ def segment_mean(values: torch.Tensor, segment_ids: torch.Tensor, lengths: torch
     """Mean of `values` (N, H) over each segment, giving (num_segments, H)."""
     sums = values.new_zeros(lengths.shape[0], values.shape[1]).index_add_(0, segment_ids, values)
     return sums / lengths.clamp_min(1).unsqueeze(1).to(values.dtype)
+
+
+def last_frames(values: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """The last row of each segment of `values` (N, H), giving (num_segments, H); zeros for an empty segment."""
+    ends = cu_seqlens[1:]
+    rows = values[(ends - 1).clamp_min(0)] if values.shape[0] else values.new_zeros(ends.shape[0], values.shape[1])
+    return rows * (ends > cu_seqlens[:-1]).unsqueeze(1).to(values.dtype)
 
 
 class MaskedConv1d(nn.Module):
@@ -71,18 +80,21 @@ class PackedConvNet(nn.Module):
         hidden_size: Channels (H).
         num_layers: Residual conv blocks.
         kernel_size: Odd temporal kernel width.
+        last_state: Pool each sample's last frame beside its mean (for `forecast`).
     """
 
     def __init__(
-        self, num_features: int, num_classes: int, hidden_size: int = 64, num_layers: int = 2, kernel_size: int = 5
+        self, num_features: int, num_classes: int, hidden_size: int = 64, num_layers: int = 2, kernel_size: int = 5,
+        last_state: bool = False,
     ) -> None:
         super().__init__()
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd, got {kernel_size}")
         self.kernel_size = kernel_size
+        self.last_state = last_state
         self.embed = nn.Linear(num_features, hidden_size)
         self.convs = nn.ModuleList(MaskedConv1d(hidden_size, hidden_size, kernel_size) for _ in range(num_layers))
-        self.head = nn.Linear(hidden_size, num_classes)
+        self.head = nn.Linear(hidden_size * (2 if last_state else 1), num_classes)
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """Logits of shape (batch.num_samples, num_classes); an empty batch gives (0, num_classes)."""
@@ -90,4 +102,7 @@ class PackedConvNet(nn.Module):
         h = self.embed(batch.values)
         for conv in self.convs:
             h = h + F.gelu(conv(h, index, valid))
-        return self.head(segment_mean(h, batch.segment_ids, batch.lengths))
+        pooled = segment_mean(h, batch.segment_ids, batch.lengths)
+        if self.last_state:
+            pooled = torch.cat([pooled, last_frames(h, batch.cu_seqlens)], dim=1)
+        return self.head(pooled)

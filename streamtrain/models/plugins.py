@@ -93,10 +93,11 @@ def build_model(config: TrainerConfig, output_width: int | None = None) -> nn.Mo
         torch.manual_seed(config.seed)
         shape = (config.num_features, output_width or config.num_classes, config.hidden_size, config.num_layers,
                  config.kernel_size)
+        last_state = config.objective == "forecast"  # a forecast follows from where each series ends
         if config.model == "conv":
-            model: Any = PackedConvNet(*shape)
+            model: Any = PackedConvNet(*shape, last_state=last_state)
         elif config.model == "seq":
-            model = SequenceClassifier(*shape, length_buckets=config.length_buckets)
+            model = SequenceClassifier(*shape, length_buckets=config.length_buckets, last_state=last_state)
         else:
             model = resolve_dotted(config.model, "trainer.model")(config)
             if not isinstance(model, nn.Module):

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .batching import PackedBatch, bucketed_length
-from .conv import segment_mean
+from .conv import last_frames, segment_mean
 
 __all__ = ["SequenceClassifier", "series_features"]
 
@@ -70,11 +70,13 @@ class SequenceClassifier(nn.Module):
         num_layers: Residual conv blocks; block i has dilation 2^i.
         kernel_size: Odd temporal kernel width.
         length_buckets: Lengths per power of two the packed axis is padded to (see the module doc; 0: none).
+        last_state: Pool each series' last frame beside its mean and max (for `forecast`: where a series ends is
+            what its next values follow from, and pooling forgets it).
     """
 
     def __init__(
         self, num_features: int, num_classes: int, hidden_size: int = 32, num_layers: int = 4, kernel_size: int = 5,
-        length_buckets: int = 8,
+        length_buckets: int = 8, last_state: bool = False,
     ) -> None:
         super().__init__()
         if kernel_size % 2 == 0:
@@ -88,7 +90,8 @@ class SequenceClassifier(nn.Module):
             nn.Conv1d(hidden_size, hidden_size, kernel_size, dilation=2**i, padding=(kernel_size // 2) * 2**i)
             for i in range(num_layers)
         )
-        self.head = nn.Linear(2 * hidden_size, num_classes)
+        self.last_state = last_state
+        self.head = nn.Linear((3 if last_state else 2) * hidden_size, num_classes)
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """Logits of shape (batch.num_samples, num_classes); an empty batch gives (0, num_classes)."""
@@ -105,4 +108,7 @@ class SequenceClassifier(nn.Module):
         h = x[0].t().index_select(0, where)
         pooled_max = h.new_zeros(n_series, self.hidden_size).scatter_reduce_(
             0, seg.unsqueeze(1).expand(-1, self.hidden_size), h, reduce="amax", include_self=False)
-        return self.head(torch.cat([segment_mean(h, seg, lengths), pooled_max], dim=1))
+        pooled = [segment_mean(h, seg, lengths), pooled_max]
+        if self.last_state:
+            pooled.append(last_frames(h, batch.cu_seqlens))
+        return self.head(torch.cat(pooled, dim=1))

@@ -12,6 +12,7 @@ import torch
 
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.models.batching import collate_for_prediction, collate_packed, pack_samples
+from streamtrain.models.conv import last_frames
 from streamtrain.models.errors import SetupError
 from streamtrain.models.plugins import build_collate, build_model, check_plugins
 from streamtrain.objectives import (
@@ -198,3 +199,17 @@ def test_a_bad_objective_fails_at_start_up_naming_the_setting(path: str, words: 
         objective = build_objective(config)
         check_plugins(build_model(config, objective.output_width()), build_collate(config), config, objective)
     assert str(excinfo.value).startswith("trainer.objective: ") and words in str(excinfo.value)
+
+
+@pytest.mark.parametrize("model", ["conv", "seq"])
+def test_a_forecasting_model_sees_where_each_series_ends_and_keeps_series_apart(model: str) -> None:
+    config = CONFIGS["forecast"].model_copy(update={"model": model, "length_buckets": 0})
+    net = build_model(config)
+    assert net.last_state  # type: ignore[union-attr]
+    samples = synthetic_samples([5, 9, 3, 12], 2, 3, seed=4)
+    together = net(collate_packed(samples, config))
+    alone = torch.cat([net(collate_packed([s], config)) for s in samples])
+    torch.testing.assert_close(together, alone, rtol=1e-9, atol=1e-12)
+    values = torch.arange(12.0).reshape(6, 2)
+    ends = last_frames(values, torch.tensor([0, 2, 2, 6]))  # segments of 2, 0 and 4 rows
+    assert ends.tolist() == [[2.0, 3.0], [0.0, 0.0], [10.0, 11.0]]

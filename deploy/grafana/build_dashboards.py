@@ -181,7 +181,34 @@ LAG = (
           (q(f"sum by (device) (increase(streamtrain_producer_samples_failed_total{{{DEVICE}}}[5m]))"),)),
 )
 
+#: The headline metric of each built-in objective (`streamtrain.objectives`), as a label matcher.
+HEADLINES = "accuracy|rmse|mae|f1_mean"
+PREQUENTIAL_SUMS = "streamtrain_trainer_prequential_sums_total"
+
 TRAINING = (
+    Panel("Test-then-train loss (fleet)", "Every sample scored by the model before the step that trains it "
+          "(prequential): the fleet's mean loss over the last minute, from the summed sums of every rank, and the "
+          "same for its headline error or accuracy (accuracy for classification; MAE for regression and forecasts; "
+          "0 without samples).",
+          (q(f'sum(increase({PREQUENTIAL_SUMS}{{key="loss_sum", {DEVICE}}}[1m])) / '
+             f'sum(increase({PREQUENTIAL_SUMS}{{key="count", {DEVICE}}}[1m]))', "loss"),
+           q(f'sum(increase({PREQUENTIAL_SUMS}{{key="correct", {DEVICE}}}[1m])) / '
+             f'sum(increase({PREQUENTIAL_SUMS}{{key="count", {DEVICE}}}[1m]))', "accuracy"),
+           q(f'sum(increase({PREQUENTIAL_SUMS}{{key="abs_error_sum", {DEVICE}}}[1m])) / '
+             f'sum(increase({PREQUENTIAL_SUMS}{{key="values", {DEVICE}}}[1m]))', "MAE"),
+           q(f'sum(increase({PREQUENTIAL_SUMS}{{key="baseline_abs_error_sum", {DEVICE}}}[1m])) / '
+             f'sum(increase({PREQUENTIAL_SUMS}{{key="values", {DEVICE}}}[1m]))', "MAE of the baseline"))),
+    Panel("Test-then-train per device vs baseline", "Each device's samples scored before they were trained, over "
+          "the last trainer.prequential_window steps: the objective's headline metric (accuracy, RMSE, MAE or mean "
+          "F1) beside that of its model-free baseline (the most common class, the training mean, the last value).",
+          (q(f'streamtrain_trainer_prequential{{window="recent", metric=~"{HEADLINES}", {DEVICE}}}',
+             "{{device}} {{metric}}"),
+           q(f'streamtrain_trainer_prequential{{window="recent", metric=~"baseline_({HEADLINES})", {DEVICE}}}',
+             "{{device}} {{metric}}"))),
+    Panel("Held-out metrics", "The objective's metrics on the held-out set at the last evaluation and its "
+          "baseline's (the same on every rank).",
+          (q(f'max by (metric) (streamtrain_trainer_heldout{{metric=~"({HEADLINES})|baseline_({HEADLINES})"}})',
+             "{{metric}}"),)),
     Panel("Held-out accuracy and loss", "The shared model on the held-out set (trainer.eval_path or "
           "trainer.eval_packaged), every trainer.eval_every steps; every rank exports the same value. 0 until the "
           "first evaluation, and without a held-out set.",

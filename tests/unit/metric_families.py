@@ -7,7 +7,9 @@ from prometheus_client.metrics_core import Metric
 
 from coordinator.metrics import CoordinatorMetrics
 from producers.metrics import ProducerMetrics
-from trainer.metrics import TrainerMetrics
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.objectives import build_objective
+from trainer.metrics import ObjectiveMetrics, TrainerMetrics
 
 
 def service_metric_families() -> list[tuple[str, Metric]]:
@@ -16,6 +18,7 @@ def service_metric_families() -> list[tuple[str, Metric]]:
     ProducerMetrics(producer, ["0"])
     trainer = CollectorRegistry()
     TrainerMetrics(trainer, "0", "job")
+    ObjectiveMetrics(trainer, "0", "job", build_objective(TrainerConfig()), 10)
     coordinator = CoordinatorMetrics(CollectorRegistry(), "job")
     coordinator.add_device("0")
     return [(service, family) for service, registry in

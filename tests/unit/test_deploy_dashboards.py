@@ -38,6 +38,8 @@ REQUIRED = [
     ("streamtrain-lag", "truncation"),
     ("streamtrain-lag", "dead letters"),
     ("streamtrain-training", "loss"),
+    ("streamtrain-training", "test-then-train"),
+    ("streamtrain-training", "held-out metrics"),
     ("streamtrain-training", "plan latency"),
     ("streamtrain-training", "late plans"),
 ]

@@ -117,6 +117,8 @@ class Objective:
     #: The metric shown first (`summarise`'s key), its baseline's, and which way is better.
     headline = "loss"
     baseline: str | None = None
+    baseline_note = ""
+    """What the baseline guesses, for a reader (e.g. "the mean of the targets trained so far")."""
     higher_is_better = False
     #: The metrics that are a ratio of two sums; `summarise` computes them.
     ratios: tuple[Ratio, ...] = (Ratio("loss", "loss_sum", "count"),)

@@ -25,6 +25,7 @@ class Classification(Objective):
     batch_fields = ("labels",)
     headline = "accuracy"
     baseline = "baseline_accuracy"
+    baseline_note = "always the class most common so far"
     higher_is_better = True
     ratios = (Ratio("loss", "loss_sum", "count"), Ratio("accuracy", "correct", "count"),
               Ratio("baseline_accuracy", "baseline_correct", "count"))

@@ -57,6 +57,7 @@ class Forecast(Objective):
     batch_fields = ("values", "segment_ids", "cu_seqlens", "lengths", "targets")
     headline = "mae"
     baseline = "baseline_mae"
+    baseline_note = "the last value of each series"
     ratios = (Ratio("loss", "loss_sum", "count"), *ERROR_RATIOS)
 
     def output_width(self) -> int:

@@ -46,6 +46,7 @@ class Multilabel(Objective):
     batch_fields = ("targets",)
     headline = "f1_mean"
     baseline = "baseline_f1_mean"
+    baseline_note = "each tag's most common value so far"
     higher_is_better = True
     ratios = (Ratio("loss", "loss_sum", "count"), Ratio("baseline_loss", "baseline_loss_sum", "count"),
               Ratio("f1_micro", "f1_num", "f1_den"), Ratio("baseline_f1_micro", "baseline_f1_num", "baseline_f1_den"))

@@ -59,6 +59,7 @@ class Regression(Objective):
     batch_fields = ("targets",)
     headline = "rmse"
     baseline = "baseline_rmse"
+    baseline_note = "the mean of the targets trained so far"
     ratios = (Ratio("loss", "loss_sum", "count"), *ERROR_RATIOS)
 
     def output_width(self) -> int:

@@ -1,0 +1,131 @@
+"""The run in its objective's terms: test-then-train figures from the feedback topic, held-out ones from evaluations.
+
+Every rank's feedback carries the metric sums of the samples its step trained, each scored by the model as
+it was before that step (test-then-train, or prequential, evaluation). Summed over the steps and ranks they
+give the fleet's figures exactly, over the whole run (`running`) or the last `trainer.prequential_window`
+steps that trained (`recent`), and each device's own; the ratios are the objective's (`Objective.summarise`),
+so nothing here depends on which objective it is. The held-out evaluations carry their metrics already.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.models.errors import SetupError
+from streamtrain.objectives import Objective, SumWindow, build_objective
+from streamtrain.wire import Evaluation, StepFeedback
+
+__all__ = ["closing_objective_lines", "heldout_metric_figures", "objective_for_report", "prequential_figures",
+           "prequential_series"]
+
+logger = logging.getLogger(__name__)
+
+
+def objective_for_report(config: TrainerConfig) -> Objective:
+    """The objective the ranks trained with, to turn sums into metrics (an objective of the user's that does not
+    import here is read by its loss alone: the base `Objective`'s ratios)."""
+    try:
+        return build_objective(config)
+    except SetupError as exc:
+        logger.warning("report: %s; its test-then-train figures are its loss alone", exc)
+        return Objective(config)
+
+
+def _steps(feedback: Sequence[StepFeedback], device: str | None = None) -> list[tuple[int, dict[str, float]]]:
+    """(step, the summed sums of the step's ranks, or of one device's), in step order, for steps with sums."""
+    by_step: dict[int, dict[str, float]] = defaultdict(dict)
+    for fb in feedback:
+        if fb.prequential and (device is None or fb.device_id == device):
+            sums = by_step[fb.step]
+            for key, value in fb.prequential.items():
+                sums[key] = sums.get(key, 0.0) + value
+    return sorted(by_step.items())
+
+
+def _windowed(steps: Sequence[tuple[int, dict[str, float]]], window: int, objective: Objective) -> dict[str, Any]:
+    sums = SumWindow(window)
+    for _, step_sums in steps:
+        sums.add(step_sums)
+    return {"running": objective.summarise(sums.running), "recent": objective.summarise(sums.recent),
+            "samples": int(sums.running.get("count", 0))}
+
+
+def prequential_figures(feedback: Sequence[StepFeedback], devices: Sequence[str], objective: Objective,
+                        window: int) -> dict[str, Any]:
+    """Test-then-train figures of the fleet and of each device: `running` and `recent` metrics, samples scored.
+
+    Returns:
+        `{"objective", "headline", "baseline", "higher_is_better", "window_steps", "fleet": {...},
+        "per_device": {device: {...}}}`, each `{...}` being `{"running": metrics, "recent": metrics, "samples": n}`.
+    """
+    return {
+        "objective": objective.name, "headline": objective.headline, "baseline": objective.baseline,
+        "baseline_note": objective.baseline_note,
+        "higher_is_better": objective.higher_is_better, "window_steps": window,
+        "fleet": _windowed(_steps(feedback), window, objective),
+        "per_device": {d: _windowed(_steps(feedback, d), window, objective) for d in devices},
+    }
+
+
+def prequential_series(feedback: Sequence[StepFeedback], t0_ms: int, objective: Objective,
+                       window: int) -> dict[str, list[Any]]:
+    """Per step with sums: its time, and the fleet's headline metric and baseline, running and over the window."""
+    sent = {fb.step: fb.sent_at for fb in feedback}
+    keys = [k for k in (objective.headline, objective.baseline, "loss") if k]
+    out: dict[str, list[Any]] = {"step": [], "t": [], **{f"{k}_{w}": [] for k in keys for w in ("running", "recent")}}
+    sums = SumWindow(window)
+    for step, step_sums in _steps(feedback):
+        sums.add(step_sums)
+        out["step"].append(step)
+        out["t"].append((sent[step] - t0_ms) / 1e3)
+        for which, totals in (("running", sums.running), ("recent", sums.recent)):
+            metrics = objective.summarise(totals)
+            for key in keys:
+                out[f"{key}_{which}"].append(metrics.get(key))
+    return out
+
+
+def heldout_metric_figures(evaluations: Sequence[Evaluation]) -> dict[str, Any]:
+    """The held-out metrics of the first and the last evaluation, and every evaluation's, in step order."""
+    evals = sorted(evaluations, key=lambda e: (e.step, e.sent_at))
+    if not evals:
+        return {}
+    return {"first": dict(evals[0].metrics), "final": dict(evals[-1].metrics),
+            "points": [{"step": e.step, **e.metrics} for e in evals]}
+
+
+#: How the closing lines write the built-in objectives' headline metrics.
+_DISPLAY = {"rmse": "RMSE", "mae": "MAE", "f1_mean": "mean F1"}
+
+
+def _shown(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
+
+
+def closing_objective_lines(figures: Mapping[str, Any] | None, heldout: Mapping[str, Any] | None) -> list[str]:
+    """What `up` says about learning, in the objective's terms: test-then-train beside held-out, each against its
+    baseline (the most common class, the training mean, the last value)."""
+    if not figures:
+        return []
+    headline, baseline = figures["headline"], figures.get("baseline")
+    fleet = figures["fleet"]
+    recent, running = fleet["recent"], fleet["running"]
+    if headline not in running:
+        return []
+    name = _DISPLAY.get(headline, headline.replace("_", " "))
+    line = (f"test-then-train {name} (each of {fleet['samples']:,} samples scored before it was trained): "
+            f"{_shown(recent.get(headline))} over the last {figures['window_steps']} steps, "
+            f"{_shown(running.get(headline))} over the run")
+    note = f" ({figures['baseline_note']})" if figures.get("baseline_note") else ""
+    if baseline and baseline in recent:
+        line += f"; baseline{note} {_shown(recent.get(baseline))}"
+    lines = [line]
+    final = (heldout or {}).get("final") or {}
+    if headline in final:
+        against = f" against {_shown(final[baseline])} for the baseline" if baseline and baseline in final else ""
+        lines.append(f"held-out {name}: {_shown(final[headline])}{against}")
+    return lines

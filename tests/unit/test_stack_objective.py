@@ -1,0 +1,66 @@
+"""The report's test-then-train and held-out figures, in the objective's terms, from what Kafka holds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from stack.objective_figures import (
+    closing_objective_lines,
+    heldout_metric_figures,
+    objective_for_report,
+    prequential_figures,
+    prequential_series,
+)
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.wire import Evaluation, StepFeedback
+
+
+def _fb(step: int, device: str, sums: dict[str, float]) -> StepFeedback:
+    return StepFeedback(job="j", step=step, device_id=device, rank=int(device), plan_step=step,
+                        samples=int(sums.get("count", 0)), total_size=0, compute_seconds=0.1, data_wait_seconds=0.0,
+                        comm_seconds=0.0, step_seconds=0.1, memory_bytes=1, lowest_unprocessed_offset=0,
+                        buffer_depth=0, sent_at=1_000 + 100 * step, prequential=sums)
+
+
+def _regression(count: float, sq: float, base_sq: float) -> dict[str, float]:
+    return {"count": count, "values": count, "loss_sum": sq / 4, "abs_error_sum": math.sqrt(sq) * count,
+            "squared_error_sum": sq * count, "baseline_abs_error_sum": 0.0,
+            "baseline_squared_error_sum": base_sq * count}
+
+
+FEEDBACK = [
+    _fb(0, "0", _regression(4, 9.0, 16.0)), _fb(0, "1", _regression(2, 9.0, 16.0)),
+    _fb(1, "0", {}),  # trained nothing: no sums
+    _fb(1, "1", _regression(2, 1.0, 16.0)),
+    _fb(2, "0", _regression(4, 1.0, 16.0)), _fb(2, "1", _regression(4, 1.0, 16.0)),
+]
+
+
+def test_prequential_figures_add_the_sums_of_every_rank_and_step() -> None:
+    objective = objective_for_report(TrainerConfig(objective="regression"))
+    figures = prequential_figures(FEEDBACK, ["0", "1"], objective, window=2)
+    fleet = figures["fleet"]
+    assert fleet["samples"] == 16 and figures["headline"] == "rmse" and figures["baseline"] == "baseline_rmse"
+    # Running: (6 samples x 9 + 10 samples x 1) / 16; the window of the last two steps with sums: 10 samples x 1.
+    assert fleet["running"]["rmse"] == pytest.approx(math.sqrt((6 * 9 + 10) / 16))
+    assert fleet["recent"]["rmse"] == pytest.approx(1.0) and fleet["recent"]["baseline_rmse"] == pytest.approx(4.0)
+    assert figures["per_device"]["0"]["recent"]["rmse"] == pytest.approx(math.sqrt((4 * 9 + 4) / 8))
+    series = prequential_series(FEEDBACK, 1_000, objective, window=1)
+    assert series["step"] == [0, 1, 2] and series["t"] == [0.0, 0.1, 0.2]
+    assert series["rmse_recent"] == pytest.approx([3.0, 1.0, 1.0])
+    lines = closing_objective_lines(figures, heldout_metric_figures([
+        Evaluation(job="j", step=2, dataset="d", samples=5, accuracy=None, loss=0.2, seconds=0.1,
+                   objective="regression", metrics={"rmse": 2.5, "baseline_rmse": 12.9})]))
+    assert lines[0] == ("test-then-train RMSE (each of 16 samples scored before it was trained): 1.000 over the last 2 "
+                        "steps, 2.000 over the run; baseline (the mean of the targets trained so far) 4.000")
+    assert lines[1] == "held-out RMSE: 2.500 against 12.900 for the baseline"
+
+
+def test_an_objective_that_does_not_import_is_reported_by_its_loss() -> None:
+    objective = objective_for_report(TrainerConfig(objective="nowhere_to_be_found:Thing"))
+    figures = prequential_figures(FEEDBACK, ["0", "1"], objective, window=5)
+    assert set(figures["fleet"]["running"]) == {"loss"} and figures["headline"] == "loss"
+    assert closing_objective_lines(figures, None)[0].startswith("test-then-train loss")
+    assert closing_objective_lines(None, None) == [] and heldout_metric_figures([]) == {}

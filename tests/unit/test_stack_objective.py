@@ -64,3 +64,31 @@ def test_an_objective_that_does_not_import_is_reported_by_its_loss() -> None:
     assert set(figures["fleet"]["running"]) == {"loss"} and figures["headline"] == "loss"
     assert closing_objective_lines(figures, None)[0].startswith("test-then-train loss")
     assert closing_objective_lines(None, None) == [] and heldout_metric_figures([]) == {}
+
+
+def test_the_live_view_shows_the_fleets_test_then_train_metric_from_the_ranks_sums() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from rich.console import Console
+
+    from stack.monitor import Monitor, StackSnapshot, parse_metrics, render_snapshot
+    from trainer.metrics import ObjectiveMetrics
+
+    objective = objective_for_report(TrainerConfig())
+    scraped = []
+    for device, (count, correct) in {"0": (10.0, 9.0), "1": (30.0, 15.0)}.items():
+        registry = CollectorRegistry()
+        ranks = ObjectiveMetrics(registry, device, "j", objective, window=5)
+        ranks.record_step({"count": count, "loss_sum": 1.0, "correct": correct, "baseline_correct": count / 4})
+        ranks.record_heldout({"accuracy": 0.7, "baseline_accuracy": 0.3})
+        scraped.append(parse_metrics(generate_latest(registry).decode()))
+    monitor = Monitor(["0", "1"], "http://127.0.0.1:9", {}, {}, objective)
+    snap = StackSnapshot(elapsed_s=1.0, phase="running")
+    monitor._learning(snap, scraped)
+    assert snap.metric == "accuracy" and snap.prequential == pytest.approx(24 / 40)  # of the summed sums
+    assert snap.prequential_baseline == pytest.approx(0.25)
+    assert (snap.heldout, snap.heldout_baseline) == (0.7, 0.3)
+    console = Console(width=300, record=True)
+    console.print(render_snapshot(snap))
+    shown = console.export_text()
+    assert "test-then-train accuracy 0.6 (last 30 s, baseline 0.25)" in shown
+    assert "held-out accuracy 0.7 (step -, baseline 0.3)" in shown

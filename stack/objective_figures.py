@@ -72,11 +72,13 @@ def prequential_figures(feedback: Sequence[StepFeedback], devices: Sequence[str]
 
 
 def prequential_series(feedback: Sequence[StepFeedback], t0_ms: int, objective: Objective,
-                       window: int) -> dict[str, list[Any]]:
-    """Per step with sums: its time, and the fleet's headline metric and baseline, running and over the window."""
+                       window: int) -> dict[str, Any]:
+    """Per step with sums: its time, and the fleet's headline metric, its baseline's and the loss, running
+    (`<metric>_running`) and over the window (`<metric>_recent`); with the names of the headline and baseline."""
     sent = {fb.step: fb.sent_at for fb in feedback}
     keys = [k for k in (objective.headline, objective.baseline, "loss") if k]
-    out: dict[str, list[Any]] = {"step": [], "t": [], **{f"{k}_{w}": [] for k in keys for w in ("running", "recent")}}
+    out: dict[str, Any] = {"headline": objective.headline, "baseline": objective.baseline, "window_steps": window,
+                           "step": [], "t": [], **{f"{k}_{w}": [] for k in keys for w in ("running", "recent")}}
     sums = SumWindow(window)
     for step, step_sums in _steps(feedback):
         sums.add(step_sums)
@@ -89,13 +91,14 @@ def prequential_series(feedback: Sequence[StepFeedback], t0_ms: int, objective: 
     return out
 
 
-def heldout_metric_figures(evaluations: Sequence[Evaluation]) -> dict[str, Any]:
-    """The held-out metrics of the first and the last evaluation, and every evaluation's, in step order."""
+def heldout_metric_figures(evaluations: Sequence[Evaluation], t0_ms: int = 0) -> dict[str, Any]:
+    """The held-out metrics of the first and the last evaluation, and every evaluation's (its step, and its time
+    in seconds since `t0_ms`), in step order."""
     evals = sorted(evaluations, key=lambda e: (e.step, e.sent_at))
     if not evals:
         return {}
     return {"first": dict(evals[0].metrics), "final": dict(evals[-1].metrics),
-            "points": [{"step": e.step, **e.metrics} for e in evals]}
+            "points": [{"step": e.step, "t": (e.sent_at - t0_ms) / 1e3, **e.metrics} for e in evals]}
 
 
 #: How the closing lines write the built-in objectives' headline metrics.

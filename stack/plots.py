@@ -100,12 +100,30 @@ def plot_series(series: dict[str, Any], out: Path, title: str = "") -> list[Path
     def heldout(axes: Any) -> None:
         points = series.get("heldout") or []
         t = [p["t"] for p in points]
-        axes[0].plot(t, [p["accuracy"] for p in points], marker="o", lw=1.2, label="accuracy")
+        axes[0].plot(t, [np.nan if p.get("accuracy") is None else p["accuracy"] for p in points], marker="o", lw=1.2,
+                     label="accuracy")
         axes[0].set_ylabel("held-out accuracy")
         axes[0].set_ylim(0.0, 1.0)
         axes[0].set_title("held-out evaluation (the dataset's test split)")
         axes[1].plot(t, [p["loss"] for p in points], marker="o", lw=1.2, color="tab:red", label="loss")
         axes[1].set_ylabel("held-out loss")
+
+    def prequential(axes: Any) -> None:
+        pq = series["prequential"]
+        metric, baseline, t = pq["headline"], pq.get("baseline"), pq["t"]
+        nan = [np.nan if v is None else v for v in pq[f"{metric}_recent"]]
+        axes[0].plot(t, nan, lw=1.5, label=f"last {pq['window_steps']} steps")
+        axes[0].plot(t, [np.nan if v is None else v for v in pq[f"{metric}_running"]], lw=1, ls="--", label="run")
+        if baseline:
+            axes[0].plot(t, [np.nan if v is None else v for v in pq[f"{baseline}_recent"]], lw=1, color="grey",
+                         label="baseline")
+        held = [(p["t"], p[metric]) for p in series.get("heldout_metrics") or [] if p.get(metric) is not None]
+        if held:
+            axes[0].plot(*zip(*held, strict=True), marker="o", lw=0, color="tab:red", label="held-out")
+        axes[0].set_ylabel(metric)
+        axes[0].set_title(f"test-then-train {metric}: every sample scored before the step that trained it")
+        axes[1].plot(t, [np.nan if v is None else v for v in pq["loss_recent"]], lw=1.2, label="loss")
+        axes[1].set_ylabel(f"test-then-train loss (last {pq['window_steps']} steps)")
 
     out.mkdir(parents=True, exist_ok=True)
     figure("batch_and_step_time", 2, batch_and_step)
@@ -116,4 +134,6 @@ def plot_series(series: dict[str, Any], out: Path, title: str = "") -> list[Path
     figure("samples_per_second", 2, throughput)
     if series.get("heldout"):
         figure("heldout", 2, heldout)
+    if (series.get("prequential") or {}).get("t"):
+        figure("prequential", 2, prequential)
     return written

@@ -49,7 +49,7 @@ def test_prequential_figures_add_the_sums_of_every_rank_and_step() -> None:
     assert figures["per_device"]["0"]["recent"]["rmse"] == pytest.approx(math.sqrt((4 * 9 + 4) / 8))
     series = prequential_series(FEEDBACK, 1_000, objective, window=1)
     assert series["step"] == [0, 1, 2] and series["t"] == [0.0, 0.1, 0.2]
-    assert series["rmse_recent"] == pytest.approx([3.0, 1.0, 1.0])
+    assert series["rmse_recent"] == pytest.approx([3.0, 1.0, 1.0]) and series["headline"] == "rmse"
     lines = closing_objective_lines(figures, heldout_metric_figures([
         Evaluation(job="j", step=2, dataset="d", samples=5, accuracy=None, loss=0.2, seconds=0.1,
                    objective="regression", metrics={"rmse": 2.5, "baseline_rmse": 12.9})]))

@@ -56,10 +56,11 @@ def waiting_straggler_effect_query(window: str = "1m") -> str:
 
     Only where every device had work waiting could a plan fill every device's step, so only there is SE a
     measure of balance; at line rate a device with a light stream finishes early by design, and SE over
-    every step swings widely while every device keeps up.
+    every step swings widely while every device keeps up. The gate is 1 (1/1) while waiting steps happen
+    and NaN (0/0) otherwise, so the panel keeps one series, gapped, rather than a stale value.
     """
-    return ("streamtrain_coordinator_straggler_effect_waiting_ratio and on(instance) "
-            f"(increase(streamtrain_coordinator_waiting_steps_total[{window}]) > 0) or on() vector(NaN)")
+    gate = f"(increase(streamtrain_coordinator_waiting_steps_total[{window}]) > bool 0)"
+    return f"streamtrain_coordinator_straggler_effect_waiting_ratio * on(instance) ({gate} / {gate})"
 
 
 @dataclass(frozen=True)

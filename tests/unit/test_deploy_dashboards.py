@@ -190,7 +190,8 @@ def test_the_straggler_effect_is_shown_only_over_steps_with_work_waiting_everywh
     for uid, title, expr in _targets():
         assert "streamtrain_coordinator_straggler_effect_ratio" not in expr, (uid, title, expr)
         if "straggler_effect_waiting_ratio" in expr:
-            assert "increase(streamtrain_coordinator_waiting_steps_total" in expr, (uid, title, expr)
-            assert "vector(NaN)" in expr, (uid, title, expr)  # a gap, never a stale or made-up value
+            # Gated to 1 while such steps happen and NaN (a gap) otherwise: never a stale or made-up value.
+            gate = "(increase(streamtrain_coordinator_waiting_steps_total[1m]) > bool 0)"
+            assert f"* on(instance) ({gate} / {gate})" in expr, (uid, title, expr)
     shown = [t for uid, t, e in _targets() if "straggler_effect_waiting_ratio" in e]
     assert shown == ["Straggler effect where every device had work waiting"]

@@ -29,6 +29,7 @@ from coordinator.perfmodel import fit_linear_robust
 from streamtrain.wire import Evaluation, StepFeedback
 
 from .ledger import RunRecords
+from .objective_figures import closing_objective_lines
 from .results import (
     BalanceFigures,
     DeviceBalanceFigures,
@@ -259,9 +260,12 @@ def balance_figures(run: RunRecords, series: Mapping[str, Any]) -> BalanceFigure
 
 
 def closing_lines(report: StackReport) -> list[str]:
-    """The lines `streamtrain up` ends with: held-out accuracy, who kept up, and static vs measured step time."""
-    lines = []
-    if report.heldout_evaluations:
+    """The lines `streamtrain up` ends with: what the model learned (test-then-train, held-out), who kept up, and
+    static vs measured step time."""
+    accuracy = bool(report.heldout_evaluations) and report.heldout_accuracy_final is not None
+    heldout = f"{report.heldout_dataset}, {report.heldout_samples} samples" if report.heldout_evaluations else None
+    lines = closing_objective_lines(report.objective, heldout, accuracy_shown=accuracy)
+    if accuracy:
         classes, majority = report.num_classes, report.heldout_chance
         chance = (f"; chance {majority:.2f} (always its most common class)" if majority is not None
                   else f"; chance {1 / classes:.2f} with {classes} classes" if classes else "")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.net import free_port_block, free_ports
+from streamtrain.objectives import Objective
 
 from .monitor import Monitor
 from .options import StackOptions
@@ -40,14 +41,15 @@ class ServicePlan:
     def coordinator_url(self) -> str:
         return f"http://{self.host}:{self.coordinator.ports[0]}"
 
-    def monitor(self, devices: list[str]) -> Monitor:
-        """The live view's poller: the coordinator's status, each rank's and each producer's metrics."""
+    def monitor(self, devices: list[str], objective: Objective | None = None) -> Monitor:
+        """The live view's poller: the coordinator's status, each rank's and each producer's metrics (with the
+        ranks' test-then-train metrics in `objective`'s terms when it is given)."""
         producer_ports = [p.ports[0] for p in self.producers]
         return Monitor(devices, self.coordinator_url,
                        {d: f"http://{self.host}:{port}/metrics" for d, port in zip(devices, self.trainers.ports,
                                                                                    strict=True)},
                        {d: f"http://{self.host}:{producer_ports[min(i, len(producer_ports) - 1)]}/metrics"
-                        for i, d in enumerate(devices) if producer_ports})
+                        for i, d in enumerate(devices) if producer_ports}, objective)
 
     def scrape_targets(self) -> dict[str, list[str]]:
         """Prometheus's jobs: every service's `host:port`."""

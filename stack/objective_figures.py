@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from streamtrain.config.trainer import TrainerConfig
@@ -19,7 +19,9 @@ from streamtrain.models.errors import SetupError
 from streamtrain.objectives import Objective, SumWindow, build_objective
 from streamtrain.wire import Evaluation, StepFeedback
 
-__all__ = ["closing_objective_lines", "heldout_metric_figures", "objective_for_report", "prequential_figures",
+from .results import MetricFigures, ObjectiveFigures
+
+__all__ = ["closing_objective_lines", "heldout_metric_figures", "objective_figures", "objective_for_report",
            "prequential_series"]
 
 logger = logging.getLogger(__name__)
@@ -46,29 +48,26 @@ def _steps(feedback: Sequence[StepFeedback], device: str | None = None) -> list[
     return sorted(by_step.items())
 
 
-def _windowed(steps: Sequence[tuple[int, dict[str, float]]], window: int, objective: Objective) -> dict[str, Any]:
+def _windowed(steps: Sequence[tuple[int, dict[str, float]]], window: int, objective: Objective) -> MetricFigures:
     sums = SumWindow(window)
     for _, step_sums in steps:
         sums.add(step_sums)
-    return {"running": objective.summarise(sums.running), "recent": objective.summarise(sums.recent),
-            "samples": int(sums.running.get("count", 0))}
+    return MetricFigures(running=objective.summarise(sums.running), recent=objective.summarise(sums.recent),
+                         samples=int(sums.running.get("count", 0)))
 
 
-def prequential_figures(feedback: Sequence[StepFeedback], devices: Sequence[str], objective: Objective,
-                        window: int) -> dict[str, Any]:
-    """Test-then-train figures of the fleet and of each device: `running` and `recent` metrics, samples scored.
-
-    Returns:
-        `{"objective", "headline", "baseline", "higher_is_better", "window_steps", "fleet": {...},
-        "per_device": {device: {...}}}`, each `{...}` being `{"running": metrics, "recent": metrics, "samples": n}`.
-    """
-    return {
-        "objective": objective.name, "headline": objective.headline, "baseline": objective.baseline,
-        "baseline_note": objective.baseline_note,
-        "higher_is_better": objective.higher_is_better, "window_steps": window,
-        "fleet": _windowed(_steps(feedback), window, objective),
-        "per_device": {d: _windowed(_steps(feedback, d), window, objective) for d in devices},
-    }
+def objective_figures(feedback: Sequence[StepFeedback], evaluations: Sequence[Evaluation], devices: Sequence[str],
+                      objective: Objective, window: int) -> ObjectiveFigures:
+    """The report's `objective` section: test-then-train figures of the fleet and of each device (running and over
+    the last `window` steps that trained), and the held-out metrics of the first and the last evaluation."""
+    held = heldout_metric_figures(evaluations)
+    return ObjectiveFigures(
+        name=objective.name, headline=objective.headline, baseline=objective.baseline,
+        baseline_note=objective.baseline_note, higher_is_better=objective.higher_is_better, window_steps=window,
+        prequential=_windowed(_steps(feedback), window, objective),
+        prequential_per_device={d: _windowed(_steps(feedback, d), window, objective) for d in devices},
+        heldout_first=held.get("first", {}), heldout_final=held.get("final", {}),
+    )
 
 
 def prequential_series(feedback: Sequence[StepFeedback], t0_ms: int, objective: Objective,
@@ -109,26 +108,31 @@ def _shown(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
 
 
-def closing_objective_lines(figures: Mapping[str, Any] | None, heldout: Mapping[str, Any] | None) -> list[str]:
-    """What `up` says about learning, in the objective's terms: test-then-train beside held-out, each against its
-    baseline (the most common class, the training mean, the last value)."""
-    if not figures:
+def closing_objective_lines(figures: ObjectiveFigures | None, heldout: str | None = None,
+                            accuracy_shown: bool = False) -> list[str]:
+    """What `up` says about learning, in the objective's terms: test-then-train, and held-out beside it, each
+    against its baseline (the most common class, the training mean, the last value).
+
+    Args:
+        figures: The report's `objective` section.
+        heldout: The held-out set's name and size, as the report reads them (e.g. "Tecator_TEST.ts, 43 samples").
+        accuracy_shown: Held-out accuracy has a line of its own already (classification): no second one.
+    """
+    if figures is None or figures.headline not in figures.prequential.running:
         return []
-    headline, baseline = figures["headline"], figures.get("baseline")
-    fleet = figures["fleet"]
-    recent, running = fleet["recent"], fleet["running"]
-    if headline not in running:
-        return []
+    headline, baseline, fleet = figures.headline, figures.baseline, figures.prequential
     name = _DISPLAY.get(headline, headline.replace("_", " "))
-    line = (f"test-then-train {name} (each of {fleet['samples']:,} samples scored before it was trained): "
-            f"{_shown(recent.get(headline))} over the last {figures['window_steps']} steps, "
-            f"{_shown(running.get(headline))} over the run")
-    note = f" ({figures['baseline_note']})" if figures.get("baseline_note") else ""
-    if baseline and baseline in recent:
-        line += f"; baseline{note} {_shown(recent.get(baseline))}"
+    note = f" ({figures.baseline_note})" if figures.baseline_note else ""
+    line = (f"test-then-train {name} (each of {fleet.samples:,} samples scored before it was trained): "
+            f"{_shown(fleet.recent.get(headline))} over the last {figures.window_steps} steps, "
+            f"{_shown(fleet.running.get(headline))} over the run")
+    if baseline and baseline in fleet.recent:
+        line += f"; baseline{note} {_shown(fleet.recent.get(baseline))}"
     lines = [line]
-    final = (heldout or {}).get("final") or {}
-    if headline in final:
+    final, first = figures.heldout_final, figures.heldout_first
+    if headline in final and not (accuracy_shown and headline == "accuracy"):
         against = f" against {_shown(final[baseline])} for the baseline" if baseline and baseline in final else ""
-        lines.append(f"held-out {name}: {_shown(final[headline])}{against}")
+        where = f" ({heldout})" if heldout else ""
+        lines.append(f"held-out {name}{where}: {_shown(first.get(headline))} at the first evaluation, "
+                     f"{_shown(final[headline])} at the last{against}")
     return lines

@@ -19,6 +19,7 @@ from streamtrain.config import StreamtrainConfig
 
 from .balance import balance_figures, heldout_figures
 from .ledger import ReadInterrupted, RunRecords, collect_records, tally_devices
+from .objective_figures import heldout_metric_figures, objective_figures, objective_for_report, prequential_series
 from .options import StackOptions
 from .plots import plot_series
 from .replay import held_out_chance
@@ -64,9 +65,11 @@ def assemble_report(cfg: StreamtrainConfig, run: RunRecords, settings: RunSettin
     """`report.json` from the run's records, its settings and its series (`build_series`)."""
     figures = build_report(run, tally_devices(cfg, run))
     held = heldout_figures(run.evaluations, int(series.get("t0_ms", 0)))
-    chance = held_out_chance(cfg) if run.evaluations else None
+    chance = held_out_chance(cfg) if run.evaluations and cfg.trainer.objective == "classification" else None
+    learned = objective_figures(run.feedback, run.evaluations, run.devices, objective_for_report(cfg.trainer),
+                                cfg.trainer.prequential_window)
     return StackReport.model_validate({**dict(settings), **dict(figures), **dict(balance_figures(run, series)),
-                                       **dict(held), "heldout_chance": chance})
+                                       **dict(held), "heldout_chance": chance, "objective": learned})
 
 
 def read_back(cfg: StreamtrainConfig, devices: Sequence[str], settings: RunSettings, out: Path,
@@ -89,6 +92,10 @@ def read_back(cfg: StreamtrainConfig, devices: Sequence[str], settings: RunSetti
     series = build_series(run)
     report = assemble_report(cfg, run, settings, series)
     series["heldout"] = [p.model_dump() for p in report.heldout]
+    t0_ms = int(series.get("t0_ms", 0))
+    series["prequential"] = prequential_series(run.feedback, t0_ms, objective_for_report(cfg.trainer),
+                                               cfg.trainer.prequential_window)
+    series["heldout_metrics"] = heldout_metric_figures(run.evaluations, t0_ms).get("points", [])
     report.write(out / "report.json", indent=2)
     write_json(out / "series.json", series)
     return ReadBack(run, report, series)

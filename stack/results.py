@@ -7,7 +7,9 @@ filled by one part of the stack:
 - `RunSettings`: how the run was set up and how it ended (`stack.runner`, `stack.reporting`);
 - `RunFigures`: what Kafka holds about it — every record's fate, step and loss figures (`stack.report`);
 - `BalanceFigures` and `HeldoutFigures`: who kept up, SE where it means something, held-out accuracy
-  (`stack.balance`).
+  (`stack.balance`);
+- `ObjectiveFigures`, nested under `objective`: test-then-train and held-out figures in the terms of the
+  run's objective (`stack.objective_figures`).
 
 A new section (say, an objective's own figures): a `Record` of its own, added to `StackReport` as an optional
 field (`my_section: MySection | None = None`, nested under its name in `report.json`), filled in
@@ -20,8 +22,9 @@ from pydantic import Field
 
 from streamtrain.results import Record
 
-__all__ = ["BalanceFigures", "DeviceBalanceFigures", "DeviceFates", "HeldoutFigures", "HeldoutPoint", "RunFigures",
-           "RunSettings", "StackReport", "StaticVsMeasured", "StreamSetting", "TimeModel"]
+__all__ = ["BalanceFigures", "DeviceBalanceFigures", "DeviceFates", "HeldoutFigures", "HeldoutPoint", "MetricFigures",
+           "ObjectiveFigures", "RunFigures", "RunSettings", "StackReport", "StaticVsMeasured", "StreamSetting",
+           "TimeModel"]
 
 
 class StreamSetting(Record):
@@ -190,5 +193,38 @@ class HeldoutFigures(Record):
     heldout: list[HeldoutPoint] = Field(default_factory=list)
 
 
+class MetricFigures(Record):
+    """An objective's metrics of some samples, test-then-train: over the whole run and over the last steps."""
+
+    running: dict[str, float] = Field(default_factory=dict)
+    recent: dict[str, float] = Field(default_factory=dict)
+    """Over the last `window_steps` steps that trained."""
+    samples: int = 0
+    """Samples scored over the run."""
+
+
+class ObjectiveFigures(Record):
+    """The run in its objective's terms: every trained sample scored by the model before the step that trained it
+    (test-then-train), for the fleet and each device, and the held-out metrics (`stack.objective_figures`)."""
+
+    name: str
+    """`trainer.objective`'s objective (classification, regression, multilabel, forecast, or yours)."""
+    headline: str
+    """The metric its figures lead with (accuracy, rmse, f1_mean, mae, ...)."""
+    baseline: str | None = None
+    """Its baseline's counterpart (baseline_accuracy, baseline_rmse, ...)."""
+    baseline_note: str = ""
+    higher_is_better: bool = False
+    window_steps: int = 0
+    prequential: MetricFigures = Field(default_factory=MetricFigures)
+    """The fleet's: the summed sums of every rank's steps."""
+    prequential_per_device: dict[str, MetricFigures] = Field(default_factory=dict)
+    heldout_first: dict[str, float] = Field(default_factory=dict)
+    """The held-out metrics (and the baseline's) at the first evaluation; empty without evaluations."""
+    heldout_final: dict[str, float] = Field(default_factory=dict)
+
+
 class StackReport(HeldoutFigures, BalanceFigures, RunFigures, RunSettings):
     """`report.json`: the run's settings and every figure, flat (see the module docstring for a new section)."""
+
+    objective: ObjectiveFigures | None = None

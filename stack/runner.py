@@ -33,6 +33,7 @@ from .kafka_setup import embedded_broker, existing_kafka, start_embedded
 from .launch import ServicePlan, plan_services, start_prometheus
 from .ledger import RunRecords
 from .monitor import Monitor, StackSnapshot
+from .objective_figures import objective_for_report
 from .options import StackError, StackOptions
 from .procs import Child, ChildSet
 from .replay import produce_replay_backlog
@@ -131,7 +132,7 @@ class LocalStack:
             self._produce_backlog()
         plan = plan_services(self.cfg, self.opts, self.kafka, self.identities)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "160"}
-        self.monitor = plan.monitor(self.devices)
+        self.monitor = plan.monitor(self.devices, objective_for_report(self.cfg.trainer))
         self.prometheus_url = start_prometheus(self.opts, plan, self.children, dict(os.environ), self.say)
         if self.prometheus_url is not None:
             self.monitor.notes.append(f"Prometheus {self.prometheus_url}  (try {self.prometheus_url}"

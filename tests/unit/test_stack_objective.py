@@ -9,8 +9,8 @@ import pytest
 from stack.objective_figures import (
     closing_objective_lines,
     heldout_metric_figures,
+    objective_figures,
     objective_for_report,
-    prequential_figures,
     prequential_series,
 )
 from streamtrain.config.trainer import TrainerConfig
@@ -40,30 +40,35 @@ FEEDBACK = [
 
 def test_prequential_figures_add_the_sums_of_every_rank_and_step() -> None:
     objective = objective_for_report(TrainerConfig(objective="regression"))
-    figures = prequential_figures(FEEDBACK, ["0", "1"], objective, window=2)
-    fleet = figures["fleet"]
-    assert fleet["samples"] == 16 and figures["headline"] == "rmse" and figures["baseline"] == "baseline_rmse"
+    held = [Evaluation(job="j", step=s, dataset="d", samples=5, accuracy=None, loss=0.2, seconds=0.1,
+                       objective="regression", metrics={"rmse": rmse, "baseline_rmse": 12.9})
+            for s, rmse in ((1, 8.0), (2, 2.5))]
+    figures = objective_figures(FEEDBACK, held, ["0", "1"], objective, window=2)
+    fleet = figures.prequential
+    assert fleet.samples == 16 and figures.headline == "rmse" and figures.baseline == "baseline_rmse"
     # Running: (6 samples x 9 + 10 samples x 1) / 16; the window of the last two steps with sums: 10 samples x 1.
-    assert fleet["running"]["rmse"] == pytest.approx(math.sqrt((6 * 9 + 10) / 16))
-    assert fleet["recent"]["rmse"] == pytest.approx(1.0) and fleet["recent"]["baseline_rmse"] == pytest.approx(4.0)
-    assert figures["per_device"]["0"]["recent"]["rmse"] == pytest.approx(math.sqrt((4 * 9 + 4) / 8))
+    assert fleet.running["rmse"] == pytest.approx(math.sqrt((6 * 9 + 10) / 16))
+    assert fleet.recent["rmse"] == pytest.approx(1.0) and fleet.recent["baseline_rmse"] == pytest.approx(4.0)
+    assert figures.prequential_per_device["0"].recent["rmse"] == pytest.approx(math.sqrt((4 * 9 + 4) / 8))
+    assert figures.heldout_first["rmse"] == 8.0 and figures.heldout_final == {"rmse": 2.5, "baseline_rmse": 12.9}
     series = prequential_series(FEEDBACK, 1_000, objective, window=1)
     assert series["step"] == [0, 1, 2] and series["t"] == [0.0, 0.1, 0.2]
     assert series["rmse_recent"] == pytest.approx([3.0, 1.0, 1.0]) and series["headline"] == "rmse"
-    lines = closing_objective_lines(figures, heldout_metric_figures([
-        Evaluation(job="j", step=2, dataset="d", samples=5, accuracy=None, loss=0.2, seconds=0.1,
-                   objective="regression", metrics={"rmse": 2.5, "baseline_rmse": 12.9})]))
+    assert heldout_metric_figures(held, 1_000)["points"][0] == {"step": 1, "t": held[0].sent_at / 1e3 - 1,
+                                                                  "rmse": 8.0, "baseline_rmse": 12.9}
+    lines = closing_objective_lines(figures, "d, 5 samples")
     assert lines[0] == ("test-then-train RMSE (each of 16 samples scored before it was trained): 1.000 over the last 2 "
                         "steps, 2.000 over the run; baseline (the mean of the targets trained so far) 4.000")
-    assert lines[1] == "held-out RMSE: 2.500 against 12.900 for the baseline"
+    assert lines[1] == ("held-out RMSE (d, 5 samples): 8.000 at the first evaluation, 2.500 at the last against "
+                        "12.900 for the baseline")
 
 
 def test_an_objective_that_does_not_import_is_reported_by_its_loss() -> None:
     objective = objective_for_report(TrainerConfig(objective="nowhere_to_be_found:Thing"))
-    figures = prequential_figures(FEEDBACK, ["0", "1"], objective, window=5)
-    assert set(figures["fleet"]["running"]) == {"loss"} and figures["headline"] == "loss"
-    assert closing_objective_lines(figures, None)[0].startswith("test-then-train loss")
-    assert closing_objective_lines(None, None) == [] and heldout_metric_figures([]) == {}
+    figures = objective_figures(FEEDBACK, [], ["0", "1"], objective, window=5)
+    assert set(figures.prequential.running) == {"loss"} and figures.headline == "loss"
+    assert closing_objective_lines(figures)[0].startswith("test-then-train loss")
+    assert closing_objective_lines(None) == [] and heldout_metric_figures([]) == {}
 
 
 def test_the_live_view_shows_the_fleets_test_then_train_metric_from_the_ranks_sums() -> None:

@@ -132,7 +132,7 @@ def plot_series(series: dict[str, Any], out: Path, title: str = "") -> list[Path
     figure("truncation", 1, truncation)
     figure("loss", 1, loss)
     figure("samples_per_second", 2, throughput)
-    if series.get("heldout"):
+    if any(p.get("accuracy") is not None for p in series.get("heldout") or []):  # other objectives: prequential.png
         figure("heldout", 2, heldout)
     if (series.get("prequential") or {}).get("t"):
         figure("prequential", 2, prequential)

@@ -41,6 +41,9 @@ def test_the_example_plugin_trains_on_its_own_ts_data_through_up(tmp_path: Path)
                "--steps", "15", "--drain-timeout", "60")
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     assert "held-out set: " + str(tmp_path / "data" / "Toy_TEST.ts") in proc.stdout.replace("\n", "")
+    # What the model learned, as `make demo` ends: test-then-train accuracy, then held-out accuracy beside it.
+    closing = proc.stdout.replace("\n", " ")
+    assert closing.index("test-then-train accuracy (each of") < closing.index("held-out accuracy (")
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["samples_unaccounted"] == 0 and report["samples_dead_lettered"] == 0
     assert report["samples_trained"] > 0 and report["failures"] == []

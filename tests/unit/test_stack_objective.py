@@ -97,3 +97,22 @@ def test_the_live_view_shows_the_fleets_test_then_train_metric_from_the_ranks_su
     shown = console.export_text()
     assert "test-then-train accuracy 0.6 (last 30 s, baseline 0.25)" in shown
     assert "held-out accuracy 0.7 (step -, baseline 0.3)" in shown
+
+
+def test_up_ends_with_test_then_train_accuracy_beside_held_out_accuracy() -> None:
+    from stack.balance import closing_lines
+    from stack.results import StackReport
+
+    objective = objective_for_report(TrainerConfig(num_classes=3))
+    feedback = [_fb(0, "0", {"count": 10.0, "loss_sum": 9.0, "correct": 4.0, "baseline_correct": 3.0}),
+                _fb(1, "0", {"count": 10.0, "loss_sum": 5.0, "correct": 8.0, "baseline_correct": 3.0})]
+    held = [Evaluation(job="j", step=2, dataset="PLAID_TEST.ts", samples=537, accuracy=0.75, loss=0.7, seconds=0.1,
+                       metrics={"accuracy": 0.75, "baseline_accuracy": 0.16, "loss": 0.7})]
+    report = StackReport(objective=objective_figures(feedback, held, ["0"], objective, window=1),
+                         heldout_dataset="PLAID_TEST.ts", heldout_samples=537, heldout_evaluations=1,
+                         heldout_accuracy_first=0.75, heldout_accuracy_final=0.75, heldout_chance=0.16)
+    lines = closing_lines(report)
+    assert lines[0] == ("test-then-train accuracy (each of 20 samples scored before it was trained): 0.800 over the "
+                        "last 1 steps, 0.600 over the run; baseline (always the class most common so far) 0.300")
+    assert lines[1].startswith("held-out accuracy (PLAID_TEST.ts, 537 samples): 0.750 at the first evaluation")
+    assert not any(line.startswith("held-out accuracy (PLAID") for line in lines[2:])  # said once

@@ -6,12 +6,10 @@ sample's target (a sample without it is dead-lettered before it reaches the loss
 loaded model answers with. Built-in: `classification`, `regression`, `multilabel`, `forecast`; any other by
 dotted path (`build_objective`).
 
-A prediction, e.g. in a served model (`collate_for_prediction` packs samples with no target and a forecast's
-whole series as input):
+A prediction, e.g. in a served model (the samples need no label or target; a forecast's whole series is its
+input):
 
-    objective = build_objective(config)
-    batch = collate_for_prediction(samples, config)
-    predictions = objective.predict(model(batch), batch)     # Predictions; .rows() is JSON-ready
+    predictions = predict_samples(model, samples, config)     # Predictions; .rows() is JSON-ready
 """
 
 from .base import (
@@ -28,6 +26,7 @@ from .base import (
 from .classification import Classification
 from .forecast import Forecast
 from .multilabel import Multilabel
+from .predicting import predict_samples
 from .registry import BUILTIN, build_objective
 from .regression import Regression
 from .window import SumWindow
@@ -49,4 +48,5 @@ __all__ = [
     "TargetProblem",
     "add_sums",
     "build_objective",
+    "predict_samples",
 ]

@@ -27,6 +27,7 @@ from .errors import (
     CorruptRecordError,
     DeviceMismatchError,
     InvalidSampleError,
+    InvalidTargetError,
     MissingHeaderError,
     SchemaMismatchError,
     SizeMismatchError,
@@ -202,4 +203,6 @@ def _check_sample(sample: Sample, size_header: bytes, validate: bool) -> None:
     if validate:
         problems = sample.problems()
         if problems:
-            raise InvalidSampleError(f"sample {sample.device_id}#{sample.seq}: " + "; ".join(problems))
+            only_target = all(p.startswith("target") for p in problems)
+            error = InvalidTargetError if only_target else InvalidSampleError
+            raise error(f"sample {sample.device_id}#{sample.seq}: " + "; ".join(problems))

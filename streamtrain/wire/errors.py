@@ -6,6 +6,7 @@ __all__ = [
     "CorruptRecordError",
     "DeviceMismatchError",
     "InvalidSampleError",
+    "InvalidTargetError",
     "MissingHeaderError",
     "SchemaMismatchError",
     "SizeMismatchError",
@@ -54,6 +55,12 @@ class InvalidSampleError(WireError):
     """A well-formed sample that cannot be trained: bad size, shape ≠ data length, NaN/inf payload."""
 
     reason = "invalid-sample"
+
+
+class InvalidTargetError(InvalidSampleError):
+    """A sample whose payload is fine but whose float target holds NaN or infinity: the reason names the field."""
+
+    reason = "invalid-target"
 
 
 class DeviceMismatchError(WireError):

@@ -213,3 +213,19 @@ def test_a_forecasting_model_sees_where_each_series_ends_and_keeps_series_apart(
     values = torch.arange(12.0).reshape(6, 2)
     ends = last_frames(values, torch.tensor([0, 2, 2, 6]))  # segments of 2, 0 and 4 rows
     assert ends.tolist() == [[2.0, 3.0], [0.0, 0.0], [10.0, 11.0]]
+
+
+@pytest.mark.parametrize(("name", "field", "shape"), [
+    ("classification", "probabilities", (2, 3)), ("regression", "values", (2, 2)), ("multilabel", "tags", (2, 3)),
+    ("forecast", "values", (2, 2, 2))])
+def test_predictions_need_no_target_and_come_in_the_objectives_terms(name: str, field: str,
+                                                                     shape: tuple[int, ...]) -> None:
+    from streamtrain.objectives import predict_samples
+
+    config = CONFIGS[name]
+    model = build_model(config)
+    model.train()
+    bare = [Sample.from_array("d", i, np.ones((n, 2), np.float32)) for i, n in enumerate([4, 9])]
+    predictions = predict_samples(model, bare, config)
+    assert predictions.kind == name and predictions.fields[field].shape == shape and len(predictions.rows()) == 2
+    assert model.training  # left as it was found

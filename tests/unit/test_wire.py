@@ -27,6 +27,7 @@ from streamtrain.wire import (
     DevicePlan,
     Evaluation,
     InvalidSampleError,
+    InvalidTargetError,
     MissingHeaderError,
     PendingSample,
     Sample,
@@ -162,6 +163,14 @@ def test_samples_of_the_first_schema_read_without_a_target_and_new_ones_carry_th
     assert with_target.target == (0.5, -1.25, 2.0, 0.0)
     assert decode(*encode(with_target), Sample).target == with_target.target
     assert "target holds NaN" in "; ".join(replace(with_target, target=(1.0, float("nan"))).problems())
+    bad_target = replace(with_target, target=(1.0, float("inf")))
+    with pytest.raises(InvalidTargetError, match="target holds NaN or infinity") as caught:
+        decode(*encode(bad_target), Sample)
+    assert caught.value.reason == "invalid-target"  # the reason names the field
+    bad_both = replace(bad_target, data=np.full((2, 1), np.nan, np.float32).tobytes())
+    with pytest.raises(InvalidSampleError) as either:
+        decode(*encode(bad_both), Sample)
+    assert either.value.reason == "invalid-sample"
 
 
 @settings(max_examples=150, deadline=None)

@@ -25,8 +25,8 @@ GOOD = 48
 BAD = {
     1000: (None, "missing-target", "target is missing"),
     1001: ((1.0, 2.0), "target-width", "target has 2 values, not trainer.target_width=1"),
-    1002: ((float("nan"),), "invalid-sample", "target holds NaN or infinity"),
-    1003: ((float("inf"),), "invalid-sample", "target holds NaN or infinity"),
+    1002: ((float("nan"),), "invalid-target", "target holds NaN or infinity"),
+    1003: ((float("inf"),), "invalid-target", "target holds NaN or infinity"),
 }
 
 

@@ -169,8 +169,8 @@ def _no_layout(value: bytes | None) -> str:
     found = value[:2].hex(" ") or "nothing"
     hint = ""
     if len(value) >= 5 and value[0] == 0:
-        hint = (f"; it looks like Confluent Schema Registry's framing (magic byte 0, schema id "
-                f"{int.from_bytes(value[1:5], 'big')}), which streamtrain does not read")
+        hint = (f"; if this is Confluent Schema Registry's framing (magic byte 0, schema id "
+                f"{int.from_bytes(value[1:5], 'big')}), streamtrain does not read it: write the single-object encoding")
     elif value:
         hint = "; a bare Avro body? Write it with the single-object encoder (Java: Sample.getEncoder().encode(s))"
     return (f"value does not begin with Avro's single-object marker C3 01 (found {found}) and has no "

@@ -38,6 +38,7 @@ __all__ = [
     "HeaderList",
     "Headers",
     "WriterSchema",
+    "describe_known",
     "fingerprint_of",
     "known_fingerprints",
     "load_schema",
@@ -141,6 +142,12 @@ def fingerprint_of(record_type: type[Any]) -> bytes:
     return load_schema(record_type.SCHEMA).fingerprint
 
 
+def describe_known(expected: str) -> str:
+    """Every readable schema version in both renderings, `expected`'s first (for errors)."""
+    known = sorted(writer_schemas().values(), key=lambda s: (s.name != expected, s.name, -s.version))
+    return "known: " + ", ".join(s.describe() for s in known)
+
+
 def unknown_schema(fp: bytes, expected: str, where: str) -> UnknownSchemaError:
     """The error for a fingerprint no known schema has, naming every one that is known, in both renderings.
 
@@ -149,12 +156,10 @@ def unknown_schema(fp: bytes, expected: str, where: str) -> UnknownSchemaError:
         expected: the record type the topic carries.
         where: where the fingerprint was found (the value's prefix, or a header).
     """
-    known = sorted(writer_schemas().values(), key=lambda s: (s.name != expected, s.name, -s.version))
     hint = ""
     reversed_of = writer_schemas().get(fp[::-1])
-    if len(fp) == 8 and reversed_of is not None:
+    if reversed_of is not None:
         hint = (f"; these are {reversed_of.name} v{reversed_of.version}'s bytes in reverse order: the fingerprint "
                 "goes on the wire little-endian (Java's BinaryMessageEncoder writes it so)")
-    return UnknownSchemaError(
-        f"schema fingerprint {fp.hex()} ({_java_hex(fp)}) in {where} is not one this build knows "
-        f"({expected} expected){hint}; known: " + ", ".join(s.describe() for s in known))
+    return UnknownSchemaError(f"schema fingerprint {fp.hex()} ({_java_hex(fp)}) in {where} is not one this build "
+                              f"knows ({expected} expected){hint}; {describe_known(expected)}")

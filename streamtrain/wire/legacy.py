@@ -14,7 +14,16 @@ from typing import Any
 
 import fastavro
 
-from .layout import SIZE_HEADER, HeaderList, WriterSchema, load_schema, unknown_schema, writer_schemas
+from .errors import UnknownSchemaError
+from .layout import (
+    SIZE_HEADER,
+    HeaderList,
+    WriterSchema,
+    describe_known,
+    load_schema,
+    unknown_schema,
+    writer_schemas,
+)
 from .records import Record, Sample
 
 __all__ = ["SCHEMA_HEADER", "encode_previous", "previous_writer"]
@@ -34,11 +43,12 @@ def previous_writer(header: bytes, expected: str) -> WriterSchema:
         fp = bytes.fromhex(text)
     except ValueError:
         fp = b""
-    schema = writer_schemas().get(fp) if len(fp) == 8 else None
+    if len(fp) != 8:
+        raise UnknownSchemaError(f"{SCHEMA_HEADER} header {text[:40]!r} is not a schema fingerprint (16 hex digits of "
+                                 f"its 8 wire bytes; {expected} expected); {describe_known(expected)}")
+    schema = writer_schemas().get(fp)
     if schema is None:
-        if len(fp) == 8:
-            raise unknown_schema(fp, expected, f"the {SCHEMA_HEADER} header")
-        raise unknown_schema(header[:32], expected, f"the {SCHEMA_HEADER} header (not 16 hex digits: {text[:32]!r})")
+        raise unknown_schema(fp, expected, f"the {SCHEMA_HEADER} header")
     return schema
 
 

@@ -233,6 +233,13 @@ def test_a_bare_body_as_the_issue_s_java_device_sent_it_is_refused_naming_both_r
     assert "Sample v2 = wire bytes 05e0a74cc3ad3be8 (Java parsingFingerprint64 0xe83badc34ca7e005)" in text
 
 
+@pytest.mark.parametrize("header", [b"0000", b"not hex at all", b"05e0a74cc3ad3be8ff", b""])
+def test_a_previous_layout_header_that_is_no_fingerprint_says_so(header: bytes) -> None:
+    value, _ = encode_previous(_records()[0])
+    with pytest.raises(UnknownSchemaError, match=r"st-schema header .* is not a schema fingerprint .*known: Sample v2"):
+        decode(value, [(SCHEMA_HEADER, header), (SIZE_HEADER, b"5")], Sample)
+
+
 @settings(max_examples=100, deadline=None)
 @given(fp=st.binary(min_size=8, max_size=8))
 def test_an_unknown_fingerprint_names_every_known_one_in_both_renderings(fp: bytes) -> None:

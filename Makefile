@@ -69,7 +69,7 @@ $(KAFKA_STAMP): kafka/pom.xml | system-deps
 # The Java device example (Apache Avro and Kafka's Java client from Maven Central; its Sample class generated from
 # streamtrain/wire/schemas/Sample.avsc) as one runnable jar, target/streamtrain-java-device.jar: the integration
 # tests train on its samples.
-$(JAVA_DEVICE_STAMP): $(JAVA_DEVICE)/pom.xml $(shell find $(JAVA_DEVICE)/src -name '*.java') \
+$(JAVA_DEVICE_STAMP): $(JAVA_DEVICE)/pom.xml $(shell find $(JAVA_DEVICE)/src -type f) \
 		streamtrain/wire/schemas/Sample.avsc | system-deps
 	mvn -q -B -f $(JAVA_DEVICE)/pom.xml package
 	touch $@

@@ -36,7 +36,7 @@ class TrainerConfig(BaseModel):
     """Features per frame: every sample's payload has shape (size, num_features)."""
 
     num_classes: int = Field(default=10, ge=2, le=1_000_000)
-    """Classes of the label; the model emits this many logits per sample."""
+    """Classes of the label (`classification`); the model emits this many logits per sample."""
 
     hidden_size: int = Field(default=64, ge=1, le=65536)
     """Channels of the built-in models."""
@@ -56,8 +56,9 @@ class TrainerConfig(BaseModel):
     """The model every rank trains: `conv` (the packed temporal conv net the synthetic task is made for),
     `seq` (a dilated masked conv net for real series: per-series normalisation, mean and max pooling; e.g.
     PLAID), or the dotted path `module:attr` of a factory `(TrainerConfig) -> torch.nn.Module` of your own.
-    Whatever it is must take what `collate` returns, an empty batch included, and give logits of shape
-    (batch.num_samples, num_classes): each rank checks that on a probe batch at start-up."""
+    Whatever it is must take what `collate` returns, an empty batch included, and give outputs of shape
+    (batch.num_samples, the objective's width: num_classes logits for classification): each rank checks that on
+    a probe batch at start-up."""
 
     objective: str = "classification"
     """What the model learns and how it is judged: `classification` (an integer label per sample; cross-entropy),
@@ -104,7 +105,8 @@ class TrainerConfig(BaseModel):
 
     collate: str | None = None
     """Dotted path `module:attr` of `(Sequence[Sample], TrainerConfig) -> batch` replacing the default
-    packing; the batch needs `labels`, `num_samples`, `total_size` and `to(device)`."""
+    packing; the batch needs `num_samples`, `total_size`, `to(device)` and what the objective reads (`labels` for
+    classification, `targets` for regression and multilabel)."""
 
     precision: Literal["float32", "float64"] = "float32"
     """Dtype of parameters and inputs (float64 for exactness checks)."""

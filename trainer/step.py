@@ -246,6 +246,10 @@ class StepRunner:
                     buffer.copy_(before)
         loss_value = float(loss.detach()) if batch.num_samples > 0 else None
         prequential = {} if scored is None or skipped else _read_sums(scored)
+        if not all(math.isfinite(v) for v in prequential.values()):
+            logger.warning("step %d: test-then-train sums not finite (%s), left out of the figures", self.steps,
+                           ", ".join(k for k, v in prequential.items() if not math.isfinite(v)))
+            prequential = {}
         if prequential:
             self.objective.observe(batch)  # the baseline learns from the samples only after scoring them
         self._sync()

@@ -26,7 +26,7 @@ import typer
 from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin
 
-from .common import TIMES, Bench, Record, RenderContext, num, pyplot, save_figure, table, verdict
+from .common import TIMES, Bench, Record, RenderContext, Result, num, pyplot, save_figure, table, verdict
 from .kafka import kafka_perf_tool
 
 __all__ = ["BENCH", "IngestBench", "IngestResult", "RateCell", "TrainerPath", "render_ingest"]
@@ -60,7 +60,7 @@ class TrainerPath:
     payload_bytes: int
 
 
-class IngestResult(Record):
+class IngestResult(Result):
     """What `ingest.json` holds."""
 
     record_bytes: int
@@ -354,4 +354,4 @@ def render_ingest(result: IngestResult, ctx: RenderContext) -> str:
 
 
 BENCH = Bench("ingest", ingest_command, IngestResult, render_ingest, args=("--seconds", "10"),
-              quick_args=("--seconds", "5", "--streams", "1,8,32"), timeout_s=900)
+              quick_args=("--seconds", "5", "--streams", "1,8,32"), timeout_s=900, about=__doc__ or "")

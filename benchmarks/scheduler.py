@@ -19,7 +19,7 @@ import typer
 
 from streamtrain.config import CoordinatorConfig
 
-from .common import TIMES, Bench, Record, RenderContext, pyplot, save_figure, table, verdict
+from .common import TIMES, Bench, Record, RenderContext, Result, pyplot, save_figure, table, verdict
 
 if TYPE_CHECKING:
     from coordinator.policies import Policy
@@ -42,7 +42,7 @@ class LatencyCell(Record):
     latency_ms_p99: float
 
 
-class SchedulerResult(Record):
+class SchedulerResult(Result):
     """What `scheduler.json` holds."""
 
     cells: list[LatencyCell]
@@ -170,4 +170,4 @@ def render_scheduler(result: SchedulerResult, ctx: RenderContext) -> str:
 
 
 BENCH = Bench("scheduler", scheduler_command, SchedulerResult, render_scheduler, quick_args=("--repeats", "5"),
-              timeout_s=300)
+              timeout_s=300, about=__doc__ or "")

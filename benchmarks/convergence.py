@@ -42,6 +42,7 @@ from .common import (
     RenderContext,
     Result,
     Target,
+    heldout_score,
     num,
     progress_bars,
     pyplot,
@@ -99,14 +100,6 @@ class ConvergenceSetup(Record):
     quick: bool = False
     """Whether `--quick` chose the steps and the held-out set (a note for the reader of the JSON)."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _lift_notes(cls, data: Any) -> Any:
-        # Files written before the setup was typed kept `quick` in a free-form `extra` dict.
-        if isinstance(data, dict) and isinstance(data.get("extra"), dict):
-            data = {**{k: v for k, v in data.items() if k != "extra"}, **data["extra"]}
-        return data
-
     @model_validator(mode="after")
     def _consistent(self) -> ConvergenceSetup:
         if len(self.shares) != self.world:
@@ -151,35 +144,27 @@ class ConvergenceSetup(Record):
             out[step] = counts
         return out
 
-    def schedule(self) -> list[list[list[Sample]]]:
-        """`[step][device]` → that device's samples of the step, in stream order (deterministic)."""
+    def _draw(self, seed: int, counts: Any, name: str = "") -> list[list[list[Sample]]]:
+        """`[row][device]` → `counts[row][device]` samples of that device's stream drawn with `seed`, in order."""
         from producers.sources import SyntheticSource
 
-        source = SyntheticSource(self._producer_config(self.seed), self.world)
+        source = SyntheticSource(self._producer_config(seed), self.world)
         seq = [0] * self.world
-        out: list[list[list[Sample]]] = []
-        for row in self.counts():
-            step: list[list[Sample]] = []
-            for device, n in enumerate(row.tolist()):
-                drafts = source.take(device, n) if n else []
-                step.append([Sample.from_array(str(device), seq[device] + i, d.array, label=d.label)
-                             for i, d in enumerate(drafts)])
-                seq[device] += n
-            out.append(step)
+        out = []
+        for row in counts:
+            out.append([[Sample.from_array(f"{name}{device}", seq[device] + i, d.array, label=d.label)
+                         for i, d in enumerate(source.take(device, n) if n else [])] for device, n in enumerate(row)])
+            seq = [s + n for s, n in zip(seq, row, strict=True)]
         return out
+
+    def schedule(self) -> list[list[list[Sample]]]:
+        """`[step][device]` → that device's samples of the step, in stream order (deterministic)."""
+        return self._draw(self.seed, self.counts().tolist())
 
     def heldout_samples(self) -> list[Sample]:
         """Held-out samples from the same device streams (another seed), in proportion to `shares`."""
-        from producers.sources import SyntheticSource
-
-        source = SyntheticSource(self._producer_config(self.seed + 10_007), self.world)
-        shares = np.asarray(self.shares, dtype=np.float64) / sum(self.shares)
-        out: list[Sample] = []
-        for device, share in enumerate(shares):
-            n = max(1, round(self.heldout * share))
-            out += [Sample.from_array(f"heldout-{device}", i, d.array, label=d.label)
-                    for i, d in enumerate(source.take(device, n))]
-        return out
+        counts = [max(1, round(self.heldout * share / sum(self.shares))) for share in self.shares]
+        return [s for device in self._draw(self.seed + 10_007, [counts], "heldout-")[0] for s in device]
 
 
 class Curve(Record):
@@ -296,24 +281,20 @@ def schedule_summary(setup: ConvergenceSetup) -> Schedule:
     """Global batch range, per-rank mean batch, idle rank-steps and empty steps of the setup's schedule."""
     counts = setup.counts()
     totals = counts.sum(axis=1)
-    return Schedule(
-        global_batch_min=int(totals.min()), global_batch_median=float(np.median(totals)),
-        global_batch_max=int(totals.max()),
-        per_rank_mean_batch=[round(float(c), 2) for c in counts.mean(axis=0)],
-        idle_rank_steps=int((counts == 0).sum()), rank_steps=int(counts.size),
-        empty_steps=int((totals == 0).sum()),
-    )
+    return Schedule(global_batch_min=int(totals.min()), global_batch_median=float(np.median(totals)),
+                    global_batch_max=int(totals.max()), per_rank_mean_batch=[round(float(c), 2) for c in
+                                                                             counts.mean(axis=0)],
+                    idle_rank_steps=int((counts == 0).sum()), rank_steps=int(counts.size),
+                    empty_steps=int((totals == 0).sum()))
 
 
 #: `(cell, step, steps, samples so far, held-out accuracy)` — what a progress display receives.
 Progress = Callable[[str, int, int, int, float], None]
 
 
-# Rank programs run in processes started by torch.multiprocessing with the spawn method.
-
-
 def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells: list[str], out: str,
                messages: Any) -> None:
+    """One rank of a cell's process group (started by torch.multiprocessing with the spawn method)."""
     import torch
 
     from streamtrain.models.batching import collate_packed
@@ -338,12 +319,7 @@ def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells:
                 seen += result.global_samples
                 if heldout is None:
                     continue
-                model = runner.model.module
-                model.eval()
-                with torch.no_grad():
-                    logits = model(heldout)
-                    loss = float(torch.nn.functional.cross_entropy(logits, heldout.labels))
-                    accuracy = float((logits.argmax(1) == heldout.labels).double().mean())
+                accuracy, loss = heldout_score(runner.model.module, heldout)
                 curve["step"].append(step + 1)
                 curve["samples"].append(seen)
                 curve["accuracy"].append(accuracy)
@@ -398,16 +374,11 @@ def run_convergence(setup: ConvergenceSetup, out: Path, progress: Progress | Non
         return max(float((pa[k].double() - pb[k].double()).abs().max()) for k in pa)
 
     result = ConvergenceResult(
-        target_accuracy=setup.target_accuracy,
-        cells=analyse(setup, curves),
-        weighted_vs_sgd_max_param_diff=max_diff("weighted", "sgd"),
+        target_accuracy=setup.target_accuracy, cells=analyse(setup, curves), schedule=schedule_summary(setup),
+        weighted_vs_sgd_max_param_diff=max_diff("weighted", "sgd"), setup=setup,
         plain_vs_sgd_max_param_diff=max_diff("plain", "sgd"),
-        schedule=schedule_summary(setup),
-        setup=setup,
         cell_seconds={name: round(float(loaded[name]["seconds"]), 2) for name in AGGREGATIONS},
-        seconds=round(time.perf_counter() - began, 1),
-        curves=curves,
-    )
+        seconds=round(time.perf_counter() - began, 1), curves=curves)
     result.write(out / "convergence.json")
     if plot:
         plot_convergence(result, out / "convergence.png")
@@ -504,14 +475,9 @@ def convergence_command(
     target: Annotated[float | None, typer.Option(min=0.01, max=0.99, help="Held-out accuracy to reach.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the stream, the split and the model.")] = 0,
 ) -> None:
-    """Weighted vs plain gradient aggregation with uneven batches, against single-process SGD.
-
-    Three cells train the trainer's own model, packing, step runner and DDP hook on the same
-    non-IID synthetic stream in the same order: `sgd` (one process, the union of every step),
-    `weighted` (4 gloo ranks, λ = samples) and `plain` (4 gloo ranks, conventional averaging).
-    Per-rank batches are deliberately uneven, with idle ranks. Writes DIR/convergence.json
-    (samples to the target accuracy, ratio to SGD, curves) and DIR/convergence.png.
-    """
+    """Weighted vs plain gradient aggregation with uneven batches, against single-process SGD: `sgd` (one process,
+    the union of every step), `weighted` (4 gloo ranks, λ = samples) and `plain` (conventional averaging) on the
+    same non-IID stream. Writes DIR/convergence.json and DIR/convergence.png."""
     from streamtrain.cli_support import config_from, console
 
     config_from(ctx)

@@ -23,12 +23,13 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 import numpy as np
 import typer
+from pydantic import Field
 
-from streamtrain.config import ProducerConfig, StreamtrainConfig
+from streamtrain.config import StreamtrainConfig, load_config
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.kafka import make_consumer
 from streamtrain.wire import StepFeedback
@@ -54,7 +55,7 @@ from .common import (
 from .live import FeedbackTail, LiveBroker, Services, ensure_device_topics, live_broker, train_command, watermarks
 from .streams import StreamsSetup
 
-__all__ = ["BENCH", "PAPER_RATIO_RANGE", "POLICIES", "PolicySeries", "TraceSample", "TruncationCell",
+__all__ = ["BENCH", "PAPER_RATIO_RANGE", "POLICIES", "PolicySeries", "TruncationCell",
            "TruncationResult", "TruncationRunSetup", "TruncationSetup", "compare_to_persist", "run_truncation",
            "second_half_slope", "truncation_targets"]
 
@@ -91,18 +92,15 @@ class TruncationSetup(StreamsSetup):
             "producer.duration_seconds": 0, "producer.tick_seconds": 0.01, "producer.metrics": False,
         }
 
-    def trainer_config(self, checkpoint_dir: Path | None = None) -> TrainerConfig:
-        return TrainerConfig(
-            device="cpu", backend="gloo", torch_threads=1, num_features=self.features, num_classes=self.classes,
-            hidden_size=self.hidden_size, num_layers=self.num_layers, seed=self.seed, plan_wait_seconds=1.0,
-            data_wait_seconds=0.5, checkpoint_dir=checkpoint_dir, checkpoint_every=self.checkpoint_every, log_every=10,
-            metrics=False)
+    def trainer_sets(self) -> dict[str, object]:
+        return {f"trainer.{k}": v for k, v in {
+            "device": "cpu", "backend": "gloo", "torch_threads": 1, "num_features": self.features,
+            "num_classes": self.classes, "hidden_size": self.hidden_size, "num_layers": self.num_layers,
+            "seed": self.seed, "plan_wait_seconds": 1.0, "data_wait_seconds": 0.5,
+            "checkpoint_every": self.checkpoint_every, "log_every": 10, "metrics": False}.items()}
 
-    def trainer_sets(self, checkpoint_dir: Path) -> dict[str, object]:
-        cfg = self.trainer_config(checkpoint_dir)
-        keys = ("device", "backend", "torch_threads", "num_features", "num_classes", "hidden_size", "num_layers",
-                "seed", "plan_wait_seconds", "data_wait_seconds", "checkpoint_every", "log_every", "metrics")
-        return {f"trainer.{k}": getattr(cfg, k) for k in keys}
+    def trainer_config(self) -> TrainerConfig:
+        return load_config(env={}, overrides=self.trainer_sets()).trainer
 
     def coordinator_sets(self, policy: str) -> dict[str, object]:
         sets: dict[str, object] = {
@@ -121,16 +119,7 @@ class TruncationSetup(StreamsSetup):
         from producers.sources import SyntheticSource
         from streamtrain.wire import Sample
 
-        sets = {k.removeprefix("producer."): v for k, v in self.producer_sets().items()}
-        nested: dict[str, Any] = {}
-        for key, value in sets.items():
-            head, _, tail = key.partition(".")
-            if tail:
-                nested.setdefault(head, {})[tail] = value
-            else:
-                nested[key] = value
-        nested["seed"] = self.seed + 10_007
-        cfg = ProducerConfig.model_validate(nested)
+        cfg = load_config(env={}, overrides={**self.producer_sets(), "producer.seed": self.seed + 10_007}).producer
         source = SyntheticSource(cfg, self.devices)
         per = max(1, self.heldout // self.devices)
         return [Sample.from_array(f"heldout-{d}", i, s.array, label=s.label)
@@ -141,37 +130,20 @@ class TruncationSetup(StreamsSetup):
 PAPER_RATIO_RANGE = (848, 9429)
 
 
-class TraceSample(NamedTuple):
-    """What the benchmark reads from Kafka at one moment of a policy's run."""
-
-    t: float
-    """Seconds since the producers started."""
-    step: int
-    """Steps since the first that trained a streamed sample."""
-    retained: int
-    produced: int
-    depth: int
-    loss: float | None
-    """Mean of the ranks' latest training losses."""
-
-
 class PolicySeries(Record):
     """One policy's samples over the run, every `sample_every_s` seconds."""
 
-    t: list[float]
-    step: list[int]
-    retained_records: list[int]
+    t: list[float] = Field(default_factory=list)
+    """Seconds since the producers started."""
+    step: list[int] = Field(default_factory=list)
+    """Steps since the first that trained a streamed sample."""
+    retained_records: list[int] = Field(default_factory=list)
     """Records the device topics retain on the broker (high watermark - log start offset)."""
-    produced_records: list[int]
-    buffer_depth: list[int]
+    produced_records: list[int] = Field(default_factory=list)
+    buffer_depth: list[int] = Field(default_factory=list)
     """Samples the trainers buffer (all ranks)."""
-    loss: list[float | None]
-
-    @classmethod
-    def of(cls, trace: Sequence[TraceSample]) -> PolicySeries:
-        return cls(t=[x.t for x in trace], step=[x.step for x in trace], retained_records=[x.retained for x in trace],
-                   produced_records=[x.produced for x in trace], buffer_depth=[x.depth for x in trace],
-                   loss=[x.loss for x in trace])
+    loss: list[float | None] = Field(default_factory=list)
+    """Mean of the ranks' latest training losses."""
 
 
 class TruncationCell(Record):
@@ -270,22 +242,19 @@ class _PolicyRun:
     """One truncation policy live: a coordinator and the ranks, then the producers, sampled until N steps."""
 
     def __init__(self, policy: str, broker: LiveBroker, setup: TruncationSetup, run_dir: Path) -> None:
-        self.policy, self.setup = policy, setup
+        self.policy, self.setup, self.job, self.devices = policy, setup, f"trunc-{policy}", setup.device_ids()
         self.kafka = broker.kafka.model_copy(update={"topic_prefix": f"{broker.kafka.topic_prefix}.{policy}"})
-        self.job = f"trunc-{policy}"
-        self.devices = setup.device_ids()
         self.ckpt = run_dir / "checkpoints"
         for stale in self.ckpt.iterdir() if self.ckpt.exists() else ():
             stale.unlink()
         self.services = Services(run_dir / "logs")
         self.tail = FeedbackTail(self.kafka, self.job)
         self.probe = make_consumer(self.kafka, f"st-bench-truncation-probe-{policy}")
-        self.trace: list[TraceSample] = []
+        self.trace = PolicySeries()  # appended to in place while it runs (its lists are not frozen)
         self.latest: dict[str, StepFeedback] = {}
         self.losses: list[tuple[int, float, int]] = []  # (step, loss, samples)
-        self.dropped = self.trained = 0
+        self.dropped = self.trained = self.idle_step = 0
         self.marks: dict[str, tuple[int, int]] = {}
-        self.idle_step = 0
         self.step0: int | None = None  # steps count from the first one that trained a streamed sample
 
     def take_feedback(self) -> None:
@@ -311,7 +280,7 @@ class _PolicyRun:
         self.services.start("coordinator", "coordinator", launch.command("coordinator", "coordinate", "--port", "0",
                                                                          settings=sets))
         # The ranks obey a plan's truncation only when the policy they are told of could ask for it.
-        trainer_sets = {**sets, **self.setup.trainer_sets(self.ckpt)}
+        trainer_sets = {**sets, **self.setup.trainer_sets()}
         self.services.start("trainers", "trainer", launch.command("trainer", *train_command(self.devices, self.ckpt),
                                                                   settings=trainer_sets))
         deadline = time.monotonic() + self.setup.start_timeout_s
@@ -332,10 +301,12 @@ class _PolicyRun:
         self.marks = marks or self.marks
         step = 0 if self.step0 is None else max(0, max(fb.step for fb in self.latest.values()) + 1 - self.step0)
         recent = [fb.loss for fb in self.latest.values() if fb.loss is not None and fb.samples]
-        self.trace.append(TraceSample(round(seconds, 2), step, sum(hi - lo for lo, hi in marks.values()),
-                                      sum(hi for _, hi in marks.values()),
-                                      sum(fb.buffer_depth for fb in self.latest.values()),
-                                      round(float(np.mean(recent)), 4) if recent else None))
+        for column, value in (("t", round(seconds, 2)), ("step", step),
+                              ("retained_records", sum(hi - lo for lo, hi in marks.values())),
+                              ("produced_records", sum(hi for _, hi in marks.values())),
+                              ("buffer_depth", sum(fb.buffer_depth for fb in self.latest.values())),
+                              ("loss", round(float(np.mean(recent)), 4) if recent else None)):
+            getattr(self.trace, column).append(value)
         return step
 
     def run(self, launch: LaunchOptions, progress: Progress | None) -> tuple[TruncationCell, PolicySeries]:
@@ -347,7 +318,8 @@ class _PolicyRun:
             while True:
                 step = self.sample(time.monotonic() - began)
                 if progress is not None:
-                    progress(self.policy, step, setup.steps, self.trace[-1].retained, self.trace[-1].depth)
+                    progress(self.policy, step, setup.steps, self.trace.retained_records[-1],
+                             self.trace.buffer_depth[-1])
                 if step >= setup.steps:
                     break
                 self._check(began + setup.run_timeout_s,
@@ -362,7 +334,7 @@ class _PolicyRun:
             self.services.stop_all()
             self.tail.close()
             self.probe.close()
-        return self.cell(seconds), PolicySeries.of(self.trace)
+        return self.cell(seconds), self.trace
 
     def cell(self, seconds: float) -> TruncationCell:
         accuracy, heldout_loss = _evaluate(self.setup, self.ckpt)
@@ -377,7 +349,7 @@ class _PolicyRun:
             buffer_depth_final=sum(fb.buffer_depth for fb in self.latest.values()), truncated=self.dropped,
             trained_samples=self.trained, final_loss=None if final_loss is None else round(final_loss, 4),
             accuracy=accuracy, heldout_loss=heldout_loss, seconds=round(seconds, 1),
-            retained_records_max=max((x.retained for x in self.trace), default=0))
+            retained_records_max=max(self.trace.retained_records, default=0))
 
 
 def run_truncation(cfg: StreamtrainConfig, setup: TruncationSetup, out: Path, external: bool = False,
@@ -416,16 +388,14 @@ def plot_truncation(result: TruncationResult, png: Path) -> Path:
     """Records retained on the broker, trainer buffer depth and loss over steps, one line per policy."""
     fig, axes = pyplot().subplots(1, 3, figsize=(12, 3.4))
     for policy, curve in result.series.items():
-        steps = curve.step
-        axes[0].plot(steps, [max(1, r) for r in curve.retained_records], label=policy)
-        axes[1].plot(steps, curve.buffer_depth, label=policy)
-        pts = [(s, v) for s, v in zip(steps, curve.loss, strict=True) if v is not None]
+        axes[0].plot(curve.step, [max(1, r) for r in curve.retained_records], label=policy)
+        axes[1].plot(curve.step, curve.buffer_depth, label=policy)
+        pts = [(s, v) for s, v in zip(curve.step, curve.loss, strict=True) if v is not None]
         axes[2].plot([p[0] for p in pts], [p[1] for p in pts], label=policy)
-    axes[0].set_yscale("log")
-    axes[0].set(xlabel="step", ylabel="records retained on the broker", title="broker log (all device topics)")
-    axes[1].set(xlabel="step", ylabel="samples buffered", title="trainer buffers (all ranks)")
-    axes[2].set(xlabel="step", ylabel="training loss (mean over ranks)", title="loss")
-    for ax in axes:
+    labels = (("records retained on the broker", "broker log (all device topics)"),
+              ("samples buffered", "trainer buffers (all ranks)"), ("training loss (mean over ranks)", "loss"))
+    for ax, (ylabel, title) in zip(axes, labels, strict=True):
+        ax.set(xlabel="step", ylabel=ylabel, title=title, yscale="log" if ax is axes[0] else "linear")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     setup = result.setup
@@ -499,15 +469,9 @@ def truncation_command(
     work_dir: Annotated[Path, typer.Option(help="Service logs and checkpoints (WORK_DIR/truncation/<policy>).")
                         ] = Path("reports/bench-runs"),
 ) -> None:
-    """Records retained under persist, truncate and bounded when ScaDLES S2 streams outrun training.
-
-    For each policy, on the same seeds and data: producers at S2 rates, a coordinator with that
-    truncation (DeleteRecords on for truncate and bounded) and one gloo rank per device, for N
-    steps. Reports the records each device topic retains on the broker (high watermark - log start
-    offset) and the trainer buffer depth over steps, the ratio persist/policy after N steps, and the
-    held-out accuracy of the final model. Writes DIR/truncation.json and DIR/truncation.png; service
-    logs go to WORK_DIR/truncation/<policy>/logs.
-    """
+    """Records retained under persist, truncate and bounded when ScaDLES S2 streams outrun training, and the
+    final model's held-out accuracy. Writes DIR/truncation.json and DIR/truncation.png; service logs go to
+    WORK_DIR/truncation/<policy>/logs."""
     from streamtrain.cli_support import config_from, console, die
 
     cfg = config_from(ctx)

@@ -57,7 +57,7 @@ REALDATA_ABOUT = """`streamtrain bench realdata`: time to a held-out accuracy on
 
 PLAID (electrical appliance currents, 11 classes, series of 100 to 1,344 values; a sample's size is its length)
 is replayed into four device topics from a backlog, and four gloo ranks train the `seq` model on it with one
-rank emulated four times slower. Each run is one `stack_cell.run_stack_cell` (coordinator, ranks, the shared
+rank emulated four times slower. Each run is one `live.run_stack_cell` (coordinator, ranks, the shared
 broker); the trainers evaluate the shared model on PLAID's test split every few steps, and the Evaluation
 records read back from Kafka give each run's held-out accuracy over training time.
 

@@ -1,4 +1,4 @@
-"""The balance benchmark's runs: each cell one `stack_cell.run_stack_cell` on one shared broker, read back.
+"""The balance benchmark's runs: each cell one `live.run_stack_cell` on one shared broker, read back.
 
 `run_balance` (the synthetic matrix) and `run_realdata` (a dataset replayed) differ in what a cell's streams and
 settings are and in the figures read from it; the schedule, the broker and the progress are `run_schedule`'s.
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..common import LaunchOptions
-from ..stack_cell import CellRun, StackCell, run_stack_cell, shared_broker
+from ..live import CellRun, StackCell, live_broker, run_stack_cell
 from .accuracy import accuracy_curve, summarise_realdata, wall_period_median
 from .analysis import analyse_cell, summarise
 from .render import plot_balance, plot_realdata
@@ -63,8 +63,10 @@ def run_schedule(setup: FleetSetup, plan: Sequence[tuple[int, Any]], stack_cell:
         if progress is not None:
             progress(i, len(plan), cell.label, step, until, phase)
 
-    with shared_broker(launch, bootstrap, lambda: say(0, plan[0][1], 0, "starting the Kafka broker"),
-                       "st-balance-") as address:
+    cfg = launch.config({"kafka.bootstrap_servers": bootstrap} if bootstrap else None)
+    with live_broker(cfg, bootstrap is not None, "balance",
+                     lambda: say(0, plan[0][1], 0, "starting the Kafka broker")) as broker:
+        address = broker.kafka.bootstrap_servers
         for i, (rep, cell) in enumerate(plan):
             def on_step(step: int, phase: str, i: int = i, cell: Any = cell) -> None:
                 say(i, cell, step, phase)

@@ -241,7 +241,7 @@ def _wait_for_ranks(services: Services, tail: FeedbackTail, ranked: Sequence[str
                 raise RuntimeError(services.failure(dead[0]))
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the trainer ranks did not report a step within {timeout:.0f} s; see "
-                                   f"{services.children['trainers'].log_path}")
+                                   f"{services.log_dir / 'trainers.log'}")
             time.sleep(0.2)
     finally:
         tail.close()

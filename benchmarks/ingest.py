@@ -171,11 +171,6 @@ class IngestBench:
         import torch
 
         from producers.service import StreamProducer
-        from streamtrain.config import TrainerConfig
-        from streamtrain.kafka import make_producer
-        from streamtrain.models.batching import collate_packed
-        from trainer.consumer import RankConsumer
-        from trainer.plans import PlanBook
 
         torch.set_num_threads(1)
         frames, features = 16, 16  # 16 x 16 float32 = 1 KiB of payload per sample
@@ -189,15 +184,36 @@ class IngestBench:
         summary = producer.run()
         n = int(summary.final.sent_own.sum())
         record_bytes = round(int(summary.final.bytes_sent.sum()) / max(n, 1))
+        trained, elapsed, cpu = self._consume_and_pack(kafka, producer.ids[0], features, n)
+        rate, cpu_rate = trained / elapsed, trained / max(cpu, 1e-9)
+        self.progress(f"trainer consume -> decode -> collate, one core: {rate:,.0f} samples/s wall, {cpu_rate:,.0f} "
+                      f"per CPU second, of {record_bytes} bytes (target >= 20,000; {trained} samples in batches of "
+                      f"{self.trainer_batch})")
+        return TrainerPath(round(rate, 1), round(cpu_rate, 1), record_bytes, trained, self.trainer_batch,
+                           frames * features * 4)
+
+    def _consume_and_pack(self, kafka: KafkaConfig, device: str, features: int, n: int) -> tuple[int, float, float]:
+        """(samples packed, wall seconds from the first fetch, this thread's CPU seconds) of reading `n` records of
+        `device` as a rank does and packing them in batches of `trainer_batch`.
+
+        Raises:
+            RuntimeError: not every record was packed within 300 s, or some were dead-lettered.
+        """
+        from streamtrain.config import TrainerConfig
+        from streamtrain.kafka import make_producer
+        from streamtrain.models.batching import collate_packed
+        from trainer.consumer import RankConsumer
+        from trainer.plans import PlanBook
+
         trainer = TrainerConfig(num_features=features, device="cpu", torch_threads=1)
         ensure_topics(make_admin(kafka), [TopicSpec.from_config(kafka, kafka.topics.assignments),
                                           TopicSpec.from_config(kafka, kafka.topics.dead_letter)])
         dead_letters = make_producer(kafka)
-        consumer = RankConsumer(kafka, trainer, producer.ids[0], "bench-trainer", PlanBook("bench"), dead_letters)
+        consumer = RankConsumer(kafka, trainer, device, "bench-trainer", PlanBook("bench"), dead_letters)
         try:
             consumer.start(0)
             buffer = consumer.buffer
-            trained = frames_packed = 0
+            trained = 0
             first_fetch: float | None = None
             cpu_start = time.thread_time()  # this thread's CPU: decode, validate, buffer, pack
             deadline = time.monotonic() + 300
@@ -205,11 +221,9 @@ class IngestBench:
                 if consumer.poll(0.05, max_records=self.trainer_batch * 4) and first_fetch is None:
                     first_fetch = time.perf_counter()
                 while len(buffer) >= self.trainer_batch or (len(buffer) and buffer.position >= n):
-                    samples = buffer.take(buffer.select_oldest(self.trainer_batch))
-                    batch = collate_packed(samples, trainer)
+                    batch = collate_packed(buffer.take(buffer.select_oldest(self.trainer_batch)), trainer)
                     buffer.complete_step()
                     trained += batch.num_samples
-                    frames_packed += batch.total_size
             elapsed = time.perf_counter() - (first_fetch or time.perf_counter())
             cpu = time.thread_time() - cpu_start
         finally:
@@ -218,12 +232,7 @@ class IngestBench:
         if trained < n or consumer.dead_lettered:
             raise RuntimeError(f"the trainer path packed {trained} of {n} samples ({consumer.dead_lettered} "
                                "dead-lettered) within 300 s")
-        rate, cpu_rate = trained / elapsed, trained / max(cpu, 1e-9)
-        self.progress(f"trainer consume -> decode -> collate, one core: {rate:,.0f} samples/s wall, {cpu_rate:,.0f} "
-                      f"per CPU second, of {record_bytes} bytes (target >= 20,000; {trained} samples in batches of "
-                      f"{self.trainer_batch})")
-        return TrainerPath(round(rate, 1), round(cpu_rate, 1), record_bytes, trained, self.trainer_batch,
-                           frames * features * 4)
+        return trained, elapsed, cpu
 
     def run(self) -> IngestResult:
         """Every measurement, as the `ingest.json` document."""

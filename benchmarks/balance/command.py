@@ -34,6 +34,10 @@ def _default(setup: type[Any], name: str) -> Any:
 
 
 _BALANCE, _REALDATA = BalanceSetup, RealdataSetup
+_TimeScale = Annotated[float, typer.Option(min=1.0, help="Every rank computes this many times its CPU time (slow-downs "
+                                           "multiply on top), so 4 ranks fit on 2 cores without contending.")]
+_External = Annotated[bool, typer.Option(help="Use the Kafka at kafka.bootstrap_servers instead of one embedded "
+                                         "broker for the whole benchmark.")]
 
 
 @contextlib.contextmanager
@@ -99,33 +103,18 @@ def balance_command(
                                                "8 with --quick).")] = None,
     model_window: Annotated[int, typer.Option(min=4, help="coordinator.model_window: feedback records each device's "
                                               "time model is fitted on.")] = _default(_BALANCE, "model_window"),
-    time_scale: Annotated[float, typer.Option(min=1.0, help="Every rank computes this many times its CPU time "
-                                              "(slow-downs multiply on top), so 4 ranks fit on 2 cores without "
-                                              "contending.")] = _default(_BALANCE, "time_scale"),
+    time_scale: _TimeScale = _default(_BALANCE, "time_scale"),
     repeats: Annotated[int, typer.Option(min=1, help="Run the whole matrix this many times; each cell reports the "
                                          "median over its runs (and the runs themselves).")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the data (every cell of a DIF trains the same samples) and "
                                       "the model.")] = 0,
-    external: Annotated[bool, typer.Option(help="Use the Kafka at kafka.bootstrap_servers instead of one "
-                                           "embedded broker for the whole benchmark.")] = False,
+    external: _External = False,
 ) -> None:
     """Every planning policy on the live stack: 4 gloo ranks, emulated fleets of slow-downs, DIF 0/16/64.
 
-    Each cell runs the coordinator with one policy and `streamtrain train --local-ranks 4` on the real
-    broker. Rank r sleeps (factor_r - 1) x its measured compute after every step (trainer.slowdowns), so
-    1,1,1,4 is three devices and one four times slower. Sample sizes are normal with mean 45 and
-    std = DIF (lognormal where a normal that never goes below 1 cannot have that std). Before the services
-    start, each device topic gets the same pre-produced backlog (same seed for every cell), so step time
-    reflects the plan, not the arrival rate; every policy plans the same global batch per step.
-
-    Per cell: median step time (slowest rank, emulated sleep included), median wall period and its split
-    (compute, communication, plan wait, data wait, hold) on the critical path, median straggler effect
-    (LBB Eq. 4 on compute seconds), samples/s, seconds to a target loss (what static reaches mid-window),
-    and whether every device still had samples waiting at every step of the window (a drained backlog is
-    flagged), over a fixed window after the warm-up. Per fleet and DIF: ett-stream's wall period against
-    the oracle (the control's period x n / sum(1 / s_i); needs --control), static and chronica. Writes
-    DIR/balance.json ({"cells": [...]}, the targets) and DIR/balance.png; each cell's report, series,
-    plots and logs go to --runs.
+    Per cell: step time, wall period and its split on the critical path, straggler effect, work rate, time to a
+    target loss, over a window under a backlog; per fleet and DIF, ett-stream against the oracle (needs
+    --control), static and chronica. Writes DIR/balance.json and DIR/balance.png; each cell's run goes to --runs.
     """
     from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
 
@@ -197,31 +186,15 @@ def realdata_command(
                                             "evaluations.")] = _default(_REALDATA, "eval_every"),
     target_accuracy: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="A fixed target accuracy instead "
                                                           "of static's at mid-window.")] = None,
-    time_scale: Annotated[float, typer.Option(min=1.0, help="Every rank computes this many times its CPU time "
-                                              "(slow-downs multiply on top), so 4 ranks fit on 2 cores without "
-                                              "contending.")] = _default(_REALDATA, "time_scale"),
+    time_scale: _TimeScale = _default(_REALDATA, "time_scale"),
     seed: Annotated[int, typer.Option(help="Seed of the shards' order and of the model.")] = 0,
-    external: Annotated[bool, typer.Option(help="Use the Kafka at kafka.bootstrap_servers instead of one "
-                                           "embedded broker for the whole benchmark.")] = False,
+    external: _External = False,
 ) -> None:
     """Time to a held-out accuracy on real data (PLAID), per policy, with one device four times slower.
 
-    PLAID (appliance current series of 100 to 1,344 values, 11 classes; the `plaid` extra installs it) is
-    replayed into four device topics from a backlog: every device has work waiting for the whole window, so
-    step time is the plan's, not the stream's. Four gloo ranks train the `seq` model; rank r computes
-    time_scale x factor_r x its CPU time (trainer.slowdowns on the CPU clock). Every policy plans the same
-    global batch per step; the trainers evaluate on PLAID's test split every --eval-every steps.
-
-    Per run: training seconds (evaluation pauses left out) until the held-out accuracy (trailing mean of two
-    evaluations) reaches the target; the median step time (wall period between step completions); the
-    straggler effect. The target is static's accuracy at mid-window (median over its runs) unless
-    --target-accuracy fixes it. The control (ett-stream on equal ranks) gives the oracle step time,
-    control x n / sum(1/s_i). Judged: ett-stream reaches the target no later than the best other policy and
-    >= 2x sooner than static, and its step time is within 15% of the oracle.
-
-    Writes DIR/realdata.json and DIR/realdata.png; `streamtrain bench report` puts them in BENCHMARKS.md.
-
-    Example: streamtrain bench realdata --quick --out /tmp/rd
+    Judged: ett-stream reaches static's mid-window accuracy no later than the best other policy and >= 2x sooner
+    than static, and its step time is within 15% of the oracle (the control x n / sum(1/s_i)). Writes
+    DIR/realdata.json and DIR/realdata.png. Example: streamtrain bench realdata --quick --out /tmp/rd
     """
     from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
 

@@ -26,7 +26,7 @@ import typer
 from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin
 
-from .common import TIMES, Bench, Record, RenderContext, Result, num, pyplot, save_figure, table, verdict
+from .common import TIMES, Bench, Record, RenderContext, Result, Target, num, pyplot, save_figure, table, targets_table
 from .kafka import kafka_perf_tool
 
 __all__ = ["BENCH", "IngestBench", "IngestResult", "RateCell", "TrainerPath", "render_ingest"]
@@ -339,19 +339,19 @@ def render_ingest(result: IngestResult, ctx: RenderContext) -> str:
     at_32_600 = worst.get((32, 600.0))
     ratio = result.producer_vs_kafka_tool
     per_cpu = result.trainer_samples_per_cpu_s
-    targets = table(["target", "measured", "paper", "verdict"], [
-        ["32 streams at 600 samples/s, every device within ±5%",
-         "not measured" if at_32_600 is None else f"worst device off by {at_32_600 * 100:.1f}%",
-         "ScaDLES Fig. 6: 100/s held for 1-32 streams; 600/s sagged beyond 16 streams",
-         verdict(None if at_32_600 is None else at_32_600 <= 0.05)],
-        [f"unpaced producers ≥ 0.5{TIMES} Kafka's perf tool",
-         "—" if ratio is None else f"{result.producer_records_per_s:,.0f} vs "
-         f"{result.kafka_perf_tool_records_per_s:,.0f} records/s = {ratio:.2f}{TIMES}",
-         "not reported", verdict(None if ratio is None else ratio >= 0.5)],
-        ["trainer consume → decode → collate ≥ 20,000 samples/s on one core (judged per CPU second of its thread)",
-         "not measured" if per_cpu is None else f"{per_cpu:,.0f} per CPU second "
-         f"({num(result.trainer_samples_per_s, 0)} samples/s wall), {result.trainer_record_bytes or 0:,}-byte records",
-         "not reported", verdict(None if per_cpu is None else per_cpu >= 20_000)],
+    targets = targets_table([
+        Target("32 streams at 600 samples/s, every device within ±5%",
+               "not measured" if at_32_600 is None else f"worst device off by {at_32_600 * 100:.1f}%",
+               None if at_32_600 is None else at_32_600 <= 0.05,
+               "ScaDLES Fig. 6: 100/s held for 1-32 streams; 600/s sagged beyond 16 streams"),
+        Target(f"unpaced producers ≥ 0.5{TIMES} Kafka's perf tool",
+               "—" if ratio is None else f"{result.producer_records_per_s:,.0f} vs "
+               f"{result.kafka_perf_tool_records_per_s:,.0f} records/s = {ratio:.2f}{TIMES}",
+               None if ratio is None else ratio >= 0.5, "not reported"),
+        Target("trainer consume → decode → collate ≥ 20,000 samples/s on one core (judged per CPU second of its "
+               "thread)", "not measured" if per_cpu is None else f"{per_cpu:,.0f} per CPU second "
+               f"({num(result.trainer_samples_per_s, 0)} samples/s wall), {result.trainer_record_bytes or 0:,}-byte "
+               "records", None if per_cpu is None else per_cpu >= 20_000, "not reported"),
     ])
     return "\n\n".join([
         f"Record size {result.record_bytes:,} bytes, window {'?' if result.window_s is None else result.window_s} s "

@@ -25,7 +25,7 @@ from streamtrain.config import BrokerConfig, KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce
 from streamtrain.wire import Sample, encode
 
-from .common import TIMES, Bench, Record, RenderContext, pyplot, save_figure, table
+from .common import TIMES, Bench, Record, RenderContext, Result, pyplot, save_figure, table
 
 __all__ = ["BENCH", "BrokerStarts", "KafkaResult", "kafka_perf_tool", "render_kafka"]
 
@@ -48,7 +48,7 @@ class BrokerStarts(Record):
     restart_median_s: float
 
 
-class KafkaResult(Record):
+class KafkaResult(Result):
     """What `kafka.json` holds."""
 
     kafka_version: str
@@ -222,4 +222,4 @@ def render_kafka(result: KafkaResult, ctx: RenderContext) -> str:
 
 
 BENCH = Bench("kafka", kafka_command, KafkaResult, render_kafka, args=("--records", "100000", "--repeats", "3"),
-              quick_args=("--records", "20000", "--repeats", "1"), timeout_s=420)
+              quick_args=("--records", "20000", "--repeats", "1"), timeout_s=420, about=__doc__ or "")

@@ -197,7 +197,7 @@ class StreamProducer:
             raise ProducerError(f"the producer failed fatally: {self._fatal.str()}")
         return self.summary(stopped_by)
 
-    def _loop(self, stop: threading.Event) -> str:
+    def _loop(self, stop: threading.Event) -> str:  # noqa: C901  the pacing loop's tick: each branch a stop condition or a backpressure case
         cfg = self.cfg
         producer = self._producer
         assert producer is not None

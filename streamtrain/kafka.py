@@ -437,7 +437,7 @@ def consume_available(consumer: Consumer, max_records: int, timeout: float) -> l
     return [first, *consumer.consume(num_messages=max_records - 1, timeout=0)]
 
 
-def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,
+def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,  # noqa: C901  the confluent-kafka poll / check error / process loop with its end-of-partition and timeout cases
                 last: int | None = None, stop: Callable[[], bool] | None = None) -> Iterator[Message]:
     """Every record now in `topics` (or each partition's `last` records), up to the high watermarks on entry.
 

@@ -2,7 +2,7 @@
 
 It has the shape of confluent-kafka's `Producer` without the wire: `send` an array (non-blocking),
 delivery outcomes by callback, `flush`, `close`, a context manager. Under it is an idempotent
-producer with `acks=all` (`streamtrain.kafka.make_producer`), so retries while the broker is away
+producer with `acks=all` (`streamtrain.kafka.producer_settings`), so retries while the broker is away
 never duplicate or reorder a device's samples, and a record acknowledged is a record kept.
 """
 
@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from ..authz import raise_if_refused
 from ..config import KafkaConfig, StreamtrainConfig
-from ..kafka import make_producer
+from ..kafka import producer_settings
 from .errors import DeliveryError, DeviceProducerError, QueueFullError
 from .samples import EncodedSample, encode_device_sample
 
@@ -136,12 +137,14 @@ class DeviceProducer:
         self._fatal: KafkaError | None = None
         self._broker_up = True
         self._owns_client = client is None
-        self._client = client if client is not None else make_producer(
-            cfg, **{**defaults, **overrides, "error_cb": self._on_error})
+        # confluent-kafka's own Producer rather than make_producer's GuardedProducer: `_reported` checks every
+        # report for an ACL refusal itself, and the guard's wrapper would cost a Python call per sample.
+        self._client = client if client is not None else Producer(
+            producer_settings(cfg, **{**defaults, **overrides, "error_cb": self._on_error}))
         self._send_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._next_seq = 0
-        self._sent = self._delivered = self._failed = self._queue_waits = 0
+        self._delivered = self._failed = self._queue_waits = 0
         self._reasons: Counter[str] = Counter()
         self._unraised: Counter[str] = Counter()
         self._closed = False
@@ -188,9 +191,7 @@ class DeviceProducer:
             record = encode_device_sample(self.device, seq, array, label=label, target=target, metadata=metadata,
                                           produced_at=produced_at)
             self._enqueue(record, partial(self._reported, seq, record.size, on_delivery))
-            self._next_seq = seq + 1
-            with self._count_lock:
-                self._sent += 1
+            self._next_seq = seq + 1  # also the count sent: every sample queued took the next number
         self._client.poll(0)  # serve the delivery reports that have arrived: the confluent-kafka pattern
         return seq
 
@@ -220,6 +221,7 @@ class DeviceProducer:
     def _reported(self, seq: int, size: int, own: DeliveryCallback | None, err: KafkaError | None,
                   msg: Message) -> None:
         """librdkafka's delivery report of sample `seq`: count it, then tell the callbacks."""
+        failed = 0
         with self._count_lock:
             if err is None:
                 self._delivered += 1
@@ -233,16 +235,19 @@ class DeviceProducer:
             logger.error("device %s: sample %d could not be delivered to %s: %s%s", self.device, seq, self.topic,
                          err.str(), " (further failures are counted, not logged)" if failed == _LOGGED_FAILURES
                          else "")
-        if self._on_delivery is None and own is None:
-            return
-        if err is None:
-            delivery = Delivery(self.device, seq, size, self.topic, msg.partition(), msg.offset(), len(msg), None)
-        else:
-            delivery = Delivery(self.device, seq, size, self.topic, None, None, len(msg), err.str())
-        if self._on_delivery is not None:
-            self._on_delivery(delivery)
-        if own is not None:
-            own(delivery)
+        if self._on_delivery is not None or own is not None:
+            if err is None:
+                delivery = Delivery(self.device, seq, size, self.topic, msg.partition(), msg.offset(), len(msg), None)
+            else:
+                delivery = Delivery(self.device, seq, size, self.topic, None, None, len(msg), err.str())
+            if self._on_delivery is not None:
+                self._on_delivery(delivery)
+            if own is not None:
+                own(delivery)
+        if err is not None:
+            # A write the ACLs refuse is a deployment error, not a lost sample: it stops the sender (raised from
+            # send, poll or flush), naming the principal and the ACL it lacks.
+            raise_if_refused(self.kafka, err, "WRITE", self.topic)
 
     def _on_error(self, err: KafkaError) -> None:
         """Client-level errors of a client this producer made (a shared client's owner serves its own)."""
@@ -341,7 +346,7 @@ class DeviceProducer:
     @property
     def sent(self) -> int:
         """Samples queued by `send` so far."""
-        return self._sent
+        return self._next_seq
 
     @property
     def delivered(self) -> int:
@@ -357,7 +362,7 @@ class DeviceProducer:
     def queued(self) -> int:
         """Samples sent whose outcome has not arrived yet."""
         with self._count_lock:
-            return self._sent - self._delivered - self._failed
+            return self._next_seq - self._delivered - self._failed
 
     @property
     def queue_waits(self) -> int:

@@ -7,25 +7,24 @@ still fix it, rather than dead-lettered downstream.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..wire import DTYPES, Sample, encode
 from ..wire.codec import HeaderList
+from ..wire.records import wire_dtype
 
 __all__ = ["EncodedSample", "check_payload", "encode_device_sample"]
 
 _LONG = 2**63
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-_DTYPES = frozenset(DTYPES)
 
 
-@dataclass(frozen=True)
-class EncodedSample:
+class EncodedSample(NamedTuple):
     """One sample as it goes on the wire: the record's value and headers, and its size (shape[0])."""
 
     value: bytes
@@ -41,9 +40,9 @@ def check_payload(array: Any) -> np.ndarray:
         ValueError: a 0-d array (no size axis), an empty size axis, or NaN / infinity in a float array.
     """
     arr = array if isinstance(array, np.ndarray) else np.asarray(array)
-    name = arr.dtype.name
-    if name not in _DTYPES:
-        raise TypeError(f"array dtype {name!r} is not one the wire carries ({', '.join(DTYPES)}): "
+    name = wire_dtype(arr.dtype)
+    if name is None:
+        raise TypeError(f"array dtype {arr.dtype.name!r} is not one the wire carries ({', '.join(DTYPES)}): "
                         "convert it first, e.g. array.astype(np.float32)")
     if arr.ndim == 0:
         raise ValueError("array is 0-d: a sample needs a first axis, its size (frames, tokens, ...); "
@@ -51,16 +50,27 @@ def check_payload(array: Any) -> np.ndarray:
     if arr.shape[0] == 0:
         raise ValueError(f"array of shape {arr.shape} has an empty size axis (shape[0] = 0): "
                          "a sample holds at least one step")
-    if name.startswith("float") and not np.isfinite(arr).all():
+    if name[0] == "f" and not _all_finite(arr):
         bad = np.argwhere(~np.isfinite(arr))
         raise ValueError(f"array holds {len(bad)} NaN or infinite value(s), the first at index "
                          f"{tuple(int(i) for i in bad[0])}: the trainers would refuse the sample")
     return arr
 
 
+def _all_finite(arr: np.ndarray) -> bool:
+    """Whether a float array holds no NaN or infinity."""
+    if arr.dtype.itemsize >= 4:
+        # One BLAS dot product instead of a boolean array: a NaN or an infinity makes the sum of squares NaN or
+        # inf. Only finite values too large to square in range make it inf as well; the exact check clears them.
+        flat = arr.reshape(-1)
+        if math.isfinite(flat.dot(flat)):
+            return True
+    return bool(np.isfinite(arr).all())
+
+
 def _check_label(label: object) -> int | None:
-    if label is None:
-        return None
+    if label is None or (type(label) is int and -_LONG <= label < _LONG):  # the common cases first: every sample
+        return label
     if isinstance(label, bool) or not isinstance(label, Integral):
         raise TypeError(f"label must be an int (a class index) or None, not {type(label).__name__}; "
                         "a float target goes in target=")
@@ -89,6 +99,8 @@ def _check_target(target: Sequence[float] | np.ndarray | float | None) -> tuple[
 def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     if metadata is None:
         return {}
+    if type(metadata) is dict and all(type(k) is str and type(v) is str for k, v in metadata.items()):
+        return dict(metadata)
     if not isinstance(metadata, Mapping):
         raise TypeError(f"metadata must be a mapping of str to str, not {type(metadata).__name__}")
     for key, value in metadata.items():
@@ -101,6 +113,8 @@ def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
 def _check_produced_at(produced_at: object) -> int | None:
     if produced_at is None:
         return None
+    if type(produced_at) is int and 0 <= produced_at < _LONG:
+        return produced_at
     if isinstance(produced_at, bool) or not isinstance(produced_at, Integral):
         kind = "a float" if isinstance(produced_at, Real) else type(produced_at).__name__
         raise TypeError(f"produced_at must be int milliseconds since the Unix epoch, not {kind}")

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from ..authz import raise_if_refused
+from ..authz import AuthorizationError, raise_if_refused
 from ..config import KafkaConfig, StreamtrainConfig
-from ..kafka import producer_settings
+from ..kafka import TopicSpec, ensure_topics, make_admin, producer_settings
 from .errors import DeliveryError, DeviceProducerError, QueueFullError
 from .samples import EncodedSample, encode_device_sample
 
@@ -103,10 +103,16 @@ class DeviceProducer:
             `delivery.timeout.ms`, ...) for the client this producer makes; idempotence and acks stay.
         client: a producer made by `streamtrain.kafka.make_producer` to share with other device producers
             (it is flushed, not closed, by `close`; its owner serves its errors and closes it).
+        create_topic: create the device's topic when it does not exist yet (with the configuration's
+            `kafka.partitions`, `replication_factor` and `retention_seconds`), as `streamtrain produce` does.
+            Off by default: `streamtrain up` and the deployment's set-up create topics, and a device's
+            principal on a cluster with ACLs may write its topic but not create it.
 
     Raises:
         ValueError: an illegal device id, a negative wait, `settings` that would weaken the guarantees,
             or `settings` given with `client`.
+        DeviceProducerError: `create_topic` could not create the topic.
+        AuthorizationError: `create_topic` was refused by the cluster's ACLs (the message names the permission).
     """
 
     def __init__(
@@ -118,6 +124,7 @@ class DeviceProducer:
         queue_wait_seconds: float = 60.0,
         settings: Mapping[str, Any] | None = None,
         client: Producer | None = None,
+        create_topic: bool = False,
     ) -> None:
         cfg, defaults = _resolve(kafka)
         self.kafka = cfg
@@ -134,6 +141,8 @@ class DeviceProducer:
                                  "with acks=all")
         if client is not None and overrides:
             raise ValueError("settings configure the client a DeviceProducer makes; a shared client= has its own")
+        if create_topic:
+            _create_topic(cfg, self.topic)
         self._fatal: KafkaError | None = None
         self._broker_up = True
         self._owns_client = client is None
@@ -387,6 +396,15 @@ def _resolve(kafka: KafkaConfig | StreamtrainConfig | str) -> tuple[KafkaConfig,
         return kafka, {}
     raise TypeError(f"kafka must be a KafkaConfig, a StreamtrainConfig or a bootstrap string, not "
                     f"{type(kafka).__name__}")
+
+
+def _create_topic(cfg: KafkaConfig, topic: str) -> None:
+    try:
+        ensure_topics(make_admin(cfg), [TopicSpec.from_config(cfg, topic)])
+    except AuthorizationError:
+        raise
+    except KafkaException as exc:
+        raise DeviceProducerError(f"could not create topic {topic} on {cfg.bootstrap_servers}: {exc}") from None
 
 
 def _refused(error: KafkaError, record: EncodedSample, producer: DeviceProducer) -> Exception:

@@ -50,6 +50,17 @@ def test_samples_arrive_decodable_with_everything_they_were_sent_with(kafka_cfg:
         assert not sample.problems()
 
 
+def test_create_topic_makes_the_device_topic_with_the_configured_settings(kafka_cfg: KafkaConfig) -> None:
+    kafka = kafka_cfg.model_copy(update={"partitions": 2})
+    with DeviceProducer(kafka, device="new", create_topic=True) as producer:
+        producer.send(np.ones((2, 2), dtype=np.float32))
+    again = DeviceProducer(kafka, device="new", create_topic=True)  # an existing topic is left as it is
+    again.close()
+    meta = make_admin(kafka).list_topics(kafka.topics.device("new"), timeout=10).topics[kafka.topics.device("new")]
+    assert len(meta.partitions) == 2
+    assert [s.seq for _, s in _read(kafka, "new")] == [0]
+
+
 def test_a_topic_that_does_not_exist_fails_in_the_callback_and_at_flush(kafka_cfg: KafkaConfig) -> None:
     # The embedded broker does not create topics on first write: nobody made this one.
     failures: list[Delivery] = []

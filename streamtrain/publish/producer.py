@@ -23,7 +23,7 @@ import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ..authz import AuthorizationError, raise_if_refused
-from ..config import KafkaConfig, StreamtrainConfig
+from ..config import KafkaConfig, StreamtrainConfig, load_config
 from ..kafka import TopicSpec, ensure_topics, make_admin, producer_settings
 from .errors import DeliveryError, DeviceProducerError, QueueFullError
 from .samples import EncodedSample, encode_device_sample
@@ -92,9 +92,12 @@ class DeviceProducer:
     each numbers and counts only its own samples.
 
     Args:
-        kafka: where Kafka is and how to reach it: a `KafkaConfig` (security settings included), a whole
-            `StreamtrainConfig` (its `kafka` section, and the `producer` section's `delivery_timeout_seconds`
-            and `client` settings), or a bootstrap string such as "localhost:9092".
+        kafka: where Kafka is and how to reach it, as every service is told: a `KafkaConfig` (topic prefix and
+            security settings included), a whole `StreamtrainConfig` (its `kafka` section, and the `producer`
+            section's `delivery_timeout_seconds` and `client` settings), or None: the configuration the services
+            load (the TOML file of $STREAMTRAIN_CONFIG, then STREAMTRAIN_* environment variables, then
+            defaults). A bootstrap string such as "localhost:9092" is that loaded configuration with this
+            address.
         device: the device id (letters, digits, '_', '-', single dots); the topic's last part.
         on_delivery: called with each sample's `Delivery` (also when `send` got its own callback).
         queue_wait_seconds: how long `send` waits for room when the local queue is full (Kafka is slower
@@ -111,13 +114,14 @@ class DeviceProducer:
     Raises:
         ValueError: an illegal device id, a negative wait, `settings` that would weaken the guarantees,
             or `settings` given with `client`.
+        ConfigError: the loaded configuration has a bad setting (the error names it and where it came from).
         DeviceProducerError: `create_topic` could not create the topic.
         AuthorizationError: `create_topic` was refused by the cluster's ACLs (the message names the permission).
     """
 
     def __init__(
         self,
-        kafka: KafkaConfig | StreamtrainConfig | str,
+        kafka: KafkaConfig | StreamtrainConfig | str | None = None,
         *,
         device: str,
         on_delivery: DeliveryCallback | None = None,
@@ -385,16 +389,17 @@ class DeviceProducer:
             return dict(self._reasons)
 
 
-def _resolve(kafka: KafkaConfig | StreamtrainConfig | str) -> tuple[KafkaConfig, dict[str, Any]]:
+def _resolve(kafka: KafkaConfig | StreamtrainConfig | str | None) -> tuple[KafkaConfig, dict[str, Any]]:
     """The Kafka settings, and the producer-section defaults a whole configuration brings."""
-    if isinstance(kafka, str):
-        return KafkaConfig(bootstrap_servers=kafka), {}
+    if isinstance(kafka, KafkaConfig):
+        return kafka, {}
+    if kafka is None or isinstance(kafka, str):
+        # As every service loads it: $STREAMTRAIN_CONFIG, then STREAMTRAIN_* variables (topic prefix, security).
+        kafka = load_config(overrides={"kafka.bootstrap_servers": kafka})
     if isinstance(kafka, StreamtrainConfig):
         producer = kafka.producer
         return kafka.kafka, {"delivery.timeout.ms": round(producer.delivery_timeout_seconds * 1000), **producer.client}
-    if isinstance(kafka, KafkaConfig):
-        return kafka, {}
-    raise TypeError(f"kafka must be a KafkaConfig, a StreamtrainConfig or a bootstrap string, not "
+    raise TypeError(f"kafka must be a KafkaConfig, a StreamtrainConfig, a bootstrap string or None, not "
                     f"{type(kafka).__name__}")
 
 

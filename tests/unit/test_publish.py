@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 import streamtrain
 from streamtrain import Delivery, DeliveryError, DeviceProducer, DeviceProducerError, QueueFullError
-from streamtrain.config import KafkaConfig, StreamtrainConfig
+from streamtrain.config import ConfigError, KafkaConfig, StreamtrainConfig
 from streamtrain.publish import encode_device_sample
 from streamtrain.wire import Sample, decode, encode
 
@@ -114,11 +115,13 @@ def test_bad_construction_names_the_argument(kwargs: dict[str, Any], error: type
 def test_settings_with_a_shared_client_and_a_config_of_the_wrong_type_are_refused(producer: DeviceProducer) -> None:
     with pytest.raises(ValueError, match="a shared client= has its own"):
         DeviceProducer(NOBODY, device="1", client=producer._client, settings={"linger.ms": 1})
-    with pytest.raises(TypeError, match="kafka must be a KafkaConfig, a StreamtrainConfig or a bootstrap string"):
+    with pytest.raises(TypeError, match="kafka must be a KafkaConfig, a StreamtrainConfig, a bootstrap string or None"):
         DeviceProducer({"bootstrap.servers": NOBODY}, device="1")  # type: ignore[arg-type]
 
 
-def test_the_topic_follows_the_configured_prefix() -> None:
+def test_the_topic_follows_the_configured_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMTRAIN_CONFIG", raising=False)
+    monkeypatch.delenv("STREAMTRAIN_KAFKA__TOPIC_PREFIX", raising=False)
     plain = DeviceProducer(NOBODY, device="cam-7")
     kafka = KafkaConfig(bootstrap_servers=NOBODY, topic_prefix="plant.a")
     configured = DeviceProducer(kafka, device="cam-7")
@@ -126,6 +129,22 @@ def test_the_topic_follows_the_configured_prefix() -> None:
     assert plain.topic == "streamtrain.device.cam-7"
     assert configured.topic == whole.topic == "plant.a.device.cam-7"
     for made in (plain, configured, whole):
+        made.close(timeout=0)
+
+
+def test_a_bootstrap_string_or_none_takes_the_rest_from_the_services_configuration(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "st.toml").write_text('[kafka]\ntopic_prefix = "plant.b"\nbootstrap_servers = "127.0.0.1:2"\n')
+    monkeypatch.setenv("STREAMTRAIN_CONFIG", str(tmp_path / "st.toml"))
+    from_file = DeviceProducer(device="0")
+    assert (from_file.kafka.bootstrap_servers, from_file.topic) == ("127.0.0.1:2", "plant.b.device.0")
+    monkeypatch.setenv("STREAMTRAIN_KAFKA__TOPIC_PREFIX", "plant.c")
+    addressed = DeviceProducer(NOBODY, device="0")
+    assert (addressed.kafka.bootstrap_servers, addressed.topic) == (NOBODY, "plant.c.device.0")
+    monkeypatch.setenv("STREAMTRAIN_KAFKA__PARTITIONS", "zero")
+    with pytest.raises(ConfigError, match=r"kafka\.partitions"):
+        DeviceProducer(NOBODY, device="0")
+    for made in (from_file, addressed):
         made.close(timeout=0)
 
 

@@ -64,12 +64,15 @@ demo: setup system-deps
 	  --out reports/demo $(DEMO_ARGS)
 	@echo "report: reports/demo/report.json, plots in reports/demo/plots/"
 
-# ruff (style), mypy (types), lint-imports (the package layering in pyproject.toml: the core imports no service).
+# ruff (style), mypy (types), lint-imports (the package layering in pyproject.toml: the core imports no service),
+# and the docs site built strictly (a broken link or anchor, or a page missing from the nav, fails; a few seconds).
 lint: $(VENV_STAMP)
-	$(VENV)/bin/ruff check streamtrain streamtrain_cli producers coordinator trainer stack cluster benchmarks tests examples
+	$(VENV)/bin/ruff check streamtrain streamtrain_cli producers coordinator trainer stack cluster benchmarks tests examples \
+	  docs/hooks
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy examples/*.py
+	$(VENV)/bin/mypy examples/*.py docs/hooks/*.py
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir .streamtrain/site
 
 test: setup compose-tool lint
 	$(PY) -m pytest $(PYTEST_ARGS)

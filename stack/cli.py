@@ -127,9 +127,10 @@ def up(
         "file or directory, one shard per device at the --rates (size = length). Its test split is the held-out set "
         "unless trainer.eval_path says otherwise")] = None,
     external_devices: Annotated[str | None, typer.Option(
-        metavar="IDS|all", help="Devices your own application feeds (comma-separated ids among 0 .. --devices - 1, "
-        "or all): no producer of ours for them; their topics are created, and where to publish is printed and "
-        "written to DIR/external/device-<id>.env (streamtrain.DeviceProducer reads it from the environment).")]
+        "--external-devices", "--external", metavar="IDS|all",
+        help="Devices your own application feeds (comma-separated ids among 0 .. --devices - 1, or all): no "
+        "producer of ours for them; their topics are created, and where to publish is printed and written to "
+        "DIR/external/device-<id>.env (streamtrain.DeviceProducer reads its settings from the environment).")]
     = None,
 ) -> None:
     import shutil
@@ -147,6 +148,10 @@ def up(
     flags: dict[str, object] = {"coordinator.policy": policy, "coordinator.truncation": truncation}
     cfg = config_from(ctx, flags)
     replay = None
+    if external_devices is not None and (backlog or dataset is not None):
+        die(f"--external-devices with {'--backlog' if backlog else '--dataset'}: that pre-produces or replays every "
+            "device's stream, while an external device's stream is your application's; publish your own backlog "
+            "to its topic instead", EXIT_CONFIG)
     if dataset is not None and secure:
         die("--dataset with --secure: the replay producer writes every device's topic as one client, while "
             "--secure gives each device's producer its own principal; run one of them (or the producers yourself, "
@@ -164,10 +169,6 @@ def up(
         external = parse_external(external_devices, [s.device_id for s in streams])
     except ValueError as exc:
         die(str(exc), EXIT_CONFIG)
-    if external and (backlog or dataset is not None):
-        die(f"--external-devices with {'--backlog' if backlog else '--dataset'}: that pre-produces or replays every "
-            "device's stream, while an external device's stream is your application's; publish your own backlog "
-            "to its topic instead", EXIT_CONFIG)
     root = ctx.find_root().obj
     opts_in = root if isinstance(root, GlobalOptions) else GlobalOptions()
     global_args = ([f"--config={opts_in.config_file}"] if opts_in.config_file else []) + [

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from stack.external import KAFKA_PORT, ExternalDevice, broker_port, parse_external, publish_instructions
 from stack.launch import plan_services
@@ -18,6 +19,7 @@ from stack.monitor import Monitor
 from stack.options import StackOptions
 from stack.services import device_streams
 from streamtrain.config import BrokerConfig, KafkaConfig, StreamtrainConfig, load_config, parse_assignment
+from streamtrain_cli import app
 
 DEVICES = ["0", "1", "2", "3"]
 
@@ -95,6 +97,17 @@ def test_instructions_say_where_to_publish_and_when_the_run_ends(tmp_path: Path)
         # A bootstrap string alone would miss the prefix or the login: only the settings file has them.
         assert "from Python" not in text and "device-0.env" in text
     assert "login" in "\n".join(publish_instructions(kafka, opened[:1], "until Ctrl-C", secure=True))
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--external", "0,5"], "--external-devices '0,5': name devices of this run (0, 1) or 'all'; not one of them: 5"),
+    (["--external-devices", "all", "--backlog", "10"], "--external-devices with --backlog"),
+    (["--external-devices", "1", "--dataset", "plaid"], "--external-devices with --dataset"),
+])
+def test_up_refuses_external_devices_it_cannot_run_before_starting_anything(args: list[str], words: str) -> None:
+    result = CliRunner().invoke(app, ["up", "--devices", "2", *args], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert words in " ".join(result.output.split())
 
 
 def test_the_broker_listens_where_clients_look_first_when_it_can() -> None:

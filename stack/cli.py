@@ -40,6 +40,14 @@ _PARAGRAPHS = (
     "straggler effect and step time, throughput, plan latency, loss — with series.json, plots/*.png, logs/*.log "
     "and prometheus/. Exit status 1 when a service failed or a sample is unaccounted for; pending samples alone "
     "are not a failure. A Ctrl-C while the run is read back abandons the report.",
+    "Devices your application feeds: --external-devices 0,2 (or all) runs no producer for those devices. `up` "
+    "creates their topics and prints where to publish: the Kafka address (the embedded broker takes port 9092 when "
+    "it is free, or broker.port) and each device's topic, <prefix>.device.<id>; DIR/external/device-<id>.env holds "
+    "the same as STREAMTRAIN_KAFKA__* settings, which streamtrain.DeviceProducer reads from the environment (on a "
+    "--secure run with the device's own login). Publish while the run goes on: its records are trained, shown (rate: "
+    "what arrives on the topic) and accounted like every other device's. The run ends as usual; the drain then "
+    "waits at most --drain-timeout seconds for what is in Kafka by then, so a device that never sends holds "
+    "nothing up, and what arrives later stays in Kafka, reported as pending.",
     "Examples:\n\n"
     "  streamtrain up --duration 60\n\n"
     "  streamtrain up --steps 200 --policy static --out reports/static\n\n"
@@ -47,7 +55,8 @@ _PARAGRAPHS = (
     "--truncation bounded\n\n"
     "  streamtrain --set trainer.slowdowns=[1,1,1,4] up --backlog 3000 --steps 150 --dif 64   "
     "# balance: one rank 4x slower\n\n"
-    "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal",
+    "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal\n\n"
+    "  streamtrain up --devices 3 --external-devices 0,2 --duration 300   # your application feeds devices 0 and 2",
     "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75   "
     "# make demo: PLAID, held-out accuracy",
 )
@@ -79,7 +88,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
 def up(
     ctx: typer.Context,
-    devices: Annotated[int, typer.Option(min=1, max=64, help="Devices: one producer stream and one rank each.")] = 4,
+    devices: Annotated[int, typer.Option(min=1, max=64, help="Devices: one rank each, and a producer stream "
+                                                                 "unless it is an --external-devices one.")] = 4,
     policy: Annotated[str | None, typer.Option(help="coordinator.policy: static, lbbsp, lbb, scadles, chronica "
                                                "or ett-stream (default).")] = None,
     truncation: Annotated[str | None, typer.Option(help="coordinator.truncation: persist (default), truncate or "
@@ -123,16 +133,28 @@ def up(
         metavar="NAME|PATH", help="Replay a real dataset instead of synthetic streams: plaid, or a .ts/.npz/.npy/.csv "
         "file or directory, one shard per device at the --rates (size = length). Its test split is the held-out set "
         "unless trainer.eval_path says otherwise")] = None,
+    external_devices: Annotated[str | None, typer.Option(
+        "--external-devices", "--external", metavar="IDS|all",
+        help="Devices your own application feeds (comma-separated ids among 0 .. --devices - 1, or all): no "
+        "producer of ours for them; their topics are created, and where to publish is printed and written to "
+        "DIR/external/device-<id>.env (streamtrain.DeviceProducer reads its settings from the environment).")]
+    = None,
 ) -> None:
     from streamtrain.cli_support import EXIT_CONFIG, die
 
+    from .external import parse_external
     from .services import device_streams
 
+    if external_devices is not None and (backlog or dataset is not None):
+        die(f"--external-devices with {'--backlog' if backlog else '--dataset'}: that pre-produces or replays every "
+            "device's stream, while an external device's stream is your application's; publish your own backlog "
+            "to its topic instead", EXIT_CONFIG)
     if broker not in ("auto", "embedded", "external"):
         die(f"--broker {broker!r}: choose auto, embedded or external", EXIT_CONFIG)
     cfg, replay = _configure(ctx, policy, truncation, dataset, secure, devices)
     try:
         streams = device_streams(devices, _numbers(rates, "--rates"), _numbers(sizes, "--sizes"), dif)
+        external = parse_external(external_devices, [s.device_id for s in streams])
     except ValueError as exc:
         die(str(exc), EXIT_CONFIG)
     out = out or Path("reports") / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -141,7 +163,7 @@ def up(
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
                         global_args=_global_args(ctx, replay), backlog=backlog, secure=secure,
-                        replay=replay is not None)
+                        replay=replay is not None, external=external)
     _summarise(*_run(cfg, opts, live, keep_kafka), opts.out)
 
 

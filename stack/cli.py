@@ -130,7 +130,8 @@ def up(
                                          "device, the trainers, the coordinator) with least-privilege ACLs, and "
                                          "the run is read back as the admin role.")] = False,
     dataset: Annotated[str | None, typer.Option(
-        metavar="NAME|PATH", help="Replay a real dataset instead of synthetic streams: plaid, or a .ts/.npz/.npy/.csv "
+        metavar="NAME|PATH", help="Replay a real dataset instead of synthetic streams: plaid (or the regression "
+        "problems tecator, covid3month), or a .ts/.npz/.npy/.csv "
         "file or directory, one shard per device at the --rates (size = length). Its test split is the held-out set "
         "unless trainer.eval_path says otherwise")] = None,
     external_devices: Annotated[str | None, typer.Option(

@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.models.batching import Batch
 from streamtrain.models.plugins import CollateFn, build_collate, build_model, check_plugins
 from streamtrain.objectives import Objective, build_objective
 from streamtrain.wire import Sample
@@ -215,13 +216,7 @@ class StepRunner:
         self.optimizer.zero_grad(set_to_none=True)
         self.model.train()
         saved = [b.detach().clone() for b in self._buffers]
-        outputs = self.model(batch)
-        scored: dict[str, torch.Tensor] | None = None
-        if batch.num_samples > 0:
-            loss = self.objective.losses(outputs, batch).mean()  # per-rank mean: the hook weights it by lambda_i
-            scored = self.objective.metric_sums(outputs.detach(), batch)  # test, then train: the pre-step model
-        else:
-            loss = _zero_loss(outputs, self.model.module)
+        loss, scored = self._forward(batch)
         self.state.mark_loss(loss)
         loss.backward()  # returns once every bucket's hook future has completed
         self._sync()
@@ -245,13 +240,7 @@ class StepRunner:
                 for buffer, before in zip(self._buffers, saved, strict=True):
                     buffer.copy_(before)
         loss_value = float(loss.detach()) if batch.num_samples > 0 else None
-        prequential = {} if scored is None or skipped else _read_sums(scored)
-        if not all(math.isfinite(v) for v in prequential.values()):
-            logger.warning("step %d: test-then-train sums not finite (%s), left out of the figures", self.steps,
-                           ", ".join(k for k, v in prequential.items() if not math.isfinite(v)))
-            prequential = {}
-        if prequential:
-            self.objective.observe(batch)  # the baseline learns from the samples only after scoring them
+        prequential = {} if scored is None or skipped else self._scores(scored, batch)
         self._sync()
         finished = time.perf_counter()
         cpu_seconds = time.thread_time() - cpu_started
@@ -280,6 +269,26 @@ class StepRunner:
             grad_norm=grad_norm,
             prequential=prequential,
         )
+
+    def _forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+        """The step's loss (this rank's mean over its samples: the hook weights it by lambda_i) and, from the same
+        outputs, the objective's metric sums of the samples under the model before the step (test, then train);
+        a rank with no samples gets an exact zero that reaches every parameter, and no sums."""
+        outputs = self.model(batch)
+        if batch.num_samples == 0:
+            return _zero_loss(outputs, self.model.module), None
+        return self.objective.losses(outputs, batch).mean(), self.objective.metric_sums(outputs.detach(), batch)
+
+    def _scores(self, scored: dict[str, torch.Tensor], batch: Batch) -> dict[str, float]:
+        """The step's test-then-train sums as numbers (none when they are not finite); then the baseline learns
+        from the samples, which it too was scored on before they were trained."""
+        sums = _read_sums(scored)
+        if not all(math.isfinite(v) for v in sums.values()):
+            logger.warning("step %d: test-then-train sums not finite (%s), left out of the figures", self.steps,
+                           ", ".join(k for k, v in sums.items() if not math.isfinite(v)))
+            return {}
+        self.objective.observe(batch)
+        return sums
 
     def _clip_gradients(self) -> float:
         """The aggregated gradient's L2 norm (a host sync), after clipping it to `max_grad_norm` when that is set."""

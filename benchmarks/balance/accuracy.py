@@ -37,9 +37,14 @@ _RUN_MEDIANS = ("wall_period_seconds_median", "step_seconds_median", "straggler_
                   "final_accuracy")
 
 
+def _held_out(e: Evaluation, metric: str) -> float | None:
+    return e.accuracy if metric == "accuracy" else e.metrics.get(metric)
+
+
 def accuracy_curve(evaluations: Sequence[Evaluation], feedback: Sequence[StepFeedback],
-                   smooth: int) -> list[AccuracyPoint]:
-    """Each held-out evaluation at the training time its model was reached, and its trailing mean over `smooth`.
+                   smooth: int, metric: str = "accuracy") -> list[AccuracyPoint]:
+    """Each held-out evaluation at the training time its model was reached, and its trailing mean over `smooth`:
+    of its accuracy, or of another of its metrics (`metric`: e.g. rmse, for a regression problem).
 
     An evaluation's `step` counts the steps done (its model is the one after feedback step `step - 1`), and it
     pauses every rank before the next step, so the time of an evaluation leaves out the evaluations before it:
@@ -58,10 +63,11 @@ def accuracy_curve(evaluations: Sequence[Evaluation], feedback: Sequence[StepFee
     paused = 0.0
     recent: list[float] = []
     for step, e in sorted(seen.items()):
-        if step - 1 not in ends or e.accuracy is None:
+        value = _held_out(e, metric)
+        if step - 1 not in ends or value is None:
             continue
-        recent = [*recent[-(smooth - 1):], e.accuracy] if smooth > 1 else [e.accuracy]
-        points.append(AccuracyPoint(step=step, seconds=round(ends[step - 1] - paused, 4), accuracy=e.accuracy,
+        recent = [*recent[-(smooth - 1):], value] if smooth > 1 else [value]
+        points.append(AccuracyPoint(step=step, seconds=round(ends[step - 1] - paused, 4), accuracy=value,
                                     smoothed=float(np.mean(recent))))
         paused += e.seconds
     return points
@@ -78,11 +84,11 @@ def wall_period_median(feedback: Sequence[StepFeedback], evaluated: Sequence[int
                    if s in ends and s - 1 in ends and s not in skip])
 
 
-def reach(curve: Sequence[AccuracyPoint], target: float) -> tuple[float | None, int | None]:
-    """(training seconds, step) of the first evaluation whose smoothed accuracy reaches `target` ((None, None):
-    never)."""
+def reach(curve: Sequence[AccuracyPoint], target: float, falling: bool = False) -> tuple[float | None, int | None]:
+    """(training seconds, step) of the first evaluation whose smoothed value reaches `target`: at or above it, or
+    at or below it for a `falling` metric (an error); (None, None): never."""
     for p in curve:
-        if p.smoothed >= target:
+        if (p.smoothed <= target) if falling else (p.smoothed >= target):
             return p.seconds, p.step
     return None, None
 
@@ -103,14 +109,14 @@ def target_accuracy(runs: Sequence[RunResult], setup: RealdataSetup) -> tuple[fl
             before = [p for p in r.accuracy if p.step <= setup.target_step]
             if before:
                 values.append(before[-1].smoothed)
-    rule = (f"static's held-out accuracy (trailing mean of {setup.smooth_evals} evaluations) after step "
+    rule = (f"static's held-out {setup.metric} (trailing mean of {setup.smooth_evals} evaluations) after step "
             f"{setup.target_step} (mid-window), the median over its {len(values)} runs")
     return median(values), rule
 
 
-def with_target(run: RunResult, target: float | None) -> RunResult:
-    """The run with its time and steps to `target` filled in."""
-    seconds, step = reach(run.accuracy, target) if target is not None else (None, None)
+def with_target(run: RunResult, target: float | None, falling: bool = False) -> RunResult:
+    """The run with its time and steps to `target` filled in (`falling`: the metric is an error)."""
+    seconds, step = reach(run.accuracy, target, falling) if target is not None else (None, None)
     return run.model_copy(update={"seconds_to_target": seconds, "steps_to_target": step})
 
 
@@ -195,7 +201,7 @@ def summarise_realdata(runs: Sequence[RunResult], setup: RealdataSetup, settings
               seconds: float) -> RealdataResult:
     """The result of a set of runs: the target, each run against it, the cells' medians, the verdicts."""
     target, rule = target_accuracy(runs, setup)
-    judged = [with_target(r, target) for r in runs]
+    judged = [with_target(r, target, setup.lower_is_better) for r in runs]
     policies = combine_runs(judged)
     return RealdataResult(setup=RealdataRunSetup.model_validate({**setup.model_dump(), "settings": settings}),
                           seconds=seconds, policies=policies,

@@ -203,8 +203,8 @@ def _name(p: PolicyResult) -> str:
 
 
 def plot_realdata(result: RealdataResult, path: Path) -> Path:
-    """Held-out accuracy over training time for every run, each policy's median time to the target, and its median
-    step time (wall period) against the oracle."""
+    """Held-out accuracy (or the setup's metric) over training time for every run, each policy's median time to the
+    target, and its median step time (wall period) against the oracle."""
     measured = [p for p in result.policies if not p.error]
     if not measured:
         raise ValueError("no measured runs to plot")
@@ -225,9 +225,10 @@ def plot_realdata(result: RealdataResult, path: Path) -> Path:
     if t.target_accuracy is not None:
         acc.axhline(t.target_accuracy, color="black", linestyle=":", linewidth=1,
                     label=f"target {t.target_accuracy:.3f}")
-    acc.set(xlabel="training seconds (evaluation pauses left out)", ylabel="held-out accuracy (smoothed)",
-            title=f"{result.setup.dataset}: held-out accuracy, every run")
-    acc.legend(fontsize=7, loc="lower right")
+    metric = result.setup.metric
+    acc.set(xlabel="training seconds (evaluation pauses left out)", ylabel=f"held-out {metric} (smoothed)",
+            title=f"{result.setup.dataset}: held-out {metric}, every run")
+    acc.legend(fontsize=7, loc="upper right" if result.setup.lower_is_better else "lower right")
     names = [_name(p) for p in measured]
     hetero = [p for p in measured if not p.control]
     reach.bar([_name(p) for p in hetero], [p.seconds_to_target or 0.0 for p in hetero],
@@ -237,7 +238,7 @@ def plot_realdata(result: RealdataResult, path: Path) -> Path:
         reach.scatter([i] * len(runs), runs, color="black", s=10, zorder=3)
         if p.seconds_to_target is None:
             reach.text(i, 0, "not reached", rotation=90, ha="center", va="bottom", fontsize=7)
-    reach.set(ylabel="seconds to the target (median; dots: runs)", title="time to the target accuracy")
+    reach.set(ylabel="seconds to the target (median; dots: runs)", title=f"time to the target {metric}")
     period.bar(names, [(p.wall_period_seconds_median or 0.0) * 1e3 for p in measured],
                color=[colours[p.policy + ("/c" if p.control else "")] for p in measured])
     if t.oracle_step_seconds is not None:
@@ -273,7 +274,7 @@ def realdata_targets(result: RealdataResult) -> list[Target]:
                   f"in static's steps), ett-stream's pace to the target "
                   f"{figure(t.ett_stream_over_oracle_to_target, '.2f')}{TIMES} that")
     return [
-        Target("`ett-stream` reaches the target accuracy no later than the best other policy (medians)",
+        Target(f"`ett-stream` reaches the target {result.setup.metric} no later than the best other policy (medians)",
                f"ett-stream {s(t.ett_stream_seconds_to_target)}, best other "
                + (f"{t.best_other_policy} {s(t.best_other_seconds_to_target)}" if t.best_other_policy
                   else "none reached it"), t.no_later_than_best_met),
@@ -302,18 +303,19 @@ def render_realdata(result: RealdataResult, ctx: RenderContext) -> str:
             for p in result.policies]
     return "\n\n".join([
         f"Setup: {setup.dataset} replayed from a backlog of {setup.backlog_per_device:,} samples per device "
-        f"(each device's stratified shard in shuffled passes; no device runs dry in the window), {setup.devices} "
+        f"(each device's {setup.settings.get('producer.dataset.sharding', 'stratified')} shard in shuffled passes; no "
+        f"device runs dry in the window), {setup.devices} "
         f"gloo ranks on the CPU at slow-downs {fleet_label(setup.slowdowns)} (each rank computes "
         f"{setup.time_scale:g}{TIMES} its training thread's CPU time {TIMES} its factor), global batch "
-        f"{setup.global_batch}, held-out accuracy on the test split every {setup.eval_every} steps, "
+        f"{setup.global_batch}, held-out {setup.metric} on the test split every {setup.eval_every} steps, "
         f"{setup.warmup_steps} warm-up + {setup.steps} measured steps per run, {setup.repeats} rounds with the "
-        f"order of the cells rotated each round. Target accuracy "
+        f"order of the cells rotated each round. Target {setup.metric} "
         + ("—" if t.target_accuracy is None else f"{t.target_accuracy:.3f}") + f" ({t.target_rule}). Run time "
         f"{result.seconds / 60:.1f} min. Settings of every run: "
         + ", ".join(f"`{k}={v}`" for k, v in setup.settings.items()) + ".",
         targets_table(realdata_targets(result)),
         table(["policy", "runs", "s to target (median)", "s to target, each run", "steps to target",
                "step ms (wall period)", "slowest rank's step ms", "SE (median)", "samples per step by device",
-               "final accuracy", "unaccounted"], rows),
+               f"final {setup.metric}", "unaccounted"], rows),
         f"![realdata]({ctx.link(png)})",
     ])

@@ -18,7 +18,8 @@ from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import Record
 
-__all__ = ["DEFAULT_FLEETS", "FLEETS", "MODEL_SETTINGS", "REALDATA_POLICIES", "BalanceCell", "BalanceRunSetup",
+__all__ = ["DATASET_METRICS", "DATASET_SETTINGS", "DEFAULT_FLEETS", "FLEETS", "MODEL_SETTINGS", "REALDATA_POLICIES",
+           "BalanceCell", "BalanceRunSetup",
            "BalanceSetup", "FleetSetup", "RealdataCell", "RealdataRunSetup", "RealdataSetup", "backlog_for",
            "balanced_share", "fleet_label", "oracle_factor", "parse_fleet", "schedule"]
 
@@ -40,6 +41,18 @@ MODEL_SETTINGS: dict[str, object] = {
     "trainer.num_layers": 4, "trainer.optimizer": "adamw", "trainer.lr": 0.003, "trainer.lr_scaling": False,
     "producer.dataset.sharding": "stratified",  # every device sees every appliance class in PLAID's proportions
 }
+#: The regression workload's model (Tecator, Covid3Month: one float target per series, `up --dataset` sets the
+#: objective and standardises the targets): the same model and steps, shards drawn at random (no classes).
+REGRESSION_SETTINGS: dict[str, object] = {
+    **{k: v for k, v in MODEL_SETTINGS.items() if k not in ("trainer.num_classes", "producer.dataset.sharding")},
+    "producer.dataset.sharding": "random",
+}
+#: Each packaged dataset `bench realdata` replays: its settings, and the held-out metric its runs are timed to.
+DATASET_SETTINGS: dict[str, dict[str, object]] = {
+    "plaid": MODEL_SETTINGS, "tecator": REGRESSION_SETTINGS, "covid3month": REGRESSION_SETTINGS}
+DATASET_METRICS: dict[str, str] = {"plaid": "accuracy", "tecator": "rmse", "covid3month": "rmse"}
+#: Held-out metrics that fall as the model learns (the others rise).
+LOWER_IS_BETTER = frozenset({"rmse", "mae", "loss"})
 
 #: The backlog holds this many times the hungriest device's balanced share (a plan fitted on noisy models, or one
 #: that picks small samples first, may ask a device for more than its speed's share for a while).
@@ -236,10 +249,16 @@ class RealdataCell:
 
 
 class RealdataSetup(FleetSetup):
-    """The dataset workload: PLAID from a backlog on one emulated fleet, time to a held-out accuracy."""
+    """The dataset workload: PLAID (or a regression problem) from a backlog on one emulated fleet, time to a held-out
+    accuracy (or error)."""
 
     dataset: str = "plaid"
-    """The packaged dataset replayed (its train split into the device topics, its test split held out)."""
+    """The packaged dataset replayed (its train split into the device topics, its test split held out): `plaid`
+    (classification), or the archive's regression problems `tecator`, `covid3month`."""
+    metric: str = "accuracy"
+    """The held-out metric the runs are timed to (`accuracy` for plaid, `rmse` for a regression problem: filled in
+    from the dataset); the runs' `accuracy` points and targets hold it, and a falling one (rmse) reaches its target
+    from above."""
     policies: tuple[str, ...] = REALDATA_POLICIES
     slowdowns: tuple[float, ...] = FLEETS["one-slow"]
     """The heterogeneous fleet: one slow-down factor per rank."""
@@ -252,13 +271,29 @@ class RealdataSetup(FleetSetup):
     """trainer.eval_every: steps between held-out evaluations (the time to the target is read at them)."""
     smooth_evals: int = 2
     """Trailing evaluations averaged before the accuracy is compared with the target."""
-    target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0)
-    """A fixed target; None: the rule (static's smoothed accuracy at mid-window, median over its runs)."""
+    target_accuracy: float | None = Field(default=None, gt=0.0)
+    """A fixed target of `metric`; None: the rule (static's smoothed value at mid-window, median over its runs)."""
     repeats: int = 3
     """Rounds of every cell; each round runs the cells in an order rotated by one, so no policy always runs first."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _metric_of_the_dataset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "metric" not in data:
+            data = {**data, "metric": DATASET_METRICS.get(str(data.get("dataset", "plaid")), "accuracy")}
+        return data
+
+    @property
+    def lower_is_better(self) -> bool:
+        """Whether `metric` falls as the model learns (an error) rather than rises (accuracy)."""
+        return self.metric in LOWER_IS_BETTER
+
     @model_validator(mode="after")
     def _consistent(self) -> RealdataSetup:
+        if self.dataset not in DATASET_SETTINGS:
+            raise ValueError(f"dataset {self.dataset!r}: bench realdata replays {', '.join(DATASET_SETTINGS)}")
+        if self.target_accuracy is not None and not self.lower_is_better and self.target_accuracy > 1.0:
+            raise ValueError(f"target {self.target_accuracy} of {self.metric} is above 1")
         if len(self.slowdowns) < 2 or min(self.slowdowns) < 1.0:
             raise ValueError(f"slowdowns {fleet_label(self.slowdowns)}: give two or more factors >= 1, one per rank")
         self._check(self.devices)
@@ -284,7 +319,8 @@ class RealdataSetup(FleetSetup):
 
     def settings_of(self, cell: RealdataCell) -> dict[str, object]:
         """A cell's settings, besides the dataset's own."""
-        return {**MODEL_SETTINGS, **self.cell_settings(cell.slowdowns), "trainer.eval_every": self.eval_every,
+        return {**DATASET_SETTINGS[self.dataset], **self.cell_settings(cell.slowdowns),
+                "trainer.eval_every": self.eval_every,
                 "producer.seed": self.seed}
 
 

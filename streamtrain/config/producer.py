@@ -229,7 +229,8 @@ class DatasetConfig(_Model):
 
     packaged: str | None = None
     """Instead of `path`, a dataset an installed package ships, replayed from its training split: `plaid`
-    (PLAID_TRAIN.ts from sktime's wheel, installed by the `plaid` extra)."""
+    (PLAID_TRAIN.ts from sktime's wheel, installed by the `plaid` extra), or the archive's regression problems
+    from the same wheel, `tecator` and `covid3month`."""
 
     sharding: Literal["random", "stratified", "distribution-aware"] = "random"
     """How samples are assigned to devices: random; stratified (round-robin within each class);

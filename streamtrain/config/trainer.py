@@ -280,7 +280,8 @@ class TrainerConfig(BaseModel):
     classes as the training data does. Unset (and no eval_packaged): no evaluation."""
 
     eval_packaged: str | None = None
-    """Instead of eval_path, the test split of a packaged dataset: `plaid` (PLAID_TEST.ts)."""
+    """Instead of eval_path, the test split of a packaged dataset: `plaid` (PLAID_TEST.ts), `tecator`,
+    `covid3month`."""
 
     eval_every: int = Field(default=20, ge=1)
     """Steps between held-out evaluations (and one after the last step). Each rank evaluates its own slice

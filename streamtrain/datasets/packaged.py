@@ -3,7 +3,9 @@
 PLAID (plug-load appliance currents: 11 classes, 1,074 univariate series of 100 to 1,344 values) is
 the reference real dataset: sktime's wheel carries it as the UEA/UCR archive's `PLAID_TRAIN.ts` and
 `PLAID_TEST.ts`, and the project's `plaid` extra installs that wheel, so nothing is downloaded at run
-time. The files are read straight from the package's directory: `importlib.util.find_spec` locates a
+time. The same wheel carries two of the archive's regression problems: Tecator (the fat content of
+meat from its near-infrared absorbance spectrum: 215 series of 100 values) and Covid3Month (a country's
+Covid-19 death rate from its first three months of cases: 201 series of 84 values). The files are read straight from the package's directory: `importlib.util.find_spec` locates a
 top-level package without running its `__init__` (importing sktime would pull pandas and
 scikit-learn into every producer and rank for nothing).
 """
@@ -35,12 +37,17 @@ class PackagedDataset:
     extra: str
     """The streamtrain extra that installs the package."""
     classes: int
+    """Its classes (0: a regression problem, each series' target a float)."""
 
 
 #: Every dataset `producer.dataset.packaged` and `trainer.eval_packaged` can name.
 PACKAGED: dict[str, PackagedDataset] = {
     "plaid": PackagedDataset("plaid", "sktime", "datasets/data/PLAID", "PLAID_TRAIN.ts", "PLAID_TEST.ts",
                              extra="plaid", classes=11),
+    "tecator": PackagedDataset("tecator", "sktime", "datasets/data/Tecator", "Tecator_TRAIN.ts", "Tecator_TEST.ts",
+                               extra="plaid", classes=0),
+    "covid3month": PackagedDataset("covid3month", "sktime", "datasets/data/Covid3Month", "Covid3Month_TRAIN.ts",
+                                   "Covid3Month_TEST.ts", extra="plaid", classes=0),
 }
 
 

@@ -196,3 +196,32 @@ def test_a_bad_setup_reads_as_what_to_change() -> None:
         RealdataSetup(policies=("static", "fastest"))
     assert problems(caught.value).startswith("unknown policies ['fastest']; known: static,")
     assert problems(ValueError("plain")) == "plain"
+
+
+def test_the_regression_workload_is_timed_to_a_falling_held_out_rmse() -> None:
+    setup = RealdataSetup(dataset="tecator", policies=("static", "ett-stream"), warmup_steps=2, steps=8,
+                          eval_every=2, smooth_evals=1, repeats=1)
+    assert setup.metric == "rmse" and setup.lower_is_better
+    assert setup.settings_of(setup.cells()[0])["producer.dataset.sharding"] == "random"  # no classes to stratify
+    assert "trainer.num_classes" not in setup.settings_of(setup.cells()[0])
+    feedback = _feedback([1.0, 2.0, 3.0, 4.0, 5.0])
+    evaluations = [Evaluation(job="j", step=s, dataset="tecator", samples=43, accuracy=None, loss=1.0, seconds=0.0,
+                              sent_at=T0 + s, objective="regression", metrics={"rmse": rmse, "baseline_rmse": 12.9})
+                   for s, rmse in ((2, 11.0), (4, 6.0))]
+    curve = accuracy_curve(evaluations, feedback, smooth=1, metric="rmse")
+    assert [(p.step, p.accuracy) for p in curve] == [(2, 11.0), (4, 6.0)]
+    assert accuracy_curve(evaluations, feedback, smooth=1) == []  # no accuracy in a regression run's evaluations
+
+    def falling(policy: str, seconds_per_step: float) -> RunResult:
+        points = [AccuracyPoint(step=s, seconds=s * seconds_per_step, accuracy=12.0 - s, smoothed=12.0 - s)
+                  for s in range(2, 11, 2)]
+        return RunResult(policy=policy, slowdowns=(1.0, 1.0, 1.0, 4.0), repeat=0, accuracy=points,
+                         wall_period_seconds_median=seconds_per_step, step_seconds_median=seconds_per_step,
+                         samples_unaccounted=0, final_accuracy=points[-1].accuracy)
+
+    result = summarise_realdata([falling("static", 0.8), falling("ett-stream", 0.3)], setup, {}, 1.0)
+    assert result.targets.target_accuracy == pytest.approx(6.0)  # static's RMSE after step 6, reached from above
+    ett = result.find("ett-stream")
+    assert ett is not None and ett.steps_to_target == 6 and ett.seconds_to_target == pytest.approx(1.8)
+    with pytest.raises(ValidationError, match="bench realdata replays"):
+        RealdataSetup(dataset="mnist")

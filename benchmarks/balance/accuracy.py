@@ -109,7 +109,7 @@ def target_accuracy(runs: Sequence[RunResult], setup: RealdataSetup) -> tuple[fl
             before = [p for p in r.accuracy if p.step <= setup.target_step]
             if before:
                 values.append(before[-1].smoothed)
-    rule = (f"static's held-out {setup.metric} (trailing mean of {setup.smooth_evals} evaluations) after step "
+    rule = (f"static's held-out {setup.held_out_metric} (trailing mean of {setup.smooth_evals} evaluations) after step "
             f"{setup.target_step} (mid-window), the median over its {len(values)} runs")
     return median(values), rule
 

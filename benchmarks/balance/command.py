@@ -227,7 +227,8 @@ def realdata_command(
                       f"round {run.repeat} {run.policy:<11}{' (control)' if run.control else '':<10} step "
                       f"{(run.wall_period_seconds_median or 0) * 1e3:6.0f} ms, SE "
                       f"{run.straggler_effect_median or 0:.3f}, "
-                      f"{setup.metric} {last.accuracy if last else 0:.3f} at {last.seconds if last else 0:.1f} s of "
+                      f"{setup.held_out_metric} {last.accuracy if last else 0:.3f} at "
+                      f"{last.seconds if last else 0:.1f} s of "
                       f"training ({run.seconds or 0:.0f} s in all)", highlight=False)
 
     with _progress(len(cells) * setup.repeats, setup.until_step) as progress:

@@ -225,7 +225,7 @@ def plot_realdata(result: RealdataResult, path: Path) -> Path:
     if t.target_accuracy is not None:
         acc.axhline(t.target_accuracy, color="black", linestyle=":", linewidth=1,
                     label=f"target {t.target_accuracy:.3f}")
-    metric = result.setup.metric
+    metric = result.setup.held_out_metric
     acc.set(xlabel="training seconds (evaluation pauses left out)", ylabel=f"held-out {metric} (smoothed)",
             title=f"{result.setup.dataset}: held-out {metric}, every run")
     acc.legend(fontsize=7, loc="upper right" if result.setup.lower_is_better else "lower right")
@@ -274,7 +274,8 @@ def realdata_targets(result: RealdataResult) -> list[Target]:
                   f"in static's steps), ett-stream's pace to the target "
                   f"{figure(t.ett_stream_over_oracle_to_target, '.2f')}{TIMES} that")
     return [
-        Target(f"`ett-stream` reaches the target {result.setup.metric} no later than the best other policy (medians)",
+        Target(f"`ett-stream` reaches the target {result.setup.held_out_metric} no later than the best other policy "
+               "(medians)",
                f"ett-stream {s(t.ett_stream_seconds_to_target)}, best other "
                + (f"{t.best_other_policy} {s(t.best_other_seconds_to_target)}" if t.best_other_policy
                   else "none reached it"), t.no_later_than_best_met),
@@ -307,15 +308,15 @@ def render_realdata(result: RealdataResult, ctx: RenderContext) -> str:
         f"device runs dry in the window), {setup.devices} "
         f"gloo ranks on the CPU at slow-downs {fleet_label(setup.slowdowns)} (each rank computes "
         f"{setup.time_scale:g}{TIMES} its training thread's CPU time {TIMES} its factor), global batch "
-        f"{setup.global_batch}, held-out {setup.metric} on the test split every {setup.eval_every} steps, "
+        f"{setup.global_batch}, held-out {setup.held_out_metric} on the test split every {setup.eval_every} steps, "
         f"{setup.warmup_steps} warm-up + {setup.steps} measured steps per run, {setup.repeats} rounds with the "
-        f"order of the cells rotated each round. Target {setup.metric} "
+        f"order of the cells rotated each round. Target {setup.held_out_metric} "
         + ("—" if t.target_accuracy is None else f"{t.target_accuracy:.3f}") + f" ({t.target_rule}). Run time "
         f"{result.seconds / 60:.1f} min. Settings of every run: "
         + ", ".join(f"`{k}={v}`" for k, v in setup.settings.items()) + ".",
         targets_table(realdata_targets(result)),
         table(["policy", "runs", "s to target (median)", "s to target, each run", "steps to target",
                "step ms (wall period)", "slowest rank's step ms", "SE (median)", "samples per step by device",
-               f"final {setup.metric}", "unaccounted"], rows),
+               f"final {setup.held_out_metric}", "unaccounted"], rows),
         f"![realdata]({ctx.link(png)})",
     ])

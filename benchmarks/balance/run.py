@@ -168,7 +168,7 @@ def dataset_settings(setup: RealdataSetup, launch: LaunchOptions) -> dict[str, o
 
     replay = resolve_replay(setup.dataset, launch.config(setup.settings_of(setup.cells()[0])))
     if replay.held_out is None:
-        raise ValueError(f"dataset {setup.dataset}: no held-out split to measure {setup.metric} on")
+        raise ValueError(f"dataset {setup.dataset}: no held-out split to measure {setup.held_out_metric} on")
     return replay.settings
 
 
@@ -181,7 +181,7 @@ def run_result(ran: CellRun, setup: RealdataSetup, cell: RealdataCell, repeat: i
     records = ran.records
     try:
         figures = analyse_cell(records.feedback, setup.devices, setup.warmup_steps, setup.steps, 1)
-        curve = accuracy_curve(records.evaluations, records.feedback, setup.smooth_evals, setup.metric)
+        curve = accuracy_curve(records.evaluations, records.feedback, setup.smooth_evals, setup.held_out_metric)
         period = wall_period_median(records.feedback, [p.step for p in curve], setup.warmup_steps, setup.until_step)
     except ValueError as exc:
         return RunResult.model_validate({**identity, "error": f"{ran.error or ''} analysis: {exc}".strip()})

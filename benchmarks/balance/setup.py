@@ -255,10 +255,10 @@ class RealdataSetup(FleetSetup):
     dataset: str = "plaid"
     """The packaged dataset replayed (its train split into the device topics, its test split held out): `plaid`
     (classification), or the archive's regression problems `tecator`, `covid3month`."""
-    metric: str = "accuracy"
-    """The held-out metric the runs are timed to (`accuracy` for plaid, `rmse` for a regression problem: filled in
-    from the dataset); the runs' `accuracy` points and targets hold it, and a falling one (rmse) reaches its target
-    from above."""
+    metric: str | None = None
+    """The held-out metric the runs are timed to; None: the dataset's (`accuracy` for plaid, `rmse` for a regression
+    problem; `held_out_metric`). The runs' `accuracy` points and targets hold it, and a falling one (rmse) reaches
+    its target from above."""
     policies: tuple[str, ...] = REALDATA_POLICIES
     slowdowns: tuple[float, ...] = FLEETS["one-slow"]
     """The heterogeneous fleet: one slow-down factor per rank."""
@@ -276,24 +276,22 @@ class RealdataSetup(FleetSetup):
     repeats: int = 3
     """Rounds of every cell; each round runs the cells in an order rotated by one, so no policy always runs first."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _metric_of_the_dataset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "metric" not in data:
-            data = {**data, "metric": DATASET_METRICS.get(str(data.get("dataset", "plaid")), "accuracy")}
-        return data
+    @property
+    def held_out_metric(self) -> str:
+        """The held-out metric the runs are timed to: `metric`, else the dataset's."""
+        return self.metric or DATASET_METRICS.get(self.dataset, "accuracy")
 
     @property
     def lower_is_better(self) -> bool:
-        """Whether `metric` falls as the model learns (an error) rather than rises (accuracy)."""
-        return self.metric in LOWER_IS_BETTER
+        """Whether the held-out metric falls as the model learns (an error) rather than rises (accuracy)."""
+        return self.held_out_metric in LOWER_IS_BETTER
 
     @model_validator(mode="after")
     def _consistent(self) -> RealdataSetup:
         if self.dataset not in DATASET_SETTINGS:
             raise ValueError(f"dataset {self.dataset!r}: bench realdata replays {', '.join(DATASET_SETTINGS)}")
         if self.target_accuracy is not None and not self.lower_is_better and self.target_accuracy > 1.0:
-            raise ValueError(f"target {self.target_accuracy} of {self.metric} is above 1")
+            raise ValueError(f"target {self.target_accuracy} of {self.held_out_metric} is above 1")
         if len(self.slowdowns) < 2 or min(self.slowdowns) < 1.0:
             raise ValueError(f"slowdowns {fleet_label(self.slowdowns)}: give two or more factors >= 1, one per rank")
         self._check(self.devices)

@@ -5,9 +5,10 @@ the reference real dataset: sktime's wheel carries it as the UEA/UCR archive's `
 `PLAID_TEST.ts`, and the project's `plaid` extra installs that wheel, so nothing is downloaded at run
 time. The same wheel carries two of the archive's regression problems: Tecator (the fat content of
 meat from its near-infrared absorbance spectrum: 215 series of 100 values) and Covid3Month (a country's
-Covid-19 death rate from its first three months of cases: 201 series of 84 values). The files are read straight from the package's directory: `importlib.util.find_spec` locates a
-top-level package without running its `__init__` (importing sktime would pull pandas and
-scikit-learn into every producer and rank for nothing).
+Covid-19 death rate from its first three months of cases: 201 series of 84 values). The files are
+read straight from the package's directory: `importlib.util.find_spec` locates a top-level package
+without running its `__init__` (importing sktime would pull pandas and scikit-learn into every
+producer and rank for nothing).
 """
 
 from __future__ import annotations

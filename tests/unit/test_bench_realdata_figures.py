@@ -201,7 +201,7 @@ def test_a_bad_setup_reads_as_what_to_change() -> None:
 def test_the_regression_workload_is_timed_to_a_falling_held_out_rmse() -> None:
     setup = RealdataSetup(dataset="tecator", policies=("static", "ett-stream"), warmup_steps=2, steps=8,
                           eval_every=2, smooth_evals=1, repeats=1)
-    assert setup.metric == "rmse" and setup.lower_is_better
+    assert setup.held_out_metric == "rmse" and setup.lower_is_better and not SETUP.lower_is_better
     assert setup.settings_of(setup.cells()[0])["producer.dataset.sharding"] == "random"  # no classes to stratify
     assert "trainer.num_classes" not in setup.settings_of(setup.cells()[0])
     feedback = _feedback([1.0, 2.0, 3.0, 4.0, 5.0])

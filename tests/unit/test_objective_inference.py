@@ -61,3 +61,10 @@ def test_a_set_objective_that_fits_is_kept_and_its_settings_too() -> None:
     assert replay.objective == "forecast" and "trainer.objective" not in replay.settings
     mine = resolve_replay(str(TECATOR), _config(**{"trainer.target_shift": 1.5}))
     assert "trainer.target_shift" not in mine.settings and "trainer.target_scale" in mine.settings
+
+
+@pytest.mark.parametrize("name", ["tecator", "covid3month"])
+def test_the_archives_regression_problems_are_packaged_with_their_test_split(name: str) -> None:
+    replay = resolve_replay(name, _config())
+    assert replay.objective == "regression" and replay.held_out == name
+    assert replay.settings["producer.dataset.packaged"] == name and replay.settings["trainer.eval_packaged"] == name

@@ -32,7 +32,7 @@ from .errors import (
     SizeMismatchError,
     UnknownSchemaError,
 )
-from .records import Assignment, DeadLetter, Evaluation, Record, Sample, StepFeedback
+from .records import Assignment, DeadLetter, Evaluation, ModelVersion, Prediction, Record, Sample, StepFeedback
 
 __all__ = [
     "SCHEMA_HEADER",
@@ -61,8 +61,10 @@ _RECORD_TYPES: dict[str, type[Any]] = {
     "Assignment": Assignment,
     "DeadLetter": DeadLetter,
     "Evaluation": Evaluation,
+    "ModelVersion": ModelVersion,
+    "Prediction": Prediction,
 }
-R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter, Evaluation)
+R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter, Evaluation, ModelVersion, Prediction)
 
 
 @dataclass(frozen=True)

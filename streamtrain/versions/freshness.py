@@ -21,7 +21,8 @@ import numpy as np
 
 from ..wire import ModelVersion, ProducedCount
 
-__all__ = ["DEFAULT_RESOLUTION_MS", "FreshnessSummary", "ProducedHistogram", "measure_freshness", "weighted_quantile"]
+__all__ = ["DEFAULT_RESOLUTION_MS", "FreshnessSummary", "ProducedHistogram", "ages_seconds", "measure_freshness",
+           "weighted_quantile"]
 
 #: Resolution of produced_at in a version's lineage: well below the seconds freshness is measured in.
 DEFAULT_RESOLUTION_MS = 10

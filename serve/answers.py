@@ -79,9 +79,9 @@ def answer_batch(job: str, predictor: Predictor, messages: Sequence[Message]) ->
     answered_at = now_ms()
     for (i, sample), row in zip(good, rows, strict=True):
         msg = messages[i]
-        where: dict[str, Any] = {"job": job, "request_topic": msg.topic() or "", "request_partition": msg.partition() or 0,
-                 "request_offset": msg.offset() or 0, "request_produced_at": sample.produced_at,
-                 "answered_at": answered_at}
+        where: dict[str, Any] = {"job": job, "request_topic": msg.topic() or "",
+                                 "request_partition": msg.partition() or 0, "request_offset": msg.offset() or 0,
+                                 "request_produced_at": sample.produced_at, "answered_at": answered_at}
         if isinstance(row, tuple):
             out[i] = Prediction(**where, version=-1, error=row[0], error_detail=row[1])
         else:

@@ -90,27 +90,28 @@ def request(
 
 def export(
     path: Annotated[Path, typer.Argument(help="A version's directory, or a model directory (versions.dir).")],
-    out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="The file to write (default: model.pt "
-                                             "or model.onnx beside the current directory).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="The file to write (default: "
+                                             "model.pt2, model.pt or model.onnx in the current directory).")] = None,
     version: Annotated[str, typer.Option(help="'latest' or a version number (in a model directory).")] = "latest",
-    fmt: Annotated[str, typer.Option("--format", help="torchscript or onnx (needs the onnx package).")]
-    = "torchscript",
+    fmt: Annotated[str, typer.Option("--format", help="export (torch.export, .pt2: torch.export.load(f).module()), "
+                                     "torchscript (.pt: torch.jit.load) or onnx (needs the onnx package).")]
+    = "export",
 ) -> None:
     """Export a model version to a graph that runs without streamtrain: inputs `values` (total frames,
     num_features) and `lengths` (samples,) int64, output the model's (samples, outputs). The graph is checked
     against the model on batches of other sizes; a model it cannot be exported faithfully says why (exit 1)."""
     from streamtrain.cli_support import EXIT_CONFIG, console, die
     from streamtrain.versions import VersionError, load_model
-    from streamtrain.versions.export import export_model
+    from streamtrain.versions.export import SUFFIXES, export_model
 
-    if fmt not in ("torchscript", "onnx"):
-        die(f"--format {fmt!r}: choose torchscript or onnx", EXIT_CONFIG)
+    if fmt not in SUFFIXES:
+        die(f"--format {fmt!r}: choose {', '.join(SUFFIXES)}", EXIT_CONFIG)
     try:
         predictor = load_model(path, version)
-        target = out or Path(f"model.{'onnx' if fmt == 'onnx' else 'pt'}")
+        target = out or Path(f"model{SUFFIXES[fmt]}")
         export_model(predictor, target, fmt)  # type: ignore[arg-type]
     except VersionError as exc:
         die(str(exc))
     console.print(f"version {predictor.version} (step {predictor.spec.step}) exported to {target}: inputs values "
-                  f"({'frames'}, {predictor.spec.num_features}) {predictor.spec.settings.get('precision')} and lengths "
+                  f"(frames, {predictor.spec.num_features}) {predictor.spec.settings.get('precision')} and lengths "
                   "(samples,) int64", highlight=False)

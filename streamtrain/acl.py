@@ -13,8 +13,8 @@ Each role is one principal (`AclConfig`) with exactly the rights its service use
 - admin: CREATE, DESCRIBE_CONFIGS and READ every topic under the prefix, DESCRIBE the trainers' group,
   ALTER and DESCRIBE the cluster (ACLs, SCRAM users).
 
-Nobody else may write plans, feedback, model announcements or predictions, or delete records: with the broker's authorizer on, a request
-no ACL allows is refused. `apply_acls` is idempotent (it creates what is missing and reports what was
+Nobody else may write plans, feedback, model announcements or predictions, or delete records: with the broker's
+authorizer on, a request no ACL allows is refused. `apply_acls` is idempotent (it creates what is missing and reports what was
 already there) and leaves every other principal's ACLs alone; ACLs of these principals on this job's
 resources that are not in the set are reported as extra and removed only when asked (`prune`).
 """

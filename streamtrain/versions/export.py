@@ -1,4 +1,4 @@
-"""`streamtrain export`: a model version as a TorchScript (or ONNX) graph that runs without streamtrain.
+"""`streamtrain export`: a model version as a graph that runs without streamtrain (torch.export, TorchScript, ONNX).
 
 What the graph takes: the packed batch's two defining tensors, `values` (total_frames, num_features) in the
 model's dtype and `lengths` (num_samples,) int64 — sample i is rows sum(lengths[:i]) .. + lengths[i] — and it
@@ -6,9 +6,12 @@ returns the model's outputs (num_samples, outputs), the logits of a classifier. 
 the batch (segment ids, cumulative lengths) itself. The default packing's other step, scaling a sample whose
 largest |value| exceeds `max_input_abs` down to it, stays with the caller (a no-op for well-scaled data).
 
-A graph is traced on a probe batch and then checked on batches of other sizes and lengths against the model
-itself: a model whose computation depends on Python decisions about the batch's shape (a trace records one
-branch) fails that check, and export says so instead of writing a graph that is right only for the probe.
+Formats: `export` (the default: `torch.export` with both sizes dynamic, a `.pt2` file loaded with
+`torch.export.load(path).module()`), `torchscript` (a trace, `torch.jit.load`; deprecated by torch but still
+read everywhere), `onnx` (needs the `onnx` package). Every graph is checked on batches of other sizes and
+lengths against the model itself: a model whose computation depends on Python decisions about the batch's shape
+(a trace records one branch) fails that check, and export says so instead of writing a graph that is right only
+for the probe.
 `length_buckets` is set to 0 in the graph: it pads the packed axis so eager CPU kernels are reused, and padding
 changes no output (the check would catch one it did change).
 """
@@ -22,6 +25,7 @@ from typing import Literal
 
 import torch
 from torch import nn
+from torch.export import Dim
 
 from ..models.batching import PackedBatch, collate_packed
 from ..models.errors import SetupError
@@ -29,11 +33,14 @@ from ..models.plugins import build_model, probe_samples
 from .errors import VersionError
 from .predictor import Predictor
 
-__all__ = ["ExportFormat", "PackedGraph", "export_model"]
+__all__ = ["SUFFIXES", "ExportFormat", "PackedGraph", "export_model"]
 
 logger = logging.getLogger(__name__)
 
-ExportFormat = Literal["torchscript", "onnx"]
+ExportFormat = Literal["export", "torchscript", "onnx"]
+
+#: The file suffix of each format.
+SUFFIXES: dict[str, str] = {"export": ".pt2", "torchscript": ".pt", "onnx": ".onnx"}
 
 #: Probe batches (sample sizes) the exported graph is checked on: other counts and lengths than the trace's.
 CHECK_SIZES: tuple[tuple[int, ...], ...] = ((1,), (7, 120, 3, 64, 19), (300, 2))
@@ -48,7 +55,9 @@ class PackedGraph(nn.Module):
 
     def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         count = lengths.shape[0]
-        segment_ids = torch.repeat_interleave(torch.arange(count, device=values.device), lengths)
+        # output_size: the frames are the values' rows, a size the graph knows (not one read from the data).
+        segment_ids = torch.repeat_interleave(torch.arange(count, device=values.device), lengths,
+                                              output_size=values.shape[0])
         cu_seqlens = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
         return self.model(PackedBatch(values, segment_ids, cu_seqlens, lengths, lengths.new_zeros(count)))
 
@@ -72,13 +81,13 @@ def _graph(predictor: Predictor) -> tuple[PackedGraph, nn.Module]:
     return PackedGraph(model.eval()), predictor.model
 
 
-def export_model(predictor: Predictor, out: Path, fmt: ExportFormat = "torchscript") -> Path:
+def export_model(predictor: Predictor, out: Path, fmt: ExportFormat = "export") -> Path:
     """Export `predictor`'s model to `out` and check the graph against the model.
 
     Args:
         predictor: A loaded version (`load_model`).
-        out: The file to write (TorchScript: load it with `torch.jit.load`; ONNX: any ONNX runtime).
-        fmt: "torchscript" or "onnx" (ONNX needs the `onnx` package: the `onnx` extra).
+        out: The file to write.
+        fmt: "export" (torch.export, .pt2), "torchscript" or "onnx" (needs the `onnx` package: the `onnx` extra).
 
     Returns:
         `out`.
@@ -88,34 +97,44 @@ def export_model(predictor: Predictor, out: Path, fmt: ExportFormat = "torchscri
     """
     graph, reference = _graph(predictor)
     probe = collate_packed(probe_samples(predictor.config, (5, 9, 30)), predictor.config)
+    args = (probe.values, probe.lengths)
     out.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the tracer's warnings about Python values: the check below decides
         try:
-            traced = torch.jit.trace(graph, (probe.values, probe.lengths), check_trace=False)
+            if fmt == "torchscript":
+                traced = torch.jit.trace(graph, args, check_trace=False)
+                runnable: nn.Module = traced
+            else:
+                program = torch.export.export(graph, args, dynamic_shapes={"values": {0: Dim("frames")},
+                                                                           "lengths": {0: Dim("samples")}})
+                runnable = program.module()
         except Exception as exc:  # a model may fail tracing in any way: say how
-            raise _refuse(predictor, f"tracing it failed ({type(exc).__name__}: {exc})") from None
-        _check(predictor, traced, reference)
+            raise _refuse(predictor, f"capturing its graph failed ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+        _check(predictor, runnable, reference)
         if fmt == "onnx":
             _onnx(predictor, graph, probe, out)
-        else:
+        elif fmt == "torchscript":
             torch.jit.save(traced, str(out))
+        else:
+            torch.export.save(program, str(out))
     logger.info("exported version %d to %s (%s)", predictor.version, out, fmt)
     return out
 
 
-def _check(predictor: Predictor, traced: torch.jit.ScriptModule, reference: nn.Module) -> None:
+def _check(predictor: Predictor, runnable: nn.Module, reference: nn.Module) -> None:
     for sizes in CHECK_SIZES:
         batch = collate_packed(probe_samples(predictor.config, sizes), predictor.config)
         try:
-            got = traced(batch.values, batch.lengths)
+            got = runnable(batch.values, batch.lengths)
         except Exception as exc:
-            raise _refuse(predictor, f"its traced graph fails on a batch of {len(sizes)} samples of sizes "
+            raise _refuse(predictor, f"its graph fails on a batch of {len(sizes)} samples of sizes "
                           f"{list(sizes)} ({type(exc).__name__}: {str(exc).splitlines()[0]}): its computation "
                           "depends on the shape of the batch it was traced with") from None
         want = reference(batch)
         if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
-            raise _refuse(predictor, f"its traced graph answers a batch of sizes {list(sizes)} differently from the "
+            raise _refuse(predictor, f"its graph answers a batch of sizes {list(sizes)} differently from the "
                           "model (a Python decision on the traced batch's shape was recorded as a constant)")
 
 

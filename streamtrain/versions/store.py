@@ -9,12 +9,13 @@ Layout of `versions.dir`:
 A version is written into a hidden temporary directory beside the others (`.v000002-*`), both files fsynced,
 then renamed to `v000002` and the parent fsynced: a reader sees a complete version or none, whatever the moment
 of a crash, on local storage or any POSIX filesystem every node mounts. Leftover temporaries of a crashed writer
-are removed by the next write. The newest version is the highest number: there is no pointer file to update
-(and so none to tear).
+are removed by a later write once they are an hour old (a writer still at work on one is never that slow). The
+newest version is the highest number: there is no pointer file to update (and so none to tear).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -22,6 +23,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 _VERSION_DIR = re.compile(r"^v(\d{6,})$")
 _TMP_PREFIX = ".v"
+
+#: A temporary directory this old was left by a crashed writer (one that is writing takes seconds).
+STALE_AFTER_S = 3600.0
 
 
 def version_name(version: int) -> str:
@@ -95,8 +100,7 @@ def write_version(root: Path, spec: ModelSpec, state: Mapping[str, torch.Tensor]
         raise VersionError(f"version {spec.version} not written: {len(bad)} weight(s) hold NaN or infinity "
                            f"({', '.join(bad[:5])})")
     root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(f"{_TMP_PREFIX}*"):
-        shutil.rmtree(stale, ignore_errors=True)  # left by a crash mid-write: never renamed, never read
+    _remove_stale(root)
     final = root / version_name(spec.version)
     if final.exists():
         raise VersionError(f"{final} exists already: version {spec.version} was written before (two writers on "
@@ -116,6 +120,15 @@ def write_version(root: Path, spec: ModelSpec, state: Mapping[str, torch.Tensor]
     if keep is not None:
         prune_versions(root, keep)
     return final
+
+
+def _remove_stale(root: Path) -> None:
+    """Remove what crashed writers left (never renamed, so never read); not another writer's work in progress."""
+    now = time.time()
+    for stale in root.glob(f"{_TMP_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if now - stale.stat().st_mtime > STALE_AFTER_S:
+                shutil.rmtree(stale, ignore_errors=True)
 
 
 def prune_versions(root: Path, keep: int) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
 from pathlib import Path
 
 import numpy as np
@@ -102,9 +103,13 @@ def test_a_crash_mid_write_leaves_no_version_and_the_next_write_cleans_up(tmp_pa
         with pytest.raises(OSError, match="power cut"):
             write_version(tmp_path, _spec(2), model.state_dict())
     assert [n for n, _ in version_dirs(tmp_path)] == [1] and load_model(tmp_path).version == 1
-    (tmp_path / ".v000002-leftover").mkdir()  # what a writer killed before its rename leaves
+    crashed = tmp_path / ".v000002-crashed"  # what a writer killed before its rename leaves, an hour ago
+    crashed.mkdir()
+    os.utime(crashed, (time.time() - 7200, time.time() - 7200))
+    busy = tmp_path / ".v000007-busy"  # another writer's work in progress: not ours to remove
+    busy.mkdir()
     write_version(tmp_path, _spec(2), model.state_dict())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["v000001", "v000002"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".v000007-busy", "v000001", "v000002"]
 
 
 def test_non_finite_weights_are_never_written(tmp_path: Path) -> None:
@@ -171,3 +176,32 @@ def test_checkpoints_load_weights_only(tmp_path: Path) -> None:
         pickle.dump({"step": 1, "model": Payload()}, fh, protocol=2)  # what a forged file on shared storage could hold
     with pytest.raises(CheckpointError, match=r"checkpoint\.pt is not a checkpoint .* weights-only"):
         load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("fmt", ["export", "torchscript"])
+def test_an_exported_graph_answers_as_the_model(tmp_path: Path, fmt: str) -> None:
+    import warnings
+
+    from streamtrain.versions.export import export_model
+
+    seq = TrainerConfig(model="seq", num_features=2, num_classes=3, hidden_size=8, num_layers=2)
+    for cfg in (CFG, seq):  # seq pads its packed axis to bucketed lengths in eager mode: the graph must not
+        write_version(tmp_path / cfg.model, _spec(1, cfg), build_model(cfg).state_dict())
+        loaded = load_model(tmp_path / cfg.model)
+        path = str(export_model(loaded, tmp_path / f"{cfg.model}.{fmt}", fmt))  # type: ignore[arg-type]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.jit is deprecated, still read everywhere
+            graph = torch.export.load(path).module() if fmt == "export" else torch.jit.load(path)
+        samples = synthetic_samples([3, 41, 9, 150], cfg.num_features, cfg.num_classes, seed=3)
+        batch = build_collate(cfg)(samples, cfg)
+        with torch.no_grad():
+            torch.testing.assert_close(graph(batch.values, batch.lengths), loaded.model(batch), rtol=1e-4, atol=1e-5)
+
+
+def test_a_model_whose_batches_come_from_a_plug_in_collate_says_why_it_cannot_be_exported(tmp_path: Path) -> None:
+    from streamtrain.versions.export import export_model
+
+    cfg = CFG.model_copy(update={"collate": "streamtrain.models.batching:collate_packed"})
+    write_version(tmp_path, _spec(1, cfg), build_model(cfg).state_dict())
+    with pytest.raises(VersionError, match=r"cannot be exported: its batches come from trainer\.collate"):
+        export_model(load_model(tmp_path), tmp_path / "model.pt")

@@ -14,9 +14,9 @@ Each role is one principal (`AclConfig`) with exactly the rights its service use
   ALTER and DESCRIBE the cluster (ACLs, SCRAM users).
 
 Nobody else may write plans, feedback, model announcements or predictions, or delete records: with the broker's
-authorizer on, a request no ACL allows is refused. `apply_acls` is idempotent (it creates what is missing and reports what was
-already there) and leaves every other principal's ACLs alone; ACLs of these principals on this job's
-resources that are not in the set are reported as extra and removed only when asked (`prune`).
+authorizer on, a request no ACL allows is refused. `apply_acls` is idempotent (it creates what is missing and
+reports what was already there) and leaves every other principal's ACLs alone; ACLs of these principals on this
+job's resources that are not in the set are reported as extra and removed only when asked (`prune`).
 """
 
 from __future__ import annotations

@@ -30,6 +30,11 @@ _PARAGRAPHS = (
     "straggler effect and step time, throughput, plan latency, loss — with series.json, plots/*.png, logs/*.log "
     "and prometheus/. Exit status 1 when a service failed or a sample is unaccounted for; pending samples alone "
     "are not a failure. A Ctrl-C while the run is read back abandons the report.",
+    "The trainers publish model versions to DIR/versions while they train (versions.publish_every_seconds) and a "
+    "final one when they stop; the run's final model is kept in DIR/model (streamtrain.load_model('DIR/model')). "
+    "With --serve, `streamtrain serve` answers requests sent at --request-rate (the held-out set's samples) with "
+    "the newest version that passed its promotion gate, and the report adds freshness: from a sample's production "
+    "to serve's first answer by a version that trained it, median and p99 over every trained sample.",
     "Examples:\n\n"
     "  streamtrain up --duration 60\n\n"
     "  streamtrain up --steps 200 --policy static --out reports/static\n\n"
@@ -40,6 +45,8 @@ _PARAGRAPHS = (
     "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal",
     "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75   "
     "# make demo: PLAID, held-out accuracy",
+    "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 60 --serve   "
+    "# and serve it: freshness",
 )
 _HELP = "\n\n".join(_PARAGRAPHS)
 
@@ -113,6 +120,10 @@ def up(
         metavar="NAME|PATH", help="Replay a real dataset instead of synthetic streams: plaid, or a .ts/.npz/.npy/.csv "
         "file or directory, one shard per device at the --rates (size = length). Its test split is the held-out set "
         "unless trainer.eval_path says otherwise")] = None,
+    serve: Annotated[bool, typer.Option(help="Also run `streamtrain serve` with a request load, and report "
+                                        "freshness (median and p99) and what serve answered.")] = False,
+    request_rate: Annotated[float, typer.Option(min=0.1, help="Requests per second sent to serve (--serve).")]
+    = 20.0,
 ) -> None:
     import shutil
 
@@ -128,6 +139,9 @@ def up(
     flags: dict[str, object] = {"coordinator.policy": policy, "coordinator.truncation": truncation}
     cfg = config_from(ctx, flags)
     replay = None
+    if serve and secure:
+        die("--serve with --secure: the request load has no role of its own yet; run serve as the `serve` role "
+            "(acl.serve) against a cluster set up with `streamtrain acl apply`", EXIT_CONFIG)
     if dataset is not None and secure:
         die("--dataset with --secure: the replay producer writes every device's topic as one client, while "
             "--secure gives each device's producer its own principal; run one of them (or the producers yourself, "
@@ -166,7 +180,8 @@ def up(
                         steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
-                        global_args=global_args, backlog=backlog, secure=secure, replay=replay is not None)
+                        global_args=global_args, backlog=backlog, secure=secure, replay=replay is not None,
+                        serve=serve, request_rate=request_rate)
     if duration is None and steps is None:
         console.print("running until Ctrl-C (or use --duration / --steps)")
     show = live and console.is_terminal
@@ -202,7 +217,11 @@ def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> Non
                 "samples_unaccounted", "straggler_effect_median", "step_seconds_median", "step_period_seconds_median",
                 "plan_wait_seconds_median", "throughput_samples_per_s", "sample_delay_seconds_median",
                 "plan_latency_ms_median", "plan_latency_step_fraction_median", "initial_loss", "final_loss",
-                "heldout_accuracy_final", "devices_keeping_up", "straggler_effect_waiting_median"):
+                "heldout_accuracy_final", "devices_keeping_up", "straggler_effect_waiting_median",
+                "versions_published", "versions_served", "requests_answered", "freshness_seconds_median",
+                "freshness_seconds_p99"):
+        if key not in report and key.startswith(("freshness_", "requests_", "versions_served")):
+            continue  # there with --serve only
         value = report.get(key)
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)

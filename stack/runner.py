@@ -1,10 +1,11 @@
 """`LocalStack`: the whole pipeline as local processes, started and stopped in order, then a report.
 
 Start order: Kafka broker (embedded, or an existing one) → Prometheus → coordinator → trainer ranks
-→ producers. Stop order: producers (SIGINT: they flush every accepted record), then — once the
-trainers have worked off what was produced, or after `drain_timeout_s` — the trainers (SIGTERM: each
-rank finishes its step, checkpoints, commits and exits 0), the coordinator, and, after the records
-have been read back for the report, Prometheus and the broker.
+→ (serve) → producers → (the request load). Stop order: producers (SIGINT: they flush every accepted
+record), then — once the trainers have worked off what was produced, or after `drain_timeout_s` — the
+trainers (SIGTERM: each rank finishes its step, checkpoints, commits, publishes its final model version and
+exits 0), (the request load and serve, `stack.serving`), the coordinator, and, after the records have been
+read back for the report, Prometheus and the broker. Every run keeps its final model version in `<out>/model`.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from .services import (
     prometheus_spec,
     trainer_spec,
 )
+from .serving import forget_versions, keep_final_model, request_spec, serve_spec, serving_figures
 
 __all__ = ["LocalStack", "StackError", "StackOptions"]
 
@@ -92,6 +94,10 @@ class StackOptions:
     secure: bool = False
     """Run the embedded broker with SASL/SCRAM and ACLs, each service as its own role's principal
     (`stack.secure`)."""
+    serve: bool = False
+    """Run `serve` and a request load at `request_rate` beside the trainers (`stack.serving`)."""
+    request_rate: float = 20.0
+    """Requests per second the load sends with `serve`."""
 
 
 def _default_bootstrap() -> str:
@@ -153,6 +159,7 @@ class LocalStack:
         Raises:
             StackError: when the stack cannot start (nothing is left running).
         """
+        forget_versions(self.out / "versions", self.say)  # the earlier run's final model stays in out/model
         for stale in ("logs", "checkpoints", "plots", "prometheus", "kafka"):  # a reused --out starts afresh:
             shutil.rmtree(self.out / stale, ignore_errors=True)  # an old checkpoint would skip new offsets
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -197,11 +204,12 @@ class LocalStack:
         bind = self.cfg.metrics.bind_address
         host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
         n = len(self.devices)
-        ports = free_ports(n + 2, bind)
-        producer_ports, coord_port, prom_port = ports[:n], ports[n], ports[n + 1]
+        ports = free_ports(n + 3, bind)
+        producer_ports, coord_port, prom_port, serve_port = ports[:n], ports[n], ports[n + 1], ports[n + 2]
         trainer_base = free_port_block(n, bind, avoid=ports)
         common: dict[str, object] = {"kafka.bootstrap_servers": self.kafka.bootstrap_servers,
-                                     "kafka.topic_prefix": self.kafka.topic_prefix}
+                                     "kafka.topic_prefix": self.kafka.topic_prefix,
+                                     "versions.dir": str(self.out / "versions")}
         args = list(self.opts.global_args)
         if self.opts.backlog > 0:
             producers = []
@@ -228,7 +236,8 @@ class LocalStack:
                                 for i, s in enumerate(self.opts.streams) if producers})
         self._start_prometheus(host, prom_port, {
             "producers": [f"{host}:{p}" for p in producer_ports], "coordinator": [f"{host}:{coord_port}"],
-            "trainers": [f"{host}:{p}" for p in trainers.ports]})
+            "trainers": [f"{host}:{p}" for p in trainers.ports], "serve": [f"{host}:{serve_port}"] if self.opts.serve
+            else []})
         self.monitor.phase = "starting the coordinator"
         coord = self._spawn(coordinator, env)
         self._await(coord, f"http://{host}:{coord_port}/status")
@@ -237,11 +246,16 @@ class LocalStack:
         ranks = self._spawn(trainers, env)
         for port in trainers.ports:
             self._await(ranks, f"http://{host}:{port}/metrics")
+        if self.opts.serve:
+            self.monitor.phase = "starting serve"
+            self._await(self._spawn(serve_spec(serve_port, common, args), env), f"http://{host}:{serve_port}/metrics")
         self.monitor.phase = "starting producers"
         for spec in producers:
             self._spawn(spec, env)
         for child, port in zip(self._kind("producer"), producer_ports, strict=False):
             self._await(child, f"http://{host}:{port}/metrics")
+        if self.opts.serve:
+            self._spawn(request_spec(self.opts.request_rate, common, args), env)
         self.monitor.notes.append(f"run directory {self.out} (logs in {self.log_dir})")
         self.say(f"stack up: {n} devices, coordinator http://{host}:{coord_port}/status"
                  + (f", Prometheus {self.prometheus_url}" if self.prometheus_url else ""))
@@ -404,6 +418,9 @@ class LocalStack:
             if monitor is not None:
                 monitor.phase = "stopping trainers (final step, checkpoint, commit)"
             self._stop_kind("trainer", signal.SIGTERM, 120.0)
+            if self._kind("serve"):
+                self._stop_serving()
+            keep_final_model(self.out / "versions", self.out / "model", self.say)
             if monitor is not None:
                 self.final_status = monitor.poll_status()
                 monitor.phase = "stopping the coordinator"
@@ -421,6 +438,13 @@ class LocalStack:
         if report:
             self._plots(report)
         return report
+
+    def _stop_serving(self) -> None:
+        """Give serve a moment to answer with the trainers' final version, then stop the requests and serve."""
+        if not self.hurry.is_set():
+            self.hurry.wait(1.5)  # the final version is announced as the ranks exit; a request at 20/s follows
+        self._stop_kind("requests", signal.SIGTERM, 30.0)
+        self._stop_kind("serve", signal.SIGTERM, 60.0)
 
     def _drain(self) -> None:
         """Wait until every device's lowest unprocessed offset reaches its topic's end (or the drain timeout)."""
@@ -483,6 +507,10 @@ class LocalStack:
             "prometheus_url": self.prometheus_url, "failures": list(self.failures),
         }
         report = build_report(run, tallies, extra)
+        try:
+            report.update(serving_figures(cfg, self.opts.serve), model_dir=str(self.out / "model"))
+        except (KafkaException, TimeoutError) as exc:
+            self.failures.append(f"could not read the model versions and predictions back: {exc}")
         self.series = build_series(run)
         report.update(balance_figures(run, self.series), num_classes=cfg.trainer.num_classes,
                       heldout_chance=held_out_chance(cfg) if run.evaluations else None)

@@ -1,9 +1,12 @@
 """Model versions out of a training group: when to publish, what each rank contributes, what rank 0 writes.
 
 Every rank keeps a count of the samples it trained since the last version, by produced_at
-(`ProducedHistogram`). A version is due when `versions.publish_every_seconds` have passed on some rank: the
-rank says so on the step's weight all-reduce (the same ride the stop flag takes), so every rank learns from
-the same sum that this step publishes, with no collective of its own. Publishing is then one collective: an
+(`ProducedHistogram`), and of those its forward pass classified right before the step trained them: summed over
+the ranks, the version's prequential (test-then-train) accuracy, a figure of its own at no extra cost.
+
+A version is due when `versions.publish_every_seconds` have passed on some rank: the rank says so on the step's
+weight all-reduce (the same ride the stop flag takes), so every rank learns from the same sum that this step
+publishes, with no collective of its own. Publishing is then one collective: an
 all-gather of each rank's (device, lowest unprocessed offset, samples trained since the last version), after
 which rank 0 alone writes the version atomically (`streamtrain.versions.write_version`), keeps the newest
 `versions.keep`, and announces it on `<prefix>.models`. The announcement follows the rename: whoever reads it
@@ -34,8 +37,9 @@ __all__ = ["VersionPublisher", "heldout_metrics"]
 
 logger = logging.getLogger(__name__)
 
-#: What each rank contributes to a version: (device, lowest unprocessed offset, resolution ms, [(ms, count)]).
-Contribution = tuple[str, int, int, list[tuple[int, int]]]
+#: What each rank contributes to a version: (device, lowest unprocessed offset, resolution ms, [(ms, count)],
+#: samples classified right before training, samples trained).
+Contribution = tuple[str, int, int, list[tuple[int, int]], int, int]
 
 
 def heldout_metrics(result: HeldOutResult | None) -> dict[str, float]:
@@ -66,6 +70,8 @@ class VersionPublisher:
         self.metrics = metrics
         self.topic = config.kafka.topics.models
         self.trained = ProducedHistogram()
+        self._scored = [0, 0]
+        """Samples trained since the last version: classified right before training, and in all."""
         self.published_step: int | None = None
         self._last = time.monotonic()
         self._carry: dict[str, ProducedHistogram] = {}
@@ -82,11 +88,14 @@ class VersionPublisher:
         every = self.settings.publish_every_seconds
         return self.enabled and every > 0 and time.monotonic() - self._last >= every
 
-    def note_trained(self, samples: Sequence[Sample]) -> None:
-        """Count samples this rank just trained (a step that was not skipped)."""
+    def note_trained(self, samples: Sequence[Sample], correct: int) -> None:
+        """Count samples this rank just trained (a step that was not skipped), `correct` of them classified right
+        by the forward pass before the step."""
         if self.enabled:
             for sample in samples:
                 self.trained.add(sample.produced_at)
+            self._scored[0] += correct
+            self._scored[1] += len(samples)
 
     def publish(self, step: int, model: nn.Module, device_id: str, offset: int,
                 metrics: Mapping[str, float]) -> int | None:
@@ -107,25 +116,31 @@ class VersionPublisher:
             return None
         started = time.perf_counter()
         mine: Contribution = (device_id, offset, self.trained.resolution_ms,
-                              [(c.produced_at, c.count) for c in self.trained.counts()])
+                              [(c.produced_at, c.count) for c in self.trained.counts()], self._scored[0],
+                              self._scored[1])
         gathered: list[Contribution | None] = [None] * self.ctx.world_size
         if dist.is_initialized() and self.ctx.world_size > 1:
             dist.all_gather_object(gathered, mine)
         else:
             gathered = [mine]
         self.trained.clear()
+        self._scored = [0, 0]
         self._last = time.monotonic()
         self.published_step = step
         if not self.ctx.is_main:
             return None
-        lineage = self._lineage([g for g in gathered if g is not None])
-        written = self._write(step, model, lineage, metrics)
+        contributions = [g for g in gathered if g is not None]
+        lineage = self._lineage(contributions)
+        right, seen = sum(c[4] for c in contributions), sum(c[5] for c in contributions)
+        figures = {**metrics, **({"prequential_accuracy": right / seen, "prequential_samples": float(seen)}
+                                 if seen else {})}
+        written = self._write(step, model, lineage, figures)
         self.metrics.version_seconds.set(time.perf_counter() - started)
         return written
 
     def _lineage(self, contributions: Sequence[Contribution]) -> list[tuple[str, int, ProducedHistogram]]:
         out = []
-        for device, offset, resolution, bins in contributions:
+        for device, offset, resolution, bins, *_scores in contributions:
             histogram = self._carry.pop(device, None) or ProducedHistogram()
             histogram.add_counts((ProducedCount(at, n) for at, n in bins), resolution)
             out.append((device, offset, histogram))

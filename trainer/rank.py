@@ -191,7 +191,7 @@ class TrainerRank:
         self.group_stop = result.stop
         self.group_publish = result.publish
         if not result.skipped:
-            self.publisher.note_trained(samples)
+            self.publisher.note_trained(samples, result.correct)
         self.group_idle = result.global_samples == 0
         if result.skipped:
             self._dead_letter_step(step, result)

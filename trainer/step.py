@@ -91,6 +91,9 @@ class StepResult:
     """L2 norm of the aggregated gradient before clipping (the same on every rank); None when nobody trained."""
     publish: bool = False
     """Some rank asked for a model version after this step (every rank sees the same value)."""
+    correct: int = 0
+    """This rank's samples the model classified right in the step's forward pass, before the step trained them
+    (test-then-train: the prequential accuracy a model version reports)."""
 
 
 def linear_lr_scale(global_batch: int, base_batch: int, max_scale: float) -> float:
@@ -243,6 +246,7 @@ class StepRunner:
                 for buffer, before in zip(self._buffers, saved, strict=True):
                     buffer.copy_(before)
         loss_value = float(loss.detach()) if batch.num_samples > 0 else None
+        correct = int((logits.detach().argmax(dim=1) == batch.labels).sum()) if has_samples else 0
         self._sync()
         finished = time.perf_counter()
         cpu_seconds = time.thread_time() - cpu_started
@@ -283,6 +287,7 @@ class StepRunner:
             skipped=skipped,
             grad_norm=grad_norm,
             publish=self.state.group_publish(),
+            correct=correct,
         )
 
     def _clip_gradients(self) -> float:

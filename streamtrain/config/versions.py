@@ -29,7 +29,9 @@ class VersionsConfig(BaseModel):
     """Versions kept in `dir`; older ones are deleted once a newer one is in place (keep at least 2, so a
     version `serve` is loading is not deleted under it)."""
 
-    evaluate: bool = True
-    """Evaluate each version on the held-out set (when one is configured) before it is written, so its metrics
-    are its own and `serve`'s promotion gate judges it; off, a version carries the latest evaluation's figures
-    (with the step they were measured at)."""
+    evaluate: bool = False
+    """Evaluate each version on the held-out set (when one is configured) before it is written, so its held-out
+    figures are its own weights'. Off (the default: a full evaluation per version costs about as much training
+    time as a version interval on a small CPU), a version carries the latest evaluation's figures, with the step
+    they were measured at (`heldout_step`, every `trainer.eval_every` steps and at the end), and always its own
+    prequential accuracy: its samples scored by the forward pass before the step that trained them."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import balance, convergence, ingest, kafka, realdata, scheduler, soak, truncation
+from . import balance, convergence, freshness, ingest, kafka, realdata, scheduler, soak, truncation
 from .common import Bench
 
 __all__ = ["REGISTRY", "bench_named"]
@@ -22,6 +22,7 @@ REGISTRY: tuple[Bench[Any], ...] = (
     balance.BENCH,
     realdata.BENCH,
     truncation.BENCH,
+    freshness.BENCH,
     soak.BENCH,
 )
 

@@ -31,7 +31,7 @@ __all__ = ["LOAD_SNIPPET", "forget_versions", "keep_final_model", "request_spec"
 logger = logging.getLogger(__name__)
 
 #: How to load the run's model, printed at the end of a run (`{model}` is the directory).
-LOAD_SNIPPET = "import streamtrain; model = streamtrain.load_model('{model}'); model.predict([series])"
+LOAD_SNIPPET = "import streamtrain; model = streamtrain.load_model('{model}'); model.predict(arrays)"
 
 
 def serve_spec(port: int, common: dict[str, object], global_args: Sequence[str]) -> ServiceSpec:

@@ -110,10 +110,14 @@ class FreshnessSummary:
     """Samples trained by versions after the last one that answered a request (not measured)."""
     versions_published: int
     versions_served: int
+    published_median_seconds: float | None = None
+    """The training side of it: from produced_at to the announcement of the version that first trained the sample
+    (the rest is serve's: reading the announcement, loading the version, the gate, the next request)."""
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {"freshness_samples": self.samples, "freshness_seconds_median": self.median_seconds,
                 "freshness_seconds_p99": self.p99_seconds, "freshness_unserved_samples": self.unserved,
+                "freshness_published_seconds_median": self.published_median_seconds,
                 "versions_published": self.versions_published, "versions_served": self.versions_served}
 
 
@@ -131,10 +135,15 @@ def measure_freshness(versions: Iterable[ModelVersion], first_answers: Mapping[i
     pending = ProducedHistogram()
     ages: list[float] = []
     weights: list[int] = []
+    published: list[float] = []
+    published_weights: list[int] = []
     for number in sorted(unique):
         version = unique[number]
         for device in version.lineage:
             pending.add_counts(device.new_samples, version.produced_at_resolution_ms)
+            for age, n in ages_seconds(device.new_samples, version.produced_at_resolution_ms, version.created_at):
+                published.append(age)
+                published_weights.append(n)
         answered = first_answers.get(number)
         if answered is not None and len(pending):
             for age, n in ages_seconds(pending.counts(), pending.resolution_ms, answered):
@@ -144,4 +153,5 @@ def measure_freshness(versions: Iterable[ModelVersion], first_answers: Mapping[i
     return FreshnessSummary(samples=int(sum(weights)), median_seconds=weighted_quantile(ages, weights, 0.5),
                             p99_seconds=weighted_quantile(ages, weights, 0.99), unserved=len(pending),
                             versions_published=len(unique),
-                            versions_served=sum(1 for n in unique if n in first_answers))
+                            versions_served=sum(1 for n in unique if n in first_answers),
+                            published_median_seconds=weighted_quantile(published, published_weights, 0.5))

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
@@ -85,6 +86,8 @@ class ModelServer:
         self.port: int | None = None
         self.answered = 0
         self._failed_deliveries = 0
+        if self.settings.torch_threads:
+            torch.set_num_threads(self.settings.torch_threads)
         self.producer = make_producer(config.kafka, **{"linger.ms": 0})
         self.requests = make_consumer(config.kafka, config.serve_group_id)
         self.models = make_consumer(config.kafka, f"{config.serve_group_id}.models")

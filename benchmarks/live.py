@@ -115,8 +115,10 @@ class Services:
         return child.stop(signum, grace) if child.running() else child.returncode
 
     def stop_all(self) -> None:
-        """Producers (SIGINT), then trainers and coordinators (SIGTERM); anything left is killed."""
-        for kind, signum in (("producer", signal.SIGINT), ("trainer", signal.SIGTERM), ("coordinator", signal.SIGTERM)):
+        """Producers (SIGINT), then trainers, the request load, serve and coordinators (SIGTERM); anything left is
+        killed."""
+        for kind, signum in (("producer", signal.SIGINT), ("trainer", signal.SIGTERM), ("requests", signal.SIGTERM),
+                             ("serve", signal.SIGTERM), ("coordinator", signal.SIGTERM)):
             for name, child in list(self.children.items()):
                 if child.spec.kind == kind and child.running():
                     self.stop(name, signum, 60.0)

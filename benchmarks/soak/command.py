@@ -31,6 +31,8 @@ def soak_command(
                                            "private embedded broker (whose memory is then not measured).")] = False,
     work_dir: Annotated[Path, typer.Option(help="Service logs and checkpoints (WORK_DIR/soak).")
                         ] = Path("reports/bench-runs"),
+    serve: Annotated[bool, typer.Option(help="Model versions every second and `serve` answering 20 requests/s "
+                                        "with them, in the loop (needs --ranks >= 1).")] = False,
 ) -> None:
     """Soak: 32 streams at ScaDLES S2 rates through the stack; memory, retained records and lag must stay bounded.
 
@@ -49,7 +51,7 @@ def soak_command(
         die(f"--ranks {ranks} is more than --devices {devices}", 2)
     setup = SoakSetup(minutes=minutes, devices=devices, ranks=ranks, producer_procs=producer_procs,
                       sample_every_s=sample_every, max_lag_samples=max_lag_samples, seed=seed,
-                      work_dir=work_dir / "soak")
+                      work_dir=work_dir / "soak", serve=serve and ranks > 0)
 
     def progress(t: float, total: float, phase: str, sample: SoakSample) -> None:
         rss = sum(sample.rss.values()) / MIB

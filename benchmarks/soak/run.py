@@ -147,7 +147,9 @@ def _soak(broker: LiveBroker, setup: SoakSetup, out: Path, launch: LaunchOptions
         "coordinator.b_max": setup.b_max, "coordinator.poll_interval_seconds": 1.0,
         "coordinator.feedback_wait_seconds": 0.2, "coordinator.max_lag_samples": setup.max_lag_samples,
         "coordinator.seed": setup.seed}
-    trainer_sets = {"trainer.device": "cpu", "trainer.backend": "gloo", "trainer.torch_threads": 1,
+    versions = ({"versions.dir": str(run_dir / "versions"), "versions.publish_every_seconds": 1.0,
+                 "versions.keep": 3} if setup.serve else {})
+    trainer_sets = {**versions, "trainer.device": "cpu", "trainer.backend": "gloo", "trainer.torch_threads": 1,
                     "trainer.num_features": setup.features, "trainer.num_classes": setup.classes,
                     "trainer.hidden_size": 32, "trainer.num_layers": 1, "trainer.plan_wait_seconds": 1.0,
                     "trainer.data_wait_seconds": 0.5, "trainer.checkpoint_every": 5, "trainer.log_every": 50,
@@ -177,6 +179,8 @@ def _soak(broker: LiveBroker, setup: SoakSetup, out: Path, launch: LaunchOptions
             services.start("trainers", "trainer", launch.command(
                 "trainer", *train_command(ranked, ckpt), settings={**common, **trainer_sets}))
             _wait_for_ranks(services, FeedbackTail(kafka, job), ranked, setup.start_timeout_s)
+            if setup.serve:
+                _start_serving(services, launch, {**common, **trainer_sets}, setup.request_rate)
         follower.start()
         for i, (ids, rates) in enumerate(setup.producer_groups()):
             producer_sets = {
@@ -215,6 +219,13 @@ def _soak(broker: LiveBroker, setup: SoakSetup, out: Path, launch: LaunchOptions
     return summarise_soak(setup, broker, samples, spans, stats, failures)
 
 
+def _start_serving(services: Services, launch: LaunchOptions, settings: dict[str, object], rate: float) -> None:
+    """`serve` on the versions the ranks publish, and `streamtrain request` sending it the synthetic task."""
+    services.start("serve", "serve", launch.command("serve", "serve", "--port", "0", settings=settings))
+    services.start("requests", "requests", launch.command("serve", "request", "--rate", str(rate),
+                                                          settings=settings))
+
+
 def _wait_for_ranks(services: Services, tail: FeedbackTail, ranked: Sequence[str], timeout: float) -> None:
     """Wait until every rank has reported a step (the trainers are up), or fail on an early exit."""
     seen: set[str] = set()
@@ -241,7 +252,7 @@ def _sample(broker: LiveBroker, services: Services, kafka: KafkaConfig, probe: A
         tree = rss_tree(pid)
         if name == "trainers":
             rss.update(_rank_names(tree, pid))
-        else:  # coordinator-<truncation>: one process per phase
+        else:  # coordinator-<truncation> (one process per phase), serve, requests
             rss[name] = tree.get(pid, 0)
     marks = watermarks(probe, kafka, devices)
     committed: dict[str, int] = {}

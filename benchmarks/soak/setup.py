@@ -22,6 +22,10 @@ class SoakSetup(StreamsSetup):
     sample_every_s: float = 5.0
     phases: tuple[str, ...] = ("truncate", "bounded")
     """The coordinator's truncation in each phase (restarted between them)."""
+    serve: bool = False
+    """The ranks publish a model version every second and `serve` answers a request load at `request_rate` with
+    them, its memory sampled with the rest."""
+    request_rate: float = 20.0
 
     def producer_groups(self) -> list[tuple[list[str], list[float]]]:
         """The devices (and their rates) of each producer process."""

@@ -382,10 +382,11 @@ class TrainerRank:
         return bool(ok[0])
 
     def _finish(self) -> None:
-        if self.evaluator is not None and self._evaluated_step != self.step:
+        evaluated = self.evaluator is not None and self._evaluated_step != self.step
+        if evaluated:
             self.evaluate()  # the model the run ends with; every rank stops after the same step
-        if self.publisher.enabled and self.publisher.published_step != self.step:
-            self.publish()  # the run's final version: the weights the last evaluation scored
+        if self.publisher.enabled and (self.publisher.published_step != self.step or evaluated):
+            self.publish()  # the run's final version, with the figures of the last evaluation: its own
         if self.trainer.checkpoint_dir is not None:
             if self._checkpointed_step != self.step:
                 self.checkpoint()

@@ -42,8 +42,9 @@ def test_the_docs_snippet_predicts_plaid_with_the_accuracy_up_printed(broker: ob
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     printed = report["heldout_accuracy_final"]
-    assert f"{printed:.3f} at the last" in run.stdout  # what the person running it read
-    assert f"load it with\n  import streamtrain; model = streamtrain.load_model('{out / 'model'}')" in run.stdout
+    said = " ".join(run.stdout.split())  # as the person running it read it, however the terminal wrapped it
+    assert f"{printed:.3f} at the last" in said
+    assert f"load it with import streamtrain; model = streamtrain.load_model('{out / 'model'}')" in said
 
     snippet = load_snippet().replace("reports/demo/model", str(out / "model"))
     shown = io.StringIO()

@@ -39,7 +39,7 @@ DEMO: dict[str, object] = {
     "trainer.num_layers": 4, "trainer.optimizer": "adamw", "trainer.lr": 0.003, "trainer.lr_scaling": False,
     "trainer.slowdowns": [1, 1, 1, 4], "trainer.slowdown_clock": "wall", "trainer.eval_every": 25,
     "producer.dataset.sharding": "stratified", "coordinator.global_batch": 256, "coordinator.truncation": "bounded",
-    "coordinator.max_lag_seconds": 8,
+    "coordinator.max_lag_seconds": 8, "versions.publish_every_seconds": 0.5,
 }
 BURST: list[dict[str, float]] = [{"at_seconds": 0, "factor": 1}, {"at_seconds": 20, "factor": 25},
                                  {"at_seconds": 26, "factor": 1}]

@@ -86,6 +86,11 @@ class FreshnessResult(Record):
         return cell.freshness_median_s <= self.median_target_s and cell.freshness_p99_s <= self.p99_target_s
 
 
+def demo_settings(launch: LaunchOptions) -> dict[str, object]:
+    """`DEMO` under the launch's own `--set` flags (which win), or nothing when a --config file says it all."""
+    return {**DEMO, **launch.overrides()} if launch.config_file is None else {}
+
+
 def _cell(scenario: str, report: dict[str, Any], seconds: float, error: str | None) -> FreshnessCell:
     return FreshnessCell(
         scenario=scenario, seconds=round(seconds, 1), freshness_median_s=report.get("freshness_seconds_median"),
@@ -112,7 +117,7 @@ def run_scenario(launch: LaunchOptions, scenario: str, schedule: list[dict[str, 
 
     from .stack_cell import delete_topics
 
-    base = {**(DEMO if launch.config_file is None else {}), "kafka.bootstrap_servers": bootstrap}
+    base = {**demo_settings(launch), "kafka.bootstrap_servers": bootstrap}
     replay = resolve_replay("plaid", launch.config(base), len(RATES))
     settings = {**base, **replay.settings, "producer.rate.schedule": schedule,
                 "job": f"fresh-{scenario.replace(' ', '-')}"}
@@ -173,7 +178,8 @@ def freshness_command(
                           f"{cell.versions_served} of {cell.versions_published} versions served"
                           + (f"; error: {cell.error}" if cell.error else ""), highlight=False)
             cells.append(cell)
-    result = FreshnessResult(duration_s=duration, publish_every_s=cfg.versions.publish_every_seconds,
+    publish = launch.config(demo_settings(launch)).versions.publish_every_seconds
+    result = FreshnessResult(duration_s=duration, publish_every_s=publish,
                              request_rate=request_rate, cells=cells)
     out.mkdir(parents=True, exist_ok=True)
     result.write(out / BENCH.json_name)

@@ -16,11 +16,14 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .common import Bench, LaunchOptions, Record, RenderContext, num, table, verdict
+
+if TYPE_CHECKING:
+    from stack.results import StackReport
 
 __all__ = ["BENCH", "FreshnessCell", "FreshnessResult", "freshness_command"]
 
@@ -91,19 +94,22 @@ def demo_settings(launch: LaunchOptions) -> dict[str, object]:
     return {**DEMO, **launch.overrides()} if launch.config_file is None else {}
 
 
-def _cell(scenario: str, report: dict[str, Any], seconds: float, error: str | None) -> FreshnessCell:
+def _cell(scenario: str, report: StackReport | None, seconds: float, error: str | None) -> FreshnessCell:
+    out = report.model_out if report is not None else None
+    if report is None or out is None:
+        return FreshnessCell(scenario=scenario, seconds=round(seconds, 1), freshness_median_s=None,
+                             freshness_p99_s=None, published_median_s=None, samples=0, unserved_samples=0,
+                             versions_published=0, versions_served=0, requests_answered=0,
+                             request_latency_median_s=None, sample_delay_median_s=None, heldout_accuracy_final=None,
+                             error=error or "no report")
     return FreshnessCell(
-        scenario=scenario, seconds=round(seconds, 1), freshness_median_s=report.get("freshness_seconds_median"),
-        freshness_p99_s=report.get("freshness_seconds_p99"),
-        published_median_s=report.get("freshness_published_seconds_median"),
-        samples=int(report.get("freshness_samples") or 0),
-        unserved_samples=int(report.get("freshness_unserved_samples") or 0),
-        versions_published=int(report.get("versions_published") or 0),
-        versions_served=int(report.get("versions_served") or 0),
-        requests_answered=int(report.get("requests_answered") or 0),
-        request_latency_median_s=report.get("request_latency_seconds_median"),
-        sample_delay_median_s=report.get("sample_delay_seconds_median"),
-        heldout_accuracy_final=report.get("heldout_accuracy_final"), error=error)
+        scenario=scenario, seconds=round(seconds, 1), freshness_median_s=out.freshness_seconds_median,
+        freshness_p99_s=out.freshness_seconds_p99, published_median_s=out.freshness_published_seconds_median,
+        samples=out.freshness_samples or 0, unserved_samples=out.freshness_unserved_samples or 0,
+        versions_published=out.versions_published, versions_served=out.versions_served or 0,
+        requests_answered=out.requests_answered or 0, request_latency_median_s=out.request_latency_seconds_median,
+        sample_delay_median_s=report.sample_delay_seconds_median,
+        heldout_accuracy_final=report.heldout_accuracy_final, error=error)
 
 
 def run_scenario(launch: LaunchOptions, scenario: str, schedule: list[dict[str, float]], duration: float,
@@ -130,7 +136,7 @@ def run_scenario(launch: LaunchOptions, scenario: str, schedule: list[dict[str, 
     try:
         report = stack.run()
     except StackError as exc:
-        return _cell(scenario, {}, time.monotonic() - began, str(exc))
+        return _cell(scenario, None, time.monotonic() - began, str(exc))
     finally:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
         delete_topics(stack.cfg.model_copy(update={"kafka": stack.kafka}))

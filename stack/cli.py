@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from .results import StackReport
 
 __all__ = ["register"]
 
@@ -33,8 +36,8 @@ _PARAGRAPHS = (
     "The trainers publish model versions to DIR/versions while they train (versions.publish_every_seconds) and a "
     "final one when they stop; the run's final model is kept in DIR/model (streamtrain.load_model('DIR/model')). "
     "With --serve, `streamtrain serve` answers requests sent at --request-rate (the held-out set's samples) with "
-    "the newest version that passed its promotion gate, and the report adds freshness: from a sample's production "
-    "to serve's first answer by a version that trained it, median and p99 over every trained sample.",
+    "the newest version that passed its promotion gate, and the report adds freshness (model_out): from a sample's "
+    "production to serve's first answer by a version that trained it, median and p99 over every trained sample.",
     "Examples:\n\n"
     "  streamtrain up --duration 60\n\n"
     "  streamtrain up --steps 200 --policy static --out reports/static\n\n"
@@ -45,8 +48,6 @@ _PARAGRAPHS = (
     "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal",
     "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75   "
     "# make demo: PLAID, held-out accuracy",
-    "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 60 --serve   "
-    "# and serve it: freshness",
 )
 _HELP = "\n\n".join(_PARAGRAPHS)
 
@@ -202,14 +203,14 @@ def up(
     _summarise(report, opts.out, stack.failures)
 
 
-def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> None:
+def _summarise(report: StackReport | None, out: Path, failures: list[str]) -> None:
     from rich.table import Table
 
     from streamtrain.cli_support import console, die
 
     from .balance import closing_lines
 
-    if not report:
+    if report is None:
         die(f"no report: {'; '.join(failures) or 'the run did not start'} (logs in {out / 'logs'})")
     table = Table(title=f"streamtrain up — {out / 'report.json'}", show_header=False)
     for key in ("policy", "plan_ahead", "devices", "steps", "stopped_by", "samples_produced", "samples_trained",
@@ -217,22 +218,24 @@ def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> Non
                 "samples_unaccounted", "straggler_effect_median", "step_seconds_median", "step_period_seconds_median",
                 "plan_wait_seconds_median", "throughput_samples_per_s", "sample_delay_seconds_median",
                 "plan_latency_ms_median", "plan_latency_step_fraction_median", "initial_loss", "final_loss",
-                "heldout_accuracy_final", "devices_keeping_up", "straggler_effect_waiting_median",
-                "versions_published", "versions_served", "requests_answered", "freshness_seconds_median",
-                "freshness_seconds_p99"):
-        if key not in report and key.startswith(("freshness_", "requests_", "versions_served")):
-            continue  # there with --serve only
-        value = report.get(key)
+                "heldout_accuracy_final", "devices_keeping_up", "straggler_effect_waiting_median"):
+        value = getattr(report, key)
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    out_figures = report.model_out
+    for key in ("versions_published", "versions_served", "requests_answered", "freshness_seconds_median",
+                "freshness_seconds_p99"):
+        value = getattr(out_figures, key) if out_figures is not None else None
+        if value is not None:  # the serving figures: with --serve only
+            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
     for line in closing_lines(report):
         console.print(line, highlight=False)
     console.print(f"report: {out / 'report.json'}  plots: {out / 'plots'}  logs: {out / 'logs'}", highlight=False)
-    pending = report.get("samples_pending")
-    if isinstance(pending, int) and pending:
+    pending = report.samples_pending
+    if pending:
         console.print(f"{pending:,} samples pending: still in Kafka, not processed when the run stopped; a later run "
                       "of this job resumes them from the committed offsets", highlight=False)
     for failure in failures:
         console.print(f"[bold red]failure:[/] {failure}", highlight=False)
-    if failures or report.get("samples_unaccounted"):
+    if failures or report.samples_unaccounted:
         raise typer.Exit(1)

@@ -24,9 +24,10 @@ from streamtrain.versions import VersionError, read_version, version_dirs
 from streamtrain.versions.freshness import measure_freshness
 from streamtrain.wire import ModelVersion, Prediction, WireError, decode
 
+from .results import ModelOutFigures
 from .services import ServiceSpec
 
-__all__ = ["LOAD_SNIPPET", "forget_versions", "keep_final_model", "request_spec", "serve_spec", "serving_figures"]
+__all__ = ["LOAD_SNIPPET", "forget_versions", "keep_final_model", "model_out_figures", "request_spec", "serve_spec"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +106,17 @@ def _records(cfg: StreamtrainConfig, topic: str, kind: type[Any], timeout: float
     return out
 
 
-def serving_figures(cfg: StreamtrainConfig, serving: bool, timeout: float = 60.0) -> dict[str, Any]:
-    """The report's model-out figures, read back from Kafka: versions, and with `serving` freshness and requests."""
+def model_out_figures(cfg: StreamtrainConfig, model: Path, serving: bool, timeout: float = 60.0) -> ModelOutFigures:
+    """The report's model-out section, read back from Kafka: the versions, and with `serving` freshness and
+    what serve answered.
+
+    Raises:
+        KafkaException, TimeoutError: the topics cannot be read back.
+    """
     versions: list[ModelVersion] = [v for v in _records(cfg, cfg.kafka.topics.models, ModelVersion, timeout)
                                     if v.job == cfg.job]
-    figures: dict[str, Any] = {"versions_published": len({v.version for v in versions})}
+    figures = ModelOutFigures(model_dir=str(model) if model.is_dir() else None,
+                              versions_published=len({v.version for v in versions}))
     if not serving:
         return figures
     answers: list[Prediction] = _records(cfg, cfg.kafka.topics.predictions, Prediction, timeout)
@@ -119,12 +126,12 @@ def serving_figures(cfg: StreamtrainConfig, serving: bool, timeout: float = 60.0
             first[answer.version] = min(first.get(answer.version, answer.answered_at), answer.answered_at)
     latencies = [(a.answered_at - a.request_produced_at) / 1000.0 for a in answers
                  if a.request_produced_at is not None and a.error is None]
-    freshness = measure_freshness(versions, first)
-    figures.update(freshness.to_dict())
-    figures.update({
+    fresh = measure_freshness(versions, first)
+    return figures.model_copy(update={
+        "versions_served": fresh.versions_served,
         "requests_answered": len({(a.request_partition, a.request_offset) for a in answers}),
         "requests_errors": sum(1 for a in answers if a.error is not None),
         "request_latency_seconds_median": float(np.median(latencies)) if latencies else None,
-        "versions_not_served": len({v.version for v in versions}) - freshness.versions_served,
-    })
-    return figures
+        "freshness_samples": fresh.samples, "freshness_seconds_median": fresh.median_seconds,
+        "freshness_seconds_p99": fresh.p99_seconds, "freshness_published_seconds_median":
+            fresh.published_median_seconds, "freshness_unserved_samples": fresh.unserved})

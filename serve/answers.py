@@ -2,7 +2,7 @@
 
 A request is a `Sample` on the same wire as the device topics. What cannot be answered still gets its
 prediction record, with an error reason and no output, so every request offset has exactly one answer and a
-client waiting on it learns why: `corrupt`, `missing-header`, `invalid-sample` (and the other wire reasons),
+client waiting on it learns why: `corrupt`, `invalid-sample` (and the other wire reasons),
 `wrong-shape` (not (size, num_features)), `dtype-not-accepted` / `dtype-overflow` (the payload rule of the
 version's settings), `model-error` (the collate function or the model raised on it). A batch the model
 cannot take whole is answered sample by sample, so one bad request costs only its own answer.

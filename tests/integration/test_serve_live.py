@@ -98,7 +98,7 @@ def _send_requests(kafka: KafkaConfig, count: int) -> dict[int, str | None]:
     for i, sample in enumerate(samples):
         if i == 7:
             producer.produce(kafka.topics.requests, value=b"\x00not avro")
-            expected[i] = "missing-header"
+            expected[i] = "corrupt"  # neither the single-object marker nor a schema header
         elif i == 11:
             value, headers = encode(Sample.from_array("client", i, np.zeros((6, 2), np.float32)))
             producer.produce(kafka.topics.requests, value=value, headers=headers)
@@ -175,4 +175,4 @@ def test_serve_switches_versions_obeys_the_gate_and_answers_each_request_once(ka
     assert set(used) <= {new for new, _ in switches} | {min(used)}
     for new, old in switches:
         verdict = judge(announced[new].metrics, announced[old].metrics, GATE)
-        assert verdict.passed and verdict.metric == "prequential_accuracy", (old, new, verdict)
+        assert verdict.passed, (old, new, verdict)

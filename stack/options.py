@@ -50,6 +50,9 @@ class StackOptions:
     secure: bool = False
     """Run the embedded broker with SASL/SCRAM and ACLs, each service as its own role's principal
     (`stack.secure`)."""
+    external: tuple[str, ...] = ()
+    """Devices fed from outside (`--external-devices`, `stack.external`): no producer of the stack's writes their
+    topics; everything else runs for them as for the others."""
     serve: bool = False
     """Run `serve` and a request load at `request_rate` beside the trainers (`stack.serving`)."""
     request_rate: float = 20.0
@@ -59,3 +62,10 @@ class StackOptions:
     def devices(self) -> list[str]:
         """The devices, one per stream."""
         return [s.device_id for s in self.streams]
+
+    @property
+    def produced(self) -> list[tuple[int, DeviceStream]]:
+        """(index, stream) of each device the stack's own producers feed: all but the external ones. The index
+        is the stream's place among all streams (it seeds the stream, so a device's samples do not depend on
+        which other devices are external)."""
+        return [(i, s) for i, s in enumerate(self.streams) if s.device_id not in self.external]

@@ -5,26 +5,36 @@ This package is the shared core: the wire contract (`streamtrain.wire`), the con
 (`streamtrain.broker`), model versions (`streamtrain.versions`) and the CLI. The services live in
 `producers`, `coordinator`, `trainer` and `serve`.
 
-What a user imports is here: `streamtrain.load_model(path)` rebuilds a published model version to predict.
+What an application imports is re-exported here: `from streamtrain import DeviceProducer` to publish samples,
+`streamtrain.load_model(path)` to rebuild a published model version and predict.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .publish import Delivery, DeliveryError, DeviceProducer, DeviceProducerError, QueueFullError
+    from .versions import load_model
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_model"]
+__all__ = ["Delivery", "DeliveryError", "DeviceProducer", "DeviceProducerError", "QueueFullError", "load_model"]
 
-if TYPE_CHECKING:
-    from .versions import load_model
+#: Public name -> the module that defines it. Loaded on first use: `import streamtrain.wire` (every service,
+#: every CLI start) should not pay for the Kafka client an application's producer needs, nor for torch.
+_LAZY = {**{name: "streamtrain.publish" for name in __all__}, "load_model": "streamtrain.versions"}
 
 
 def __getattr__(name: str) -> Any:
-    # Imported on first use: `import streamtrain` stays light (no torch) for the CLI and the services that
-    # never load a model.
-    if name == "load_model":
-        from .versions import load_model
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'streamtrain' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return load_model
-    raise AttributeError(f"module 'streamtrain' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -70,7 +70,8 @@ class SoakSetup(StreamsSetup):
     serve: bool = False
     """The ranks publish a model version every second and `serve` answers a request load at `request_rate` with
     them, its memory sampled with the rest."""
-    request_rate: float = 20.0
+    request_rate: float | None = None
+    """Requests per second of the load `serve` answers (set with `serve`; absent from runs without it)."""
 
     def producer_groups(self) -> list[tuple[list[str], list[float]]]:
         """The devices (and their rates) of each producer process."""
@@ -78,6 +79,9 @@ class SoakSetup(StreamsSetup):
         n = max(1, min(self.producer_procs, self.devices))
         return [(ids[i::n], rates[i::n]) for i in range(n)]
 
+
+#: Requests per second of the load `serve` answers in `bench soak --serve`.
+REQUEST_RATE = 20.0
 
 MIB = 1024.0 * 1024.0
 #: Memory a JVM uses besides its heap (metaspace, code cache, thread stacks, direct buffers), in MiB.
@@ -414,7 +418,8 @@ def soak_command(
         die(f"--ranks {ranks} is more than --devices {devices}", 2)
     setup = SoakSetup(minutes=minutes, devices=devices, ranks=ranks, producer_procs=producer_procs,
                       sample_every_s=sample_every, max_lag_samples=max_lag_samples, seed=seed,
-                      work_dir=work_dir / "soak", serve=serve and ranks > 0)
+                      work_dir=work_dir / "soak", serve=serve and ranks > 0,
+                      request_rate=REQUEST_RATE if serve and ranks > 0 else None)
 
     def progress(t: float, total: float, phase: str, sample: SoakSample) -> None:
         rss = sum(sample.rss.values()) / MIB

@@ -29,7 +29,7 @@ from ..live import (
     train_command,
     watermarks,
 )
-from . import FollowerStats, PhaseSpan, SoakResult, SoakSample, SoakSetup, plot_soak, summarise_soak
+from . import REQUEST_RATE, FollowerStats, PhaseSpan, SoakResult, SoakSample, SoakSetup, plot_soak, summarise_soak
 
 __all__ = ["Progress", "TruncationFollower", "run_soak"]
 
@@ -193,7 +193,7 @@ class _Soak:
         """`serve` on the versions the ranks publish, and `streamtrain request` sending it the synthetic task."""
         self.services.start("serve", "serve", launch.command("serve", "serve", "--port", "0", settings=settings))
         self.services.start("requests", "requests", launch.command(
-            "serve", "request", "--rate", str(self.setup.request_rate), settings=settings))
+            "serve", "request", "--rate", str(self.setup.request_rate or REQUEST_RATE), settings=settings))
 
     def phases(self, launch: LaunchOptions, progress: Progress | None) -> None:
         """Each phase in turn (its own coordinator), sampled every `sample_every_s` until its share of the run."""

@@ -42,7 +42,8 @@ _PARAGRAPHS = (
     "are not a failure. A Ctrl-C while the run is read back abandons the report.",
     "Devices your application feeds: --external-devices 0,2 (or all) runs no producer for those devices. `up` "
     "creates their topics and prints where to publish: the Kafka address (the embedded broker takes port 9092 when "
-    "it is free, or broker.port) and each device's topic, <prefix>.device.<id>; DIR/external/device-<id>.env holds "
+    "it is free, or broker.port) and each device's topic, <prefix>.device.<id> (on an outside broker <prefix> is the "
+    "run's own, <kafka.topic_prefix>.up-<date>-<time>); DIR/external/device-<id>.env holds "
     "the same as STREAMTRAIN_KAFKA__* settings, which streamtrain.DeviceProducer reads from the environment (on a "
     "--secure run with the device's own login). Publish while the run goes on: its records are trained, shown (rate: "
     "what arrives on the topic) and accounted like every other device's. The run ends as usual; the drain then "
@@ -115,7 +116,9 @@ def up(
                                               "(default 30% of its mean): a normal where one that stays >= 1 "
                                               "can have it, else a lognormal of the same mean and std.")] = None,
     broker: Annotated[str, typer.Option(help="auto: the broker at kafka.bootstrap_servers when it is set and "
-                                        "answers, else an embedded one; embedded; external.")] = "auto",
+                                        "answers, else an embedded one; embedded; external. On an outside broker "
+                                        "the run's topic prefix is kafka.topic_prefix + .up-<date>-<time>, so a "
+                                        "run never reads an earlier one's topics.")] = "auto",
     prometheus: Annotated[bool, typer.Option(help="Run Prometheus scraping every service.")] = True,
     prometheus_bin: Annotated[str | None, typer.Option(help="Path of the prometheus binary (default: $PATH).")]
     = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import balance, convergence, ingest, kafka, scheduler, soak, truncation
+from . import balance, convergence, freshness, ingest, kafka, scheduler, soak, truncation
 from .common import Bench
 
 __all__ = ["REGISTRY", "bench_named"]
@@ -23,6 +23,7 @@ REGISTRY: tuple[Bench[Any], ...] = (
     balance.BALANCE,
     balance.REALDATA,
     truncation.BENCH,
+    freshness.BENCH,
     soak.BENCH,
 )
 

@@ -9,7 +9,9 @@ filled by one part of the stack:
 - `BalanceFigures` and `HeldoutFigures`: who kept up, SE where it means something, held-out accuracy
   (`stack.balance`);
 - `ObjectiveFigures`, nested under `objective`: test-then-train and held-out figures in the terms of the
-  run's objective (`stack.objective_figures`).
+  run's objective (`stack.objective_figures`);
+- `ModelOutFigures`, nested under `model_out`: the model versions the run published, where its final model is,
+  and with `--serve` what serve answered and how fresh (`stack.serving`).
 
 A new section (say, an objective's own figures): a `Record` of its own, added to `StackReport` as an optional
 field (`my_section: MySection | None = None`, nested under its name in `report.json`), filled in
@@ -23,8 +25,8 @@ from pydantic import Field
 from streamtrain.results import Record
 
 __all__ = ["BalanceFigures", "DeviceBalanceFigures", "DeviceFates", "HeldoutFigures", "HeldoutPoint", "MetricFigures",
-           "ObjectiveFigures", "RunFigures", "RunSettings", "StackReport", "StaticVsMeasured", "StreamSetting",
-           "TimeModel"]
+           "ModelOutFigures", "ObjectiveFigures", "RunFigures", "RunSettings", "StackReport", "StaticVsMeasured",
+           "StreamSetting", "TimeModel"]
 
 
 class StreamSetting(Record):
@@ -227,7 +229,32 @@ class ObjectiveFigures(Record):
     heldout_final: dict[str, float] = Field(default_factory=dict)
 
 
+class ModelOutFigures(Record):
+    """The model out of the run (`stack.serving.model_out_figures`); the serving figures only with `--serve`."""
+
+    model_dir: str | None = None
+    """Where the run's final version was kept (None: it published none)."""
+    versions_published: int = 0
+    versions_served: int | None = None
+    """Versions serve answered at least one request with."""
+    requests_answered: int | None = None
+    requests_errors: int | None = None
+    """Requests answered with an error reason (bad input) instead of an output."""
+    request_latency_seconds_median: float | None = None
+    freshness_samples: int | None = None
+    """Trained samples whose freshness was measured."""
+    freshness_seconds_median: float | None = None
+    """From a sample's produced_at to serve's first answer by a version that trained it (`streamtrain.versions.
+    freshness`)."""
+    freshness_seconds_p99: float | None = None
+    freshness_published_seconds_median: float | None = None
+    """Its training side: from produced_at to the announcement of the version that first trained the sample."""
+    freshness_unserved_samples: int | None = None
+    """Trained by versions after the last one serve answered with: not measured."""
+
+
 class StackReport(HeldoutFigures, BalanceFigures, RunFigures, RunSettings):
     """`report.json`: the run's settings and every figure, flat (see the module docstring for a new section)."""
 
     objective: ObjectiveFigures | None = None
+    model_out: ModelOutFigures | None = None

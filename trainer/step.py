@@ -89,6 +89,8 @@ class StepResult:
     prequential: dict[str, float] = field(default_factory=dict)
     """Test-then-train: the objective's metric sums of this rank's samples under the model as it was before the
     step, from the step's own forward pass (empty when it trained none or the step was skipped)."""
+    publish: bool = False
+    """Some rank asked for a model version after this step (every rank sees the same value)."""
 
 
 def linear_lr_scale(global_batch: int, base_batch: int, max_scale: float) -> float:
@@ -189,6 +191,7 @@ class StepRunner:
         *,
         stop: bool = False,
         backlog: int = 0,
+        publish: bool = False,
     ) -> StepResult:
         """Train one step on `samples` (possibly none) together with the other ranks.
 
@@ -202,6 +205,8 @@ class StepRunner:
                 is `StepResult.stop`. It rides on the step's weight all-reduce: no extra collective.
             backlog: Samples the coordinator knew of that this rank keeps past the step; summed over the
                 ranks into `StepResult.group_backlog` on the same all-reduce.
+            publish: This rank asks for a model version after this step; the answer (any rank asked) is
+                `StepResult.publish`, on the same all-reduce.
 
         Returns:
             Timings, loss, sizes and memory of the step.
@@ -212,7 +217,7 @@ class StepRunner:
         batch = self.collate(samples, self.config).to(self.device)
         collated = time.perf_counter()
         own_weight = self._weight_of(samples) if weight is None else float(weight)
-        self.state.begin_step(own_weight, batch.num_samples, stop, backlog)
+        self.state.begin_step(own_weight, batch.num_samples, stop, backlog, publish)
         self.optimizer.zero_grad(set_to_none=True)
         self.model.train()
         saved = [b.detach().clone() for b in self._buffers]
@@ -268,6 +273,7 @@ class StepRunner:
             skipped=skipped,
             grad_norm=grad_norm,
             prequential=prequential,
+            publish=self.state.group_publish(),
         )
 
     def _forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:

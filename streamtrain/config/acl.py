@@ -34,6 +34,9 @@ class AclConfig(BaseModel):
     trainer: str = "streamtrain-trainer"
     """Every trainer rank: reads the device topics and the plans, commits in the trainers' group, writes feedback."""
 
+    serve: str = "streamtrain-serve"
+    """The serve service: reads requests and model announcements, commits in its group, writes predictions."""
+
     producer: str = "streamtrain-producer-{device}"
     """Producers. With `{device}` in it, one principal per device, allowed to write that device's topic only;
     without, one principal (a producer host) that writes every device topic `acl apply` is given."""
@@ -45,7 +48,7 @@ class AclConfig(BaseModel):
     """SCRAM passwords by principal name, created or updated by `acl apply --users` (every SCRAM mechanism);
     masked wherever streamtrain prints settings. From the environment as JSON: STREAMTRAIN_ACL__PASSWORDS."""
 
-    @field_validator("admin", "coordinator", "trainer", "producer")
+    @field_validator("admin", "coordinator", "trainer", "serve", "producer")
     @classmethod
     def _name_is_plain(cls, value: str) -> str:
         plain = value.replace("{device}", "device")
@@ -74,9 +77,9 @@ class AclConfig(BaseModel):
 
     @model_validator(mode="after")
     def _roles_are_distinct(self) -> Self:
-        names = [self.admin, self.coordinator, self.trainer]
+        names = [self.admin, self.coordinator, self.trainer, self.serve]
         if len(set(names)) != len(names) or self.producer in names:
-            raise ValueError("admin, coordinator, trainer and producer must be different principals: a shared "
+            raise ValueError("admin, coordinator, trainer, serve and producer must be different principals: a shared "
                              "principal would hold the rights of both roles")
         return self
 

@@ -116,16 +116,20 @@ def build_collate(config: TrainerConfig) -> CollateFn:
     return collate
 
 
-def probe_samples(config: TrainerConfig, objective: Objective | None = None,
-                  sizes: Sequence[int] = (1, 3, 8)) -> list[Sample]:
+def probe_samples(config: TrainerConfig, sizes: Sequence[int] = (1, 3, 8),
+                  objective: Objective | None = None) -> list[Sample]:
     """Samples as the wire would deliver them to this configuration: float32 (size, num_features), with the labels or
-    targets `objective` trains on (labels cycling through the classes when none is given), each at least as long as
-    the objective needs. What `check_plugins` feeds a plug-in."""
+    targets `objective` (default: `trainer.objective`'s) trains on, each at least as long as it needs. What
+    `check_plugins` feeds a plug-in."""
+    if objective is None:
+        from streamtrain.objectives import build_objective  # objectives build on this module: import on use
+
+        objective = build_objective(config)
     rng = np.random.default_rng(0)
-    shortest = objective.min_size() if objective is not None else 1
+    shortest = objective.min_size()
     out = []
     for i, n in enumerate(sizes):
-        label, target = objective.probe_target(i, rng) if objective is not None else (i % config.num_classes, None)
+        label, target = objective.probe_target(i, rng)
         values = rng.standard_normal((n + shortest - 1, config.num_features)).astype(np.float32)
         out.append(Sample.from_array(PROBE_DEVICE, i, values, label=label, target=target))
     return out
@@ -160,7 +164,7 @@ def check_plugins(model: nn.Module, collate: CollateFn, config: TrainerConfig,
     was_training = model.training
     model.eval()
     try:
-        for samples in (probe_samples(config, objective), []):
+        for samples in (probe_samples(config, objective=objective), []):
             what = f"a probe batch of {len(samples)} samples of shape (size, {config.num_features})"
             batch = _collated(collate, samples, config, objective, names, what)
             outputs = _forward(model, batch, objective.output_width(), names, what)

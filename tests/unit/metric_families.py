@@ -1,4 +1,4 @@
-"""Every metric family the producers, the coordinator and a trainer rank export, for tests that audit them."""
+"""Every metric family the producers, the coordinator, a trainer rank and serve export, for tests that audit them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from prometheus_client.metrics_core import Metric
 
 from coordinator.metrics import CoordinatorMetrics
 from producers.metrics import ProducerMetrics
+from serve.metrics import ServeMetrics
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.objectives import build_objective
 from trainer.metrics import ObjectiveMetrics, TrainerMetrics
@@ -21,6 +22,8 @@ def service_metric_families() -> list[tuple[str, Metric]]:
     ObjectiveMetrics(trainer, "0", "job", build_objective(TrainerConfig()), 10)
     coordinator = CoordinatorMetrics(CollectorRegistry(), "job")
     coordinator.add_device("0")
+    serve = CollectorRegistry()
+    ServeMetrics(serve, "job")
     return [(service, family) for service, registry in
-            (("producer", producer), ("trainer", trainer), ("coordinator", coordinator.registry))
+            (("producer", producer), ("trainer", trainer), ("coordinator", coordinator.registry), ("serve", serve))
             for family in registry.collect()]

@@ -47,6 +47,9 @@ REQUIRED = [
     ("streamtrain-training", "held-out metrics"),
     ("streamtrain-training", "plan latency"),
     ("streamtrain-training", "late plans"),
+    ("streamtrain-serving", "freshness"),
+    ("streamtrain-serving", "model version in use"),
+    ("streamtrain-serving", "request latency"),
 ]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from streamtrain.objectives import (
     Objective,
     add_sums,
     build_objective,
+    predict_samples,
 )
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import Sample
@@ -220,8 +223,6 @@ def test_a_forecasting_model_sees_where_each_series_ends_and_keeps_series_apart(
     ("forecast", "values", (2, 2, 2))])
 def test_predictions_need_no_target_and_come_in_the_objectives_terms(name: str, field: str,
                                                                      shape: tuple[int, ...]) -> None:
-    from streamtrain.objectives import predict_samples
-
     config = CONFIGS[name]
     model = build_model(config)
     model.train()
@@ -229,3 +230,26 @@ def test_predictions_need_no_target_and_come_in_the_objectives_terms(name: str, 
     predictions = predict_samples(model, bare, config)
     assert predictions.kind == name and predictions.fields[field].shape == shape and len(predictions.rows()) == 2
     assert model.training  # left as it was found
+
+
+@pytest.mark.parametrize(("name", "check"), [
+    ("regression", lambda p, n: p.values.shape == (n, 2) and p.labels is None),
+    ("multilabel", lambda p, n: p.probabilities.shape == (n, 3) and len(p.tags) == n),
+    ("forecast", lambda p, n: p.values.shape == (n, 2 * 2)),  # horizon 2 x 2 features, flattened per sample
+])
+def test_a_published_version_of_every_objective_loads_and_predicts_as_the_objective_says(
+        tmp_path: Path, name: str, check: Any) -> None:
+    from streamtrain.versions import load_model, spec_for, write_version
+
+    config = CONFIGS[name].model_copy(update={"precision": "float32", "target_shift": 3.0, "target_scale": 2.0})
+    model = build_model(config)
+    spec = spec_for(config, job="j", version=1, step=5, class_names=None, offsets={"0": 5}, metrics={})
+    write_version(tmp_path, spec, model.state_dict())
+    arrays = [np.ones((n, 2), np.float32) for n in (4, 9, 30)]
+    loaded = load_model(tmp_path)
+    assert loaded.config.target_shift == 3.0 and loaded.config.horizon == config.horizon  # kept in model.json
+    predictions = loaded.predict(arrays)
+    assert predictions.objective == name and check(predictions, 3)
+    expected = predict_samples(model.eval(), [Sample.from_array("d", i, a) for i, a in enumerate(arrays)], config)
+    key = "probabilities" if name == "multilabel" else "values"
+    np.testing.assert_allclose(getattr(predictions, key), expected.fields[key].reshape(3, -1), rtol=1e-5)

@@ -17,8 +17,9 @@ __all__ = ["GateVerdict", "judge", "lower_is_better", "misfit"]
 
 
 def lower_is_better(metric: str) -> bool:
-    """Losses and errors improve downwards; accuracies (and anything else) upwards."""
-    return metric.endswith(("_loss", "_error"))
+    """Losses and errors (a regression's or a forecast's `_rmse`, `_mae`) improve downwards; accuracies, F1 (and
+    anything else) upwards."""
+    return metric.endswith(("_loss", "_error", "_rmse", "_mae"))
 
 
 @dataclass(frozen=True)

@@ -43,3 +43,10 @@ def test_a_version_that_does_not_fit_serves_settings_names_the_field() -> None:
     assert "(trainer.num_classes)" in (misfit(spec(num_classes=4), served) or "")
     assert "(trainer.objective)" in (misfit(spec(objective="regression"), served) or "")
     assert "(job)" in (misfit(spec(job="other"), served) or "")
+
+
+def test_a_regression_versions_error_gates_downwards() -> None:
+    gate = ServeConfig(gate_metrics=("heldout_rmse",), tolerance=0.5)
+    assert judge({"heldout_rmse": 2.9}, {"heldout_rmse": 2.5}, gate).passed  # worse by 0.4: within
+    assert not judge({"heldout_rmse": 3.2}, {"heldout_rmse": 2.5}, gate).passed
+    assert judge({"heldout_rmse": 1.0}, {"heldout_rmse": 2.5}, gate).passed  # better

@@ -12,7 +12,8 @@ __all__ = ["GATE_METRICS", "ServeConfig"]
 
 #: Metrics a version may carry that the promotion gate can compare (higher is better for accuracies, lower for
 #: losses).
-GATE_METRICS: tuple[str, ...] = ("heldout_accuracy", "heldout_loss", "prequential_accuracy", "prequential_loss")
+GATE_METRICS: tuple[str, ...] = tuple(f"{where}_{metric}" for where in ("heldout", "prequential") for metric in (
+    "accuracy", "loss", "rmse", "mae", "f1_mean", "f1_micro"))  # every built-in objective's headline and loss
 
 
 class ServeConfig(BaseModel):
@@ -22,8 +23,9 @@ class ServeConfig(BaseModel):
 
     gate_metrics: tuple[str, ...] = ("heldout_accuracy", "prequential_accuracy")
     """Metrics the promotion gate compares, in order of preference: the first one both the new version and the
-    live one carry decides (accuracies: higher is better; losses: lower). E.g. `--set serve.gate_metrics=
-    heldout_loss`."""
+    live one carry decides (accuracies and F1: higher is better; losses, RMSE and MAE: lower). E.g. `--set
+    serve.gate_metrics=heldout_loss`; for a regression model `heldout_rmse` (in the target's units: set the
+    tolerance to match)."""
 
     tolerance: float = Field(default=0.05, ge=0)
     """How much worse than the live version a new version may be on the gate metric and still be served

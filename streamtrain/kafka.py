@@ -441,9 +441,11 @@ def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,
                 last: int | None = None, stop: Callable[[], bool] | None = None) -> Iterator[Message]:
     """Every record now in `topics` (or each partition's `last` records), up to the high watermarks on entry.
 
-    Reads by manual assignment with no committed offsets (nothing is left behind in any group).
-    Transient consumer errors are retried until `timeout`. When `stop` is given and returns true (checked
-    at least every half second), reading ends early: the caller tells a short read by asking `stop` again.
+    Reads by manual assignment with no committed offsets (nothing is left behind in any group), `read_committed`:
+    of a topic written in transactions, the records of committed ones, up to the end an open transaction holds
+    back (the last stable offset). Transient consumer errors are retried until `timeout`. When `stop` is given and
+    returns true (checked at least every half second), reading ends early: the caller tells a short read by asking
+    `stop` again.
 
     Raises:
         TimeoutError: when the records up to the high watermarks do not arrive within `timeout`.
@@ -484,5 +486,20 @@ def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,
                     yield msg
                 if offset >= end - 1:
                     del remaining[key]
+            _drop_reached(consumer, remaining)
     finally:
         consumer.close()
+
+
+def _drop_reached(consumer: Consumer, remaining: dict[tuple[str, int], int]) -> None:
+    """Forget the partitions whose position reached their end offset.
+
+    The last offsets before a transactional topic's end may hold no record a `read_committed` reader is given
+    (a commit marker, an aborted transaction's records): no record at `end - 1` ever comes, but the consumer's
+    position passes those offsets.
+    """
+    if not remaining:
+        return
+    for tp in consumer.position([TopicPartition(t, p) for t, p in remaining]):
+        if tp.offset >= remaining[(tp.topic, tp.partition)]:
+            del remaining[(tp.topic, tp.partition)]

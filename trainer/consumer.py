@@ -150,8 +150,17 @@ class RankConsumer:
                 self._flow_control()
         if rewind is not None:
             self.consumer.seek(TopicPartition(self.topic, 0, rewind))
+        else:
+            self._pass_gaps()
         self._flow_control()
         return len(messages)
+
+    def _pass_gaps(self) -> None:
+        """Move the buffer's position to the consumer's: past the offsets of a transactional topic that hold no
+        record for this consumer (markers, aborted records), which it passes without handing anything over."""
+        (where,) = self.consumer.position([self.partition])
+        if where.offset >= 0:
+            self.buffer.pass_to(where.offset)
 
     def _refused_group(self, event: Message | None) -> None:
         """Raise when `event` says this principal may not use the trainers' group (commits would only time out)."""

@@ -37,6 +37,7 @@ __all__ = [
     "make_consumer",
     "make_control_producer",
     "make_producer",
+    "make_transactional_producer",
     "produce",
     "read_to_end",
     "tail_positions",
@@ -145,6 +146,24 @@ def make_control_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
     """`make_producer` for the control plane (feedback, plans): every step waits for these records, so they are
     sent at once rather than lingering for a batch."""
     return make_producer(cfg, **{"linger.ms": 0, **overrides})
+
+
+def make_transactional_producer(cfg: KafkaConfig, transactional_id: str, timeout_s: float,
+                                **overrides: Any) -> Producer:
+    """`make_producer` whose writes, and a consumer's offsets, commit or abort together (Kafka transactions).
+
+    Args:
+        cfg: Kafka settings.
+        transactional_id: the same across the producer's restarts: a new instance fences the old one, and the
+            broker aborts the old one's open transaction.
+        timeout_s: the broker aborts a transaction left open this long (transaction.timeout.ms); a record's
+            delivery may take no longer (librdkafka requires it).
+        overrides: other librdkafka settings.
+    """
+    timeout_ms = round(timeout_s * 1000)
+    defaults = {"transactional.id": transactional_id, "transaction.timeout.ms": timeout_ms,
+                "delivery.timeout.ms": timeout_ms}
+    return make_producer(cfg, **{**defaults, **overrides})
 
 
 def produce(producer: Producer, topic: str, value: bytes, headers: HeaderList | None = None,

@@ -27,7 +27,15 @@ from prometheus_client import CollectorRegistry
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import StreamtrainConfig
-from streamtrain.decoders import Decoder, DecoderSetupError, Rejected, SourceRecord, build_decoder, to_sample
+from streamtrain.decoders import (
+    SKIPPED_REASON,
+    Decoder,
+    DecoderSetupError,
+    Rejected,
+    SourceRecord,
+    build_decoder,
+    to_sample,
+)
 from streamtrain.kafka import (
     DeadLetterSink,
     TopicSpec,
@@ -44,12 +52,9 @@ from .checks import SourceCheck, check_sources
 from .errors import BridgeFatalError, BridgeSetupError
 from .metrics import BridgeMetrics
 
-__all__ = ["SKIPPED", "Bridge"]
+__all__ = ["Bridge"]
 
 logger = logging.getLogger(__name__)
-
-#: Dead-letter reason of a record the decoder skipped on purpose (returned None): its fate, in Kafka.
-SKIPPED = "skipped"
 
 #: Seconds each transactional call may block (commit, abort, offsets) before it is retried.
 CALL_TIMEOUT_S = 10.0
@@ -194,7 +199,7 @@ class Bridge:
             fields = self.decoders[record.topic](record)
             if fields is None:
                 # The fate of a skipped record is in Kafka too (accounting); its value stays in the source topic.
-                self.dead_letters.send_parts(record.topic, record.partition, record.offset, SKIPPED,
+                self.dead_letters.send_parts(record.topic, record.partition, record.offset, SKIPPED_REASON,
                                              "the decoder returned None: skipped on purpose", key=record.key,
                                              headers=msg.headers())
                 txn.skipped[record.topic] += 1

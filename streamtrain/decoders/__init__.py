@@ -7,6 +7,7 @@ user's `package.module:function` by the contract in `contract`.
 from .builtin import JsonDecoder, RawDecoder
 from .contract import (
     FIELDS,
+    SKIPPED_REASON,
     SOURCE_KEY,
     ContractError,
     Rejected,
@@ -19,6 +20,7 @@ from .loading import Decoder, DecoderSetupError, build_decoder
 
 __all__ = [
     "FIELDS",
+    "SKIPPED_REASON",
     "SOURCE_KEY",
     "ContractError",
     "Decoder",

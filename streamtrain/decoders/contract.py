@@ -28,11 +28,14 @@ from ..wire import DTYPES, Sample, now_ms
 from ..wire.codec import header_items
 from ..wire.topics import validate_name_part
 
-__all__ = ["FIELDS", "SOURCE_KEY", "ContractError", "Rejected", "SampleFields", "SourceRecord", "source_of",
-           "to_sample"]
+__all__ = ["FIELDS", "SKIPPED_REASON", "SOURCE_KEY", "ContractError", "Rejected", "SampleFields", "SourceRecord",
+           "source_of", "to_sample"]
 
 #: Metadata key of a bridged sample's origin, `topic/partition/offset` (topic names hold no "/").
 SOURCE_KEY = "source"
+
+#: Dead-letter reason of a record its decoder skipped on purpose (returned None): its fate is in Kafka too.
+SKIPPED_REASON = "skipped"
 
 _REASON = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 

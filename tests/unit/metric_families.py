@@ -1,10 +1,12 @@
-"""Every metric family the producers, the coordinator and a trainer rank export, for tests that audit them."""
+"""Every metric family the producers, the coordinator, a trainer rank and the bridge export, for tests that audit
+them."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
+from bridge.metrics import BridgeMetrics
 from coordinator.metrics import CoordinatorMetrics
 from producers.metrics import ProducerMetrics
 from trainer.metrics import TrainerMetrics
@@ -18,6 +20,8 @@ def service_metric_families() -> list[tuple[str, Metric]]:
     TrainerMetrics(trainer, "0", "job")
     coordinator = CoordinatorMetrics(CollectorRegistry(), "job")
     coordinator.add_device("0")
+    bridge = CollectorRegistry()
+    BridgeMetrics(bridge, "job", ["events"], ["0"])
     return [(service, family) for service, registry in
-            (("producer", producer), ("trainer", trainer), ("coordinator", coordinator.registry))
-            for family in registry.collect()]
+            (("producer", producer), ("trainer", trainer), ("coordinator", coordinator.registry),
+             ("bridge", bridge)) for family in registry.collect()]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import balance, convergence, ingest, kafka, realdata, scheduler, soak, truncation
+from . import balance, bridge, convergence, ingest, kafka, realdata, scheduler, soak, truncation
 from .common import Bench
 
 __all__ = ["REGISTRY", "bench_named"]
@@ -17,6 +17,7 @@ __all__ = ["REGISTRY", "bench_named"]
 REGISTRY: tuple[Bench[Any], ...] = (
     kafka.BENCH,
     ingest.BENCH,
+    bridge.BENCH,
     scheduler.BENCH,
     convergence.BENCH,
     balance.BENCH,

@@ -18,7 +18,14 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPart
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import StreamtrainConfig
 from streamtrain.decoders import ContractError, Decoder, Rejected, SourceRecord, to_sample
-from streamtrain.kafka import KafkaConsumer, consume_available, make_consumer, topic_metadata, watermarks
+from streamtrain.kafka import (
+    KafkaConsumer,
+    committed_offsets,
+    consume_available,
+    make_consumer,
+    topic_metadata,
+    watermarks,
+)
 
 from .errors import BridgeSetupError
 
@@ -117,7 +124,7 @@ def _peek(consumer: KafkaConsumer, parts: list[TopicPartition], count: int, seco
     deadline = time.monotonic() + seconds
     ends: dict[int, int] = {}
     start = []
-    for tp in consumer.committed(parts, timeout=seconds):
+    for tp in committed_offsets(consumer, parts, timeout=max(seconds, 30.0)):
         low, high = watermarks(consumer, TopicPartition(tp.topic, tp.partition), max(0.1, deadline - time.monotonic()))
         if high > max(tp.offset, low):
             ends[tp.partition] = high

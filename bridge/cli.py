@@ -10,7 +10,7 @@ __all__ = ["register"]
 
 _HELP = """Bridge existing topics, in their own format, into the device topics as Samples, exactly once.
 
-Each source topic (`[[bridge.sources]]` in the --config file: its topic and decoder) is read in the bridge's
+Each source topic (`\\[\\[bridge.sources]]` in the --config file: its topic and decoder) is read in the bridge's
 group; every record becomes one Sample in its device's topic (<prefix>.device.<id>, the device from the
 record's key or a field), or a dead letter with the decoder's reason. Samples, dead letters and the group's
 offsets commit in one Kafka transaction: a crash at any point loses and duplicates nothing.
@@ -25,7 +25,7 @@ Example (docs/guides/bridge.md has the whole config):
 
   streamtrain --config bridge.toml bridge
 
-  [[bridge.sources]]
+  \\[\\[bridge.sources]]
   topic = "sensors"
   decoder = "json"
   mapping = { data = "values", shape = [-1, 16], label = "label", device = "sensor" }

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from streamtrain.authz import raise_if_refused
@@ -39,6 +40,7 @@ from streamtrain.decoders import (
 from streamtrain.kafka import (
     DeadLetterSink,
     TopicSpec,
+    committed_offsets,
     consume_available,
     ensure_topics,
     make_admin,
@@ -59,6 +61,9 @@ logger = logging.getLogger(__name__)
 #: Seconds each transactional call may block (commit, abort, offsets) before it is retried.
 CALL_TIMEOUT_S = 10.0
 
+#: Producers replaced in a row, with no transaction committed in between, before the bridge gives up.
+MAX_RENEWALS = 5
+
 
 @dataclass
 class _Transaction:
@@ -66,7 +71,6 @@ class _Transaction:
 
     began: float
     records: int = 0
-    offsets_sent: bool = False
     records_in: Counter[str] = field(default_factory=Counter)
     samples_out: Counter[str] = field(default_factory=Counter)
     rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -104,11 +108,14 @@ class Bridge:
         self.transactional_id = self.settings.transactional_id(config.job)
         self.metrics = BridgeMetrics(registry if registry is not None else CollectorRegistry(), config.job,
                                      list(self.decoders), self.devices)
-        self.producer = make_transactional_producer(config.kafka, self.transactional_id,
-                                                    self.settings.transaction_timeout_seconds)
-        self.consumer = make_consumer(config.kafka, self.settings.group(config.job))
+        self.producer = self._new_producer()
+        # Static membership: a restarted bridge takes its partitions back at once, rather than after the session
+        # timeout of the member it was before the crash (its transactional id names it just as stably).
+        self.consumer = make_consumer(config.kafka, self.settings.group(config.job),
+                                      **{"group.instance.id": self.transactional_id})
         self.dead_letters = DeadLetterSink(self.producer, self.topics.dead_letter, "bridge")
         self._txn: _Transaction | None = None
+        self._renewals = 0
         self._stopping = False
         self._lag_at = 0.0
         self._warned: set[tuple[str, str]] = set()
@@ -130,11 +137,7 @@ class Bridge:
             names = [*(self.topics.device(d) for d in self.devices), self.topics.dead_letter]
             ensure_topics(make_admin(self.config.kafka), [TopicSpec.from_config(self.config.kafka, n) for n in names])
         checks = check_sources(self.config, self.decoders, self.devices)
-        try:
-            self.producer.init_transactions(self.settings.transaction_timeout_seconds + CALL_TIMEOUT_S)
-        except KafkaException as exc:
-            raise_if_refused(self.config.kafka, exc.args[0], "WRITE", self.transactional_id, "transactional id")
-            raise BridgeFatalError(f"transactions of {self.transactional_id} could not start: {exc}") from None
+        self._init_transactions()
         self.consumer.subscribe(list(self.decoders), on_assign=self._assigned, on_revoke=self._revoked,
                                 on_lost=self._lost)
         logger.info("bridging %s to the topics of devices %s (transactional id %s, group %s)",
@@ -142,15 +145,51 @@ class Bridge:
                     self.settings.group(self.config.job))
         return checks
 
+    def _new_producer(self) -> Producer:
+        return make_transactional_producer(self.config.kafka, self.transactional_id,
+                                           self.settings.transaction_timeout_seconds)
+
+    def _init_transactions(self) -> None:
+        """Fence any earlier producer of this transactional id (the broker aborts its open transaction); retried
+        while the broker is away."""
+        while True:
+            try:
+                self.producer.init_transactions(self.settings.transaction_timeout_seconds + CALL_TIMEOUT_S)
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                raise_if_refused(self.config.kafka, err, "WRITE", self.transactional_id, "transactional id")
+                if err.fatal() or not err.retriable() or self._stopping:
+                    raise BridgeFatalError(f"transactions of {self.transactional_id} could not start: {exc}") from None
+                logger.warning("transactions of %s cannot start yet (%s): retrying", self.transactional_id, err.str())
+
+    def _renew_producer(self) -> None:
+        """Replace the producer after an abort with a fresh one that fences it.
+
+        A producer whose broker went away mid-transaction can keep a request to the dead connection pending, and
+        its next transaction then waits on it for good, whatever the call's timeout (librdkafka 2.x). The old
+        producer is let go in a thread of its own: destroying a client in that state may block.
+        """
+        self._renewals += 1
+        if self._renewals > MAX_RENEWALS:
+            raise BridgeFatalError(f"{MAX_RENEWALS} producers in a row failed to commit a transaction; stopping (the "
+                                   "open transaction is aborted, nothing is lost): see the warnings before this")
+        retired = [self.producer]  # the only reference: the thread that clears it destroys the producer
+        self.producer = self._new_producer()
+        self.dead_letters.producer = self.producer
+        threading.Thread(target=retired.clear, name="release-producer", daemon=True).start()
+        self._init_transactions()
+
     def stop(self) -> None:
         """Ask `run` to commit what it holds and return (safe in a signal handler)."""
         self._stopping = True
 
     def close(self, commit: bool = True) -> None:
         """Commit the open transaction (with `commit`; else leave it to be aborted), leave the group, close."""
+        self._stopping = True
         try:
-            if commit and self._txn is not None:
-                self._commit()
+            if commit and self._txn is not None and not self._commit():
+                logger.warning("the open transaction could not commit: its records are bridged at the next start")
         finally:
             self.consumer.close()
 
@@ -229,26 +268,39 @@ class Bridge:
     # ---- transactions ---------------------------------------------------------------------------------------
 
     def _commit(self) -> bool:
-        """Commit the open transaction with the consumer's positions as the group's offsets; on a failure that
-        needs it, abort and rewind. Returns whether it committed."""
+        """Commit the open transaction with the consumer's positions as the group's offsets; when that fails,
+        abort it (and read its records again). Returns whether it committed."""
         txn = self._txn
         assert txn is not None
         positions = [tp for tp in self.consumer.position(self.consumer.assignment()) if tp.offset >= 0]
+        try:
+            self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(),
+                                                      CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            # Not retried, even when retriable: called again after a coordinator went away, it may block for good
+            # (librdkafka ignores its timeout there). Aborting and reading the records again costs a transaction.
+            return self._failed(exc.args[0], "sending the offsets")
         while True:
             try:
-                if not txn.offsets_sent:
-                    self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(),
-                                                              CALL_TIMEOUT_S)
-                    txn.offsets_sent = True
                 self.producer.commit_transaction(CALL_TIMEOUT_S)
                 break
             except KafkaException as exc:
-                if not self._retriable(exc.args[0], "commit"):
-                    self._abort()
-                    return False
+                err = exc.args[0]
+                if not err.retriable() or err.fatal() or err.txn_requires_abort() or self._stopping:
+                    return self._failed(err, "the commit")
+                raise_if_refused(self.config.kafka, err, "WRITE", self.transactional_id, "transactional id")
+                logger.warning("the commit of a transaction failed for now (%s): retrying", err.str())
         self._txn = None
+        self._renewals = 0
         self._count(txn)
         return True
+
+    def _failed(self, err: KafkaError, what: str) -> bool:
+        """A transaction that cannot commit: abort it, and unless stopping read its records again (returns False)."""
+        raise_if_refused(self.config.kafka, err, "WRITE", self.transactional_id, "transactional id")
+        logger.warning("%s of a transaction failed (%s): aborting it; its records are read again", what, err.str())
+        self._abort()
+        return False
 
     def _count(self, txn: _Transaction) -> None:
         m, job = self.metrics, self.config.job
@@ -264,39 +316,28 @@ class Bridge:
         m.transaction_records.labels(job).set(txn.records)
         m.transaction_seconds.labels(job).observe(time.monotonic() - txn.began)
 
-    def _retriable(self, err: KafkaError, what: str) -> bool:
-        """Whether to call again after `err`; raises when the bridge must stop."""
-        raise_if_refused(self.config.kafka, err, "WRITE", self.transactional_id, "transactional id")
-        if err.fatal():
-            raise BridgeFatalError(f"{what} of a transaction failed fatally ({err.str()}): another bridge with "
-                                   f"transactional id {self.transactional_id} fenced this one, or the producer "
-                                   "broke; this one stops (its open transaction is aborted, nothing is lost)")
-        if err.txn_requires_abort():
-            logger.warning("%s of a transaction failed (%s): aborting it; its records are read again", what, err.str())
-            return False
-        if err.retriable() and not self._stopping:
-            logger.warning("%s of a transaction failed for now (%s): retrying", what, err.str())
-            return True
-        if err.retriable():
-            raise BridgeFatalError(f"{what} of a transaction failed while stopping ({err.str()}): its records are "
-                                   "read again at the next start")
-        logger.warning("%s of a transaction failed (%s): aborting it; its records are read again", what, err.str())
-        return False
-
     def _abort(self) -> None:
-        """Abort the open transaction and rewind the consumer to the group's committed offsets."""
+        """Abort the open transaction; unless stopping, rewind the consumer to the group's committed offsets and
+        carry on with a fresh producer."""
         txn, self._txn = self._txn, None
-        while True:
-            try:
-                self.producer.abort_transaction(CALL_TIMEOUT_S)
-                break
-            except KafkaException as exc:
-                if not self._retriable(exc.args[0], "abort"):
-                    raise BridgeFatalError(f"abort of a transaction failed: {exc}") from None
+        self._abort_call()
         if txn is not None:
             self.metrics.transactions.labels(self.config.job, "aborted").inc()
             self.metrics.transaction_seconds.labels(self.config.job).observe(time.monotonic() - txn.began)
-        self._rewind(self.consumer.assignment())
+        if not self._stopping:  # a bridge that stops reads them again at its next start
+            self._rewind(self.consumer.assignment())
+            self._renew_producer()
+
+    def _abort_call(self) -> None:
+        """Ask the broker to abort the open transaction; when it cannot be asked now, the fresh producer that
+        replaces this one fences it, and the broker aborts it then."""
+        try:
+            self.producer.abort_transaction(CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            # Even a "fatal" error here (an invalid state after the broker came back) ends only this producer.
+            raise_if_refused(self.config.kafka, exc.args[0], "WRITE", self.transactional_id, "transactional id")
+            logger.warning("abort of a transaction failed (%s): the next producer's start aborts it",
+                           exc.args[0].str())
 
     def _rewind(self, parts: list[TopicPartition]) -> None:
         """Seek `parts` back to their committed offsets (the log start where none): the aborted records again."""
@@ -305,7 +346,7 @@ class Bridge:
         deadline = time.monotonic() + self.settings.transaction_timeout_seconds
         while True:
             try:
-                for tp in self.consumer.committed(parts, timeout=CALL_TIMEOUT_S):
+                for tp in committed_offsets(self.consumer, parts, CALL_TIMEOUT_S):
                     offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
                     self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
                 return
@@ -332,10 +373,8 @@ class Bridge:
         """Partitions already belong to another bridge: their offsets can no longer be committed by this one."""
         if self._txn is not None:
             txn, self._txn = self._txn, None
-            try:
-                self.producer.abort_transaction(CALL_TIMEOUT_S)
-            except KafkaException as exc:
-                self._retriable(exc.args[0], "abort")
+            self._abort_call()
+            self._renew_producer()
             self.metrics.transactions.labels(self.config.job, "aborted").inc()
             logger.warning("partitions lost (%d records of the open transaction aborted; another bridge reads them)",
                            txn.records)
@@ -357,3 +396,4 @@ class Bridge:
             if high >= 0 and tp.offset >= 0:
                 self.metrics.source_lag.labels(self.config.job, tp.topic, str(tp.partition)).set(
                     max(0, high - tp.offset))
+

@@ -22,12 +22,14 @@ from .wire import DeadLetter, WireError, encode
 from .wire.codec import HeaderList, Headers, header_items
 
 __all__ = [
+    "COORDINATOR_STARTING",
     "DeadLetterSink",
     "KafkaAdmin",
     "KafkaConsumer",
     "TopicSpec",
     "auth_failure_message",
     "client_settings",
+    "committed_offsets",
     "config_of",
     "consume_available",
     "ensure_topics",
@@ -49,6 +51,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 REASON_HEADER = "st-reason"
+
+#: Errors of a group coordinator that is still starting (librdkafka does not flag them all retriable).
+COORDINATOR_STARTING = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD,
+})
 _RDKAFKA_LOG = logging.getLogger("librdkafka")
 
 
@@ -294,6 +302,26 @@ def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
 def _has_leaders(meta: TopicMetadata) -> bool:
     """The topic is in the metadata with a leader for each of its partitions (usable, not just created)."""
     return meta.error is None and bool(meta.partitions) and all(p.leader >= 0 for p in meta.partitions.values())
+
+
+def committed_offsets(consumer: Consumer, parts: list[TopicPartition], timeout: float = 30.0) -> list[TopicPartition]:
+    """The consumer's group's committed offsets of `parts` (negative where none), retried (up to `timeout`) while
+    the group coordinator is still starting: a fresh broker answers "not coordinator" until its offsets topic is
+    up.
+
+    Raises:
+        KafkaException: another error, or still no answer after `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return list(consumer.committed(parts, timeout=max(0.1, deadline - time.monotonic())))
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not (err.retriable() or err.code() in COORDINATOR_STARTING) or time.monotonic() > deadline:
+                raise
+            logger.info("committed offsets not available yet (%s); retrying", err.str())
+            time.sleep(0.5)
 
 
 def list_topics(client: AdminClient | Consumer, timeout: float = 30.0, topic: str | None = None) -> ClusterMetadata:

@@ -27,7 +27,7 @@ from confluent_kafka import Message, TopicPartition
 from .accounting import RecordFates, account_records
 from .config import StreamtrainConfig
 from .decoders import SKIPPED_REASON, source_of
-from .kafka import make_consumer, read_to_end, tail_positions
+from .kafka import committed_offsets, make_consumer, read_to_end, tail_positions
 from .wire import DeadLetter, Sample, WireError, decode
 
 __all__ = ["SourceRecords", "SourceTally", "collect_sources", "tally_sources"]
@@ -97,7 +97,7 @@ def collect_sources(cfg: StreamtrainConfig, timeout: float = 60.0,
             for pid, (low, _high) in tail_positions(consumer, topic, None, timeout).items():
                 out.log_start[(topic, pid)] = low
                 parts.append(TopicPartition(topic, pid))
-        for tp in consumer.committed(parts, timeout=timeout):
+        for tp in committed_offsets(consumer, parts, timeout):
             out.committed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
     finally:
         consumer.close()

@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig, TrainerConfig
 from streamtrain.kafka import (
+    COORDINATOR_STARTING,
     DeadLetterSink,
     consume_available,
     make_consumer,
@@ -35,12 +36,6 @@ from .plans import PlanBook
 __all__ = ["RankConsumer"]
 
 logger = logging.getLogger(__name__)
-
-#: Errors of a group coordinator that is still starting (librdkafka does not flag them all retriable).
-_COORDINATOR_STARTING = frozenset({
-    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD,
-})
 
 #: Assignment records read back on start, so a plan published just before this rank came up counts.
 PLAN_LOOKBACK = 64
@@ -103,7 +98,7 @@ class RankConsumer:
             except KafkaException as exc:
                 # A fresh broker answers "not coordinator" / "load in progress" until __consumer_offsets is up.
                 err = exc.args[0]
-                if not (err.retriable() or err.code() in _COORDINATOR_STARTING) or time.monotonic() > deadline:
+                if not (err.retriable() or err.code() in COORDINATOR_STARTING) or time.monotonic() > deadline:
                     raise
                 logger.info("committed offset of %s not available yet (%s); retrying", self.topic, err.str())
                 self._refused_group(self.consumer.poll(0.5))  # nothing is assigned yet: only error events come

@@ -163,8 +163,9 @@ class BridgeConfig(_Section):
     """Consumer group of the bridge's reads (its committed offsets are its progress); None: <job>.bridge."""
 
     instance: str = "0"
-    """This bridge's name among several sharing the group: its transactional id is <group_id>.<instance>, which
-    must stay the same across restarts (a restarted bridge fences its previous self by it)."""
+    """This bridge's name among several sharing the group: its transactional id and static group membership are
+    <group_id>.<instance>, which must stay the same across restarts (a restarted bridge fences its previous self
+    by it, and takes its partitions back at once)."""
 
     transaction_records: int = Field(default=500, ge=1, le=100_000)
     """Most source records per transaction (more: higher throughput, longer transactions)."""

@@ -62,7 +62,8 @@ class JsonDecoder:
             raise Rejected("json-invalid", f"the value is JSON {type(obj).__name__}, not an object")
         data = self._required(obj, m.data, "mapping.data")
         try:
-            array = np.asarray(data, dtype=m.dtype)
+            with np.errstate(over="ignore"):  # a value too large for the dtype becomes inf: rejected as non-finite
+                array = np.asarray(data, dtype=m.dtype)
         except (TypeError, ValueError, OverflowError) as exc:
             raise Rejected("bad-data", f"field {m.data!r} is not an array of numbers: {exc}", "mapping.data") from None
         if m.shape is not None:

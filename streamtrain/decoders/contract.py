@@ -202,10 +202,11 @@ def _payload(data: object, dtype: object) -> np.ndarray:
     if dtype is not None and dtype not in DTYPES:
         raise Rejected("bad-dtype", f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     try:
-        if isinstance(data, np.ndarray):
-            array = data if dtype is None else data.astype(str(dtype))
-        else:
-            array = np.asarray(data, dtype=str(dtype or "float32"))
+        with np.errstate(over="ignore"):  # a value too large for the dtype becomes inf: rejected as non-finite
+            if isinstance(data, np.ndarray):
+                array = data if dtype is None else data.astype(str(dtype))
+            else:
+                array = np.asarray(data, dtype=str(dtype or "float32"))
     except (TypeError, ValueError, OverflowError) as exc:
         raise Rejected("bad-data", f"the payload is not an array of numbers: {exc}") from None
     if array.ndim == 0:

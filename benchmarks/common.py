@@ -1,7 +1,7 @@
 """What every benchmark shares; imports nothing else of `benchmarks`, so any module of it may import this.
 
-- `Record`: the base of every typed result (and the setups stored with them): frozen, unknown keys
-  rejected, written to and read from the JSON files under `--out DIR`.
+- `Record` (from the core, `streamtrain.results`): the base of every typed result (and the setups stored
+  with them): frozen, unknown keys rejected, written to and read from the JSON files under `--out DIR`.
 - `Bench`: one benchmark of the set — its command, its result type, how its JSON becomes a
   section of BENCHMARKS.md, and what `bench all` passes it.
 - `LaunchOptions`: the root `--config` / `--set` a benchmark was started with, typed, passed on to
@@ -18,14 +18,15 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import typer
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from streamtrain.cli_support import GlobalOptions, module_command
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
+from streamtrain.results import Record
 
 __all__ = [
     "TIMES",
@@ -46,29 +47,6 @@ __all__ = [
 
 #: The multiplication sign of ratios in the Markdown (spelt out for the linter).
 TIMES = "\N{MULTIPLICATION SIGN}"
-
-
-class Record(BaseModel):
-    """A typed, immutable piece of a benchmark's JSON; a key it does not declare is an error on load."""
-
-    # defer_build: the CLI lists every benchmark (and so imports its result types) at start-up; a type's
-    # validator is built when it is first used.
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
-
-    def write(self, path: Path) -> Path:
-        """Write as indented JSON (what `load` reads back); returns `path`."""
-        # json rather than pydantic's serialiser: the committed files' number formatting, and inf stays inf.
-        path.write_text(json.dumps(self.model_dump(), indent=1) + "\n")
-        return path
-
-    @classmethod
-    def load(cls, path: Path) -> Self:
-        """Read a file `write` wrote (or one of the same shape).
-
-        Raises:
-            pydantic.ValidationError: naming each key that is missing, unknown or of the wrong type.
-        """
-        return cls.model_validate_json(path.read_text())
 
 
 R = TypeVar("R", bound=Record)

@@ -25,6 +25,7 @@ from .common import LaunchOptions
 
 if TYPE_CHECKING:
     from stack.ledger import RunRecords
+    from stack.results import StackReport
     from stack.services import DeviceStream
 
 __all__ = ["CellRun", "StackCell", "delete_topics", "run_stack_cell", "shared_broker"]
@@ -61,7 +62,7 @@ class StackCell:
 class CellRun:
     """What a cell's run left: the report `up` writes, the records read back, and what went wrong."""
 
-    report: dict[str, Any]
+    report: StackReport | None
     records: RunRecords | None
     """None when the run could not be read back (then `error` says why)."""
     seconds: float
@@ -119,7 +120,7 @@ def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOp
     try:
         report = stack.run()
     except StackError as exc:
-        return CellRun({}, None, round(time.monotonic() - began, 1), run_dir, stack.backlog_seconds, str(exc))
+        return CellRun(None, None, round(time.monotonic() - began, 1), run_dir, stack.backlog_seconds, str(exc))
     finally:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # the model is not what a benchmark measures
         try:

@@ -20,27 +20,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Message
 from prometheus_client import CollectorRegistry
 
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import DeadLetterSink, TopicSpec, ensure_topics, make_admin, make_consumer, make_control_producer
-from streamtrain.periods import split_wall_period
 from streamtrain.wire import Assignment, StepFeedback, WireError, decode, encode, now_ms
 
-from .balance import dif, straggler_effect
 from .feedback_checks import feedback_problem
 from .fleet import FleetTracker
 from .inputs import FeedbackReader, OffsetProbe, read_tail
 from .metrics import CoordinatorMetrics
+from .observer import PlanObserver, Published
 from .policies import plan_step
-from .state import plan_to_assignment
-from .status import StatusServer
+from .state import Plan, plan_to_assignment
+from .status import StatusServer, device_status
 
 __all__ = ["Coordinator"]
 
@@ -69,16 +66,14 @@ class Coordinator:
         self.server: StatusServer | None = None
         self.ready = threading.Event()
         self._stop = threading.Event()
+        self.observer = PlanObserver(self.metrics, cfg.job)
         self._carry: Any = None
-        self._last_plan: dict[str, Any] | None = None
+        self._plans_published = 0
         self._status: dict[str, Any] = {}
         self._status_at = 0.0
         self._next_probe = 0.0
         self._device_topics: dict[str, str] = {}
         self._delivery_failures = 0
-        self._latencies: deque[float] = deque(maxlen=1000)
-        self._waiting: dict[int, bool] = {}  # step -> its plan left work waiting on every device
-        self._fractions: deque[float] = deque(maxlen=1000)
         self._warm_for: tuple[str, ...] | None = None
         self._producer: Any = None
         self._reader: FeedbackReader | None = None
@@ -193,100 +188,51 @@ class Coordinator:
         self.fleet.ingest_feedback(fb, time.monotonic())
         if was_absent:
             self._export_membership()
-        rec = self.fleet.devices[fb.device_id]
-        labels = (self.cfg.job, fb.device_id)
-        self.metrics.feedback.labels(*labels).inc()
-        self.metrics.actual.labels(*labels).set(fb.compute_seconds)
-        model = rec.tracker.model
-        self.metrics.model_a.labels(*labels).set(model.a)
-        self.metrics.model_b.labels(*labels).set(model.b)
-        if model.rel_error is not None:
-            self.metrics.pred_error.labels(*labels).set(model.rel_error)
-        self.metrics.pending.labels(*labels).set(len(rec.book))
+        self.observer.feedback(fb, self.fleet.devices[fb.device_id])
 
     def _export_membership(self) -> None:
-        absent = self.fleet.membership.absent
-        for device in self.fleet.devices:
-            self.metrics.present.labels(self.cfg.job, device).set(0 if device in absent else 1)
+        self.observer.membership(list(self.fleet.devices), self.fleet.membership.absent)
         self._refresh_status(force=True)
 
     def _publish(self, step: int, complete: bool, basis: int, warm: bool = False) -> None:
         started = time.perf_counter()
-        state = self.fleet.planning_state(step, time.time(), self._carry)
-        plan = plan_step(state, self.ccfg)
-        if step > basis + 1 and not plan.worth_ahead:
-            # The group drained what it could see (line rate): step `step` is planned from the next feedback.
-            self.fleet.defer(step, basis)
-            self.metrics.plans_deferred.labels(self.cfg.job).inc()
+        plan = self._plan(step, basis)
+        if plan is None:
             return
-        assignment = plan_to_assignment(plan, self.cfg.job, basis_step=basis)
-        assignment = self._without_guessed_bounds(assignment)
-        value, headers = encode(assignment)
-        self._producer.produce(self.topics.assignments, key=self.cfg.job.encode(), value=value, headers=headers,
-                               on_delivery=self._delivered)
+        assignment = self._send(plan, basis)
         latency = time.perf_counter() - started
         self._carry = plan.carry
         missing = sorted(set(self.fleet.expected) - self.fleet.reporters(basis))  # before the plan forgets them
         dropped = self.fleet.record_plan(assignment)
-        job = self.cfg.job
-        m = self.metrics
-        m.plan_latency.labels(job).observe(latency)
-        self._latencies.append(latency)
-        m.plans.labels(job).inc()
-        step_seconds = self.fleet.step_seconds(basis)
-        fraction = latency / step_seconds if step_seconds else None
-        if fraction is not None:
-            m.plan_latency_fraction.labels(job).set(fraction)
-            self._fractions.append(fraction)
-        if warm:
-            m.plans_warm.labels(job).inc()
-            if self._last_plan is None:
-                logger.info("plan for step 0 published from warm-start models and lag for %s",
-                            ", ".join(self.fleet.expected))
-        elif not complete:
-            m.plans_partial.labels(job).inc()
+        self.observer.published(Published(plan, assignment, basis, complete, warm, latency, dropped), self.fleet)
+        if warm and self._plans_published == 0:
+            logger.info("plan for step 0 published from warm-start models and lag for %s",
+                        ", ".join(self.fleet.expected))
+        elif not warm and not complete:
             logger.info("plan for step %d published without step %d's feedback from %s", step, basis,
                         ", ".join(missing) or "nobody")
-        last = [r.last_feedback for r in self.fleet.devices.values()
-                if r.last_feedback is not None and r.last_feedback.step == basis]
-        times = [fb.compute_seconds for fb in last]
-        m.straggler_effect.labels(job).set(straggler_effect(times))
-        if last and not warm:
-            for part, seconds in split_wall_period(last, step_seconds).items():
-                m.step_wall.labels(job, part).set(seconds)
-        # SE where it measures balance: the basis step's plan left work waiting on every device.
-        if self._waiting.pop(basis, False) and len(times) == len(plan.devices) > 1:
-            m.straggler_effect_waiting.labels(job).set(straggler_effect(times))
-        self._waiting = {s: w for s, w in self._waiting.items() if s > basis}
-        self._waiting[step] = all(len(self.fleet.devices[b.device_id].book) > 0 for b in plan.devices)
-        if self._waiting[step]:
-            m.steps_waiting.labels(job).inc()
-        m.batch_dif.labels(job).set(dif([b.count for b in plan.devices]))
-        m.global_batch.labels(job).set(plan.global_batch)
-        m.lr_scale.labels(job).set(plan.lr_scale)
-        m.step_target.labels(job).set(plan.step_time_target)
-        m.next_step.labels(job).set(step + 1)
-        for b in plan.devices:
-            labels = (job, b.device_id)
-            m.predicted.labels(*labels).set(b.predicted_seconds)
-            m.batch.labels(*labels).set(b.count)
-            m.batch_size.labels(*labels).set(b.total_size)
-            m.truncated.labels(*labels).inc(dropped.get(b.device_id, 0))
-            m.pending.labels(*labels).set(len(self.fleet.devices[b.device_id].book))
-        self._last_plan = {
-            "step": step, "basis_step": basis, "policy": plan.policy, "complete": complete, "warm_start": warm,
-            "latency_ms": latency * 1e3, "latency_step_fraction": fraction,
-            "step_time_target": plan.step_time_target, "global_batch": plan.global_batch, "lr_scale": plan.lr_scale,
-            "created_at": assignment.created_at,
-            "devices": [{"device": b.device_id, "count": b.count, "total_size": b.total_size,
-                         "predicted_seconds": b.predicted_seconds, "weight": b.weight,
-                         "truncate_before": b.truncate_before, "dropped": b.dropped,
-                         "first_offset": None if b.offsets is None or not len(b.offsets) else int(b.offsets[0])}
-                        for b in plan.devices],
-        }
+        self._plans_published += 1
         logger.debug("plan for step %d: %d samples over %d devices in %.2f ms", step, plan.global_batch,
                      len(plan.devices), latency * 1e3)
         self._refresh_status(force=True)
+
+    def _plan(self, step: int, basis: int) -> Plan | None:
+        """The plan for `step` from the fleet as it stands; None when a plan ahead would train nothing."""
+        plan = plan_step(self.fleet.planning_state(step, time.time(), self._carry), self.ccfg)
+        if step > basis + 1 and not plan.worth_ahead:
+            # The group drained what it could see (line rate): step `step` is planned from the next feedback.
+            self.fleet.defer(step, basis)
+            self.observer.deferred()
+            return None
+        return plan
+
+    def _send(self, plan: Plan, basis: int) -> Assignment:
+        """Publish `plan` on the assignments topic (delivery is reported to `_delivered`)."""
+        assignment = self._without_guessed_bounds(plan_to_assignment(plan, self.cfg.job, basis_step=basis))
+        value, headers = encode(assignment)
+        self._producer.produce(self.topics.assignments, key=self.cfg.job.encode(), value=value, headers=headers,
+                               on_delivery=self._delivered)
+        return assignment
 
     def _without_guessed_bounds(self, assignment: Assignment) -> Assignment:
         """The plan without the size budgets that rest on a sample size nobody has reported yet.
@@ -322,7 +268,6 @@ class Coordinator:
             logger.warning("offsets unavailable this round (%s); lag and rates keep their last values", exc)
             return
         at, wall = time.monotonic(), time.time()
-        job = self.cfg.job
         for device, o in offsets.items():
             if device not in self.fleet.devices:
                 self.metrics.add_device(device)
@@ -330,9 +275,7 @@ class Coordinator:
             rec = self.fleet.devices[device]
             if self.ccfg.delete_records:
                 self._delete_truncated(device)
-            self.metrics.lag.labels(job, device).set(max(0, o.end - (o.committed or 0)))
-            self.metrics.lag_seconds.labels(job, device).set(rec.lag_seconds(wall))
-            self.metrics.rate.labels(job, device).set(rec.rate.rate)
+            self.observer.offsets(device, rec, max(0, o.end - (o.committed or 0)), wall)
 
     def _delete_truncated(self, device: str) -> None:
         assert self._probe is not None
@@ -356,32 +299,16 @@ class Coordinator:
         if not force and now - self._status_at < _STATUS_EVERY_S:
             return
         self._status_at = now
-        wall = time.time()
-        devices = []
-        for device_id, rec in self.fleet.devices.items():
-            model = rec.tracker.model
-            devices.append({
-                "device": device_id, "rank": rec.rank,
-                "model": {"a": model.a, "b": model.b, "fitted": model.fitted, "observations": model.n_obs,
-                          "rel_error": model.rel_error},
-                "lag_records": rec.lag, "lag_seconds": rec.lag_seconds(wall), "arrival_rate": rec.rate.rate,
-                "pending": len(rec.book), "in_flight": rec.book.inflight, "index_complete": rec.book.complete,
-                "buffer_depth": rec.book.buffer_depth, "lowest_unprocessed": rec.book.floor,
-                "end_offset": rec.end_offset, "log_start_offset": rec.log_start, "committed_offset": rec.committed,
-                "last_step": rec.last_feedback.step if rec.last_feedback else None, "mean_size": rec.mean_size,
-                "present": device_id not in self.fleet.membership.absent,
-            })
+        wall, absent = time.time(), self.fleet.membership.absent
         self._status = {
             "job": self.cfg.job, "policy": self.ccfg.policy, "truncation": self.ccfg.truncation,
             "plan_ahead": self.ccfg.plan_ahead,
             "delete_records": self.ccfg.delete_records, "topic_prefix": self.cfg.kafka.topic_prefix,
             "next_plan_step": self._upcoming_step(), "expected_devices": self.fleet.expected,
-            "absent_devices": sorted(self.fleet.membership.absent),
-            "devices": devices, "last_plan": self._last_plan,
-            "plan_latency_ms_median": float(np.median(self._latencies)) * 1e3 if self._latencies else None,
-            # Plan latency over the wall time of the step each plan followed: the "< 1% of a step" check.
-            "plan_latency_step_fraction_median": float(np.median(self._fractions)) if self._fractions else None,
-            "plan_latency_step_fraction_p99": float(np.percentile(self._fractions, 99)) if self._fractions else None,
+            "absent_devices": sorted(absent),
+            "devices": [device_status(d, rec, wall, d not in absent) for d, rec in self.fleet.devices.items()],
+            "last_plan": self.observer.last_plan,
+            **self.observer.latency_figures(),
             "plan_delivery_failures": self._delivery_failures,
         }
 

@@ -29,6 +29,15 @@ from coordinator.perfmodel import fit_linear_robust
 from streamtrain.wire import Evaluation, StepFeedback
 
 from .ledger import RunRecords
+from .results import (
+    BalanceFigures,
+    DeviceBalanceFigures,
+    HeldoutFigures,
+    HeldoutPoint,
+    StackReport,
+    StaticVsMeasured,
+    TimeModel,
+)
 
 __all__ = [
     "KEEPS_UP_FRACTION",
@@ -117,16 +126,15 @@ def fit_time_models(feedback: Sequence[StepFeedback], devices: Sequence[str]) ->
 
 def static_step_estimate(feedback: Sequence[StepFeedback], devices: Sequence[str],
                          models: Mapping[str, tuple[float, float]] | None = None,
-                         steps: set[int] | None = None) -> dict[str, Any] | None:
+                         steps: set[int] | None = None, over: str = "") -> StaticVsMeasured | None:
     """Median compute time of the slowest device per step: estimated under static per-device batches vs measured.
 
     Over the steps (of `steps`, when given) where every device reported and the step trained something:
     static gives each device global batch / n samples of its own mean size; `models` (default: fitted on
-    `feedback`) price that.
+    `feedback`) price that; `over` says which steps those are.
 
     Returns:
-        `{"steps", "static_seconds_median", "measured_seconds_median", "speedup", "models"}`, or None when a
-        device has no fitted model or no step qualifies.
+        The two medians and their ratio, or None when a device has no fitted model or no step qualifies.
     """
     models = dict(models) if models is not None else fit_time_models(feedback, devices)
     if any(d not in models for d in devices) or not devices:
@@ -149,9 +157,9 @@ def static_step_estimate(feedback: Sequence[StepFeedback], devices: Sequence[str
     if not static:
         return None
     s, m = float(np.median(static)), float(np.median(measured))
-    return {"steps": len(static), "static_seconds_median": s, "measured_seconds_median": m,
-            "speedup": s / m if m > 0 else None,
-            "models": {d: {"a": a, "b": b, "mean_size": mean_size[d]} for d, (a, b) in models.items()}}
+    return StaticVsMeasured(steps=len(static), static_seconds_median=s, measured_seconds_median=m,
+                            speedup=s / m if m > 0 else None, over=over,
+                            models={d: TimeModel(a=a, b=b, mean_size=mean_size[d]) for d, (a, b) in models.items()})
 
 
 @dataclass(frozen=True)
@@ -199,29 +207,29 @@ def device_balance(run: RunRecords, lag_series: Mapping[str, Mapping[str, Sequen
     return out
 
 
-def heldout_figures(evaluations: Sequence[Evaluation], t0_ms: int) -> dict[str, Any]:
+def heldout_figures(evaluations: Sequence[Evaluation], t0_ms: int) -> HeldoutFigures:
     """Held-out accuracy over the run: first, last and best, the evaluation pauses, and the series to plot."""
     evals = sorted(evaluations, key=lambda e: (e.step, e.sent_at))
     if not evals:
-        return {}
+        return HeldoutFigures()
     seconds = [e.seconds for e in evals]
-    return {
-        "heldout_dataset": evals[-1].dataset,
-        "heldout_samples": evals[-1].samples,
-        "heldout_evaluations": len(evals),
-        "heldout_accuracy_first": evals[0].accuracy,
-        "heldout_accuracy_final": evals[-1].accuracy,
-        "heldout_accuracy_best": max(e.accuracy for e in evals),
-        "heldout_loss_final": evals[-1].loss,
-        "heldout_seconds_median": float(np.median(seconds)),
-        "heldout_seconds_max": float(max(seconds)),
-        "heldout": [{"step": e.step, "t": (e.sent_at - t0_ms) / 1e3, "accuracy": e.accuracy, "loss": e.loss,
-                     "seconds": e.seconds} for e in evals],
-    }
+    return HeldoutFigures(
+        heldout_dataset=evals[-1].dataset,
+        heldout_samples=evals[-1].samples,
+        heldout_evaluations=len(evals),
+        heldout_accuracy_first=evals[0].accuracy,
+        heldout_accuracy_final=evals[-1].accuracy,
+        heldout_accuracy_best=max(e.accuracy for e in evals),
+        heldout_loss_final=evals[-1].loss,
+        heldout_seconds_median=float(np.median(seconds)),
+        heldout_seconds_max=float(max(seconds)),
+        heldout=[HeldoutPoint(step=e.step, t=(e.sent_at - t0_ms) / 1e3, accuracy=e.accuracy, loss=e.loss,
+                              seconds=e.seconds) for e in evals],
+    )
 
 
-def balance_figures(run: RunRecords, series: Mapping[str, Any]) -> dict[str, Any]:
-    """The report's balance and held-out figures (see the module docstring)."""
+def balance_figures(run: RunRecords, series: Mapping[str, Any]) -> BalanceFigures:
+    """The report's balance figures (see the module docstring)."""
     waiting = waiting_work(run)
     by_step: dict[int, list[StepFeedback]] = {}
     for fb in run.feedback:
@@ -233,51 +241,48 @@ def balance_figures(run: RunRecords, series: Mapping[str, Any]) -> dict[str, Any
     balance = device_balance(run, series.get("devices", {}), int(series.get("t0_ms", 0)))
     # Static vs measured where the comparison means something: steps with work waiting everywhere (at line rate
     # a step's batches are whatever arrived, under any policy); every step when there were too few of those.
-    estimate = static_step_estimate(run.feedback, run.devices, steps=set(backlogged)) \
+    estimate = static_step_estimate(run.feedback, run.devices, steps=set(backlogged),
+                                    over="steps with work waiting on every device") \
         if len(backlogged) >= MIN_WAITING_STEPS else None
-    if estimate is not None:
-        estimate["over"] = "steps with work waiting on every device"
-    else:
-        estimate = static_step_estimate(run.feedback, run.devices)
-        if estimate is not None:
-            estimate["over"] = "every step (too few with work waiting on every device)"
-    return {
-        "steps_every_device_waiting": len(backlogged),
-        "straggler_effect_waiting_median": float(np.median(se)) if se else None,
-        "devices_keeping_up": sum(1 for b in balance if b.keeps_up),
-        "balance_per_device": {b.device: {"arrival_rate": b.arrival_rate, "lag_trend_per_s": b.lag_trend,
-                                          "lag_max": b.lag_max, "busy_ratio": b.busy_ratio,
-                                          "headroom": b.headroom, "keeps_up": b.keeps_up} for b in balance},
-        "static_vs_measured": estimate,
-        **heldout_figures(run.evaluations, int(series.get("t0_ms", 0))),
-    }
+    if estimate is None:
+        estimate = static_step_estimate(run.feedback, run.devices,
+                                        over="every step (too few with work waiting on every device)")
+    return BalanceFigures(
+        steps_every_device_waiting=len(backlogged),
+        straggler_effect_waiting_median=float(np.median(se)) if se else None,
+        devices_keeping_up=sum(1 for b in balance if b.keeps_up),
+        balance_per_device={b.device: DeviceBalanceFigures(
+            arrival_rate=b.arrival_rate, lag_trend_per_s=b.lag_trend, lag_max=b.lag_max, busy_ratio=b.busy_ratio,
+            headroom=b.headroom, keeps_up=b.keeps_up) for b in balance},
+        static_vs_measured=estimate,
+    )
 
 
-def closing_lines(report: Mapping[str, Any]) -> list[str]:
+def closing_lines(report: StackReport) -> list[str]:
     """The lines `streamtrain up` ends with: held-out accuracy, who kept up, and static vs measured step time."""
     lines = []
-    if report.get("heldout_evaluations"):
-        classes, majority = report.get("num_classes"), report.get("heldout_chance")
+    if report.heldout_evaluations:
+        classes, majority = report.num_classes, report.heldout_chance
         chance = (f"; chance {majority:.2f} (always its most common class)" if majority is not None
                   else f"; chance {1 / classes:.2f} with {classes} classes" if classes else "")
-        lines.append(f"held-out accuracy ({report['heldout_dataset']}, {report['heldout_samples']} samples): "
-                     f"{report['heldout_accuracy_first']:.3f} at the first evaluation, "
-                     f"{report['heldout_accuracy_final']:.3f} at the last{chance}")
-    per_device = report.get("balance_per_device") or {}
+        lines.append(f"held-out accuracy ({report.heldout_dataset}, {report.heldout_samples} samples): "
+                     f"{report.heldout_accuracy_first:.3f} at the first evaluation, "
+                     f"{report.heldout_accuracy_final:.3f} at the last{chance}")
+    per_device = report.balance_per_device
     if per_device:
-        rooms = ", ".join(f"{d} {v['headroom']:.0%}" if v.get("headroom") is not None else f"{d} -"
+        rooms = ", ".join(f"{d} {v.headroom:.0%}" if v.headroom is not None else f"{d} -"
                           for d, v in per_device.items())
-        lines.append(f"keeping up (lag level, not climbing): {report.get('devices_keeping_up')} of "
+        lines.append(f"keeping up (lag level, not climbing): {report.devices_keeping_up} of "
                      f"{len(per_device)} devices; headroom (share of time not computing): {rooms}")
-    waiting = report.get("straggler_effect_waiting_median")
-    lines.append(f"SE over the {report.get('steps_every_device_waiting', 0)} steps where every device had work "
+    waiting = report.straggler_effect_waiting_median
+    lines.append(f"SE over the {report.steps_every_device_waiting} steps where every device had work "
                  "waiting: " + (f"{waiting:.3f}" if waiting is not None else "- (no such step: every stream was "
                                 "kept up with; SE at line rate says nothing about balance)"))
-    estimate = report.get("static_vs_measured")
-    if estimate:
-        lines.append(f"step time (slowest device's compute, median over {estimate['steps']} {estimate['over']}): "
+    estimate = report.static_vs_measured
+    if estimate is not None and estimate.speedup is not None:
+        lines.append(f"step time (slowest device's compute, median over {estimate.steps} {estimate.over}): "
                      "static per-device "
-                     f"batches {estimate['static_seconds_median'] * 1e3:.0f} ms (each device's fitted T = a*size + b "
-                     f"at global batch / n) vs measured {estimate['measured_seconds_median'] * 1e3:.0f} ms "
-                     f"with {report.get('policy')}: {estimate['speedup']:.2f}x")
+                     f"batches {estimate.static_seconds_median * 1e3:.0f} ms (each device's fitted T = a*size + b "
+                     f"at global batch / n) vs measured {estimate.measured_seconds_median * 1e3:.0f} ms "
+                     f"with {report.policy}: {estimate.speedup:.2f}x")
     return lines

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from .results import StackReport
 
 __all__ = ["register"]
 
@@ -187,14 +190,14 @@ def up(
     _summarise(report, opts.out, stack.failures)
 
 
-def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> None:
+def _summarise(report: StackReport | None, out: Path, failures: list[str]) -> None:
     from rich.table import Table
 
     from streamtrain.cli_support import console, die
 
     from .balance import closing_lines
 
-    if not report:
+    if report is None:
         die(f"no report: {'; '.join(failures) or 'the run did not start'} (logs in {out / 'logs'})")
     table = Table(title=f"streamtrain up — {out / 'report.json'}", show_header=False)
     for key in ("policy", "plan_ahead", "devices", "steps", "stopped_by", "samples_produced", "samples_trained",
@@ -203,17 +206,17 @@ def _summarise(report: dict[str, object], out: Path, failures: list[str]) -> Non
                 "plan_wait_seconds_median", "throughput_samples_per_s", "sample_delay_seconds_median",
                 "plan_latency_ms_median", "plan_latency_step_fraction_median", "initial_loss", "final_loss",
                 "heldout_accuracy_final", "devices_keeping_up", "straggler_effect_waiting_median"):
-        value = report.get(key)
+        value = getattr(report, key)
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
     for line in closing_lines(report):
         console.print(line, highlight=False)
     console.print(f"report: {out / 'report.json'}  plots: {out / 'plots'}  logs: {out / 'logs'}", highlight=False)
-    pending = report.get("samples_pending")
-    if isinstance(pending, int) and pending:
+    pending = report.samples_pending
+    if pending:
         console.print(f"{pending:,} samples pending: still in Kafka, not processed when the run stopped; a later run "
                       "of this job resumes them from the committed offsets", highlight=False)
     for failure in failures:
         console.print(f"[bold red]failure:[/] {failure}", highlight=False)
-    if failures or report.get("samples_unaccounted"):
+    if failures or report.samples_unaccounted:
         raise typer.Exit(1)

@@ -1,4 +1,9 @@
-"""The PromQL of Grafana dashboards, made evaluable against a plain Prometheus.
+"""The PromQL of Grafana dashboards: the balance figures `up` reports, as queries, and every query made
+evaluable against a plain Prometheus.
+
+`keeping_up_query` and `waiting_straggler_effect_query` say in PromQL what `stack.balance` computes for
+`up`'s report (a device keeps up while its lag stays level; SE counts only over steps where every device
+had work waiting), so the dashboards and the report read a run alike.
 
 Grafana expands template variables before a query reaches Prometheus; to check a dashboard without
 Grafana, `dashboard_queries` does the same: `$__rate_interval` and friends become fixed ranges, and a
@@ -15,14 +20,47 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .balance import KEEPS_UP_FRACTION
+
 __all__ = ["BUILTIN_RANGES", "PanelQuery", "dashboard_queries", "dashboard_variables", "expand_variables",
-           "load_dashboard_queries"]
+           "keeping_up_query", "load_dashboard_queries", "waiting_straggler_effect_query"]
 
 #: Grafana's built-in range variables, as a short local run can answer them (1 s scrapes).
 BUILTIN_RANGES: dict[str, str] = {"__rate_interval": "30s", "__interval": "5s", "__range": "5m",
                                   "__interval_ms": "5000", "__range_s": "300", "__range_ms": "300000"}
 _ALL = ".*"
 _VAR = re.compile(r"\$\{(\w+)(?::[\w]+)?\}|\[\[(\w+)(?::[\w]+)?\]\]|\$(\w+)")
+
+
+def keeping_up_query(selector: str = "", window: str = "1m") -> str:
+    """1 per device while it keeps up with its stream, else 0: `stack.balance.keeps_up` in PromQL.
+
+    A device keeps up while its lag grows by at most `KEEPS_UP_FRACTION` of its arrival rate over `window`
+    (a trend, not a burst), or while less than a second of arrivals (at least one record) is waiting.
+
+    Args:
+        selector: label matchers for the coordinator's per-device series, e.g. `device=~"$device"`.
+        window: the range the lag's trend is fitted over.
+    """
+    matchers = f"{{{selector}}}" if selector else ""
+    lag = f"streamtrain_coordinator_lag_records{matchers}"
+    rate = f"streamtrain_coordinator_arrival_rate_samples_per_second{matchers}"
+    level = f"(deriv({lag}[{window}]) <= bool {KEEPS_UP_FRACTION:g} * {rate})"
+    short = f"({lag} <= bool clamp_min({rate}, 1))"
+    return f"clamp_max({level} + {short}, 1)"
+
+
+def waiting_straggler_effect_query(window: str = "1m") -> str:
+    """The straggler effect of the last step whose plan left work waiting on every device, shown only while
+    such steps happen (within `window`); NaN, a gap, otherwise.
+
+    Only where every device had work waiting could a plan fill every device's step, so only there is SE a
+    measure of balance; at line rate a device with a light stream finishes early by design, and SE over
+    every step swings widely while every device keeps up. The gate is 1 (1/1) while waiting steps happen
+    and NaN (0/0) otherwise, so the panel keeps one series, gapped, rather than a stale value.
+    """
+    gate = f"(increase(streamtrain_coordinator_waiting_steps_total[{window}]) > bool 0)"
+    return f"streamtrain_coordinator_straggler_effect_waiting_ratio * on(instance) ({gate} / {gate})"
 
 
 @dataclass(frozen=True)

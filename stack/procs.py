@@ -16,15 +16,16 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
 from streamtrain.lifeline import tie_to_parent
 
+from .options import StackError
 from .services import ServiceSpec
 
-__all__ = ["Child", "http_ok", "wait_http"]
+__all__ = ["Child", "ChildSet", "http_ok", "wait_http"]
 
 logger = logging.getLogger(__name__)
 
@@ -136,3 +137,82 @@ def wait_http(url: str, timeout: float, child: Child | None = None) -> bool:
             return False
         time.sleep(0.25)
     return False
+
+
+class ChildSet:
+    """The stack's children: started with their logs under `log_dir`, awaited, and stopped one kind at a time.
+
+    Args:
+        log_dir: where each child's `<name>.log` goes.
+        failures: where a stop that went wrong is told (a child that had to be killed, or exited with an error).
+        tick: called while waiting on a child (the live view's refresh).
+    """
+
+    def __init__(self, log_dir: Path, failures: list[str], tick: Callable[[], None] = lambda: None) -> None:
+        self.log_dir = log_dir
+        self.failures = failures
+        self.tick = tick
+        self.children: list[Child] = []
+
+    def spawn(self, spec: ServiceSpec, env: Mapping[str, str]) -> Child:
+        """Start `spec` with `env` plus the spec's own variables."""
+        child = Child(spec, self.log_dir, {**env, **spec.env})
+        child.start()
+        self.children.append(child)
+        return child
+
+    def discard(self, child: Child) -> None:
+        """Stop `child` and forget it (a helper the stack runs without, such as a Prometheus that never got ready)."""
+        child.stop(grace=5.0)
+        self.children.remove(child)
+
+    def of_kind(self, kind: str) -> list[Child]:
+        return [c for c in self.children if c.spec.kind == kind]
+
+    def dead(self) -> list[Child]:
+        """Children that have exited."""
+        return [c for c in self.children if not c.running()]
+
+    def await_http(self, child: Child, url: str, timeout: float, stop: Callable[[], bool]) -> None:
+        """Wait until `child` answers on `url`.
+
+        Raises:
+            StackError: `stop` said so, the child exited, or it did not answer within `timeout` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if stop():
+                raise StackError("interrupted while starting")
+            if wait_http(url, 0.5, child):
+                return
+            if not child.running():
+                raise StackError(f"{child.name} exited with status {child.returncode} while starting; last lines of "
+                                 f"{child.log_path}:\n{child.log_tail()}")
+            self.tick()
+        raise StackError(f"{child.name} did not answer on {url} within {timeout:.0f} s; see {child.log_path}")
+
+    def stop_kind(self, kind: str, signum: int, grace: float) -> None:
+        """Signal every child of `kind`, wait up to `grace` seconds for them all, then kill what is left."""
+        children = self.of_kind(kind)
+        for child in children:
+            child.send(signum)
+        deadline = time.monotonic() + grace
+        for child in children:
+            while not child.wait(0.5):
+                self.tick()
+                if time.monotonic() > deadline:
+                    break
+            if child.running():
+                self.failures.append(f"{child.name} did not stop within {grace:.0f} s and was killed")
+            code = child.stop(signal.SIGKILL, 0.0) if child.running() else child.returncode
+            child.close()
+            # Exiting by the signal itself (-signum, or 128 + signum from Python's KeyboardInterrupt) is a stop too:
+            # whether anything was lost is for the Kafka accounting to say, not the exit status.
+            if code not in (0, None, -signum, 128 + signum, -signal.SIGKILL):
+                self.failures.append(f"{child.name} exited with status {code}; see {child.log_path}")
+
+    def kill_all(self) -> None:
+        """Kill whatever still runs."""
+        for child in self.children:
+            if child.running():
+                child.kill()

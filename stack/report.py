@@ -21,6 +21,7 @@ from streamtrain.periods import WALL_PARTS, split_wall_period
 from streamtrain.wire import StepFeedback
 
 from .ledger import DeviceTally, RunRecords
+from .results import RunFigures
 
 __all__ = ["build_report", "build_series", "by_step", "median", "sample_delays", "step_periods", "weighted_loss",
            "write_json"]
@@ -141,43 +142,24 @@ def sample_delays(run: RunRecords) -> list[float]:
     return out
 
 
-def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """The figures of `report.json`: `extra` (policy, run settings, plan latency, ...) plus what Kafka holds."""
-    steps = by_step(run.feedback)
-    # Step figures count the steps that trained something: the idle steps of a paused or drained stream
-    # (each an idle wait on near-zero compute) would otherwise swamp them.
-    busy = {s: r for s, r in steps.items() if sum(fb.samples for fb in r) > 0}
-    full = {s: r for s, r in busy.items() if len(r) == len(run.devices) and len(r) > 1}
-    se = [straggler_effect([fb.compute_seconds for fb in r]) for r in full.values()]
-    step_wall = [max(fb.step_seconds for fb in r) for r in busy.values()]
-    timed = {s: p for s, p in step_periods(steps).items() if s in busy}
-    periods = list(timed.values())
-    # Where the wall period goes, over the busy steps whose period is known (the first step's is not).
-    splits = [split_wall_period(busy[s], p) for s, p in timed.items()]
-    delays = sample_delays(run)
+def _loss_ends(steps: Mapping[int, Sequence[StepFeedback]]) -> tuple[float | None, float | None]:
+    """The initial and final loss: up to FINAL_LOSS_STEPS steps at each end, never overlapping (a run that trained
+    in a few steps, a small backlog then idle steps, would otherwise report the same steps' loss twice)."""
+    with_loss = [r for r in steps.values() if weighted_loss(r) is not None]
+    ends = min(FINAL_LOSS_STEPS, max(1, len(with_loss) // 2))
+    return (weighted_loss([fb for r in with_loss[:ends] for fb in r]),
+            weighted_loss([fb for r in with_loss[-ends:] for fb in r]))
+
+
+def _fates(tallies: Sequence[DeviceTally]) -> dict[str, Any]:
+    """The accounting figures: every record of every device topic in one bin, summed over the devices."""
     fates = [t.fates for t in tallies]
-    trained = sum(f.trained for f in fates)
     reasons: Counter[str] = Counter()
     for tally in tallies:
         reasons.update(tally.dead_letter_reasons)
-    span_s = 0.0
-    if run.feedback:
-        start = min(fb.started_at for fb in run.feedback)
-        span_s = (max(fb.sent_at for fb in run.feedback) - start) / 1e3
-    with_loss = [r for r in steps.values() if weighted_loss(r) is not None]
-    # Up to FINAL_LOSS_STEPS steps at each end, never overlapping: a run that trained in a few steps (a small
-    # backlog, then idle steps) would otherwise report the same steps' loss as initial and final.
-    ends = min(FINAL_LOSS_STEPS, max(1, len(with_loss) // 2))
-    last = [fb for r in with_loss[-ends:] for fb in r]
-    first = [fb for r in with_loss[:ends] for fb in r]
-    late = sum(1 for fb in run.feedback if fb.plan_step < 0)
-    report: dict[str, Any] = {
-        **extra,
-        "devices": len(run.devices),
-        "steps": len(steps),
-        "steps_idle": len(steps) - len(busy),
+    return {
         "samples_produced": sum(f.records for f in fates),
-        "samples_trained": trained,
+        "samples_trained": sum(f.trained for f in fates),
         "samples_truncated": sum(f.truncated for f in fates),
         "samples_dead_lettered": sum(f.dead_lettered for f in fates),
         "samples_pending": sum(f.pending for f in fates),
@@ -186,25 +168,56 @@ def build_report(run: RunRecords, tallies: Sequence[DeviceTally], extra: Mapping
         "samples_unaccounted": sum(f.unaccounted for f in fates),
         "records_written_twice": sum(f.written_twice for f in fates),
         "dead_letter_reasons": dict(sorted(reasons.items())),
-        "straggler_effect_median": median(se),
-        "step_seconds_median": median(step_wall),
+        "per_device": {t.device: t.summary() for t in tallies},
+    }
+
+
+def _step_figures(run: RunRecords, steps: Mapping[int, Sequence[StepFeedback]]) -> dict[str, Any]:
+    """Step time, wall period and where it goes, and SE, over the steps that trained something."""
+    # The idle steps of a paused or drained stream (each an idle wait on near-zero compute) would swamp them.
+    busy = {s: r for s, r in steps.items() if sum(fb.samples for fb in r) > 0}
+    full = [r for r in busy.values() if len(r) == len(run.devices) and len(r) > 1]
+    timed = {s: p for s, p in step_periods(steps).items() if s in busy}
+    periods = list(timed.values())
+    # Where the wall period goes, over the busy steps whose period is known (the first step's is not).
+    splits = [split_wall_period(busy[s], p) for s, p in timed.items()]
+    return {
+        "steps_idle": len(steps) - len(busy),
+        "straggler_effect_median": median([straggler_effect([fb.compute_seconds for fb in r]) for r in full]),
+        "step_seconds_median": median([max(fb.step_seconds for fb in r) for r in busy.values()]),
         "step_period_seconds_median": median(periods),
         "step_period_split_median": {part: median([x[part] for x in splits]) for part in WALL_PARTS},
         "plan_wait_seconds_median": median([x["plan_wait"] for x in splits]),
         "plan_wait_step_fraction_median": median([x["plan_wait"] / p for x, p in zip(splits, periods, strict=True)
                                                   if p > 0]),
-        "sample_delay_seconds_median": median(delays),
-        "sample_delay_seconds_p99": float(np.percentile(delays, 99)) if delays else None,
-        "throughput_samples_per_s": trained / span_s if span_s > 0 else None,
-        "training_seconds": span_s,
-        "initial_loss": weighted_loss(first),
-        "final_loss": weighted_loss(last),
-        "rank_steps_on_local_plan": late,
-        "plans_published": len(run.assignments),
-        "unreadable_records": run.unreadable,
-        "per_device": {t.device: t.summary() for t in tallies},
     }
-    return report
+
+
+def build_report(run: RunRecords, tallies: Sequence[DeviceTally]) -> RunFigures:
+    """What Kafka holds about a run: every record's fate, and the steps' figures (a part of `report.json`)."""
+    steps = by_step(run.feedback)
+    delays = sample_delays(run)
+    span_s = 0.0
+    if run.feedback:
+        start = min(fb.started_at for fb in run.feedback)
+        span_s = (max(fb.sent_at for fb in run.feedback) - start) / 1e3
+    fates = _fates(tallies)
+    initial, final = _loss_ends(steps)
+    return RunFigures(
+        devices=len(run.devices),
+        steps=len(steps),
+        **fates,
+        **_step_figures(run, steps),
+        sample_delay_seconds_median=median(delays),
+        sample_delay_seconds_p99=float(np.percentile(delays, 99)) if delays else None,
+        throughput_samples_per_s=fates["samples_trained"] / span_s if span_s > 0 else None,
+        training_seconds=span_s,
+        initial_loss=initial,
+        final_loss=final,
+        rank_steps_on_local_plan=sum(1 for fb in run.feedback if fb.plan_step < 0),
+        plans_published=len(run.assignments),
+        unreadable_records=run.unreadable,
+    )
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:

@@ -1,10 +1,10 @@
 """`LocalStack`: the whole pipeline as local processes, started and stopped in order, then a report.
 
-Start order: Kafka broker (embedded, or an existing one) → Prometheus → coordinator → trainer ranks
-→ producers. Stop order: producers (SIGINT: they flush every accepted record), then — once the
-trainers have worked off what was produced, or after `drain_timeout_s` — the trainers (SIGTERM: each
-rank finishes its step, checkpoints, commits and exits 0), the coordinator, and, after the records
-have been read back for the report, Prometheus and the broker.
+Start order: Kafka broker (embedded, or an existing one: `stack.kafka_setup`) → Prometheus → coordinator →
+trainer ranks → producers (`stack.launch`). Stop order: producers (SIGINT: they flush every accepted record),
+then — once the trainers have worked off what was produced, or after `drain_timeout_s` — the trainers
+(SIGTERM: each rank finishes its step, checkpoints, commits and exits 0), the coordinator, and, after the
+records have been read back for the report (`stack.reporting`), Prometheus and the broker.
 """
 
 from __future__ import annotations
@@ -15,87 +15,34 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from pathlib import Path
 from types import FrameType
-from typing import Any, Literal
+from typing import Any
 
 from confluent_kafka import KafkaException
 
 from producers.service import ProducerError
-from streamtrain.broker import BrokerError, EmbeddedBroker
-from streamtrain.config import KafkaConfig, StreamtrainConfig
+from streamtrain.broker import EmbeddedBroker
+from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import make_consumer, tail_positions
-from streamtrain.net import free_port_block, free_ports
 
 from .backlog import produce_backlog
-from .balance import balance_figures
-from .ledger import ReadInterrupted, RunRecords, collect_records, tally_devices
+from .kafka_setup import embedded_broker, existing_kafka, start_embedded
+from .launch import ServicePlan, plan_services, start_prometheus
+from .ledger import RunRecords
 from .monitor import Monitor, StackSnapshot
-from .plots import plot_series
-from .procs import Child, wait_http
-from .prometheus import INSTALL_HINT, find_prometheus, scrape_config
-from .replay import held_out_chance, produce_replay_backlog, replay_producer_spec
-from .report import build_report, build_series, write_json
-from .secure import Identities, secure_broker_config, set_up_secure_broker
-from .services import (
-    DeviceStream,
-    coordinator_spec,
-    producer_spec,
-    prometheus_spec,
-    trainer_spec,
-)
+from .options import StackError, StackOptions
+from .procs import Child, ChildSet
+from .replay import produce_replay_backlog
+from .reporting import read_back, run_settings, write_plots
+from .results import StackReport
+from .secure import Identities
 
 __all__ = ["LocalStack", "StackError", "StackOptions"]
 
 logger = logging.getLogger(__name__)
-
-BrokerMode = Literal["auto", "embedded", "external"]
-
-
-class StackError(RuntimeError):
-    """The stack could not start or a service failed; the message names the service and its log."""
-
-
-@dataclass(frozen=True)
-class StackOptions:
-    """How `streamtrain up` runs (its flags)."""
-
-    streams: Sequence[DeviceStream]
-    out: Path
-    policy: str | None = None
-    truncation: str | None = None
-    duration_s: float | None = None
-    steps: int | None = None
-    broker: BrokerMode = "auto"
-    prometheus: bool = True
-    prometheus_binary: str | None = None
-    scrape_interval_s: float = 1.0
-    drain_timeout_s: float = 30.0
-    start_timeout_s: float = 180.0
-    torch_threads: int = 1
-    seed: int = 0
-    global_args: Sequence[str] = field(default_factory=tuple)
-    backlog: int = 0
-    """Samples pre-produced per device (each stream's own seed and sizes) before the coordinator and the
-    trainers start; with a backlog no live producers run, so training works through a fixed data set at
-    full capacity (benchmarks). 0: live producers at the streams' rates."""
-    replay: bool = False
-    """Replay the configured dataset (`producer.dataset.*`, see `stack.replay`) into the device topics, one shard
-    per device at each stream's rate, instead of the synthetic streams."""
-    until_step: int | None = None
-    """Stop once every rank has finished this many steps in all, counted from step 0 (unlike `steps`,
-    which counts from the first step seen after start-up)."""
-    secure: bool = False
-    """Run the embedded broker with SASL/SCRAM and ACLs, each service as its own role's principal
-    (`stack.secure`)."""
-
-
-def _default_bootstrap() -> str:
-    return str(KafkaConfig.model_fields["bootstrap_servers"].default)
 
 
 class LocalStack:
@@ -115,10 +62,11 @@ class LocalStack:
         self.opts = opts
         self.on_update = on_update
         self.say = say
-        self.devices = [s.device_id for s in opts.streams]
+        self.devices = opts.devices
         self.out = opts.out
         self.log_dir = self.out / "logs"
-        self.children: list[Child] = []
+        self.failures: list[str] = []
+        self.children = ChildSet(self.log_dir, self.failures, tick=self._update)
         self.broker: EmbeddedBroker | None = None
         self.stop_event = threading.Event()
         self.hurry = threading.Event()
@@ -126,13 +74,11 @@ class LocalStack:
         self.report_interrupted = threading.Event()
         """A Ctrl-C while the run was read back: the report is abandoned."""
         self.stopped_by = "running"
-        self.failures: list[str] = []
         self.prometheus_url: str | None = None
         self.monitor: Monitor | None = None
         self.kafka = cfg.kafka
         self.drained: bool | None = None
         self.final_status: dict[str, Any] = {}
-        self.series: dict[str, Any] = {}
         self.records: RunRecords | None = None
         """What the run left in Kafka, as read back for the report."""
         self.backlog_seconds: float | None = None
@@ -144,11 +90,11 @@ class LocalStack:
 
     # ---- the whole run -------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> StackReport | None:
         """Start everything, run until a stop condition, stop in order, and write the report.
 
         Returns:
-            The report (also written to `out/report.json`).
+            The report (also written to `out/report.json`); None when there is none (see `failures`).
 
         Raises:
             StackError: when the stack cannot start (nothing is left running).
@@ -182,156 +128,58 @@ class LocalStack:
     def _start_all(self) -> None:
         self._start_broker()
         if self.opts.backlog > 0:
-            ids = self.identities
-            try:
-                if self.opts.replay:  # not with identities: `up` refuses --secure with --dataset
-                    self.backlog_seconds = produce_replay_backlog(
-                        self.kafka, self.cfg.producer, self.opts.streams, self.opts.seed, self.opts.backlog)
-                else:
-                    self.backlog_seconds = produce_backlog(
-                        self.kafka, self.cfg.producer, self.opts.streams, self.opts.seed, self.opts.backlog,
-                        kafka_for=partial(ids.producer_kafka, self.kafka) if ids is not None else None)
-            except ProducerError as exc:
-                raise StackError(f"the backlog could not be produced: {exc}") from None
-            self.say(f"backlog: {self.opts.backlog} samples per device produced in {self.backlog_seconds:.1f} s")
-        bind = self.cfg.metrics.bind_address
-        host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
-        n = len(self.devices)
-        ports = free_ports(n + 2, bind)
-        producer_ports, coord_port, prom_port = ports[:n], ports[n], ports[n + 1]
-        trainer_base = free_port_block(n, bind, avoid=ports)
-        common: dict[str, object] = {"kafka.bootstrap_servers": self.kafka.bootstrap_servers,
-                                     "kafka.topic_prefix": self.kafka.topic_prefix}
-        args = list(self.opts.global_args)
-        if self.opts.backlog > 0:
-            producers = []
-        elif self.opts.replay:  # one producer for every device: the dataset is loaded and sharded once
-            producers = [replay_producer_spec(self.opts.streams, self.opts.seed, producer_ports[0], common, args)]
-        else:
-            producers = [producer_spec(s, i, self.opts.seed, producer_ports[i], common, args)
-                         for i, s in enumerate(self.opts.streams)]
-        producer_ports = producer_ports[: len(producers)]
-        coordinator = coordinator_spec(self.devices, self.opts.policy, self.opts.truncation, coord_port, common, args)
-        # The ranks check each plan's truncation against the policy the coordinator was told to follow.
-        trainer_sets = {**common, "coordinator.truncation": self.opts.truncation} if self.opts.truncation else common
-        trainers = trainer_spec(self.devices, trainer_base, self.out / "checkpoints", self.opts.torch_threads,
-                                trainer_sets, args)
-        if (ids := self.identities) is not None:  # each service logs in as its own role
-            producers = [replace(p, env=ids.env(ids.producers[s.device_id]))
-                         for p, s in zip(producers, self.opts.streams, strict=False)]
-            coordinator = replace(coordinator, env=ids.env(ids.coordinator))
-            trainers = replace(trainers, env=ids.env(ids.trainer))
+            self._produce_backlog()
+        plan = plan_services(self.cfg, self.opts, self.kafka, self.identities)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "160"}
-        self.monitor = Monitor(self.devices, f"http://{host}:{coord_port}",
-                               {d: f"http://{host}:{trainer_base + r}/metrics" for r, d in enumerate(self.devices)},
-                               {s.device_id: f"http://{host}:{producer_ports[min(i, len(producers) - 1)]}/metrics"
-                                for i, s in enumerate(self.opts.streams) if producers})
-        self._start_prometheus(host, prom_port, {
-            "producers": [f"{host}:{p}" for p in producer_ports], "coordinator": [f"{host}:{coord_port}"],
-            "trainers": [f"{host}:{p}" for p in trainers.ports]})
-        self.monitor.phase = "starting the coordinator"
-        coord = self._spawn(coordinator, env)
-        self._await(coord, f"http://{host}:{coord_port}/status")
-        # Ranks first: they take longest to start (torch), and a stream with nobody training it only builds lag.
-        self.monitor.phase = "starting trainer ranks"
-        ranks = self._spawn(trainers, env)
-        for port in trainers.ports:
-            self._await(ranks, f"http://{host}:{port}/metrics")
-        self.monitor.phase = "starting producers"
-        for spec in producers:
-            self._spawn(spec, env)
-        for child, port in zip(self._kind("producer"), producer_ports, strict=False):
-            self._await(child, f"http://{host}:{port}/metrics")
+        self.monitor = plan.monitor(self.devices)
+        self.prometheus_url = start_prometheus(self.opts, plan, self.children, dict(os.environ), self.say)
+        if self.prometheus_url is not None:
+            self.monitor.notes.append(f"Prometheus {self.prometheus_url}  (try {self.prometheus_url}"
+                                      "/graph?g0.expr=streamtrain_trainer_batch_samples)")
+        self._start_services(plan, env)
         self.monitor.notes.append(f"run directory {self.out} (logs in {self.log_dir})")
-        self.say(f"stack up: {n} devices, coordinator http://{host}:{coord_port}/status"
+        self.say(f"stack up: {len(self.devices)} devices, coordinator {plan.coordinator_url}/status"
                  + (f", Prometheus {self.prometheus_url}" if self.prometheus_url else ""))
 
-    def _start_broker(self) -> None:
-        mode = self.opts.broker
-        configured = self.cfg.kafka.bootstrap_servers
-        settings = self.cfg.kafka.security_settings()
-        if self.identities is not None and mode == "external":
-            raise StackError("--secure runs its own embedded broker (with fresh users and ACLs); on another cluster "
-                             "set up users and ACLs with `streamtrain acl apply` and give each service its role")
-        if self.identities is None and mode in ("auto", "external") and (
-                mode == "external" or configured != _default_bootstrap()):
-            if EmbeddedBroker.answers(configured, timeout=5.0, settings=settings):
-                stamp = self.started_at.strftime("%Y%m%d-%H%M%S")
-                prefix = f"{self.cfg.kafka.topic_prefix}.up-{stamp}"
-                self.kafka = self.cfg.kafka.model_copy(update={"topic_prefix": prefix})
-                self.kafka_ready = True
-                self.say(f"using the Kafka broker at {configured} (kafka.bootstrap_servers), topics "
-                         f"{self.kafka.topic_prefix}.*")
-                return
-            if mode == "external":
-                raise StackError(f"no Kafka broker answers at {configured} (kafka.bootstrap_servers)")
-            self.say(f"no Kafka broker answers at {configured} (kafka.bootstrap_servers): starting an embedded one")
-        broker_cfg = self.cfg.broker.model_copy(update={"data_dir": self.out / "kafka", "port": 0,
-                                                        "controller_port": 0})
-        if self.identities is not None:
-            broker_cfg = secure_broker_config(broker_cfg, self.identities)
-        self.broker = EmbeddedBroker(broker_cfg, die_with_parent=True)  # the run's own: it ends with `up`
-        began = time.monotonic()
-        try:
-            bootstrap = self.broker.start()
-        except BrokerError as exc:
-            raise StackError(f"the embedded Kafka broker did not start: {exc}") from None
-        self.kafka = self.cfg.kafka.model_copy(update={"bootstrap_servers": bootstrap})
-        if self.identities is not None:
-            try:
-                set_up_secure_broker(self.broker, self.cfg.model_copy(update={"kafka": self.kafka}), self.devices)
-            except (KafkaException, ValueError) as exc:
-                raise StackError(f"could not set up the secure broker's ACLs and topics: {exc}") from None
-            self.kafka = self.identities.kafka(self.kafka, self.identities.admin)  # reads the run back as admin
-            users = ", ".join(sorted(self.identities.passwords))
-            self.say(f"security: SASL/SCRAM with ACLs, each service as its own principal ({users})")
-        self.kafka_ready = True
-        self.say(f"embedded Kafka broker on {bootstrap} after {time.monotonic() - began:.1f} s "
-                 f"(data in {broker_cfg.data_dir})")
-
-    def _start_prometheus(self, host: str, port: int, targets: dict[str, list[str]]) -> None:
-        if not self.opts.prometheus:
-            self.say("Prometheus: off (--no-prometheus)")
-            return
-        binary = find_prometheus(self.opts.prometheus_binary)
-        if binary is None:
-            self.say(f"Prometheus: no `prometheus` binary found, running without it ({INSTALL_HINT}); "
-                     "the live view and the report do not need it")
-            return
-        prom_dir = self.out / "prometheus"
-        prom_dir.mkdir(parents=True, exist_ok=True)
-        config = prom_dir / "prometheus.yml"
-        config.write_text(scrape_config(targets, self.opts.scrape_interval_s))
-        child = self._spawn(prometheus_spec(binary, config, prom_dir / "data", host, port), dict(os.environ))
-        url = f"http://{host}:{port}"
-        if not wait_http(f"{url}/-/ready", 30.0, child):
-            self.say(f"Prometheus did not become ready (see {child.log_path}); running without it")
-            child.stop(grace=5.0)
-            self.children.remove(child)
-            return
-        self.prometheus_url = url
+    def _start_services(self, plan: ServicePlan, env: dict[str, str]) -> None:
         assert self.monitor is not None
-        self.monitor.notes.append(f"Prometheus {url}  (try {url}/graph?g0.expr=streamtrain_trainer_batch_samples)")
+        self.monitor.phase = "starting the coordinator"
+        coord = self.children.spawn(plan.coordinator, env)
+        self._await(coord, f"{plan.coordinator_url}/status")
+        # Ranks first: they take longest to start (torch), and a stream with nobody training it only builds lag.
+        self.monitor.phase = "starting trainer ranks"
+        ranks = self.children.spawn(plan.trainers, env)
+        for port in plan.trainers.ports:
+            self._await(ranks, f"http://{plan.host}:{port}/metrics")
+        self.monitor.phase = "starting producers"
+        producers = [self.children.spawn(spec, env) for spec in plan.producers]  # all at once: each takes a while
+        for child, spec in zip(producers, plan.producers, strict=True):
+            self._await(child, f"http://{plan.host}:{spec.ports[0]}/metrics")
 
-    def _spawn(self, spec: Any, env: dict[str, str]) -> Child:
-        child = Child(spec, self.log_dir, {**env, **spec.env})
-        child.start()
-        self.children.append(child)
-        return child
+    def _start_broker(self) -> None:
+        kafka = existing_kafka(self.cfg, self.opts.broker, self.identities is not None, self.started_at, self.say)
+        if kafka is None:
+            self.broker = embedded_broker(self.cfg, self.out, self.identities)  # stopped by _stop_all, even half-up
+            kafka = start_embedded(self.broker, self.cfg, self.devices, self.identities, self.say)
+        self.kafka = kafka
+        self.kafka_ready = True
+
+    def _produce_backlog(self) -> None:
+        ids, opts = self.identities, self.opts
+        try:
+            if opts.replay:  # not with identities: `up` refuses --secure with --dataset
+                self.backlog_seconds = produce_replay_backlog(
+                    self.kafka, self.cfg.producer, opts.streams, opts.seed, opts.backlog)
+            else:
+                self.backlog_seconds = produce_backlog(
+                    self.kafka, self.cfg.producer, opts.streams, opts.seed, opts.backlog,
+                    kafka_for=partial(ids.producer_kafka, self.kafka) if ids is not None else None)
+        except ProducerError as exc:
+            raise StackError(f"the backlog could not be produced: {exc}") from None
+        self.say(f"backlog: {opts.backlog} samples per device produced in {self.backlog_seconds:.1f} s")
 
     def _await(self, child: Child, url: str) -> None:
-        deadline = time.monotonic() + self.opts.start_timeout_s
-        while time.monotonic() < deadline:
-            if self.stop_event.is_set():
-                raise StackError("interrupted while starting")
-            if wait_http(url, 0.5, child):
-                return
-            if not child.running():
-                raise StackError(f"{child.name} exited with status {child.returncode} while starting; last lines of "
-                                 f"{child.log_path}:\n{child.log_tail()}")
-            self._update()
-        raise StackError(f"{child.name} did not answer on {url} within {self.opts.start_timeout_s:.0f} s; "
-                         f"see {child.log_path}")
+        self.children.await_http(child, url, self.opts.start_timeout_s, self.stop_event.is_set)
 
     # ---- run -----------------------------------------------------------------------------------
 
@@ -345,96 +193,83 @@ class LocalStack:
         first_step: int | None = None  # --steps counts from here: the ranks may have stepped on no data before
         self.monitor.phase = "running"
         while not self.stop_event.is_set():
-            dead = [c for c in self.children if not c.running()]
-            if dead:
+            if dead := self.children.dead():
                 c = dead[0]
                 self.failures.append(f"{c.name} exited with status {c.returncode}; see {c.log_path}")
                 self.stopped_by = f"{c.name} exited"
                 break
-            if self.opts.duration_s is not None and time.monotonic() - began >= self.opts.duration_s:
-                self.stopped_by = f"--duration {self.opts.duration_s:g}"
-                break
             self.monitor.poll_status()
             step = self.monitor.step()
-            if first_step is None:
-                first_step = step
-            if self.opts.steps is not None and step is not None and step - (first_step or 0) >= self.opts.steps:
-                self.stopped_by = f"--steps {self.opts.steps}"
-                break
-            if self.opts.until_step is not None and step is not None and step >= self.opts.until_step:
-                self.stopped_by = f"step {self.opts.until_step}"
+            first_step = step if first_step is None else first_step
+            if (reason := self._stop_reason(time.monotonic() - began, step, first_step)) is not None:
+                self.stopped_by = reason
                 break
             self._update()
             self.stop_event.wait(0.5)
 
+    def _stop_reason(self, seconds: float, step: int | None, first_step: int | None) -> str | None:
+        """Which of the run's own stop conditions holds now (None: none)."""
+        opts = self.opts
+        if opts.duration_s is not None and seconds >= opts.duration_s:
+            return f"--duration {opts.duration_s:g}"
+        if opts.steps is not None and step is not None and step - (first_step or 0) >= opts.steps:
+            return f"--steps {opts.steps}"
+        if opts.until_step is not None and step is not None and step >= opts.until_step:
+            return f"step {opts.until_step}"
+        return None
+
     # ---- stop ----------------------------------------------------------------------------------
 
-    def _kind(self, kind: str) -> list[Child]:
-        return [c for c in self.children if c.spec.kind == kind]
+    def _phase(self, phase: str) -> None:
+        if self.monitor is not None:
+            self.monitor.phase = phase
 
-    def _stop_kind(self, kind: str, signum: int, grace: float) -> None:
-        children = self._kind(kind)
-        for child in children:
-            child.send(signum)
-        deadline = time.monotonic() + grace
-        for child in children:
-            while not child.wait(0.5):
-                self._update()
-                if time.monotonic() > deadline:
-                    break
-            if child.running():
-                self.failures.append(f"{child.name} did not stop within {grace:.0f} s and was killed")
-            code = child.stop(signal.SIGKILL, 0.0) if child.running() else child.returncode
-            child.close()
-            # Exiting by the signal itself (-signum, or 128 + signum from Python's KeyboardInterrupt) is a stop too:
-            # whether anything was lost is for the Kafka accounting to say, not the exit status.
-            if code not in (0, None, -signum, 128 + signum, -signal.SIGKILL):
-                self.failures.append(f"{child.name} exited with status {code}; see {child.log_path}")
-
-    def _stop_all(self) -> dict[str, Any]:
-        monitor = self.monitor
-        report: dict[str, Any] = {}
+    def _stop_all(self) -> StackReport | None:
+        report: StackReport | None = None
+        series: dict[str, Any] = {}
         self.stop_event.set()  # from now on a Ctrl-C means "hurry": skip the drain
         try:
-            if monitor is not None:
-                monitor.phase = "stopping producers"
-            self._stop_kind("producer", signal.SIGINT, 120.0)
+            self._phase("stopping producers")
+            self.children.stop_kind("producer", signal.SIGINT, 120.0)
             if self.started and not self.failures and self.opts.drain_timeout_s > 0:
                 self._drain()
-            if monitor is not None:
-                monitor.phase = "stopping trainers (final step, checkpoint, commit)"
-            self._stop_kind("trainer", signal.SIGTERM, 120.0)
-            if monitor is not None:
-                self.final_status = monitor.poll_status()
-                monitor.phase = "stopping the coordinator"
-            self._stop_kind("coordinator", signal.SIGTERM, 30.0)
+            self._phase("stopping trainers (final step, checkpoint, commit)")
+            self.children.stop_kind("trainer", signal.SIGTERM, 120.0)
+            if self.monitor is not None:
+                self.final_status = self.monitor.poll_status()
+            self._phase("stopping the coordinator")
+            self.children.stop_kind("coordinator", signal.SIGTERM, 30.0)
             if self.started and self.kafka_ready:
-                report = self._report()
+                report, series = self._report()
         finally:
-            self._stop_kind("prometheus", signal.SIGTERM, 30.0)
-            for child in self.children:
-                if child.running():
-                    child.kill()
+            self.children.stop_kind("prometheus", signal.SIGTERM, 30.0)
+            self.children.kill_all()
             if self.broker is not None:
                 self.broker.stop()
                 self.say("embedded Kafka broker stopped")
-        if report:
-            self._plots(report)
+        if report is not None:
+            report = write_plots(report, series, self.out, self.failures)
         return report
+
+    def _device_ends(self) -> dict[str, int] | None:
+        """Each device topic's end offset now (summed over its partitions); None when the broker does not say."""
+        consumer = make_consumer(self.kafka, f"streamtrain-up-drain-{os.getpid()}")
+        try:
+            return {d: sum(h for _, h in tail_positions(consumer, self.kafka.topics.device(d), None, 30.0).values())
+                    for d in self.devices}
+        except (KafkaException, TimeoutError) as exc:
+            logger.warning("cannot read the device topics' ends (%s); skipping the drain", exc)
+            return None
+        finally:
+            consumer.close()
 
     def _drain(self) -> None:
         """Wait until every device's lowest unprocessed offset reaches its topic's end (or the drain timeout)."""
         assert self.monitor is not None
         self.monitor.phase = "draining: trainers work off the backlog"
-        consumer = make_consumer(self.kafka, f"streamtrain-up-drain-{os.getpid()}")
-        try:
-            ends = {d: sum(h for _, h in tail_positions(consumer, self.kafka.topics.device(d), None, 30.0).values())
-                    for d in self.devices}
-        except (KafkaException, TimeoutError) as exc:
-            logger.warning("cannot read the device topics' ends (%s); skipping the drain", exc)
+        ends = self._device_ends()
+        if ends is None:
             return
-        finally:
-            consumer.close()
         deadline = time.monotonic() + self.opts.drain_timeout_s
         while time.monotonic() < deadline and not self.hurry.is_set():
             floors = {d.get("device"): d.get("lowest_unprocessed") or 0
@@ -442,7 +277,7 @@ class LocalStack:
             if all(floors.get(d, 0) >= ends[d] for d in self.devices):
                 self.drained = True
                 return
-            if any(not c.running() for c in self._kind("trainer")):
+            if any(not c.running() for c in self.children.of_kind("trainer")):
                 break
             self._update()
             time.sleep(0.5)
@@ -450,54 +285,19 @@ class LocalStack:
         logger.warning("the backlog did not drain within %.0f s (--drain-timeout); what is left stays in Kafka, "
                        "reported as pending", self.opts.drain_timeout_s)
 
-    def _report(self) -> dict[str, Any]:
-        if self.monitor is not None:
-            self.monitor.phase = "reading the run back from Kafka"
-            self._update()
+    def _report(self) -> tuple[StackReport | None, dict[str, Any]]:
+        self._phase("reading the run back from Kafka")
+        self._update()
         cfg = self.cfg.model_copy(update={"kafka": self.kafka})
+        settings = run_settings(cfg, self.opts, self.final_status, started_at=self.started_at.isoformat(
+            timespec="seconds"), stopped_by=self.stopped_by, drained=self.drained, prometheus_url=self.prometheus_url,
+            failures=list(self.failures))
         self.reporting = True
         try:
-            run = collect_records(cfg, self.devices, timeout=60.0, stop=self.report_interrupted.is_set)
-        except (KafkaException, TimeoutError) as exc:
-            self.failures.append(f"could not read the run back from Kafka: {exc}")
-            return {}
-        except ReadInterrupted:
-            self.failures.append("interrupted while reading the run back from Kafka: no report written")
-            return {}
+            back = read_back(cfg, self.devices, settings, self.out, self.report_interrupted.is_set)
         finally:
             self.reporting = False
-        self.records = run
-        tallies = tally_devices(cfg, run)
-        status = self.final_status or {}
-        extra = {
-            "policy": status.get("policy") or self.opts.policy or cfg.coordinator.policy,
-            "truncation": status.get("truncation") or self.opts.truncation or cfg.coordinator.truncation,
-            "plan_ahead": status.get("plan_ahead", cfg.coordinator.plan_ahead),
-            "job": cfg.job, "topic_prefix": self.kafka.topic_prefix, "bootstrap_servers": self.kafka.bootstrap_servers,
-            "started_at": self.started_at.isoformat(timespec="seconds"), "stopped_by": self.stopped_by,
-            "drained": self.drained, "backlog_per_device": self.opts.backlog or None,
-            "plan_latency_ms_median": status.get("plan_latency_ms_median"),
-            "plan_latency_step_fraction_median": status.get("plan_latency_step_fraction_median"),
-            "streams": [{"device": s.device_id, "rate": s.rate, "size_mean": s.size_mean, "size_dif": s.size_dif}
-                        for s in self.opts.streams],
-            "prometheus_url": self.prometheus_url, "failures": list(self.failures),
-        }
-        report = build_report(run, tallies, extra)
-        self.series = build_series(run)
-        report.update(balance_figures(run, self.series), num_classes=cfg.trainer.num_classes,
-                      heldout_chance=held_out_chance(cfg) if run.evaluations else None)
-        self.series["heldout"] = report.get("heldout", [])
-        write_json(self.out / "report.json", report)
-        write_json(self.out / "series.json", self.series)
-        return report
-
-    def _plots(self, report: dict[str, Any]) -> None:
-        title = f"{report['policy']} · {report['devices']} devices · {report['steps']} steps"
-        try:
-            paths = plot_series(self.series, self.out / "plots", title)
-        except (ValueError, RuntimeError) as exc:  # a plot must never lose the report
-            logger.warning("plots failed: %s", exc)
-            return
-        report["plots"] = [str(p.relative_to(self.out)) for p in paths]
-        report["failures"] = list(self.failures)
-        write_json(self.out / "report.json", report)
+        if back.failure is not None:
+            self.failures.append(back.failure)
+        self.records = back.records
+        return back.report, back.series

@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from .wire import Assignment, DevicePlan, PendingSample, Sample, StepFeedback, encode, now_ms
-from .wire.codec import SCHEMA_HEADER, SIZE_HEADER, HeaderList, fingerprint_of
+from .wire.codec import SCHEMA_HEADER, SIZE_HEADER, HeaderList
+from .wire.layout import MARKER, PREFIX_SIZE, load_schema
+from .wire.legacy import encode_previous
 
 __all__ = [
     "FuzzRecord",
@@ -98,7 +100,7 @@ def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_featur
         oversize_bytes: the trainer's buffer_max_bytes; when given, one kind is a record larger than it.
     """
     rng = np.random.default_rng(seed)
-    sample_fp = fingerprint_of(Sample).encode()
+    sample_prefix = load_schema("Sample").prefix
     feats = num_features
 
     def rows(n: int, fill: float | None = None) -> bytes:
@@ -114,8 +116,8 @@ def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_featur
     def random_body(i: int) -> FuzzRecord:
         # A zigzag varint of -1 as device_id's length: no Avro reader can take a string of negative length,
         # so random bytes after it are corrupt whatever they are (pure random bytes might decode by luck).
-        body = b"\x01" + rng.bytes(int(rng.integers(0, 300)))
-        return FuzzRecord("random-bytes", "corrupt", body, [(SCHEMA_HEADER, sample_fp), (SIZE_HEADER, b"3")])
+        body = sample_prefix + b"\x01" + rng.bytes(int(rng.integers(0, 300)))
+        return FuzzRecord("random-bytes", "corrupt", body, [(SIZE_HEADER, b"3")])
 
     def truncated(i: int) -> FuzzRecord:
         value, headers = valid(i)
@@ -131,9 +133,28 @@ def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_featur
 
     def unknown_fp(i: int) -> FuzzRecord:
         value, headers = valid(i)
+        fake = int(rng.integers(0, 2**62)).to_bytes(8, "little")
+        return FuzzRecord("unknown-fingerprint", "unknown-schema", MARKER + fake + value[PREFIX_SIZE:], headers)
+
+    def previous_unknown_fp(i: int) -> FuzzRecord:
+        # The previous layout (bare body, fingerprint hex in a header), still read: with a fingerprint nobody has.
+        value, headers = valid(i)
         fake = f"{int(rng.integers(0, 2**62)):016x}".encode()
-        return FuzzRecord("unknown-fingerprint", "unknown-schema", value,
-                          [(SCHEMA_HEADER, fake) if k == SCHEMA_HEADER else (k, v) for k, v in headers])
+        return FuzzRecord("unknown-fingerprint-previous-layout", "unknown-schema", value[PREFIX_SIZE:],
+                          [(SCHEMA_HEADER, fake), *headers])
+
+    def bare_body(i: int) -> FuzzRecord:
+        # A bare Avro body (no single-object prefix, no previous-layout header): what a writer that skipped
+        # the single-object encoder sends.
+        value, headers = valid(i)
+        return FuzzRecord("bare-avro-body", "corrupt", value[PREFIX_SIZE:], headers)
+
+    def previous_truncated(i: int) -> FuzzRecord:
+        n = int(rng.integers(1, 6))
+        value, headers = encode_previous(Sample(device_id=device_id, seq=i, produced_at=0, size=n, shape=(n, feats),
+                                                dtype="float32", data=rows(n), label=1))
+        return FuzzRecord("truncated-avro-previous-layout", "corrupt", value[:int(rng.integers(0, len(value) - 1))],
+                          headers)
 
     def wrong_schema(i: int) -> FuzzRecord:
         value, headers = encode(_feedback(i))
@@ -204,7 +225,7 @@ def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_featur
     makers: list[Callable[[int], FuzzRecord]] = [
         random_body, truncated, trailing, tombstone, unknown_fp, wrong_schema, no_headers, no_size_header,
         size_header_wrong, size_header_garbage, negative_size, zero_size, huge_size, shape_vs_data, non_finite,
-        wrong_features, bad_label, other_device,
+        wrong_features, bad_label, other_device, previous_unknown_fp, bare_body, previous_truncated,
     ]
     oversize_every = 0
     if oversize_bytes is not None:
@@ -231,19 +252,19 @@ def _control_corpus(count: int, seed: int, good: Callable[[int], tuple[bytes, He
     rng = np.random.default_rng(seed)
     for i in range(count):
         value, headers = good(i)
-        fp = headers[0][1]
+        prefix, body = value[:PREFIX_SIZE], value[PREFIX_SIZE:]
         match i % 7:
             case 0:
-                yield FuzzRecord("random-bytes", "corrupt", b"\x01" + rng.bytes(int(rng.integers(0, 200))),
-                                 [(SCHEMA_HEADER, fp)])
+                yield FuzzRecord("random-bytes", "corrupt", prefix + b"\x01" + rng.bytes(int(rng.integers(0, 200))),
+                                 headers)
             case 1:
                 yield FuzzRecord("truncated-avro", "corrupt", value[:int(rng.integers(0, len(value) - 1))], headers)
             case 2:
                 yield FuzzRecord("trailing-bytes", "corrupt", value + b"\x00" * int(rng.integers(1, 9)), headers)
             case 3:
-                yield FuzzRecord("missing-headers", "missing-header", value, [])
+                yield FuzzRecord("bare-avro-body", "corrupt", body, headers)
             case 4:
-                yield FuzzRecord("unknown-fingerprint", "unknown-schema", value, [(SCHEMA_HEADER, b"00" * 8)])
+                yield FuzzRecord("unknown-fingerprint", "unknown-schema", MARKER + b"\x00" * 8 + body, headers)
             case 5:
                 wrong_value, wrong_headers = other(i)
                 yield FuzzRecord("wrong-schema", "wrong-schema", wrong_value, wrong_headers)

@@ -33,6 +33,7 @@ from .backlog import ReportLog, hold_backlog, named_by
 from .checkpoint import Checkpoint, NonFiniteCheckpointError, load_checkpoint, resume_offset, save_checkpoint
 from .consumer import RankConsumer
 from .distributed import DistContext, destroy_distributed, init_distributed
+from .emulation import slow_device
 from .evaluation import HeldOutEvaluator, held_out_source
 from .metrics import TrainerMetrics
 from .plan_checks import PartCheck
@@ -67,7 +68,10 @@ class TrainerRank:
         self.group_id = config.trainer_group_id
         topics = config.kafka.topics
         self.feedback_topic = topics.feedback
-        self.runner = build_step_runner(self.trainer, ctx)  # bad plug-ins or slowdowns fail before Kafka is touched
+        slow = slow_device(self.trainer, ctx)  # bad slow-downs or plug-ins fail before Kafka is touched
+        self.runner = build_step_runner(self.trainer, ctx)
+        # A benchmark's or demo's emulated slower device (`trainer.slowdowns`) wraps the step; nothing else does.
+        self.train_step = slow.wrap(self.runner.run_step) if slow is not None else self.runner.run_step
         self.evaluator = (HeldOutEvaluator(self.trainer, ctx, self.runner.collate, config.producer.dataset)
                           if held_out_source(self.trainer) is not None else None)
         self._evaluated_step: int | None = None
@@ -179,7 +183,7 @@ class TrainerRank:
         # Samples a plan saw and left behind, and any truncation dropped (streams outran training): either way
         # not a step short for want of data, so no rank holds its report (`_hold`).
         backlog = hold_backlog(self.buffer, self.device_id, plan, self.plans.later(step), self.reports)
-        result = self.runner.run_step(samples, stop=self.stop_requested, backlog=backlog)
+        result = self.train_step(samples, stop=self.stop_requested, backlog=backlog)
         self.group_stop = result.stop
         self.group_idle = result.global_samples == 0
         if result.skipped:

@@ -37,10 +37,8 @@ from .distributed import (
     reserve_memory,
     reset_peak_memory,
 )
-from .errors import TrainerSetupError
 
-__all__ = ["NON_FINITE_LOSS", "StepResult", "StepRunner", "build_optimizer", "build_step_runner", "linear_lr_scale",
-           "slowdown_for"]
+__all__ = ["NON_FINITE_LOSS", "StepResult", "StepRunner", "build_optimizer", "build_step_runner", "linear_lr_scale"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +78,8 @@ class StepResult:
     """Some rank asked the group to stop after this step (every rank sees the same value)."""
     group_backlog: int = 0
     """Σ over the ranks of the `backlog` they passed (every rank sees the same value)."""
-    slowdown_seconds: float = 0.0
-    """Emulated extra compute slept after the step (`trainer.slowdowns`), included in compute and step seconds."""
     cpu_seconds: float = 0.0
-    """CPU time of the training thread in the step (collate to optimizer step; the CPU clock of `slowdowns`)."""
+    """CPU time of the training thread in the step (collate to optimizer step)."""
     skipped: bool = False
     """Some rank's loss or the aggregated gradient was not finite: no rank stepped (every rank sees the same
     value); this rank's samples were not trained."""
@@ -127,8 +123,6 @@ class StepRunner:
         config: Trainer settings (loss weighting, learning-rate scaling).
         collate: Samples → batch.
         device: Device the model lives on.
-        slowdown: Emulated slow-down factor of this rank (>= 1; see `slowdown_for`).
-        slowdown_clock: What the factor multiplies: "cpu" (this thread's CPU time in the step) or "wall".
     """
 
     def __init__(
@@ -139,21 +133,13 @@ class StepRunner:
         config: TrainerConfig,
         collate: CollateFn,
         device: torch.device,
-        slowdown: float = 1.0,
-        slowdown_clock: str = "wall",
     ) -> None:
-        if not slowdown >= 1.0:
-            raise ValueError(f"slowdown factor must be >= 1, got {slowdown}")
-        if slowdown_clock not in ("cpu", "wall"):
-            raise ValueError(f"slowdown_clock must be 'cpu' or 'wall', got {slowdown_clock!r}")
         self.model = model
         self.optimizer = optimizer
         self.state = state
         self.config = config
         self.collate = collate
         self.device = device
-        self.slowdown = float(slowdown)
-        self.slowdown_clock = slowdown_clock
         self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
         self.steps = 0
         self.skipped_steps = 0
@@ -241,18 +227,6 @@ class StepRunner:
         self._sync()
         finished = time.perf_counter()
         cpu_seconds = time.thread_time() - cpu_started
-        slept = 0.0
-        if self.slowdown > 1.0:
-            # Emulated heterogeneity: this rank's compute takes `slowdown` times what it measured. On the CPU clock
-            # the measure is this thread's CPU time, which time-sharing the cores with other processes (other
-            # ranks, the broker) hardly changes, so the emulated time is reproducible on a busy machine.
-            compute = max(0.0, finished - started - comm)
-            measured = cpu_seconds if self.slowdown_clock == "cpu" else compute
-            owed = self.slowdown * measured - compute
-            if owed > 0:
-                time.sleep(owed)
-                slept = time.perf_counter() - finished
-                finished += slept
         self.steps += 1
         decisions = self.state.compressor.decisions if self.state.compressor is not None else []
         return StepResult(
@@ -273,7 +247,6 @@ class StepRunner:
             buckets=self.state.hook_calls,
             stop=self.state.group_stop(),
             group_backlog=self.state.group_backlog(),
-            slowdown_seconds=slept,
             cpu_seconds=cpu_seconds,
             skipped=skipped,
             grad_norm=grad_norm,
@@ -297,21 +270,6 @@ class StepRunner:
         return float(self.optimizer.param_groups[0]["lr"])
 
 
-def slowdown_for(config: TrainerConfig, rank: int, world_size: int) -> float:
-    """This rank's emulated slow-down factor: `trainer.slowdowns[rank]`, or 1 when none are set.
-
-    Raises:
-        TrainerSetupError: `trainer.slowdowns` names factors, but not one per rank of the group.
-    """
-    factors = config.slowdowns
-    if not factors:
-        return 1.0
-    if len(factors) != world_size:
-        raise TrainerSetupError(f"trainer.slowdowns names {len(factors)} factors but the group has {world_size} "
-                                "ranks; give one factor per rank (e.g. [1,1,1,4])")
-    return float(factors[rank])
-
-
 def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
     """Model, DDP wrapper with the aggregation hook, optimizer and collate function of one rank.
 
@@ -321,7 +279,7 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
 
     Raises:
         TrainerSetupError: `config.model` or `config.collate` cannot be resolved or fail the probe batch
-            (`check_plugins`), or `config.slowdowns` does not name one factor per rank.
+            (`check_plugins`).
     """
     collate = build_collate(config)  # resolve plug-ins first: a bad path fails before any collective
     if ctx.device.type == "cpu":
@@ -329,7 +287,6 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
             keep_freed_memory()
         reserve_memory(config.memory_reserve_mb)
         logger.info("rank %d: %s allocator, %d MiB reserved", ctx.rank, malloc_in_use(), config.memory_reserve_mb)
-    slowdown = slowdown_for(config, ctx.rank, ctx.world_size)
     model = build_model(config)
     check_plugins(model, collate, config)  # a plug-in that raises or answers in the wrong shape fails here, by name
     model = model.to(ctx.device)
@@ -351,9 +308,4 @@ def build_step_runner(config: TrainerConfig, ctx: DistContext) -> StepRunner:
         f"top-{config.topk_ratio:g} delta {config.compression_delta:g}" if config.compression else "off",
         f"on (base batch {config.base_batch})" if config.lr_scaling else "off",
     )
-    clock = config.slowdown_clock if config.slowdown_clock != "auto" else ("wall" if ctx.device.type == "cuda"
-                                                                          else "cpu")
-    if slowdown > 1.0:
-        logger.info("rank %d: emulating a device %g times slower on the %s clock (trainer.slowdowns)", ctx.rank,
-                    slowdown, clock)
-    return StepRunner(ddp, optimizer, state, config, collate, ctx.device, slowdown, clock)
+    return StepRunner(ddp, optimizer, state, config, collate, ctx.device)

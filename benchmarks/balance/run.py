@@ -52,7 +52,7 @@ def run_cell(setup: BalanceSetup, cell: BalanceCell, index: int, bootstrap: str,
         start_timeout_s=setup.start_timeout_s, extra_sets=setup.extra_sets), bootstrap, runs, launch, on_step)
     identity: dict[str, Any] = {"policy": cell.policy, "slowdowns": cell.slowdowns, "dif": cell.dif,
                                 "size_kind": kind}
-    if ran.records is None:
+    if ran.records is None or ran.report is None:
         return CellResult.model_validate({**identity, "error": ran.error})
     identity["seconds"] = ran.seconds
     try:
@@ -64,14 +64,14 @@ def run_cell(setup: BalanceSetup, cell: BalanceCell, index: int, bootstrap: str,
     sizes = np.concatenate([recs.sizes[recs.decoded] for recs in ran.records.records.values()] or [np.zeros(0)])
     return CellResult.model_validate({
         **identity, **dict(figures),
-        "steps": report.get("steps"),
-        "samples_trained": report.get("samples_trained"),
-        "samples_pending": report.get("samples_pending"),  # the backlog left over by design: not lost
-        "samples_unaccounted": report.get("samples_unaccounted"),
-        "samples_lost": report.get("samples_unaccounted"),
+        "steps": report.steps,
+        "samples_trained": report.samples_trained,
+        "samples_pending": report.samples_pending,  # the backlog left over by design: not lost
+        "samples_unaccounted": report.samples_unaccounted,
+        "samples_lost": report.samples_unaccounted,
         "size_mean_measured": float(np.mean(sizes)) if len(sizes) else None,
         "size_dif_measured": float(np.std(sizes)) if len(sizes) else None,
-        "plan_latency_ms_median": report.get("plan_latency_ms_median"),
+        "plan_latency_ms_median": report.plan_latency_ms_median,
         "backlog_seconds": ran.backlog_seconds,
         "run_dir": str(ran.run_dir),
         "error": ran.error,

@@ -44,7 +44,7 @@ def run_result(ran: CellRun, setup: RealdataSetup, cell: RealdataCell, repeat: i
     """A run's figures from what it left in Kafka (its window's step figures, its accuracy over time)."""
     identity: dict[str, Any] = {"policy": cell.policy, "slowdowns": cell.slowdowns, "control": cell.control,
                                 "repeat": repeat, "order": order, "seconds": ran.seconds, "run_dir": str(ran.run_dir)}
-    if ran.records is None:
+    if ran.records is None or ran.report is None:
         return RunResult.model_validate({**identity, "error": ran.error})
     records = ran.records
     try:
@@ -59,8 +59,8 @@ def run_result(ran: CellRun, setup: RealdataSetup, cell: RealdataCell, repeat: i
         **identity, **dict(figures), "loss_curve": None,
         "wall_period_seconds_median": period, "accuracy": curve,
         "final_accuracy": curve[-1].accuracy if curve else None,
-        "samples_trained": ran.report.get("samples_trained"),
-        "samples_unaccounted": ran.report.get("samples_unaccounted"),
+        "samples_trained": ran.report.samples_trained,
+        "samples_unaccounted": ran.report.samples_unaccounted,
         "backlog_left_min": min(left) if left else None,
         "error": ran.error or (None if curve else "no held-out evaluation read back"),
     })

@@ -10,6 +10,10 @@ expects). Every panel queries the provisioned Prometheus datasource (uid `stream
 plain PromQL over the metrics the services export (`streamtrain_<service>_<name>_<unit>`). The only
 Grafana variable is `$device`, always used as `device=~"$device"`, so substituting `.*` gives an
 expression Prometheus evaluates as is. Rate windows are fixed ([1m], [5m]) for the same reason.
+
+The balance dashboard opens with what holds at any load (each device keeping up, its headroom, its lag)
+and shows the straggler effect only over steps where every device had work waiting, as `up`'s report
+does: the PromQL of both is shared with the report's rules (`stack.dashboard_queries`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableRefresh,
     VariableSort,
 )
+
+from stack.balance import KEEPS_UP_FRACTION
+from stack.dashboard_queries import keeping_up_query, waiting_straggler_effect_query
 
 DATASOURCE_UID = "streamtrain-prometheus"
 DEVICE = 'device=~"$device"'
@@ -75,17 +82,28 @@ def q(expr: str, legend: str = "{{device}}") -> Query:
 
 
 BALANCE = (
-    Panel("Straggler effect (SE)", "SE = (max T - min T) / mean T of the last step's compute seconds "
-          "(coordinator), and of the last step whose plan left work waiting on every device: only there can a "
-          "plan fill every device's step, so only there is SE a measure of balance (at line rate a device with a "
-          "light stream finishes early by design). 0 is a perfectly balanced step.",
-          (q("streamtrain_coordinator_straggler_effect_ratio", "SE, last step"),
-           q("streamtrain_coordinator_straggler_effect_waiting_ratio", "SE, work waiting everywhere")),
-          unit="percentunit"),
+    # First what holds at any load: whether each device keeps up with its stream, its headroom, its lag.
+    Panel("Keeping up per device (1 = yes)", "1 while a device keeps up with its stream: its lag grows by at "
+          f"most {KEEPS_UP_FRACTION:.0%} of its arrival rate over the last minute (a trend, not a burst), or less "
+          "than a second of "
+          "arrivals is waiting; 0 while its backlog climbs. The same rule as `streamtrain up`'s report.",
+          (q(keeping_up_query(DEVICE)),), width=8),
     Panel("Headroom per device", "Share of the step period each rank did not spend computing (1 - busy ratio, "
-          "smoothed over ~10 steps): the room a device has for more stream. At line rate every device keeps up "
-          "and the slower or busier ones have less headroom.",
-          (q(f"1 - streamtrain_trainer_busy_ratio{{{DEVICE}}}"),), unit="percentunit"),
+          "smoothed over ~10 steps): the room a device has for more stream. The device nearest 0 is the one "
+          "that falls behind first when its stream grows.",
+          (q(f"1 - streamtrain_trainer_busy_ratio{{{DEVICE}}}"),), unit="percentunit", width=8),
+    Panel("Lag per device (seconds)", "Age of each device's oldest pending sample: level while it keeps up, "
+          "growing while it falls behind (the lag dashboard has records, trend and truncation).",
+          (q(f"streamtrain_coordinator_lag_seconds{{{DEVICE}}}"),), unit="s", width=8),
+    Panel("Straggler effect where every device had work waiting", "SE = (max T - min T) / mean T of the "
+          "devices' compute seconds, over the steps whose plan left work waiting on every device: only there "
+          "can a plan fill every device's step, so only there is SE a measure of balance (0 is a perfectly "
+          "balanced step). A gap while no such step happens: every stream is being kept up with, and a "
+          "device with a light stream finishes early by design.",
+          (q(waiting_straggler_effect_query(), "SE, work waiting everywhere"),), unit="percentunit"),
+    Panel("Steps with work waiting on every device", "Steps per minute whose plan left work waiting on every "
+          "device: the steps the straggler effect beside this panel is measured over.",
+          (q("increase(streamtrain_coordinator_waiting_steps_total[1m])", "steps per minute"),)),
     Panel("Step time per device", "Collate-to-optimizer seconds of each rank's last step (trainer).",
           (q(f"streamtrain_trainer_step_seconds{{{DEVICE}}}"),), unit="s"),
     Panel("Batch per device (samples)", "Samples each rank trained in its last step, and what the "
@@ -217,7 +235,8 @@ TRAINING = (
 )
 
 DASHBOARDS = {
-    "streamtrain-balance": ("streamtrain — balance", "Straggler effect, per-device step time and batch, "
+    "streamtrain-balance": ("streamtrain — balance", "Each device keeping up, its headroom and lag; the "
+                            "straggler effect where every device had work waiting; per-device step time and batch, "
                             "predicted vs actual compute.", BALANCE),
     "streamtrain-throughput": ("streamtrain — throughput", "Produced vs trained samples/s per device.",
                                THROUGHPUT),

@@ -1,4 +1,4 @@
-"""The wire contract: Avro records, their codec, typed decode errors, and topic names."""
+"""The wire contract: Avro records in single-object encoding, their codec, typed decode errors, and topic names."""
 
 from .codec import SCHEMA_HEADER, SIZE_HEADER, decode, encode, fingerprint_of, known_fingerprints
 from .errors import (

@@ -1,27 +1,27 @@
-"""Avro encoding of the wire records: a schemaless fastavro body plus headers.
+"""Encoding of the wire records: Avro's single-object encoding, plus a size header on samples.
 
-Every record carries the header ``st-schema`` with the CRC-64-AVRO fingerprint (hex) of the
-schema that wrote it, so a reader rejects what it cannot read instead of misreading it. A Sample
-also carries ``st-size`` (decimal ASCII) so a consumer can see its cost without decoding the body.
+A record's value is ``C3 01``, the writer schema's CRC-64-AVRO fingerprint as 8 little-endian bytes,
+then the Avro binary body: the Avro specification's layout for one record on a queue, so any
+language's Avro library writes it by itself (Java's `BinaryMessageEncoder`). A Sample also carries
+``st-size`` (decimal ASCII) so a consumer can see its cost without decoding the body.
 
-A schema grows only by fields with defaults, and the versions it had before stay readable: they
-are kept in ``schemas/older/<Name>.<n>.avsc``, and a record written with one of them is resolved
-to the current schema (Avro schema resolution: the fields it lacks take their defaults), so
-services of different versions can share the topics while they are upgraded one by one.
+Which layout a value is in: a value that begins with ``C3 01`` is single-object encoded, and its
+fingerprint says which schema wrote it (an ``st-schema`` header beside it is ignored). Otherwise an
+``st-schema`` header marks the previous layout (`legacy`: bare body, fingerprint in that header), still
+read for one release. The two cannot be confused: every schema's first field is a string, and ``C3 01``
+read as a string's length is -98, so no previous-layout body begins with the marker. A value with
+neither is corrupt. See docs/guides/wire-format.md for the layout to the byte.
+
+A schema grows only by fields with defaults, and the versions it had before stay readable (`layout`).
 """
 
 from __future__ import annotations
 
 import io
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from functools import cache
-from importlib import resources
+from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 import fastavro
-from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from .errors import (
     CorruptRecordError,
@@ -30,8 +30,21 @@ from .errors import (
     MissingHeaderError,
     SchemaMismatchError,
     SizeMismatchError,
-    UnknownSchemaError,
 )
+from .layout import (
+    MARKER,
+    PREFIX_SIZE,
+    SIZE_HEADER,
+    HeaderList,
+    Headers,
+    WriterSchema,
+    fingerprint_of,
+    known_fingerprints,
+    load_schema,
+    unknown_schema,
+    writer_schemas,
+)
+from .legacy import SCHEMA_HEADER, previous_writer
 from .records import Assignment, DeadLetter, Evaluation, Record, Sample, StepFeedback
 
 __all__ = [
@@ -48,63 +61,8 @@ __all__ = [
     "load_schema",
 ]
 
-SCHEMA_HEADER = "st-schema"
-SIZE_HEADER = "st-size"
-
-#: Kafka record headers as confluent-kafka takes and returns them.
-HeaderList = list[tuple[str, str | bytes | None]]
-Headers = Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]]
-
-_RECORD_TYPES: dict[str, type[Any]] = {
-    "Sample": Sample,
-    "StepFeedback": StepFeedback,
-    "Assignment": Assignment,
-    "DeadLetter": DeadLetter,
-    "Evaluation": Evaluation,
-}
 R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter, Evaluation)
-
-
-@dataclass(frozen=True)
-class _Schema:
-    name: str
-    parsed: Any
-    fingerprint: str
-
-
-def _parse(name: str, *path: str) -> _Schema:
-    text = resources.files("streamtrain.wire").joinpath("schemas", *path).read_text()
-    parsed = fastavro.parse_schema(json.loads(text), named_schemas={})
-    return _Schema(name, parsed, fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
-
-
-@cache
-def load_schema(name: str) -> _Schema:
-    """The parsed schema `name` (e.g. "Sample") from the packaged `.avsc` file, with its fingerprint."""
-    return _parse(name, f"{name}.avsc")
-
-
-@cache
-def _writer_schemas() -> dict[str, _Schema]:
-    """Fingerprint (hex) → every schema a readable record may have been written with: current and older."""
-    schemas = {load_schema(n).fingerprint: load_schema(n) for n in _RECORD_TYPES}
-    older = resources.files("streamtrain.wire").joinpath("schemas", "older")
-    for entry in sorted(older.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".avsc"):
-            old = _parse(entry.name.split(".")[0], "older", entry.name)
-            schemas.setdefault(old.fingerprint, old)
-    return schemas
-
-
-@cache
-def known_fingerprints() -> dict[str, str]:
-    """Fingerprint (hex) → schema name, for every schema this build can read (older versions included)."""
-    return {fp: schema.name for fp, schema in _writer_schemas().items()}
-
-
-def fingerprint_of(record_type: type[Any]) -> str:
-    """The fingerprint a record type is written with."""
-    return load_schema(record_type.SCHEMA).fingerprint
+_DECODE_ERRORS = (EOFError, ValueError, IndexError, KeyError, UnicodeDecodeError, OverflowError, MemoryError)
 
 
 def header_items(headers: Headers | None) -> list[tuple[str, bytes | None]]:
@@ -115,27 +73,32 @@ def header_items(headers: Headers | None) -> list[tuple[str, bytes | None]]:
 
 def header_value(headers: Headers | None, name: str) -> bytes | None:
     """The last value of header `name` as bytes, or None when absent."""
-    found: bytes | None = None
-    for key, value in header_items(headers):
+    if not headers:
+        return None
+    found: str | bytes | None = None
+    for key, value in headers.items() if isinstance(headers, Mapping) else headers:
         if key == name:
             found = value
-    return found
+    return found.encode() if isinstance(found, str) else found
 
 
 def encode(record: Record) -> tuple[bytes, HeaderList]:
-    """Serialize a record to (value, headers) ready for `Producer.produce(value=..., headers=...)`."""
+    """Serialize a record to (value, headers) ready for `Producer.produce(value=..., headers=...)`.
+
+    The value is the record in Avro's single-object encoding; a Sample's headers hold its ``st-size``,
+    other records have none.
+    """
     schema = load_schema(record.SCHEMA)
     buf = io.BytesIO()
+    buf.write(schema.prefix)
     fastavro.schemaless_writer(buf, schema.parsed, record.to_dict())
-    headers: HeaderList = [(SCHEMA_HEADER, schema.fingerprint.encode())]
-    if isinstance(record, Sample):
-        headers.append((SIZE_HEADER, str(record.size).encode()))
+    headers: HeaderList = [(SIZE_HEADER, str(record.size).encode())] if isinstance(record, Sample) else []
     return buf.getvalue(), headers
 
 
 def decode(value: bytes | None, headers: Headers | None, expect: type[R], *, validate: bool = True,
            device: str | None = None) -> R:
-    """Read a record of type `expect` from a Kafka value and its headers.
+    """Read a record of type `expect` from a Kafka value and its headers, in either layout (module docstring).
 
     Args:
         value: the record's value.
@@ -149,44 +112,69 @@ def decode(value: bytes | None, headers: Headers | None, expect: type[R], *, val
         The record.
 
     Raises:
-        WireError: a subclass saying exactly what is wrong: `MissingHeaderError`, `UnknownSchemaError`,
-            `SchemaMismatchError`, `CorruptRecordError`, `SizeMismatchError`, or for samples
+        WireError: a subclass saying exactly what is wrong: `UnknownSchemaError`, `SchemaMismatchError`,
+            `CorruptRecordError`, or for samples `MissingHeaderError`, `SizeMismatchError`,
             `DeviceMismatchError` and (when `validate`) `InvalidSampleError`.
     """
-    raw_fp = header_value(headers, SCHEMA_HEADER)
-    if raw_fp is None:
-        raise MissingHeaderError(f"record has no {SCHEMA_HEADER} header: cannot tell which schema wrote it")
-    fp = raw_fp.decode("ascii", errors="replace")
-    name = known_fingerprints().get(fp)
-    if name is None:
-        raise UnknownSchemaError(f"schema fingerprint {fp!r} is not one this build knows ({expect.SCHEMA} expected)")
-    if name != expect.SCHEMA:
-        raise SchemaMismatchError(f"record was written as {name}, but a {expect.SCHEMA} was expected here")
+    writer, start = _writer_of(value, headers, expect.SCHEMA)
+    if writer.name != expect.SCHEMA:
+        raise SchemaMismatchError(f"record was written as {writer.name}, but a {expect.SCHEMA} was expected here")
     if value is None:
-        raise CorruptRecordError(f"{name} record has no value (a tombstone?)")
+        raise CorruptRecordError(f"{writer.name} record has no value (a tombstone?)")
     size_header = header_value(headers, SIZE_HEADER) if expect is Sample else None
     if expect is Sample and size_header is None:
-        raise MissingHeaderError(f"Sample has no {SIZE_HEADER} header")
+        raise MissingHeaderError(f"Sample has no {SIZE_HEADER} header (its size, decimal ASCII, is required)")
     buf = io.BytesIO(value)
+    buf.seek(start)
     try:
-        writer = _writer_schemas()[fp]
-        current = load_schema(name)
         # Resolution only for an older writer: reading with the writer's own schema skips it.
-        data = fastavro.schemaless_reader(buf, writer.parsed, None if writer is current else current.parsed)
-    except (EOFError, ValueError, IndexError, KeyError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
-        raise CorruptRecordError(f"{name} body is not valid Avro ({type(exc).__name__}: {exc})") from exc
+        data = fastavro.schemaless_reader(buf, writer.parsed, writer.reader)
+    except _DECODE_ERRORS as exc:
+        raise CorruptRecordError(f"{writer.name} body is not valid Avro ({type(exc).__name__}: {exc})") from exc
     if buf.tell() != len(value):
-        raise CorruptRecordError(f"{name} body has {len(value) - buf.tell()} trailing bytes after the record")
+        raise CorruptRecordError(f"{writer.name} body has {len(value) - buf.tell()} trailing bytes after the record")
     try:
         record = cast(R, expect.from_dict(cast(dict[str, Any], data)))
     except (TypeError, ValueError) as exc:  # pragma: no cover - fastavro already checked the types
-        raise CorruptRecordError(f"{name} body does not fit the record type: {exc}") from exc
+        raise CorruptRecordError(f"{writer.name} body does not fit the record type: {exc}") from exc
     if isinstance(record, Sample):
         _check_sample(record, cast(bytes, size_header), validate)
         if device is not None and record.device_id != device:
             raise DeviceMismatchError(f"sample {record.device_id}#{record.seq} claims device {record.device_id!r} "
                                       f"but was read from device {device!r}'s topic")
     return record
+
+
+def _writer_of(value: bytes | None, headers: Headers | None, expected: str) -> tuple[WriterSchema, int]:
+    """The schema that wrote `value`, and where its Avro body starts, from whichever layout it is in."""
+    if value is not None and value[:2] == MARKER:
+        # The hot path: one slice and one dict look-up by the raw bytes, no hex.
+        writer = writer_schemas().get(value[2:PREFIX_SIZE])
+        if writer is not None:
+            return writer, PREFIX_SIZE
+        if len(value) < PREFIX_SIZE:
+            raise CorruptRecordError(f"value of {len(value)} bytes ends inside its single-object prefix "
+                                     f"(C3 01 and an 8-byte schema fingerprint: {PREFIX_SIZE} bytes)")
+        raise unknown_schema(value[2:PREFIX_SIZE], expected, "the value's single-object prefix")
+    previous = header_value(headers, SCHEMA_HEADER)
+    if previous is not None:
+        return previous_writer(previous, expected), 0
+    raise CorruptRecordError(_no_layout(value))
+
+
+def _no_layout(value: bytes | None) -> str:
+    """Why a value without the marker (and without the previous layout's header) is not a record."""
+    if value is None:
+        return "record has no value (a tombstone?) and no schema fingerprint"
+    found = value[:2].hex(" ") or "nothing"
+    hint = ""
+    if len(value) >= 5 and value[0] == 0:
+        hint = (f"; if this is Confluent Schema Registry's framing (magic byte 0, schema id "
+                f"{int.from_bytes(value[1:5], 'big')}), streamtrain does not read it: write the single-object encoding")
+    elif value:
+        hint = "; a bare Avro body? Write it with the single-object encoder (Java: Sample.getEncoder().encode(s))"
+    return (f"value does not begin with Avro's single-object marker C3 01 (found {found}) and has no "
+            f"{SCHEMA_HEADER} header (the previous layout){hint}")
 
 
 def _check_sample(sample: Sample, size_header: bytes, validate: bool) -> None:

@@ -21,13 +21,13 @@ class WireError(ValueError):
 
 
 class MissingHeaderError(WireError):
-    """A required header (schema fingerprint, sample size) is absent."""
+    """A required header is absent: a sample's ``st-size``."""
 
     reason = "missing-header"
 
 
 class UnknownSchemaError(WireError):
-    """The schema fingerprint is not one this build can read."""
+    """The schema fingerprint is not one this build can read (the message lists those it can)."""
 
     reason = "unknown-schema"
 
@@ -39,7 +39,8 @@ class SchemaMismatchError(WireError):
 
 
 class CorruptRecordError(WireError):
-    """The body is not a valid Avro encoding of the schema its header names."""
+    """The value is in no layout streamtrain reads (no ``C3 01`` marker, no previous-layout header), ends inside
+    its prefix, is empty, or its body is not a valid Avro encoding of the schema its fingerprint names."""
 
     reason = "corrupt"
 

@@ -47,7 +47,7 @@ _REPORT = textwrap.dedent("""
     cfg = StreamtrainConfig.model_validate_json(sys.argv[1])
     began = time.monotonic()
     run = collect_records(cfg, ["0"], timeout=120)
-    report = build_report(run, tally_devices(cfg, run), {})
+    report = build_report(run, tally_devices(cfg, run)).model_dump()
     build_series(run)
     took = time.monotonic() - began
     print(json.dumps({**{k: v for k, v in report.items() if k.startswith(("samples_", "records_"))},

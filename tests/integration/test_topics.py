@@ -25,7 +25,8 @@ from streamtrain.kafka import (
     topic_metadata,
     watermarks,
 )
-from streamtrain.wire import DeadLetter, Sample, WireError, decode, encode
+from streamtrain.wire import DeadLetter, Sample, WireError, decode, encode, fingerprint_of
+from streamtrain.wire.layout import MARKER
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +97,8 @@ def test_dead_letter_sink_keeps_the_record_and_the_reason(kafka_cfg: KafkaConfig
     ensure_topics(admin, [TopicSpec.from_config(kafka_cfg, t) for t in (names.device("d"), names.dead_letter)])
     producer = make_producer(kafka_cfg)
     _, headers = encode(Sample.from_array("d", 0, np.ones((3, 2), "float32")))
-    producer.produce(names.device("d"), value=b"\x00garbage", headers=headers)
+    garbage = fingerprint_of(Sample).join((MARKER, b"\x01garbage"))  # a string of length -1 after a valid prefix
+    producer.produce(names.device("d"), value=garbage, headers=headers)
     producer.flush(10)
     (msg,) = list(read_to_end(kafka_cfg, [names.device("d")]))
     sink = DeadLetterSink(producer, names.dead_letter, service="trainer")
@@ -108,7 +110,7 @@ def test_dead_letter_sink_keeps_the_record_and_the_reason(kafka_cfg: KafkaConfig
     assert dict(letter_msg.headers() or [])[REASON_HEADER] == b"corrupt"
     letter = decode(letter_msg.value(), letter_msg.headers(), DeadLetter)
     assert (letter.topic, letter.offset, letter.reason, letter.service) == (names.device("d"), 0, "corrupt", "trainer")
-    assert letter.value == b"\x00garbage" and letter.headers["st-size"] == b"3"
+    assert letter.value == garbage and letter.headers["st-size"] == b"3"
     assert "not valid Avro" in letter.detail
 
 

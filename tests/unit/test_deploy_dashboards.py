@@ -20,13 +20,18 @@ import pytest
 import yaml
 from metric_families import service_metric_families
 
+from stack.balance import KEEPS_UP_FRACTION
+
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
 FILES = sorted(DASHBOARDS.glob("*.json"))
 
 #: What the dashboards must show, as (dashboard uid, words every matching panel title has).
 REQUIRED = [
-    ("streamtrain-balance", "straggler effect"),
+    ("streamtrain-balance", "keeping up per device"),
+    ("streamtrain-balance", "headroom per device"),
+    ("streamtrain-balance", "lag per device"),
+    ("streamtrain-balance", "straggler effect where every device had work waiting"),
     ("streamtrain-balance", "step time per device"),
     ("streamtrain-balance", "batch per device"),
     ("streamtrain-balance", "predicted vs actual"),
@@ -166,3 +171,27 @@ def test_prometheus_parses_every_query(tmp_path: Path) -> None:
     result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(rules)} rules found" in result.stdout
+
+
+def test_the_balance_dashboard_opens_with_what_holds_at_any_load() -> None:
+    """First row: keeping up, headroom, lag per device; SE comes after, never before (it misleads at line rate)."""
+    panels = _load(DASHBOARDS / "streamtrain-balance.json")["panels"]
+    top = sorted((p for p in panels if p["gridPos"]["y"] == 0), key=lambda p: p["gridPos"]["x"])
+    assert [p["title"].lower().split(" per device")[0] for p in top] == ["keeping up", "headroom", "lag"]
+    assert sum(p["gridPos"]["w"] for p in top) == 24
+    keeping_up = top[0]["targets"][0]["expr"]
+    assert "deriv(streamtrain_coordinator_lag_records" in keeping_up
+    assert f"<= bool {KEEPS_UP_FRACTION:g} * streamtrain_coordinator_arrival_rate_samples_per_second" in keeping_up
+    se_rows = [p["gridPos"]["y"] for p in panels if "straggler effect" in p["title"].lower()]
+    assert se_rows and min(se_rows) > 0
+
+
+def test_the_straggler_effect_is_shown_only_over_steps_with_work_waiting_everywhere() -> None:
+    for uid, title, expr in _targets():
+        assert "streamtrain_coordinator_straggler_effect_ratio" not in expr, (uid, title, expr)
+        if "straggler_effect_waiting_ratio" in expr:
+            # Gated to 1 while such steps happen and NaN (a gap) otherwise: never a stale or made-up value.
+            gate = "(increase(streamtrain_coordinator_waiting_steps_total[1m]) > bool 0)"
+            assert f"* on(instance) ({gate} / {gate})" in expr, (uid, title, expr)
+    shown = [t for uid, t, e in _targets() if "straggler_effect_waiting_ratio" in e]
+    assert shown == ["Straggler effect where every device had work waiting"]

@@ -23,6 +23,7 @@ from stack.balance import (
 from stack.ledger import DeviceRecords, RunRecords
 from stack.replay import held_out_chance, replay_producer_spec, resolve_replay
 from stack.report import build_series
+from stack.results import HeldoutFigures, StackReport
 from stack.services import device_streams
 from streamtrain.cli_support import set_args
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
@@ -75,9 +76,9 @@ def test_static_batches_priced_by_fitted_models_against_the_measured_step() -> N
     models = fit_time_models(records, ["fast", "slow"])
     assert models["slow"][0] == pytest.approx(4e-4, rel=0.02) and models["fast"][1] == pytest.approx(0.01, abs=1e-3)
     estimate = static_step_estimate(records, ["fast", "slow"])
-    assert estimate is not None and estimate["steps"] == 30
+    assert estimate is not None and estimate.steps == 30
     # Static splits the global batch evenly: the slow device's half costs 4x its share -> about 2.5x the step.
-    assert 2.0 < estimate["speedup"] < 3.0, estimate
+    assert estimate.speedup is not None and 2.0 < estimate.speedup < 3.0, estimate
     assert static_step_estimate(records[:1], ["fast", "slow"]) is None  # no model for a device: no estimate
 
 
@@ -93,18 +94,20 @@ def test_report_figures_and_closing_lines() -> None:
     run = RunRecords(devices=devices, records=records, feedback=fbs, evaluations=evals)
     series = build_series(run)
     figures = balance_figures(run, series)
-    assert figures["devices_keeping_up"] == 2 and figures["steps_every_device_waiting"] == 0
-    assert figures["heldout_accuracy_first"] == 0.3 and figures["heldout_accuracy_final"] == 0.7
-    assert figures["heldout_seconds_max"] == 0.3 and [p["step"] for p in figures["heldout"]] == [10, 20]
-    per = figures["balance_per_device"]["slow"]
-    assert per["keeps_up"] is True and 0.0 < per["headroom"] < 1.0
-    lines = closing_lines({**figures, "num_classes": 11, "policy": "ett-stream"})
+    held = heldout_figures(evals, series["t0_ms"])
+    assert figures.devices_keeping_up == 2 and figures.steps_every_device_waiting == 0
+    assert held.heldout_accuracy_first == 0.3 and held.heldout_accuracy_final == 0.7
+    assert held.heldout_seconds_max == 0.3 and [p.step for p in held.heldout] == [10, 20]
+    per = figures.balance_per_device["slow"]
+    assert per.keeps_up is True and per.headroom is not None and 0.0 < per.headroom < 1.0
+    report = StackReport.model_validate({**dict(figures), **dict(held), "num_classes": 11, "policy": "ett-stream"})
+    lines = closing_lines(report)
     assert lines[0].startswith("held-out accuracy (plaid, 537 samples): 0.300 at the first evaluation, 0.700")
     assert "chance 0.09 with 11 classes" in lines[0] and "2 of 2 devices" in lines[1]
     assert "no such step" in lines[2] and lines[3].startswith("step time (slowest device's compute, median over")
-    assert heldout_figures([], 0) == {}
+    assert heldout_figures([], 0) == HeldoutFigures()
     # With the held-out set's own baseline (its most common class), that is what the line reads against.
-    with_baseline = closing_lines({**figures, "num_classes": 11, "heldout_chance": 0.162, "policy": "ett-stream"})
+    with_baseline = closing_lines(report.model_copy(update={"heldout_chance": 0.162}))
     assert with_baseline[0].endswith("0.700 at the last; chance 0.16 (always its most common class)")
 
 

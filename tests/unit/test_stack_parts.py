@@ -16,6 +16,7 @@ from stack.dashboard_queries import dashboard_queries, expand_variables
 from stack.ledger import DeviceRecords, RunRecords, tally_devices
 from stack.prometheus import find_prometheus, scrape_config
 from stack.report import build_report, build_series
+from stack.results import StackReport
 from stack.services import (
     coordinator_spec,
     device_streams,
@@ -180,7 +181,7 @@ def test_records_deleted_after_processing_are_accounted_from_the_feedback() -> N
     assert (t.fates.records, t.fates.trained, t.fates.truncated, t.fates.unaccounted) == (8, 6, 2, 0)
 
 
-def test_report_has_the_required_figures_and_series() -> None:
+def test_report_has_the_required_figures_and_series(tmp_path: Path) -> None:
     records = {"0": _records(range(4)), "1": _records(range(4))}
     feedback = [_fb("0", 0, [0, 1], t=100, floor=2, compute=0.1), _fb("1", 0, [0, 1], t=110, floor=2, compute=0.3),
                 _fb("0", 1, [2, 3], t=200, floor=4, loss=0.5), _fb("1", 1, [2, 3], t=210, floor=4, loss=0.25),
@@ -188,11 +189,15 @@ def test_report_has_the_required_figures_and_series() -> None:
                 _fb("0", 2, [], t=500, floor=4, loss=None, compute=0.001),
                 _fb("1", 2, [], t=510, floor=4, loss=None)]
     cfg, run = _run(records, {"0": 4, "1": 4}, feedback, [])
-    report = build_report(run, tally_devices(cfg, run), {"policy": "ett-stream", "plan_latency_ms_median": 1.0})
+    figures = build_report(run, tally_devices(cfg, run))
+    written = StackReport.model_validate({**dict(figures), "policy": "ett-stream", "plan_latency_ms_median": 1.0})
+    on_disk = json.loads(written.write(tmp_path / "report.json", indent=2).read_text())
     for key in ("policy", "devices", "steps", "samples_produced", "samples_trained", "samples_truncated",
                 "samples_dead_lettered", "samples_unaccounted", "straggler_effect_median", "step_seconds_median",
                 "throughput_samples_per_s", "plan_latency_ms_median", "final_loss"):
-        assert key in report, key
+        assert key in on_disk, key
+    assert StackReport.load(tmp_path / "report.json") == written  # what `up` writes reads back as it was
+    report = figures.model_dump()
     assert report["samples_produced"] == 8 and report["samples_trained"] == 8 and report["samples_unaccounted"] == 0
     assert report["steps"] == 3 and report["steps_idle"] == 1 and report["devices"] == 2
     assert report["straggler_effect_median"] == pytest.approx((0.2 / 0.2 + 0.0) / 2)  # step 0: SE 1, step 1: SE 0
@@ -223,7 +228,7 @@ def test_report_splits_each_step_wall_period_along_its_slowest_rank() -> None:
                 timed(_fb("1", 1, range(2, 4), t=410, floor=4, compute=0.2), comm_seconds=0.01, plan_wait_seconds=0.002,
                       hold_seconds=0.05)]
     cfg, run = _run(records, {"0": 4, "1": 4}, feedback, [])
-    report = build_report(run, tally_devices(cfg, run), {})
+    report = build_report(run, tally_devices(cfg, run)).model_dump()
     split = report["step_period_split_median"]
     assert list(split) == ["compute", "communication", "plan_wait", "data_wait", "hold", "other"]
     assert split == pytest.approx({"compute": 0.2, "communication": 0.01, "plan_wait": 0.002, "data_wait": 0.01,

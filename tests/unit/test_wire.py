@@ -1,18 +1,17 @@
-"""The wire contract: every record round-trips, and every kind of bad record raises its typed error."""
+"""The wire contract: every record round-trips, and every kind of bad record raises its typed error.
+
+The byte layout itself (Avro's single-object encoding as an independent reader sees it, the previous
+layout, the docs' test vector) is tested in test_wire_layout.py.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 import math
 from dataclasses import replace
-from importlib import resources
 
-import fastavro
 import numpy as np
 import pytest
-from fastavro.schema import fingerprint, to_parsing_canonical_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,6 +40,8 @@ from streamtrain.wire import (
     known_fingerprints,
 )
 from streamtrain.wire.codec import HeaderList
+from streamtrain.wire.layout import MARKER, PREFIX_SIZE
+from streamtrain.wire.legacy import encode_previous
 
 
 def _sample(size: int = 5, features: int = 3, dtype: str = "float32", seq: int = 7) -> Sample:
@@ -79,8 +80,11 @@ def _dead_letter() -> DeadLetter:
                          ids=["Sample", "StepFeedback", "Assignment", "DeadLetter"])
 def test_every_record_round_trips(record: Sample | StepFeedback | Assignment | DeadLetter) -> None:
     value, headers = encode(record)
-    assert dict(headers)[SCHEMA_HEADER] == fingerprint_of(type(record)).encode()
+    assert value[:PREFIX_SIZE] == MARKER + fingerprint_of(type(record))
+    assert SCHEMA_HEADER not in dict(headers)  # the previous layout's header is read, never written
     assert decode(value, headers, type(record)) == record
+    # The previous layout (bare body, fingerprint hex in st-schema) of the same record reads the same.
+    assert decode(*encode_previous(record), type(record)) == record
 
 
 def test_sample_carries_its_size_in_a_header_and_its_array_survives() -> None:
@@ -107,42 +111,40 @@ def test_fingerprints_are_distinct_and_stable() -> None:
     # The first versions of StepFeedback and Assignment stay readable beside the current ones.
     assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Evaluation", "Sample", "Sample",
                                     "StepFeedback", "StepFeedback"]
-    assert all(len(fp) == 16 and int(fp, 16) >= 0 for fp in fps)
+    assert all(len(fp) == 8 for fp in fps)
 
 
-def _older_record(name: str, record: dict[str, object]) -> tuple[bytes, HeaderList]:
-    """`record` written with the first version of schema `name`, as a service of that version sent it."""
-    text = resources.files("streamtrain.wire").joinpath("schemas", "older", f"{name}.1.avsc").read_text()
-    schema = fastavro.parse_schema(json.loads(text), named_schemas={})
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, schema, record)
-    fp = fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO")
-    return buf.getvalue(), [(SCHEMA_HEADER, fp.encode())]
+def _first_version(record: StepFeedback | Assignment | Sample, layout: str) -> tuple[bytes, HeaderList]:
+    """`record` written with the first version of its schema, as a service of that version sent it, in `layout`."""
+    value, headers = encode_previous(record, version=1)
+    if layout == "single-object":  # the same body behind the v1 fingerprint's prefix, no st-schema
+        fp = bytes.fromhex(dict(headers).pop(SCHEMA_HEADER).decode())
+        return MARKER + fp + value, [h for h in headers if h[0] != SCHEMA_HEADER]
+    return value, list(headers)
 
 
-def test_records_of_the_first_schema_versions_are_read_with_the_new_fields_defaulted() -> None:
+@pytest.mark.parametrize("layout", ["single-object", "previous"])
+def test_records_of_the_first_schema_versions_are_read_with_the_new_fields_defaulted(layout: str) -> None:
     fb = _feedback()
     new_fields = ("plan_wait_seconds", "hold_seconds", "plan_round_trip_seconds")
-    old = {k: v for k, v in fb.to_dict().items() if k not in new_fields}
-    value, headers = _older_record("StepFeedback", old)
-    assert dict(headers)[SCHEMA_HEADER] != fingerprint_of(StepFeedback).encode()
+    value, headers = _first_version(fb, layout)
+    assert fingerprint_of(StepFeedback) not in value
     back = decode(value, headers, StepFeedback)
     assert back == StepFeedback(**{**fb.__dict__, **dict.fromkeys(new_fields, 0.0)})
     assert back.wait_seconds == fb.data_wait_seconds  # the first version counted both waits there
     plan = _assignment()
-    value, headers = _older_record("Assignment", {k: v for k, v in plan.to_dict().items() if k != "basis_step"})
-    read = decode(value, headers, Assignment)
+    read = decode(*_first_version(plan, layout), Assignment)
     assert read == replace(plan, basis_step=None) and read.seen_through == plan.step - 1
     assert plan.seen_through == 11
     with pytest.raises(SchemaMismatchError, match="StepFeedback"):
-        decode(*_older_record("StepFeedback", old), Assignment)
+        decode(*_first_version(fb, layout), Assignment)
 
 
-def test_samples_of_the_first_schema_read_without_a_target_and_new_ones_carry_theirs() -> None:
+@pytest.mark.parametrize("layout", ["single-object", "previous"])
+def test_samples_of_the_first_schema_read_without_a_target_and_new_ones_carry_theirs(layout: str) -> None:
     sample = Sample.from_array("3", 7, np.arange(12, dtype=np.float32).reshape(4, 3), label=2)
-    old = {k: v for k, v in sample.to_dict().items() if k != "target"}
-    value, headers = _older_record("Sample", old)
-    headers.append((SIZE_HEADER, b"4"))
+    value, headers = _first_version(sample, layout)
+    assert dict(headers)[SIZE_HEADER] == b"4"
     assert decode(value, headers, Sample, device="3") == sample and sample.target is None
     with_target = Sample.from_array("3", 8, np.ones((2, 1), dtype=np.float32), target=[[0.5, -1.25], [2.0, 0.0]])
     assert with_target.target == (0.5, -1.25, 2.0, 0.0)
@@ -195,22 +197,22 @@ def test_feedback_and_assignment_round_trip_over_random_contents(n: int, offsets
 # --- bad records -------------------------------------------------------------------------------
 
 
-def test_missing_schema_header_is_rejected() -> None:
-    value, _ = encode(_sample())
-    with pytest.raises(MissingHeaderError, match="st-schema"):
-        decode(value, [], Sample)
-
-
-def test_missing_size_header_is_rejected() -> None:
-    value, headers = encode(_sample())
+@pytest.mark.parametrize("layout", ["single-object", "previous"])
+def test_missing_size_header_is_rejected(layout: str) -> None:
+    value, headers = encode(_sample()) if layout == "single-object" else encode_previous(_sample())
     with pytest.raises(MissingHeaderError, match="st-size"):
         decode(value, [h for h in headers if h[0] != SIZE_HEADER], Sample)
+    # Other records need no header at all.
+    fb = _feedback()
+    assert decode(encode(fb)[0], None, StepFeedback) == fb
 
 
-def test_unknown_fingerprint_is_rejected() -> None:
-    value, _ = encode(_sample())
+def test_unknown_fingerprint_is_rejected_in_either_layout() -> None:
+    value, headers = encode(_sample())
     with pytest.raises(UnknownSchemaError, match="deadbeefdeadbeef"):
-        decode(value, [(SCHEMA_HEADER, b"deadbeefdeadbeef"), (SIZE_HEADER, b"5")], Sample)
+        decode(MARKER + bytes.fromhex("deadbeefdeadbeef") + value[PREFIX_SIZE:], headers, Sample)
+    with pytest.raises(UnknownSchemaError, match="deadbeefdeadbeef"):
+        decode(value[PREFIX_SIZE:], [(SCHEMA_HEADER, b"deadbeefdeadbeef"), (SIZE_HEADER, b"5")], Sample)
 
 
 def test_record_of_another_schema_is_rejected() -> None:
@@ -219,7 +221,7 @@ def test_record_of_another_schema_is_rejected() -> None:
         decode(value, headers, Assignment)
 
 
-@pytest.mark.parametrize("cut", [0, 1, 5, 20])
+@pytest.mark.parametrize("cut", [0, 1, 5, 9, 10, 20])
 def test_truncated_body_is_corrupt(cut: int) -> None:
     value, headers = encode(_sample())
     with pytest.raises(CorruptRecordError):
@@ -236,9 +238,12 @@ def test_trailing_bytes_are_corrupt() -> None:
 @given(junk=st.binary(max_size=400))
 def test_random_bytes_raise_only_typed_errors(junk: bytes) -> None:
     _, headers = encode(_sample())
-    # The only acceptable failure: a typed error a service can dead-letter.
-    with contextlib.suppress(WireError):
-        decode(junk, headers, Sample)
+    # The only acceptable failure: a typed error a service can dead-letter; after the single-object prefix too,
+    # and in the previous layout.
+    for value, with_headers in ((junk, headers), (MARKER + fingerprint_of(Sample) + junk, headers),
+                                (junk, [*headers, (SCHEMA_HEADER, fingerprint_of(Sample).hex().encode())])):
+        with contextlib.suppress(WireError):
+            decode(value, with_headers, Sample)
 
 
 def test_size_header_that_disagrees_is_rejected() -> None:

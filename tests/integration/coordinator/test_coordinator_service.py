@@ -107,12 +107,12 @@ def test_plans_truncation_delete_records_status_and_restart(kafka_cfg: KafkaConf
             assert reg.get_sample_value("streamtrain_coordinator_deleted_records_total",
                                         {"job": JOB, "device": "slow"}) == 80
             assert reg.get_sample_value("streamtrain_coordinator_dead_lettered_records_total",
-                                        {"job": JOB, "reason": "missing-header"}) == 1
+                                        {"job": JOB, "reason": "corrupt"}) == 1
             # The split of step 1's wall period along its slowest rank ("slow", 0.4 s of compute).
             assert reg.get_sample_value("streamtrain_coordinator_step_wall_seconds",
                                         {"job": JOB, "part": "compute"}) == pytest.approx(0.4)
         letters = list(read_to_end(kafka_cfg, [kafka_cfg.topics.dead_letter]))
-        assert [dict(m.headers() or [])[REASON_HEADER] for m in letters] == [b"missing-header"]
+        assert [dict(m.headers() or [])[REASON_HEADER] for m in letters] == [b"corrupt"]
 
         # Restart: state comes back from Kafka; the next plan is the one after the last published, from what is
         # still held and not named by a plan still to run.

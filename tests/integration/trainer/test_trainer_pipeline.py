@@ -51,7 +51,7 @@ def _producer(kafka: KafkaConfig) -> StreamProducer:
 def _inject_malformed(kafka: KafkaConfig, device: str) -> None:
     producer = make_producer(kafka)
     topic = kafka.topics.device(device)
-    producer.produce(topic, value=b"\x00not an avro sample")  # no schema header at all
+    producer.produce(topic, value=b"\x00not an avro sample")  # no single-object marker, no header
     wrong = Sample.from_array(device, 10_000, np.zeros((5, 3), np.float32), label=1)  # 3 features, not 16
     value, headers = encode(wrong)
     producer.produce(topic, value=value, headers=headers)
@@ -96,7 +96,7 @@ def test_producers_to_four_ranks_loss_falls_and_every_seq_is_accounted_for(
     # Dead-lettered: exactly the two injected records, each with its reason; none of the producers' samples.
     records = read_to_end(kafka_cfg, [kafka_cfg.topics.dead_letter])
     letters = [decode(m.value(), m.headers(), DeadLetter) for m in records]
-    assert sorted(dl.reason for dl in letters) == ["missing-header", "untrainable"]
+    assert sorted(dl.reason for dl in letters) == ["corrupt", "untrainable"]
     assert all(dl.topic == kafka_cfg.topics.device("1") and dl.service == "trainer" for dl in letters)
     assert all(dl.offset >= 40 for dl in letters)  # mid-stream: training went on around them
 

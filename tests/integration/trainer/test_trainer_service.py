@@ -99,7 +99,7 @@ def test_ranks_follow_plans_fall_back_and_account_for_every_offset(kafka_cfg: Ka
     for device in DEVICES:
         _produce_samples(producer, kafka_cfg, device, 30)
     d0 = kafka_cfg.topics.device("d0")
-    producer.produce(d0, value=b"not avro at all")  # offset 30: no schema header
+    producer.produce(d0, value=b"not avro at all")  # offset 30: no single-object marker, no header
     bad_label = Sample.from_array("d0", 30, np.zeros((3, 16), np.float32), label=7)  # 7 >= num_classes
     value, headers = encode(bad_label)
     producer.produce(d0, value=value, headers=headers)  # offset 31
@@ -145,7 +145,7 @@ def test_ranks_follow_plans_fall_back_and_account_for_every_offset(kafka_cfg: Ka
 
     records = read_to_end(kafka_cfg, [kafka_cfg.topics.dead_letter])
     letters = [decode(m.value(), m.headers(), DeadLetter) for m in records]
-    assert sorted((dl.offset, dl.reason) for dl in letters) == [(30, "missing-header"), (31, "untrainable")]
+    assert sorted((dl.offset, dl.reason) for dl in letters) == [(30, "corrupt"), (31, "untrainable")]
     assert all(dl.topic == d0 and dl.service == "trainer" for dl in letters)
 
 

@@ -16,8 +16,9 @@ from streamtrain.config.trainer import TrainerConfig
 from streamtrain.synthetic import synthetic_samples
 from streamtrain_cli import app
 from trainer.distributed import DistContext, destroy_distributed, init_distributed
+from trainer.emulation import slow_device, slowdown_for
 from trainer.errors import TrainerSetupError
-from trainer.step import build_step_runner, slowdown_for
+from trainer.step import build_step_runner
 
 CONFIG = TrainerConfig(num_features=4, num_classes=3, hidden_size=8, num_layers=1, kernel_size=3, device="cpu")
 
@@ -54,20 +55,20 @@ def test_slowdowns_must_name_one_factor_per_rank() -> None:
 
 def test_slowdown_stretches_compute_by_the_factor_on_the_wall_clock(ctx: DistContext) -> None:
     samples = synthetic_samples([40, 30, 50, 20] * 4, num_features=4, num_classes=3)
-    slow = build_step_runner(CONFIG.model_copy(update={"slowdowns": (4.0,), "slowdown_clock": "wall"}), ctx)
-    fast = build_step_runner(CONFIG, ctx)
+    config = CONFIG.model_copy(update={"slowdowns": (4.0,), "slowdown_clock": "wall"})
+    device = slow_device(config, ctx)
+    assert device is not None and (device.factor, device.clock) == (4.0, "wall")
+    assert slow_device(CONFIG, ctx) is None  # no slow-downs: the rank runs the production step as it is
+    slow = device.wrap(build_step_runner(config, ctx).run_step)
     for _ in range(2):  # warm up the allocator and the kernels
-        fast.run_step(samples)
-        slow.run_step(samples)
-    f = fast.run_step(samples)
-    s = slow.run_step(samples)
-    assert f.slowdown_seconds == 0.0
-    own = s.compute_seconds - s.slowdown_seconds  # what the step really took
+        slow(samples)
+    s = slow(samples)
+    own = s.compute_seconds - device.slept  # what the step really took
     assert own > 0
     # Slept (4 - 1) x the measured compute (sleep never returns early), and reported inside compute and step time.
-    assert s.slowdown_seconds >= 3 * own * 0.999
-    assert s.slowdown_seconds <= 3 * own + 0.05
-    assert s.compute_seconds == pytest.approx(own + s.slowdown_seconds)
+    assert device.slept >= 3 * own * 0.999
+    assert device.slept <= 3 * own + 0.05
+    assert s.compute_seconds == pytest.approx(own + device.slept)
     assert s.step_seconds >= s.compute_seconds
 
 
@@ -75,10 +76,12 @@ def test_cpu_clock_stretches_the_threads_cpu_time_whatever_the_load(ctx: DistCon
     """On the CPU clock (the default without CUDA) the emulated compute is factor x the training thread's CPU
     time, so a core shared with a busy neighbour stretches the rank's wall time, not its emulated time."""
     samples = synthetic_samples([40, 30, 50, 20] * 4, num_features=4, num_classes=3)
-    slow = build_step_runner(CONFIG.model_copy(update={"slowdowns": (6.0,)}), ctx)
-    assert slow.slowdown_clock == "cpu"
+    config = CONFIG.model_copy(update={"slowdowns": (6.0,)})
+    device = slow_device(config, ctx)
+    assert device is not None and device.clock == "cpu"  # auto: the CPU clock without CUDA
+    slow = device.wrap(build_step_runner(config, ctx).run_step)
     for _ in range(2):
-        slow.run_step(samples)
+        slow(samples)
     stop = threading.Event()
 
     def busy() -> None:  # a neighbour competing for the interpreter and the core
@@ -88,14 +91,14 @@ def test_cpu_clock_stretches_the_threads_cpu_time_whatever_the_load(ctx: DistCon
     neighbour = threading.Thread(target=busy, daemon=True)
     neighbour.start()
     try:
-        results = [slow.run_step(samples) for _ in range(3)]
+        results = [(slow(samples), device.slept) for _ in range(3)]
     finally:
         stop.set()
         neighbour.join()
-    for r in results:
-        own = r.compute_seconds - r.slowdown_seconds
+    for r, slept in results:
+        own = r.compute_seconds - slept
         assert 0 < r.cpu_seconds <= own + 0.01
-        if r.slowdown_seconds > 0:  # slept up to 6 x CPU time (sleep never returns early, so at least that)
+        if slept > 0:  # slept up to 6 x CPU time (sleep never returns early, so at least that)
             assert r.compute_seconds >= 6 * r.cpu_seconds * 0.999
             assert r.compute_seconds <= 6 * r.cpu_seconds + 0.05
         else:  # the wall time already exceeded 6 x CPU time: nothing to add

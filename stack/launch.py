@@ -1,0 +1,112 @@
+"""What a run starts, and where each service listens: the `ServicePlan` of `streamtrain up`.
+
+`plan_services` picks free ports and builds one command line per service (`stack.services`): the producers
+(none with a backlog; one for every device when a dataset is replayed), the coordinator and the trainer
+ranks, each logged in as its own role on a secure run. The plan then knows every URL the live view polls
+and Prometheus scrapes. A new kind of service the stack starts belongs here, as a spec and its port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from streamtrain.config import KafkaConfig, StreamtrainConfig
+from streamtrain.net import free_port_block, free_ports
+
+from .monitor import Monitor
+from .options import StackOptions
+from .procs import ChildSet, wait_http
+from .prometheus import INSTALL_HINT, find_prometheus, scrape_config
+from .replay import replay_producer_spec
+from .secure import Identities
+from .services import ServiceSpec, coordinator_spec, producer_spec, prometheus_spec, trainer_spec
+
+__all__ = ["ServicePlan", "plan_services", "start_prometheus"]
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    """The services of one run, and the address each listens on."""
+
+    host: str
+    """Where the services' HTTP endpoints answer (the metrics bind address, or loopback for a wildcard)."""
+    producers: list[ServiceSpec]
+    coordinator: ServiceSpec
+    trainers: ServiceSpec
+    prometheus_port: int
+
+    @property
+    def coordinator_url(self) -> str:
+        return f"http://{self.host}:{self.coordinator.ports[0]}"
+
+    def monitor(self, devices: list[str]) -> Monitor:
+        """The live view's poller: the coordinator's status, each rank's and each producer's metrics."""
+        producer_ports = [p.ports[0] for p in self.producers]
+        return Monitor(devices, self.coordinator_url,
+                       {d: f"http://{self.host}:{port}/metrics" for d, port in zip(devices, self.trainers.ports,
+                                                                                   strict=True)},
+                       {d: f"http://{self.host}:{producer_ports[min(i, len(producer_ports) - 1)]}/metrics"
+                        for i, d in enumerate(devices) if producer_ports})
+
+    def scrape_targets(self) -> dict[str, list[str]]:
+        """Prometheus's jobs: every service's `host:port`."""
+        return {"producers": [f"{self.host}:{p.ports[0]}" for p in self.producers],
+                "coordinator": [f"{self.host}:{self.coordinator.ports[0]}"],
+                "trainers": [f"{self.host}:{p}" for p in self.trainers.ports]}
+
+
+def plan_services(cfg: StreamtrainConfig, opts: StackOptions, kafka: KafkaConfig,
+                  identities: Identities | None) -> ServicePlan:
+    """Every service of the run on free ports, on the Kafka of `kafka`, started with the parent's options."""
+    bind = cfg.metrics.bind_address
+    devices = opts.devices
+    n = len(devices)
+    ports = free_ports(n + 2, bind)
+    producer_ports, coord_port, prom_port = ports[:n], ports[n], ports[n + 1]
+    trainer_base = free_port_block(n, bind, avoid=ports)
+    common: dict[str, object] = {"kafka.bootstrap_servers": kafka.bootstrap_servers,
+                                 "kafka.topic_prefix": kafka.topic_prefix}
+    args = list(opts.global_args)
+    if opts.backlog > 0:
+        producers = []
+    elif opts.replay:  # one producer for every device: the dataset is loaded and sharded once
+        producers = [replay_producer_spec(opts.streams, opts.seed, producer_ports[0], common, args)]
+    else:
+        producers = [producer_spec(s, i, opts.seed, producer_ports[i], common, args)
+                     for i, s in enumerate(opts.streams)]
+    coordinator = coordinator_spec(devices, opts.policy, opts.truncation, coord_port, common, args)
+    # The ranks check each plan's truncation against the policy the coordinator was told to follow.
+    trainer_sets = {**common, "coordinator.truncation": opts.truncation} if opts.truncation else common
+    trainers = trainer_spec(devices, trainer_base, opts.out / "checkpoints", opts.torch_threads, trainer_sets, args)
+    if identities is not None:  # each service logs in as its own role
+        producers = [replace(p, env=identities.env(identities.producers[s.device_id]))
+                     for p, s in zip(producers, opts.streams, strict=False)]
+        coordinator = replace(coordinator, env=identities.env(identities.coordinator))
+        trainers = replace(trainers, env=identities.env(identities.trainer))
+    host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
+    return ServicePlan(host, producers, coordinator, trainers, prom_port)
+
+
+def start_prometheus(opts: StackOptions, plan: ServicePlan, children: ChildSet, env: dict[str, str],
+                     say: Callable[[str], None]) -> str | None:
+    """Start Prometheus scraping every service of `plan`; returns its URL, or None when the run goes without it."""
+    if not opts.prometheus:
+        say("Prometheus: off (--no-prometheus)")
+        return None
+    binary = find_prometheus(opts.prometheus_binary)
+    if binary is None:
+        say(f"Prometheus: no `prometheus` binary found, running without it ({INSTALL_HINT}); "
+            "the live view and the report do not need it")
+        return None
+    prom_dir = opts.out / "prometheus"
+    prom_dir.mkdir(parents=True, exist_ok=True)
+    config = prom_dir / "prometheus.yml"
+    config.write_text(scrape_config(plan.scrape_targets(), opts.scrape_interval_s))
+    child = children.spawn(prometheus_spec(binary, config, prom_dir / "data", plan.host, plan.prometheus_port), env)
+    url = f"http://{plan.host}:{plan.prometheus_port}"
+    if not wait_http(f"{url}/-/ready", 30.0, child):
+        say(f"Prometheus did not become ready (see {child.log_path}); running without it")
+        children.discard(child)
+        return None
+    return url

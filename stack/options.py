@@ -1,0 +1,57 @@
+"""What `streamtrain up` is asked to run (`StackOptions`, its flags) and how it fails (`StackError`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .services import DeviceStream
+
+__all__ = ["BrokerMode", "StackError", "StackOptions"]
+
+BrokerMode = Literal["auto", "embedded", "external"]
+
+
+class StackError(RuntimeError):
+    """The stack could not start or a service failed; the message names the service and its log."""
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """How `streamtrain up` runs (its flags)."""
+
+    streams: Sequence[DeviceStream]
+    out: Path
+    policy: str | None = None
+    truncation: str | None = None
+    duration_s: float | None = None
+    steps: int | None = None
+    broker: BrokerMode = "auto"
+    prometheus: bool = True
+    prometheus_binary: str | None = None
+    scrape_interval_s: float = 1.0
+    drain_timeout_s: float = 30.0
+    start_timeout_s: float = 180.0
+    torch_threads: int = 1
+    seed: int = 0
+    global_args: Sequence[str] = field(default_factory=tuple)
+    backlog: int = 0
+    """Samples pre-produced per device (each stream's own seed and sizes) before the coordinator and the
+    trainers start; with a backlog no live producers run, so training works through a fixed data set at
+    full capacity (benchmarks). 0: live producers at the streams' rates."""
+    replay: bool = False
+    """Replay the configured dataset (`producer.dataset.*`, see `stack.replay`) into the device topics, one shard
+    per device at each stream's rate, instead of the synthetic streams."""
+    until_step: int | None = None
+    """Stop once every rank has finished this many steps in all, counted from step 0 (unlike `steps`,
+    which counts from the first step seen after start-up)."""
+    secure: bool = False
+    """Run the embedded broker with SASL/SCRAM and ACLs, each service as its own role's principal
+    (`stack.secure`)."""
+
+    @property
+    def devices(self) -> list[str]:
+        """The devices, one per stream."""
+        return [s.device_id for s in self.streams]

@@ -1,0 +1,107 @@
+"""The end of a run: read it back from Kafka, assemble `report.json` (a `StackReport`), draw the plots.
+
+Everything the report says about records and steps comes from the broker (`stack.ledger`, `stack.report`,
+`stack.balance`); the run's settings and how it ended come from the stack itself (`RunSettings`), and the
+coordinator's own figures (plan latency) from its last status page.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from streamtrain.config import StreamtrainConfig
+
+from .balance import balance_figures, heldout_figures
+from .ledger import ReadInterrupted, RunRecords, collect_records, tally_devices
+from .options import StackOptions
+from .plots import plot_series
+from .replay import held_out_chance
+from .report import build_report, build_series, write_json
+from .results import RunSettings, StackReport, StreamSetting
+
+__all__ = ["ReadBack", "assemble_report", "read_back", "run_settings", "write_plots"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """What reading a run back gave: the records, the report and the series its plots draw, or why there are none."""
+
+    records: RunRecords | None = None
+    report: StackReport | None = None
+    series: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None
+
+
+def run_settings(cfg: StreamtrainConfig, opts: StackOptions, status: Mapping[str, Any], **how: Any) -> RunSettings:
+    """The report's settings: the policy the coordinator said it ran (else the one asked for), the streams, and
+    `how` the run went (`stopped_by`, `drained`, `started_at`, `prometheus_url`, `failures`, ...)."""
+    coord = cfg.coordinator
+    return RunSettings(
+        policy=status.get("policy") or opts.policy or coord.policy,
+        truncation=status.get("truncation") or opts.truncation or coord.truncation,
+        plan_ahead=status.get("plan_ahead", coord.plan_ahead),
+        job=cfg.job, topic_prefix=cfg.kafka.topic_prefix, bootstrap_servers=cfg.kafka.bootstrap_servers,
+        backlog_per_device=opts.backlog or None,
+        plan_latency_ms_median=status.get("plan_latency_ms_median"),
+        plan_latency_step_fraction_median=status.get("plan_latency_step_fraction_median"),
+        streams=[StreamSetting(device=s.device_id, rate=s.rate, size_mean=s.size_mean, size_dif=s.size_dif)
+                 for s in opts.streams],
+        num_classes=cfg.trainer.num_classes,
+        **how,
+    )
+
+
+def assemble_report(cfg: StreamtrainConfig, run: RunRecords, settings: RunSettings,
+                    series: Mapping[str, Any]) -> StackReport:
+    """`report.json` from the run's records, its settings and its series (`build_series`)."""
+    figures = build_report(run, tally_devices(cfg, run))
+    held = heldout_figures(run.evaluations, int(series.get("t0_ms", 0)))
+    chance = held_out_chance(cfg) if run.evaluations else None
+    return StackReport.model_validate({**dict(settings), **dict(figures), **dict(balance_figures(run, series)),
+                                       **dict(held), "heldout_chance": chance})
+
+
+def read_back(cfg: StreamtrainConfig, devices: Sequence[str], settings: RunSettings, out: Path,
+              stop: Callable[[], bool]) -> ReadBack:
+    """Read the run's topics back and write `out/report.json` and `out/series.json`.
+
+    Args:
+        cfg: the run's configuration, on the Kafka it ran on.
+        devices: the run's devices.
+        settings: the report's settings part.
+        out: the run directory.
+        stop: checked while reading; true abandons the report (a Ctrl-C).
+    """
+    try:
+        run = collect_records(cfg, devices, timeout=60.0, stop=stop)
+    except (KafkaException, TimeoutError) as exc:
+        return ReadBack(failure=f"could not read the run back from Kafka: {exc}")
+    except ReadInterrupted:
+        return ReadBack(failure="interrupted while reading the run back from Kafka: no report written")
+    series = build_series(run)
+    report = assemble_report(cfg, run, settings, series)
+    series["heldout"] = [p.model_dump() for p in report.heldout]
+    report.write(out / "report.json", indent=2)
+    write_json(out / "series.json", series)
+    return ReadBack(run, report, series)
+
+
+def write_plots(report: StackReport, series: dict[str, Any], out: Path, failures: list[str]) -> StackReport:
+    """Draw the run's plots under `out/plots` and rewrite `report.json` with them (and the failures up to now)."""
+    title = f"{report.policy} · {report.devices} devices · {report.steps} steps"
+    try:
+        paths = plot_series(series, out / "plots", title)
+    except (ValueError, RuntimeError) as exc:  # a plot must never lose the report
+        logger.warning("plots failed: %s", exc)
+        return report
+    report = report.model_copy(update={"plots": [str(p.relative_to(out)) for p in paths], "failures": list(failures)})
+    report.write(out / "report.json", indent=2)
+    return report

@@ -1,0 +1,193 @@
+"""What `streamtrain up` reports, typed: `report.json` as a `StackReport`, built from its sections.
+
+The report is flat on disk (`report["samples_trained"]`, `report["heldout_accuracy_final"]`): readers and
+tests rely on those keys, so the sections below are mixed into one model rather than nested. Each section is
+filled by one part of the stack:
+
+- `RunSettings`: how the run was set up and how it ended (`stack.runner`, `stack.reporting`);
+- `RunFigures`: what Kafka holds about it — every record's fate, step and loss figures (`stack.report`);
+- `BalanceFigures` and `HeldoutFigures`: who kept up, SE where it means something, held-out accuracy
+  (`stack.balance`).
+
+A new section (say, an objective's own figures): a `Record` of its own, added to `StackReport` as an optional
+field (`my_section: MySection | None = None`, nested under its name in `report.json`), filled in
+`stack.reporting.assemble_report`. A run without it then writes `null`, and older reports still load.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from streamtrain.results import Record
+
+__all__ = ["BalanceFigures", "DeviceBalanceFigures", "DeviceFates", "HeldoutFigures", "HeldoutPoint", "RunFigures",
+           "RunSettings", "StackReport", "StaticVsMeasured", "StreamSetting", "TimeModel"]
+
+
+class StreamSetting(Record):
+    """One device's synthetic stream, as `up` was told to run it."""
+
+    device: str
+    rate: float
+    """Samples per second."""
+    size_mean: float
+    size_dif: float
+    """Standard deviation of the sample sizes."""
+
+
+class DeviceFates(Record):
+    """One device topic's records, each in one bin by its offset (`streamtrain.accounting.RecordFates`)."""
+
+    device: str
+    records: int
+    trained: int
+    truncated: int
+    dead_lettered: int
+    pending: int
+    lost: int
+    unknown: int
+    unaccounted: int
+    retrained: int
+    written_twice: int
+    undecodable: int
+    dead_letter_reasons: dict[str, int] = Field(default_factory=dict)
+
+
+class RunSettings(Record):
+    """How the run was set up, and how it ended."""
+
+    policy: str | None = None
+    truncation: str | None = None
+    plan_ahead: int | None = None
+    job: str | None = None
+    topic_prefix: str | None = None
+    bootstrap_servers: str | None = None
+    started_at: str | None = None
+    """ISO 8601, with the local time zone."""
+    stopped_by: str | None = None
+    """What stopped the run: a signal's name, `--duration N`, `--steps N`, `step N`, or a service that exited."""
+    drained: bool | None = None
+    """Whether the trainers worked off everything produced before they were stopped (None: no drain was tried)."""
+    backlog_per_device: int | None = None
+    plan_latency_ms_median: float | None = None
+    """The coordinator's own figure (its status page), not read from Kafka."""
+    plan_latency_step_fraction_median: float | None = None
+    streams: list[StreamSetting] = Field(default_factory=list)
+    prometheus_url: str | None = None
+    num_classes: int | None = None
+    heldout_chance: float | None = None
+    """Accuracy of always answering the held-out set's most common class (None without evaluations)."""
+    failures: list[str] = Field(default_factory=list)
+    plots: list[str] = Field(default_factory=list)
+    """The run's plots, relative to the report's directory."""
+
+
+class RunFigures(Record):
+    """What Kafka holds about the run: every record's fate, and the steps' figures (`stack.report.build_report`)."""
+
+    devices: int = 0
+    steps: int = 0
+    steps_idle: int = 0
+    """Steps that trained nothing (a paused or drained stream); the step figures leave them out."""
+    samples_produced: int = 0
+    samples_trained: int = 0
+    samples_truncated: int = 0
+    samples_dead_lettered: int = 0
+    samples_pending: int = 0
+    """Not processed when the run stopped: still in Kafka, resumed from the committed offsets (not lost)."""
+    samples_lost: int = 0
+    samples_duplicated: int = 0
+    samples_unaccounted: int = 0
+    """Processed past with no record of being trained, truncated or dead-lettered (0 expected)."""
+    records_written_twice: int = 0
+    dead_letter_reasons: dict[str, int] = Field(default_factory=dict)
+    straggler_effect_median: float | None = None
+    step_seconds_median: float | None = None
+    step_period_seconds_median: float | None = None
+    step_period_split_median: dict[str, float | None] = Field(default_factory=dict)
+    """Median seconds of each part of a step's wall period (compute, communication, plan_wait, ...)."""
+    plan_wait_seconds_median: float | None = None
+    plan_wait_step_fraction_median: float | None = None
+    sample_delay_seconds_median: float | None = None
+    """From a sample's append to the report of the step that processed it."""
+    sample_delay_seconds_p99: float | None = None
+    throughput_samples_per_s: float | None = None
+    training_seconds: float = 0.0
+    initial_loss: float | None = None
+    final_loss: float | None = None
+    rank_steps_on_local_plan: int = 0
+    plans_published: int = 0
+    unreadable_records: int = 0
+    per_device: dict[str, DeviceFates] = Field(default_factory=dict)
+
+
+class DeviceBalanceFigures(Record):
+    """One device over the run: does it keep up, and how much room does it have (`stack.balance.DeviceBalance`)."""
+
+    arrival_rate: float | None
+    lag_trend_per_s: float | None
+    lag_max: int
+    busy_ratio: float | None
+    headroom: float | None
+    keeps_up: bool | None
+
+
+class TimeModel(Record):
+    """A device's fitted compute time `a·size + b`, and its mean sample size."""
+
+    a: float
+    b: float
+    mean_size: float
+
+
+class StaticVsMeasured(Record):
+    """The slowest device's compute per step: estimated under static per-device batches vs measured."""
+
+    steps: int
+    static_seconds_median: float
+    measured_seconds_median: float
+    speedup: float | None
+    models: dict[str, TimeModel]
+    over: str = ""
+    """Which steps the medians are over."""
+
+
+class BalanceFigures(Record):
+    """What balance means in a streaming run (`stack.balance.balance_figures`)."""
+
+    steps_every_device_waiting: int = 0
+    straggler_effect_waiting_median: float | None = None
+    """SE over the steps where every device had work waiting: the only steps where it says something."""
+    devices_keeping_up: int = 0
+    balance_per_device: dict[str, DeviceBalanceFigures] = Field(default_factory=dict)
+    static_vs_measured: StaticVsMeasured | None = None
+
+
+class HeldoutPoint(Record):
+    """One held-out evaluation."""
+
+    step: int
+    t: float
+    """Seconds since the run's first record or step."""
+    accuracy: float
+    loss: float
+    seconds: float
+
+
+class HeldoutFigures(Record):
+    """Held-out accuracy over the run (all None, and `heldout` empty, when the trainers evaluated nothing)."""
+
+    heldout_dataset: str | None = None
+    heldout_samples: int | None = None
+    heldout_evaluations: int | None = None
+    heldout_accuracy_first: float | None = None
+    heldout_accuracy_final: float | None = None
+    heldout_accuracy_best: float | None = None
+    heldout_loss_final: float | None = None
+    heldout_seconds_median: float | None = None
+    heldout_seconds_max: float | None = None
+    heldout: list[HeldoutPoint] = Field(default_factory=list)
+
+
+class StackReport(HeldoutFigures, BalanceFigures, RunFigures, RunSettings):
+    """`report.json`: the run's settings and every figure, flat (see the module docstring for a new section)."""

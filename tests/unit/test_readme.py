@@ -1,0 +1,119 @@
+"""The README stays a door, not a lab notebook: short, no commit hashes, and every figure in its results
+table is what the benchmarks' committed JSON (docs/bench/) says, so the two cannot drift apart."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMES = "\u00d7"  # the multiplication sign the README writes ratios with (2.54 times)
+README = ROOT / "README.md"
+BENCH = ROOT / "docs" / "bench"
+
+
+def _bench(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((BENCH / f"{name}.json").read_text())
+    return data
+
+
+def _one(items: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
+    found = [i for i in items if all(i.get(k) == v for k, v in match.items())]
+    assert len(found) == 1, f"expected one entry with {match}, found {len(found)}"
+    return found[0]
+
+
+def _balance() -> list[str]:
+    data = _bench("balance")
+    cells, targets = data["cells"], data["targets"]
+    fleet, dif = targets["slowdowns"], targets["dif"]
+    static = _one(cells, policy="static", slowdowns=fleet, dif=dif)["wall_step_seconds_median"]
+    ett = _one(cells, policy="ett-stream", slowdowns=fleet, dif=dif)["wall_step_seconds_median"]
+    return [f"{static * 1e3:.0f} → {ett * 1e3:.0f} ms", f"**{targets['wall_speedup_vs_static']:.2f}{TIMES}**"]
+
+
+def _realdata() -> list[str]:
+    data = _bench("realdata")
+    static = _one(data["policies"], policy="static", control=False)["seconds_to_target"]
+    targets = data["targets"]
+    return [f"{targets['ett_stream_seconds_to_target']:.1f} s against {static:.1f} s for static",
+            f"**{targets['speedup_vs_static']:.2f}{TIMES}**"]
+
+
+def _scheduler() -> list[str]:
+    cell = _one(_bench("scheduler")["cells"], policy="ett-stream", devices=1024, pending_per_device=256)
+    return ["1,024 devices with 256 pending", f"**{cell['latency_ms_median']:.1f} ms**"]
+
+
+def _convergence() -> list[str]:
+    data = _bench("convergence")
+    return [f"**{data['weighted_vs_sgd_max_param_diff']:.1e}**",
+            f"plain averaging: {data['plain_vs_sgd_max_param_diff']:.2f}"]
+
+
+def _truncation() -> list[str]:
+    cells = _bench("truncation")["cells"]
+    return [f"**{_one(cells, policy=p)['retained_ratio_to_persist']:.0f}{TIMES}** fewer with `{p}`"
+            for p in ("truncate", "bounded")]
+
+
+def _ingest() -> list[str]:
+    data = _bench("ingest")
+    return [f"**{data['producer_records_per_s']:,.0f}** records/s", f"{data['producer_vs_kafka_tool']:.2f}{TIMES}"]
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One row of the README's results table: the benchmark it quotes, and the figures its JSON gives."""
+
+    bench: str
+    figures: Callable[[], list[str]]
+
+
+HEADLINES = (Headline("balance", _balance), Headline("realdata", _realdata), Headline("scheduler", _scheduler),
+             Headline("convergence", _convergence), Headline("truncation", _truncation), Headline("ingest", _ingest))
+
+
+def _results_rows() -> dict[str, str]:
+    section = README.read_text().split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = re.search(r"\| `bench (\w+)` \|$", line)
+        if match:
+            rows[match.group(1)] = line
+    return rows
+
+
+def test_readme_is_short_and_holds_no_commit_hashes() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    assert re.findall(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", text) == []
+    assert "load average" not in text
+
+
+def test_readme_results_quote_at_most_six_benchmarks_all_checked_here() -> None:
+    rows = _results_rows()
+    assert 1 <= len(rows) <= 6
+    assert sorted(rows) == sorted(h.bench for h in HEADLINES)
+
+
+@pytest.mark.parametrize("headline", HEADLINES, ids=lambda h: h.bench)
+def test_readme_results_match_the_committed_benchmark_json(headline: Headline) -> None:
+    row = _results_rows()[headline.bench]
+    stale = [figure for figure in headline.figures() if figure not in row]
+    assert stale == [], (f"README's `bench {headline.bench}` row does not say {stale}, which "
+                         f"docs/bench/{headline.bench}.json gives: update the row from the JSON\n{row}")
+
+
+def test_readme_links_resolve() -> None:
+    text = README.read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets
+    missing = [t for t in targets if not re.match(r"^[a-z]+:", t) and not (ROOT / t).exists()]
+    assert missing == []

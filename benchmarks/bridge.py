@@ -116,7 +116,8 @@ def _bare(cfg: KafkaConfig, source: str, records: int, batch: int | None) -> flo
         elif not batch:
             if producer.flush(60):
                 raise RuntimeError("the bare loop could not deliver every record")
-            consumer.commit(asynchronous=False)
+            consumer.commit(offsets=[tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0],
+                            asynchronous=False)
         return records / (time.perf_counter() - began)
     finally:
         consumer.close()

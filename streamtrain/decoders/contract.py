@@ -201,19 +201,23 @@ def _device(value: object, record: SourceRecord, devices: Collection[str]) -> st
 def _payload(data: object, dtype: object) -> np.ndarray:
     if dtype is not None and dtype not in DTYPES:
         raise Rejected("bad-dtype", f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    try:
-        with np.errstate(over="ignore"):  # a value too large for the dtype becomes inf: rejected as non-finite
-            if isinstance(data, np.ndarray):
-                array = data if dtype is None else data.astype(str(dtype))
-            else:
-                array = np.asarray(data, dtype=str(dtype or "float32"))
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise Rejected("bad-data", f"the payload is not an array of numbers: {exc}") from None
+    # The decoder's own array is taken as it is (the built-in decoders give one): nothing to convert.
+    array = data if isinstance(data, np.ndarray) and dtype is None else _converted(data, dtype)
     if array.ndim == 0:
         raise Rejected("bad-shape", "the payload is a single number; a sample needs at least one axis")
     if array.dtype.name not in DTYPES:
         raise Rejected("bad-dtype", f"payload dtype {array.dtype.name} is not one of {', '.join(DTYPES)}")
     return array
+
+
+def _converted(data: object, dtype: object) -> np.ndarray:
+    try:
+        with np.errstate(over="ignore"):  # a value too large for the dtype becomes inf: rejected as non-finite
+            if isinstance(data, np.ndarray):
+                return data.astype(str(dtype))
+            return np.asarray(data, dtype=str(dtype or "float32"))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise Rejected("bad-data", f"the payload is not an array of numbers: {exc}") from None
 
 
 def _integer(value: object, name: str) -> int:

@@ -43,6 +43,8 @@ _PARAGRAPHS = (
     "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal",
     "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75   "
     "# make demo: PLAID, held-out accuracy",
+    "  streamtrain --set kafka.bootstrap_servers=kafka:9092 up --bridge bridge.toml --devices 3 --duration 60   "
+    "# your own topics, bridged",
 )
 _HELP = "\n\n".join(_PARAGRAPHS)
 
@@ -116,6 +118,11 @@ def up(
         metavar="NAME|PATH", help="Replay a real dataset instead of synthetic streams: plaid, or a .ts/.npz/.npy/.csv "
         "file or directory, one shard per device at the --rates (size = length). Its test split is the held-out set "
         "unless trainer.eval_path says otherwise")] = None,
+    bridge: Annotated[Path | None, typer.Option(
+        "--bridge", metavar="FILE", help="Instead of producers, the bridge writes the device topics (0..N-1) from "
+        "your own topics: the [bridge] table of FILE names them and their decoders (docs/guides/bridge.md). They "
+        "must be on the broker the run uses (kafka.bootstrap_servers); the report accounts for every source "
+        "record.")] = None,
 ) -> None:
     import shutil
 
@@ -129,6 +136,9 @@ def up(
     from .services import device_streams
 
     flags: dict[str, object] = {"coordinator.policy": policy, "coordinator.truncation": truncation}
+    section = _bridge_section(bridge, dataset, backlog, secure)
+    if section is not None:
+        flags["bridge"] = section
     cfg = config_from(ctx, flags)
     replay = None
     if dataset is not None and secure:
@@ -169,7 +179,8 @@ def up(
                         steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
-                        global_args=global_args, backlog=backlog, secure=secure, replay=replay is not None)
+                        global_args=global_args, backlog=backlog, secure=secure, replay=replay is not None,
+                        bridge=section)
     if duration is None and steps is None:
         console.print("running until Ctrl-C (or use --duration / --steps)")
     show = live and console.is_terminal
@@ -188,6 +199,27 @@ def up(
         if not keep_kafka and (opts.out / "kafka").is_dir() and stack.broker is not None:
             shutil.rmtree(opts.out / "kafka", ignore_errors=True)
     _summarise(report, opts.out, stack.failures)
+
+
+def _bridge_section(path: Path | None, dataset: str | None, backlog: int, secure: bool) -> dict[str, object] | None:
+    """The `[bridge]` table of `--bridge FILE` (None without it); exits 2 when it cannot be used."""
+    from streamtrain.cli_support import EXIT_CONFIG, die
+
+    from .bridging import bridge_section
+
+    if path is None:
+        return None
+    if dataset is not None or backlog:
+        die("--bridge with --dataset or --backlog: the bridge writes the device topics in the producers' place; "
+            "choose one source of samples", EXIT_CONFIG)
+    if secure:
+        die("--bridge with --secure: --secure runs a fresh embedded broker, which holds none of your topics; run "
+            "the bridge as its own principal on your cluster (`streamtrain acl apply`, docs/guides/bridge.md)",
+            EXIT_CONFIG)
+    try:
+        return bridge_section(path)
+    except ValueError as exc:
+        die(str(exc), EXIT_CONFIG)
 
 
 def _summarise(report: StackReport | None, out: Path, failures: list[str]) -> None:
@@ -216,7 +248,12 @@ def _summarise(report: StackReport | None, out: Path, failures: list[str]) -> No
     if pending:
         console.print(f"{pending:,} samples pending: still in Kafka, not processed when the run stopped; a later run "
                       "of this job resumes them from the committed offsets", highlight=False)
+    if (bridged := report.bridge) is not None:
+        console.print(f"bridge: {bridged.source_records:,} source records of {', '.join(bridged.sources)}: "
+                      f"{bridged.source_bridged:,} bridged, {bridged.source_rejected:,} rejected, "
+                      f"{bridged.source_skipped:,} skipped, {bridged.source_pending:,} pending, "
+                      f"{bridged.source_lost:,} lost, {bridged.source_duplicated:,} duplicated", highlight=False)
     for failure in failures:
         console.print(f"[bold red]failure:[/] {failure}", highlight=False)
-    if failures or report.samples_unaccounted:
+    if failures or report.samples_unaccounted or (report.bridge is not None and report.bridge.unaccounted):
         raise typer.Exit(1)

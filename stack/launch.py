@@ -1,9 +1,10 @@
 """What a run starts, and where each service listens: the `ServicePlan` of `streamtrain up`.
 
 `plan_services` picks free ports and builds one command line per service (`stack.services`): the producers
-(none with a backlog; one for every device when a dataset is replayed), the coordinator and the trainer
-ranks, each logged in as its own role on a secure run. The plan then knows every URL the live view polls
-and Prometheus scrapes. A new kind of service the stack starts belongs here, as a spec and its port.
+(none with a backlog or a bridge; one for every device when a dataset is replayed), the bridge (`up --bridge`),
+the coordinator and the trainer ranks, each logged in as its own role on a secure run. The plan then knows
+every URL the live view polls and Prometheus scrapes. A new kind of service the stack starts belongs here, as a
+spec and its port.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, replace
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.net import free_port_block, free_ports
 
+from .bridging import bridge_spec, run_bridge_settings
 from .monitor import Monitor
 from .options import StackOptions
 from .procs import ChildSet, wait_http
@@ -35,6 +37,8 @@ class ServicePlan:
     coordinator: ServiceSpec
     trainers: ServiceSpec
     prometheus_port: int
+    bridge: ServiceSpec | None = None
+    """The bridge (`up --bridge`), which writes the device topics in the producers' place."""
 
     @property
     def coordinator_url(self) -> str:
@@ -53,7 +57,8 @@ class ServicePlan:
         """Prometheus's jobs: every service's `host:port`."""
         return {"producers": [f"{self.host}:{p.ports[0]}" for p in self.producers],
                 "coordinator": [f"{self.host}:{self.coordinator.ports[0]}"],
-                "trainers": [f"{self.host}:{p}" for p in self.trainers.ports]}
+                "trainers": [f"{self.host}:{p}" for p in self.trainers.ports],
+                "bridge": [f"{self.host}:{self.bridge.ports[0]}"] if self.bridge is not None else []}
 
 
 def plan_services(cfg: StreamtrainConfig, opts: StackOptions, kafka: KafkaConfig,
@@ -62,13 +67,15 @@ def plan_services(cfg: StreamtrainConfig, opts: StackOptions, kafka: KafkaConfig
     bind = cfg.metrics.bind_address
     devices = opts.devices
     n = len(devices)
-    ports = free_ports(n + 2, bind)
-    producer_ports, coord_port, prom_port = ports[:n], ports[n], ports[n + 1]
+    ports = free_ports(n + 3, bind)
+    producer_ports, coord_port, prom_port, bridge_port = ports[:n], ports[n], ports[n + 1], ports[n + 2]
     trainer_base = free_port_block(n, bind, avoid=ports)
     common: dict[str, object] = {"kafka.bootstrap_servers": kafka.bootstrap_servers,
                                  "kafka.topic_prefix": kafka.topic_prefix}
     args = list(opts.global_args)
-    if opts.backlog > 0:
+    bridge = (bridge_spec(bridge_port, run_bridge_settings(opts.bridge, kafka, devices), common, args)
+              if opts.bridge is not None else None)
+    if opts.backlog > 0 or bridge is not None:
         producers = []
     elif opts.replay:  # one producer for every device: the dataset is loaded and sharded once
         producers = [replay_producer_spec(opts.streams, opts.seed, producer_ports[0], common, args)]
@@ -85,7 +92,7 @@ def plan_services(cfg: StreamtrainConfig, opts: StackOptions, kafka: KafkaConfig
         coordinator = replace(coordinator, env=identities.env(identities.coordinator))
         trainers = replace(trainers, env=identities.env(identities.trainer))
     host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
-    return ServicePlan(host, producers, coordinator, trainers, prom_port)
+    return ServicePlan(host, producers, coordinator, trainers, prom_port, bridge)
 
 
 def start_prometheus(opts: StackOptions, plan: ServicePlan, children: ChildSet, env: dict[str, str],

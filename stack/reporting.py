@@ -18,6 +18,7 @@ from confluent_kafka import KafkaException
 from streamtrain.config import StreamtrainConfig
 
 from .balance import balance_figures, heldout_figures
+from .bridging import bridge_figures
 from .ledger import ReadInterrupted, RunRecords, collect_records, tally_devices
 from .options import StackOptions
 from .plots import plot_series
@@ -82,12 +83,13 @@ def read_back(cfg: StreamtrainConfig, devices: Sequence[str], settings: RunSetti
     """
     try:
         run = collect_records(cfg, devices, timeout=60.0, stop=stop)
+        bridged = bridge_figures(cfg, stop) if cfg.bridge.sources else None
     except (KafkaException, TimeoutError) as exc:
         return ReadBack(failure=f"could not read the run back from Kafka: {exc}")
     except ReadInterrupted:
         return ReadBack(failure="interrupted while reading the run back from Kafka: no report written")
     series = build_series(run)
-    report = assemble_report(cfg, run, settings, series)
+    report = assemble_report(cfg, run, settings, series).model_copy(update={"bridge": bridged})
     series["heldout"] = [p.model_dump() for p in report.heldout]
     report.write(out / "report.json", indent=2)
     write_json(out / "series.json", series)

@@ -20,8 +20,9 @@ from pydantic import Field
 
 from streamtrain.results import Record
 
-__all__ = ["BalanceFigures", "DeviceBalanceFigures", "DeviceFates", "HeldoutFigures", "HeldoutPoint", "RunFigures",
-           "RunSettings", "StackReport", "StaticVsMeasured", "StreamSetting", "TimeModel"]
+__all__ = ["BalanceFigures", "BridgeFigures", "DeviceBalanceFigures", "DeviceFates", "HeldoutFigures", "HeldoutPoint",
+           "RunFigures", "RunSettings", "SourcePartitionFates", "StackReport", "StaticVsMeasured", "StreamSetting",
+           "TimeModel"]
 
 
 class StreamSetting(Record):
@@ -189,5 +190,49 @@ class HeldoutFigures(Record):
     heldout: list[HeldoutPoint] = Field(default_factory=list)
 
 
+class SourcePartitionFates(Record):
+    """One source partition of the bridge: each record in one bin by its offset (`streamtrain.source_accounting`)."""
+
+    topic: str
+    partition: int
+    records: int
+    bridged: int
+    rejected: int
+    skipped: int
+    pending: int
+    lost: int
+    unknown: int
+    duplicated: int
+    reasons: dict[str, int] = Field(default_factory=dict)
+    """Dead letters by reason (skipped included)."""
+
+
+class BridgeFigures(Record):
+    """A run with the bridge (`up --bridge`): what became of every record of its source topics."""
+
+    group: str
+    sources: list[str]
+    source_records: int
+    source_bridged: int
+    source_rejected: int
+    source_skipped: int
+    source_pending: int
+    """Not bridged when the run stopped: still in the source topics, bridged from the group's committed offsets by
+    the next start (not lost)."""
+    source_lost: int
+    source_unknown: int
+    source_duplicated: int
+    """Source records written more than once (to a device topic or as a dead letter); 0 is exactly once."""
+    partitions: list[SourcePartitionFates] = Field(default_factory=list)
+
+    @property
+    def unaccounted(self) -> int:
+        """Source records lost, claimed though never there, or written twice (0 expected)."""
+        return self.source_lost + self.source_unknown + self.source_duplicated
+
+
 class StackReport(HeldoutFigures, BalanceFigures, RunFigures, RunSettings):
     """`report.json`: the run's settings and every figure, flat (see the module docstring for a new section)."""
+
+    bridge: BridgeFigures | None = None
+    """The bridge's sources, accounted (None: the run had no bridge)."""

@@ -138,8 +138,12 @@ class SourceConfig(_Section):
     @model_validator(mode="after")
     def _settings_fit_the_decoder(self) -> Self:
         own = {"json": "mapping", "raw": "layout"}.get(self.decoder, "options")
-        for name in ("mapping", "layout", "options"):
-            if name != own and name in self.model_fields_set:
+        # Another decoder's settings, set to anything but their defaults, were meant for a decoder this is not
+        # (defaults pass: a whole configuration written out and read back holds every section).
+        unused = {"mapping": self.mapping != JsonMapping(), "layout": self.layout != RawLayout(),
+                  "options": bool(self.options)}
+        for name, changed in unused.items():
+            if name != own and changed:
                 raise ValueError(f"{name} is for the {_decoder_of(name)} decoder; this source's decoder is "
                                  f"{self.decoder}, whose settings are `{own}`")
         return self

@@ -175,7 +175,7 @@ def test_bridge_settings_are_checked_and_name_the_setting() -> None:
     good = {"topic": "events", "decoder": "json", "mapping": {"data": "v"}}
     cases = [
         ({"bridge.sources": [{**good, "decoder": "nope"}]}, "bridge.sources.0.decoder"),
-        ({"bridge.sources": [{**good, "layout": {"dtype": "float32"}}]}, "layout is for the raw decoder"),
+        ({"bridge.sources": [{**good, "layout": {"dtype": "int16"}}]}, "layout is for the raw decoder"),
         ({"bridge.sources": [{**good, "mapping": {"shape": [-1, -1]}}]}, "bridge.sources.0.mapping.shape"),
         ({"bridge.sources": [good, good]}, "listed more than once"),
         ({"bridge.sources": [{**good, "topic": "bad topic"}]}, "bridge.sources.0.topic"),

@@ -14,6 +14,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..wire.topics import validate_name_part
+from .parsing import text_as_tuple
 
 __all__ = ["BUILTIN_DECODERS", "BridgeConfig", "JsonMapping", "RawLayout", "SourceConfig", "WireDType"]
 
@@ -193,6 +194,8 @@ class BridgeConfig(_Section):
 
     metrics: bool = True
     """Serve Prometheus metrics on metrics.port (0: a free port)."""
+
+    _devices_from_text = field_validator("devices", mode="before")(text_as_tuple)
 
     @field_validator("devices")
     @classmethod

@@ -209,8 +209,10 @@ class Bridge:
             err = msg.error()
             if err is None:
                 self._bridge(msg)
-            elif err.fatal():
-                raise BridgeFatalError(f"the consumer failed: {err}")
+            elif err.fatal() or err.code() == KafkaError._FATAL:  # librdkafka's fatal event is not flagged fatal
+                raise BridgeFatalError(f"the consumer failed for good ({err.str()}): another bridge with instance "
+                                       f"{self.settings.instance} in group {self.settings.group(self.config.job)} "
+                                       "took its place, or the consumer broke; this one stops")
             else:
                 raise_if_refused(self.config.kafka, err, "READ", msg.topic(), "topic")
                 if err.code() != KafkaError._PARTITION_EOF:
@@ -252,8 +254,7 @@ class Bridge:
         except Exception as exc:  # a user decoder's own failure rejects the record, never stops the bridge
             self._reject(msg, record, "decoder-error", f"{type(exc).__name__}: {exc}")
         else:
-            produce(self.producer, self.topics.device(sample.device_id), value, headers,
-                    key=sample.device_id.encode())
+            produce(self.producer, self.topics.device(sample.device_id), value, headers)
             txn.samples_out[sample.device_id] += 1
 
     def _reject(self, msg: Message, record: SourceRecord, reason: str, detail: str) -> None:

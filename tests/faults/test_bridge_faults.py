@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fault_helpers import FaultStack, Service, assert_nothing_lost
+from trainer_seq_log import committed_offsets, high_watermarks  # on sys.path through fault_helpers
 
 from streamtrain.broker import EmbeddedBroker
 from streamtrain.config import KafkaConfig, StreamtrainConfig
@@ -142,6 +143,10 @@ def test_kcat_json_lines_are_bridged_then_trained_exactly_once_across_a_bridge_s
         assert trainer.stop(60) == 0, trainer.tail()
         assert coordinator.stop(30) == 0, coordinator.tail()
         fates, _feedback = stack.account(per_device)
+        # Lag 0: each rank committed its topic's end, past the last commit marker (no record is ever there).
+        ends = high_watermarks(kafka_cfg, DEVICES)
+        assert committed_offsets(kafka_cfg, stack.config().trainer_group_id, DEVICES) == ends
+        assert all(ends[d] > per_device[d] for d in DEVICES)  # markers took offsets: the topics have gaps
     finally:
         stack.cleanup()
     assert bridge.starts == 2

@@ -2,27 +2,37 @@
 
 - `Record` (from the core, `streamtrain.results`): the base of every typed result (and the setups stored
   with them): frozen, unknown keys rejected, written to and read from the JSON files under `--out DIR`.
+- `Result`: a benchmark's whole JSON, with the `RunContext` it was measured in (commit, machine, load,
+  date, command line), which `bench` stamps into it itself (`stamp_context`).
 - `Bench`: one benchmark of the set — its command, its result type, how its JSON becomes a
   section of BENCHMARKS.md, and what `bench all` passes it.
 - `LaunchOptions`: the root `--config` / `--set` a benchmark was started with, typed, passed on to
   the configuration it loads and to every process it starts.
 - Trends (`slope`, `robust_slope`), times to a target over repeats (`median_reached`), formatting for
-  BENCHMARKS.md (`num`, `table`, `verdict`, `TIMES`) and plots (`pyplot`, `save_figure`).
+  BENCHMARKS.md (`num`, `figure`, `table`, `verdict`, `TIMES`), targets (`Target`: one table, the same lines
+  on the console) and plots (`pyplot`, `save_figure`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 import typer
-from pydantic import ValidationError
+from pydantic import PrivateAttr, ValidationError
 
 from streamtrain.cli_support import GlobalOptions, module_command
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
@@ -34,14 +44,23 @@ __all__ = [
     "LaunchOptions",
     "Record",
     "RenderContext",
+    "Result",
+    "RunContext",
+    "Target",
+    "figure",
+    "heldout_score",
     "median_reached",
     "num",
     "problems",
+    "progress_bars",
     "pyplot",
     "robust_slope",
     "save_figure",
     "slope",
+    "stamp_context",
     "table",
+    "target_lines",
+    "targets_table",
     "verdict",
 ]
 
@@ -49,7 +68,104 @@ __all__ = [
 TIMES = "\N{MULTIPLICATION SIGN}"
 
 
-R = TypeVar("R", bound=Record)
+class RunContext(Record):
+    """Where and how a benchmark's figures were measured: what makes two runs comparable, or not."""
+
+    commit: str | None
+    """The checked-out commit (with `+dirty` when the tree had uncommitted changes); None outside git."""
+    cpu_model: str | None
+    cores: int | None
+    memory_gib: float | None
+    load_start: tuple[float, float, float] | None
+    """The 1-, 5- and 15-minute load averages when the benchmark started."""
+    load_end: tuple[float, float, float] | None
+    started_at: str
+    """ISO 8601, local time with its offset."""
+    seconds: float | None
+    """How long the benchmark ran."""
+    command: str
+    """The command line, as `streamtrain ...`."""
+    _began: float = PrivateAttr(default=0.0)
+
+    @classmethod
+    def begin(cls) -> RunContext:
+        """The context now: the machine, the commit, the load, the command line (`end` adds the load at the end)."""
+        context = cls(commit=_commit(), cpu_model=_cpu_model(), cores=os.cpu_count(), memory_gib=_memory_gib(),
+                      load_start=_load(), load_end=None, seconds=None,
+                      command=shlex.join(["streamtrain", *sys.argv[1:]]),
+                      started_at=datetime.now().astimezone().isoformat(timespec="seconds"))
+        context._began = time.monotonic()
+        return context
+
+    def end(self) -> RunContext:
+        """This context with the load at the end and the run's seconds."""
+        return self.model_copy(update={"load_end": _load(), "seconds": round(time.monotonic() - self._began, 1)})
+
+    def describe(self) -> str:
+        """One paragraph for BENCHMARKS.md."""
+        loads = " → ".join(f"{load[0]:.1f}" for load in (self.load_start, self.load_end) if load is not None)
+        machine = ", ".join(x for x in (f"{self.cores} cores" if self.cores else None, self.cpu_model,
+                                        f"{self.memory_gib:.0f} GiB" if self.memory_gib else None) if x)
+        return (f"Measured {self.started_at[:16].replace('T', ' ')} at commit `{self.commit or 'unknown'}` on "
+                f"{machine or 'an unrecorded machine'}; load average {loads or 'not recorded'} (start → end)"
+                + (f"; {self.seconds / 60:.1f} min" if self.seconds is not None else "")
+                + f". Command: `{self.command}`")
+
+
+def _commit() -> str | None:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _cpu_model() -> str | None:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or None
+
+
+def _memory_gib() -> float | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return round(int(Path("/proc/meminfo").read_text().split()[1]) / 1024**2, 1)
+    return None
+
+
+def _load() -> tuple[float, float, float] | None:
+    with contextlib.suppress(OSError):
+        one, five, fifteen = os.getloadavg()
+        return round(one, 2), round(five, 2), round(fifteen, 2)
+    return None
+
+
+class Result(Record):
+    """A benchmark's whole JSON: its figures, and the context they were measured in."""
+
+    context: RunContext | None = None
+    """Stamped by `bench` itself when the benchmark has written its JSON; None in files from before."""
+
+
+R = TypeVar("R", bound=Result)
+
+
+def stamp_context(path: Path, context: RunContext) -> bool:
+    """Add `context` (ended now) to the JSON file a benchmark just wrote; False when there is none to stamp."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(data, dict):
+        return False
+    data["context"] = context.end().model_dump()
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return True
 
 
 def problems(exc: ValueError) -> str:
@@ -93,14 +209,20 @@ class Bench(Generic[R]):
     """Extra arguments `bench all --quick` passes."""
     timeout_s: float = 600.0
     """Most seconds `bench all` lets it run."""
+    about: str = ""
+    """What it measures and how, for a reader of BENCHMARKS.md (Markdown; the benchmark's module docstring)."""
+    command_line: str = ""
+    """How the committed figures are measured (the arguments after `streamtrain bench NAME`), when not `args`."""
 
     @property
     def json_name(self) -> str:
         return f"{self.name}.json"
 
     def section(self, path: Path, ctx: RenderContext) -> str:
-        """The Markdown section of the result stored at `path`."""
-        return self.render(self.result.load(path), ctx)
+        """The Markdown body of the result stored at `path`: its measuring context, then its figures."""
+        result = self.result.load(path)
+        context = result.context.describe() if result.context else "Measuring context not recorded."
+        return context + "\n\n" + self.render(result, ctx)
 
 
 @dataclass(frozen=True)
@@ -222,7 +344,84 @@ def verdict(ok: bool | None) -> str:
     return "—" if ok is None else ("**met**" if ok else "**not met**")
 
 
+def figure(value: float | None, spec: str, scale: float = 1.0, missing: str = "—") -> str:
+    """`value` x `scale` formatted with `spec`, or `missing`."""
+    return missing if value is None else format(value * scale, spec)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target of a benchmark: what it asks, what was measured, the paper's figure, and whether it was met."""
+
+    goal: str
+    measured: str
+    met: bool | None
+    paper: str | None = None
+
+
+def targets_table(targets: Sequence[Target], title: str = "target") -> str:
+    """The targets as a Markdown table (a paper column when any target has a paper figure), then a line for each
+    one missed: the target against what was measured."""
+    papers = any(t.paper for t in targets)
+    rows = [[t.goal, t.measured, *([t.paper or "—"] if papers else []), verdict(t.met)] for t in targets]
+    missed = [f"- **Missed:** {t.goal} — measured {t.measured}." for t in targets if t.met is False]
+    return "\n\n".join([table([title, "measured", *(["paper"] if papers else []), "verdict"], rows),
+                         *(["\n".join(missed)] if missed else [])])
+
+
+def target_lines(targets: Sequence[Target]) -> list[str]:
+    """The targets as console lines: verdict, target, measured."""
+    word = {True: "met", False: "NOT MET", None: "not judged"}
+    return [f"{word[t.met]:>10}: {t.goal} — {t.measured}" for t in targets]
+
+
 # ---------------------------------------------------------------------------------------------
+# Progress and plots
+
+
+@contextlib.contextmanager
+def progress_bars(rows: Sequence[str], total: int, show: str = "", width: int = 9,
+                  **fields: Any) -> Iterator[Callable[..., None]]:
+    """Live progress bars on the console, one per row (each started when first updated).
+
+    Args:
+        rows: the bars' names.
+        total: each bar's length (an update may change it).
+        show: a rich format of the fields shown after each bar (`{task.fields[NAME]}`).
+        width: the names' column width.
+        fields: the fields' starting values.
+
+    Yields:
+        `update(row, completed, total=None, description=None, **fields)`.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from streamtrain.cli_support import console
+
+    columns = (TextColumn(f"{{task.description:<{width}}}"), BarColumn(), MofNCompleteColumn(), TextColumn(show),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        tasks = {row: bar.add_task(row, total=total, start=False, **fields) for row in rows}
+
+        def update(row: str, completed: int, total: int | None = None, description: str | None = None,
+                   **values: Any) -> None:
+            bar.start_task(tasks[row])
+            bar.update(tasks[row], completed=completed, total=total, description=description, **values)
+
+        yield update
+
+
+def heldout_score(model: Any, batch: Any) -> tuple[float, float]:
+    """(accuracy, cross-entropy) of a classifier `model` on a collated held-out `batch` (eval mode, no grad)."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        logits = model(batch)
+        loss = float(torch.nn.functional.cross_entropy(logits, batch.labels))
+        return float((logits.argmax(1) == batch.labels).double().mean()), loss
+
+
 # Plots
 
 

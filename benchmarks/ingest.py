@@ -26,7 +26,7 @@ import typer
 from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin
 
-from .common import TIMES, Bench, Record, RenderContext, num, pyplot, save_figure, table, verdict
+from .common import TIMES, Bench, Record, RenderContext, Result, Target, num, pyplot, save_figure, table, targets_table
 from .kafka import kafka_perf_tool
 
 __all__ = ["BENCH", "IngestBench", "IngestResult", "RateCell", "TrainerPath", "render_ingest"]
@@ -60,7 +60,7 @@ class TrainerPath:
     payload_bytes: int
 
 
-class IngestResult(Record):
+class IngestResult(Result):
     """What `ingest.json` holds."""
 
     record_bytes: int
@@ -171,11 +171,6 @@ class IngestBench:
         import torch
 
         from producers.service import StreamProducer
-        from streamtrain.config import TrainerConfig
-        from streamtrain.kafka import make_producer
-        from streamtrain.models.batching import collate_packed
-        from trainer.consumer import RankConsumer
-        from trainer.plans import PlanBook
 
         torch.set_num_threads(1)
         frames, features = 16, 16  # 16 x 16 float32 = 1 KiB of payload per sample
@@ -189,15 +184,36 @@ class IngestBench:
         summary = producer.run()
         n = int(summary.final.sent_own.sum())
         record_bytes = round(int(summary.final.bytes_sent.sum()) / max(n, 1))
+        trained, elapsed, cpu = self._consume_and_pack(kafka, producer.ids[0], features, n)
+        rate, cpu_rate = trained / elapsed, trained / max(cpu, 1e-9)
+        self.progress(f"trainer consume -> decode -> collate, one core: {rate:,.0f} samples/s wall, {cpu_rate:,.0f} "
+                      f"per CPU second, of {record_bytes} bytes (target >= 20,000; {trained} samples in batches of "
+                      f"{self.trainer_batch})")
+        return TrainerPath(round(rate, 1), round(cpu_rate, 1), record_bytes, trained, self.trainer_batch,
+                           frames * features * 4)
+
+    def _consume_and_pack(self, kafka: KafkaConfig, device: str, features: int, n: int) -> tuple[int, float, float]:
+        """(samples packed, wall seconds from the first fetch, this thread's CPU seconds) of reading `n` records of
+        `device` as a rank does and packing them in batches of `trainer_batch`.
+
+        Raises:
+            RuntimeError: not every record was packed within 300 s, or some were dead-lettered.
+        """
+        from streamtrain.config import TrainerConfig
+        from streamtrain.kafka import make_producer
+        from streamtrain.models.batching import collate_packed
+        from trainer.consumer import RankConsumer
+        from trainer.plans import PlanBook
+
         trainer = TrainerConfig(num_features=features, device="cpu", torch_threads=1)
         ensure_topics(make_admin(kafka), [TopicSpec.from_config(kafka, kafka.topics.assignments),
                                           TopicSpec.from_config(kafka, kafka.topics.dead_letter)])
         dead_letters = make_producer(kafka)
-        consumer = RankConsumer(kafka, trainer, producer.ids[0], "bench-trainer", PlanBook("bench"), dead_letters)
+        consumer = RankConsumer(kafka, trainer, device, "bench-trainer", PlanBook("bench"), dead_letters)
         try:
             consumer.start(0)
             buffer = consumer.buffer
-            trained = frames_packed = 0
+            trained = 0
             first_fetch: float | None = None
             cpu_start = time.thread_time()  # this thread's CPU: decode, validate, buffer, pack
             deadline = time.monotonic() + 300
@@ -205,11 +221,9 @@ class IngestBench:
                 if consumer.poll(0.05, max_records=self.trainer_batch * 4) and first_fetch is None:
                     first_fetch = time.perf_counter()
                 while len(buffer) >= self.trainer_batch or (len(buffer) and buffer.position >= n):
-                    samples = buffer.take(buffer.select_oldest(self.trainer_batch))
-                    batch = collate_packed(samples, trainer)
+                    batch = collate_packed(buffer.take(buffer.select_oldest(self.trainer_batch)), trainer)
                     buffer.complete_step()
                     trained += batch.num_samples
-                    frames_packed += batch.total_size
             elapsed = time.perf_counter() - (first_fetch or time.perf_counter())
             cpu = time.thread_time() - cpu_start
         finally:
@@ -218,12 +232,7 @@ class IngestBench:
         if trained < n or consumer.dead_lettered:
             raise RuntimeError(f"the trainer path packed {trained} of {n} samples ({consumer.dead_lettered} "
                                "dead-lettered) within 300 s")
-        rate, cpu_rate = trained / elapsed, trained / max(cpu, 1e-9)
-        self.progress(f"trainer consume -> decode -> collate, one core: {rate:,.0f} samples/s wall, {cpu_rate:,.0f} "
-                      f"per CPU second, of {record_bytes} bytes (target >= 20,000; {trained} samples in batches of "
-                      f"{self.trainer_batch})")
-        return TrainerPath(round(rate, 1), round(cpu_rate, 1), record_bytes, trained, self.trainer_batch,
-                           frames * features * 4)
+        return trained, elapsed, cpu
 
     def run(self) -> IngestResult:
         """Every measurement, as the `ingest.json` document."""
@@ -330,19 +339,19 @@ def render_ingest(result: IngestResult, ctx: RenderContext) -> str:
     at_32_600 = worst.get((32, 600.0))
     ratio = result.producer_vs_kafka_tool
     per_cpu = result.trainer_samples_per_cpu_s
-    targets = table(["target", "measured", "paper", "verdict"], [
-        ["32 streams at 600 samples/s, every device within ±5%",
-         "not measured" if at_32_600 is None else f"worst device off by {at_32_600 * 100:.1f}%",
-         "ScaDLES Fig. 6: 100/s held for 1-32 streams; 600/s sagged beyond 16 streams",
-         verdict(None if at_32_600 is None else at_32_600 <= 0.05)],
-        [f"unpaced producers ≥ 0.5{TIMES} Kafka's perf tool",
-         "—" if ratio is None else f"{result.producer_records_per_s:,.0f} vs "
-         f"{result.kafka_perf_tool_records_per_s:,.0f} records/s = {ratio:.2f}{TIMES}",
-         "not reported", verdict(None if ratio is None else ratio >= 0.5)],
-        ["trainer consume → decode → collate ≥ 20,000 samples/s on one core (judged per CPU second of its thread)",
-         "not measured" if per_cpu is None else f"{per_cpu:,.0f} per CPU second "
-         f"({num(result.trainer_samples_per_s, 0)} samples/s wall), {result.trainer_record_bytes or 0:,}-byte records",
-         "not reported", verdict(None if per_cpu is None else per_cpu >= 20_000)],
+    targets = targets_table([
+        Target("32 streams at 600 samples/s, every device within ±5%",
+               "not measured" if at_32_600 is None else f"worst device off by {at_32_600 * 100:.1f}%",
+               None if at_32_600 is None else at_32_600 <= 0.05,
+               "ScaDLES Fig. 6: 100/s held for 1-32 streams; 600/s sagged beyond 16 streams"),
+        Target(f"unpaced producers ≥ 0.5{TIMES} Kafka's perf tool",
+               "—" if ratio is None else f"{result.producer_records_per_s:,.0f} vs "
+               f"{result.kafka_perf_tool_records_per_s:,.0f} records/s = {ratio:.2f}{TIMES}",
+               None if ratio is None else ratio >= 0.5, "not reported"),
+        Target("trainer consume → decode → collate ≥ 20,000 samples/s on one core (judged per CPU second of its "
+               "thread)", "not measured" if per_cpu is None else f"{per_cpu:,.0f} per CPU second "
+               f"({num(result.trainer_samples_per_s, 0)} samples/s wall), {result.trainer_record_bytes or 0:,}-byte "
+               "records", None if per_cpu is None else per_cpu >= 20_000, "not reported"),
     ])
     return "\n\n".join([
         f"Record size {result.record_bytes:,} bytes, window {'?' if result.window_s is None else result.window_s} s "
@@ -354,4 +363,4 @@ def render_ingest(result: IngestResult, ctx: RenderContext) -> str:
 
 
 BENCH = Bench("ingest", ingest_command, IngestResult, render_ingest, args=("--seconds", "10"),
-              quick_args=("--seconds", "5", "--streams", "1,8,32"), timeout_s=900)
+              quick_args=("--seconds", "5", "--streams", "1,8,32"), timeout_s=900, about=__doc__ or "")

@@ -1,8 +1,12 @@
-"""`streamtrain bench kafka`: broker start time, and our Python producer next to Kafka's own perf tool.
+"""`streamtrain bench kafka`: broker start time, and our Python producers next to Kafka's own perf tool.
 
-Both producers write records of the same size, with the same settings (acks=all, idempotence,
+Every producer writes records of the same size, with the same settings (acks=all, idempotence,
 linger, no compression), to fresh topics on one embedded broker, in one run, `--repeats` times
 alternating, so the figures compare side by side on a shared machine. Medians are reported.
+
+`DeviceProducer` (what an application publishes with: it checks, numbers and encodes each sample)
+runs next to a bare confluent-kafka `produce` loop of the very same records, encoded beforehand:
+their ratio is what the publishing API costs over the client itself.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ from typing import Annotated
 
 import numpy as np
 import typer
+from confluent_kafka import KafkaError, Message, Producer
 
 from streamtrain.broker import EmbeddedBroker, find_kafka_libs, kafka_version
 from streamtrain.config import BrokerConfig, KafkaConfig
-from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce
+from streamtrain.kafka import TopicSpec, client_settings, ensure_topics, make_admin, make_producer, produce
+from streamtrain.publish import DeviceProducer, encode_device_sample
 from streamtrain.wire import Sample, encode
+from streamtrain.wire.codec import HeaderList
 
-from .common import TIMES, Bench, Record, RenderContext, pyplot, save_figure, table
+from .common import TIMES, Bench, Record, RenderContext, Result, pyplot, save_figure, table, verdict
 
 __all__ = ["BENCH", "BrokerStarts", "KafkaResult", "kafka_perf_tool", "render_kafka"]
 
@@ -34,7 +41,11 @@ _SETTINGS = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", "com
 _PERF_LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)")
 #: The producers compared, in the order they run and are shown.
 _PRODUCERS = {"python_raw": "Python producer, raw bytes", "python_sample": "Python producer, Avro `Sample`",
-              "kafka_perf_tool": "`kafka-producer-perf-test` (same jars)"}
+              "kafka_perf_tool": "`kafka-producer-perf-test` (same jars)",
+              "bare_loop": "confluent-kafka `produce` loop, `Sample`s encoded beforehand",
+              "device_producer": "`DeviceProducer.send` of the same samples"}
+#: The samples behind the records of the bare loop and DeviceProducer: a pool of payloads, one device, one time.
+_POOL, _DEVICE, _PRODUCED_AT = 64, "bench", 1_700_000_000_000
 
 
 class BrokerStarts(Record):
@@ -48,7 +59,7 @@ class BrokerStarts(Record):
     restart_median_s: float
 
 
-class KafkaResult(Record):
+class KafkaResult(Result):
     """What `kafka.json` holds."""
 
     kafka_version: str
@@ -62,6 +73,10 @@ class KafkaResult(Record):
     records_per_s_median: dict[str, float]
     python_raw_vs_perf_tool: float
     python_sample_vs_perf_tool: float
+    device_producer_vs_bare_loop: float | None = None
+    """DeviceProducer's records/s over the bare loop's, on the same records: the median of each repeat's ratio
+    (the two run back to back, so a machine whose load drifts between repeats moves both). None in runs before
+    it was measured."""
 
 
 def _time_broker_starts(base: Path, repeats: int) -> BrokerStarts:
@@ -102,6 +117,64 @@ def _python_sample_producer(cfg: KafkaConfig, topic: str, records: int, record_s
         produce(producer, topic, value, headers)
     if producer.flush(120) != 0:
         raise RuntimeError("python producer could not deliver every record")
+    return records / (time.perf_counter() - began)
+
+
+def _payloads(record_size: int) -> list[np.ndarray]:
+    """Sample payloads sized so one record is about `record_size` bytes (45x16 float32 ~ 2.9 kB)."""
+    features = 16
+    rows = max(1, (record_size - 64) // (4 * features))
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((rows, features)).astype(np.float32) for _ in range(_POOL)]
+
+
+def _sample_args(i: int, payloads: list[np.ndarray]) -> tuple[np.ndarray, int]:
+    """Sample i's payload and label, alike for both sides of the comparison."""
+    return payloads[i % len(payloads)], i % 10
+
+
+def _encoded_records(records: int, payloads: list[np.ndarray]) -> list[tuple[bytes, HeaderList]]:
+    """The records DeviceProducer will write, encoded beforehand for the bare loop (same seq, label, time)."""
+    out = []
+    for i in range(records):
+        payload, label = _sample_args(i, payloads)
+        out.append(encode(Sample.from_array(_DEVICE, i, payload, label=label, produced_at=_PRODUCED_AT)))
+    return out
+
+
+def _bare_loop(cfg: KafkaConfig, records: list[tuple[bytes, HeaderList]]) -> float:
+    """confluent-kafka's own pattern and nothing of ours: produce with a delivery report, poll(0), wait when full."""
+    producer = Producer(client_settings(cfg, **_SETTINGS))
+    topic = cfg.topics.device(_DEVICE)
+    failed = 0
+
+    def report(err: KafkaError | None, _msg: Message) -> None:
+        nonlocal failed
+        failed += err is not None
+
+    began = time.perf_counter()
+    for value, headers in records:
+        while True:
+            try:
+                producer.produce(topic, value, headers=headers, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(120) != 0 or failed:
+        raise RuntimeError("the bare produce loop could not deliver every record")
+    return len(records) / (time.perf_counter() - began)
+
+
+def _device_producer(cfg: KafkaConfig, records: int, payloads: list[np.ndarray]) -> float:
+    """`DeviceProducer.send` of the same samples: checked, numbered and encoded on the way."""
+    client = {k: v for k, v in _SETTINGS.items() if k not in ("acks", "enable.idempotence")}  # always on
+    producer = DeviceProducer(cfg, device=_DEVICE, settings=client)
+    began = time.perf_counter()
+    for i in range(records):
+        payload, label = _sample_args(i, payloads)
+        producer.send(payload, label=label, produced_at=_PRODUCED_AT)
+    producer.close(120)  # raises DeliveryError unless every record was delivered
     return records / (time.perf_counter() - began)
 
 
@@ -149,22 +222,8 @@ def measure_kafka(records: int, record_size: int, repeats: int) -> KafkaResult:
         broker = EmbeddedBroker(BrokerConfig(data_dir=base / "perf", heap="1g"))
         cfg = KafkaConfig(bootstrap_servers=broker.start(), topic_prefix="bench")
         version = kafka_version(find_kafka_libs())
-        runs: dict[str, list[float]] = {kind: [] for kind in _PRODUCERS}
         try:
-            payload = bytes(np.random.default_rng(0).integers(65, 91, record_size, dtype=np.uint8))
-            for r in range(repeats):
-                for kind in runs:
-                    topic = cfg.topics.device(f"{kind}-{r}".replace("_", "-"))
-                    ensure_topics(make_admin(cfg), [TopicSpec.from_config(cfg, topic)])
-                    with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
-                        if kind == "python_raw":
-                            rate = _python_producer(cfg, topic, records, payload)
-                        elif kind == "python_sample":
-                            rate = _python_sample_producer(cfg, topic, records, record_size)
-                        else:
-                            rate = kafka_perf_tool(cfg.bootstrap_servers, topic, records, record_size)
-                    runs[kind].append(rate)
-                    console.print(f"  {kind:<16} {rate:>10,.0f} records/s")
+            runs = _run_producers(cfg, records, record_size, repeats)
         finally:
             broker.stop()
     medians = {k: statistics.median(v) for k, v in runs.items()}
@@ -172,7 +231,44 @@ def measure_kafka(records: int, record_size: int, repeats: int) -> KafkaResult:
         kafka_version=version, record_size_bytes=record_size, records_per_run=records, repeats=repeats,
         producer_settings=_SETTINGS, broker_start=starts, records_per_s=runs, records_per_s_median=medians,
         python_raw_vs_perf_tool=medians["python_raw"] / medians["kafka_perf_tool"],
-        python_sample_vs_perf_tool=medians["python_sample"] / medians["kafka_perf_tool"])
+        python_sample_vs_perf_tool=medians["python_sample"] / medians["kafka_perf_tool"],
+        device_producer_vs_bare_loop=statistics.median(
+            d / b for d, b in zip(runs["device_producer"], runs["bare_loop"], strict=True)))
+
+
+def _run_producers(cfg: KafkaConfig, records: int, record_size: int, repeats: int) -> dict[str, list[float]]:
+    """Each producer's records/s in each repeat, every run on fresh topics."""
+    from streamtrain.cli_support import console
+
+    payload = bytes(np.random.default_rng(0).integers(65, 91, record_size, dtype=np.uint8))
+    payloads = _payloads(record_size)
+    with console.status(f"encoding {records:,} records for the bare loop ..."):
+        encoded = _encoded_records(records, payloads)
+    first, label = _sample_args(0, payloads)
+    if encode_device_sample(_DEVICE, 0, first, label=label, produced_at=_PRODUCED_AT).value != encoded[0][0]:
+        raise RuntimeError("DeviceProducer would not write the bare loop's records: the comparison would be unfair")
+    runs: dict[str, list[float]] = {kind: [] for kind in _PRODUCERS}
+    for r in range(repeats):
+        pair = ["bare_loop", "device_producer"]
+        order = ["python_raw", "python_sample", "kafka_perf_tool", *(pair if r % 2 == 0 else pair[::-1])]
+        for kind in order:  # the compared pair side by side, which goes first alternating
+            run_cfg = cfg.model_copy(update={"topic_prefix": f"bench-{kind}-{r}".replace("_", "-")})
+            topic = run_cfg.topics.device(_DEVICE)
+            ensure_topics(make_admin(cfg), [TopicSpec.from_config(cfg, topic)])
+            with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
+                if kind == "python_raw":
+                    rate = _python_producer(cfg, topic, records, payload)
+                elif kind == "python_sample":
+                    rate = _python_sample_producer(cfg, topic, records, record_size)
+                elif kind == "bare_loop":
+                    rate = _bare_loop(run_cfg, encoded)
+                elif kind == "device_producer":
+                    rate = _device_producer(run_cfg, records, payloads)
+                else:
+                    rate = kafka_perf_tool(cfg.bootstrap_servers, topic, records, record_size)
+            runs[kind].append(rate)
+            console.print(f"  {kind:<16} {rate:>10,.0f} records/s")
+    return runs
 
 
 def kafka_command(
@@ -197,6 +293,7 @@ def kafka_command(
         console.print(f"{kind:<16} median {rate:>10,.0f} records/s  ({rate * record_size / 1e6:,.1f} MB/s)")
     console.print(f"python raw / perf tool = {result.python_raw_vs_perf_tool:.2f}; "
                   f"python Sample / perf tool = {result.python_sample_vs_perf_tool:.2f}; "
+                  f"DeviceProducer / bare loop = {result.device_producer_vs_bare_loop:.2f}; "
                   f"wrote {out / 'kafka.json'}")
 
 
@@ -211,10 +308,16 @@ def render_kafka(result: KafkaResult, ctx: RenderContext) -> str:
     ax.set_title(f"{result.record_size_bytes}-byte records, acks=all, idempotent", fontsize=9)
     png = save_figure(fig, ctx.plot_path("kafka.png"))
     starts = result.broker_start
+    ratio = result.device_producer_vs_bare_loop
+    device = ([] if ratio is None else [
+        f"`DeviceProducer` / a bare confluent-kafka `produce` loop of the same records, encoded beforehand "
+        f"(median of the repeats' ratios, the two back to back): {ratio:.2f}{TIMES} {verdict(ratio >= 0.8)} "
+        f"(target: within 20%, {TIMES} >= 0.80)."])
     return "\n\n".join([
         f"Measured: {result.records_per_run:,} records of {result.record_size_bytes:,} bytes per run, "
         f"{result.repeats} alternating repeats (medians).",
         table(["producer", "records/s", "vs perf tool"], rows),
+        *device,
         f"Broker start (embedded KRaft, median): fresh {starts.fresh_median_s:.2f} s, "
         f"restart on its data {starts.restart_median_s:.2f} s.",
         f"![kafka]({ctx.link(png)})",
@@ -222,4 +325,4 @@ def render_kafka(result: KafkaResult, ctx: RenderContext) -> str:
 
 
 BENCH = Bench("kafka", kafka_command, KafkaResult, render_kafka, args=("--records", "100000", "--repeats", "3"),
-              quick_args=("--records", "20000", "--repeats", "1"), timeout_s=420)
+              quick_args=("--records", "20000", "--repeats", "1"), timeout_s=540, about=__doc__ or "")

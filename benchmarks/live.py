@@ -1,11 +1,16 @@
-"""What the live benchmarks (`truncation`, `soak`) share: a broker, the services as CLI processes, probes.
+"""The live-cell runner every benchmark on real processes shares: a broker, a cell of the stack, the services,
+and what is read from Kafka and /proc while they run.
 
-The services are the ordinary `streamtrain produce | coordinate | train` commands, each in its own
-session (`stack.procs.Child`), started with the parent's `--config` / `--set` options followed by
-the benchmark's own `--set` overrides (`common.LaunchOptions.command`). While they run, the
-benchmark reads what Kafka itself says: every device topic's log start offset and high watermark
-(records the broker retains), the trainers' `StepFeedback` records (step, loss, trainer buffer
-depth, samples dropped by truncation), and the resident memory of every process from `/proc` (Linux).
+- `live_broker`: the broker a benchmark's cells share — a private embedded one (data in a scratch directory),
+  or the configured one with a fresh topic prefix (`--external`).
+- `run_stack_cell`: one cell on the whole local stack (`stack.runner.LocalStack`): its own topic prefix and
+  job, the benchmark's root options plus the cell's settings, a backlog pre-produced, stopped at a step, read
+  back from Kafka, its topics deleted once read (`balance`, `realdata`).
+- `Services`: the ordinary `streamtrain produce | coordinate | train` commands as child processes
+  (`stack.procs`), started with the parent's `--config` / `--set` and the benchmark's own settings, for
+  benchmarks that arrange the services themselves (`truncation`, `soak`).
+- Probes: every device topic's log start and high watermark, the trainers' `StepFeedback` as it arrives, and
+  the resident memory of a process tree (/proc, Linux).
 """
 
 from __future__ import annotations
@@ -13,25 +18,34 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from stack.procs import Child
+from stack.procs import Child, ChildSet
 from stack.services import ServiceSpec
 from streamtrain.broker import BrokerError, EmbeddedBroker
-from streamtrain.config import KafkaConfig, StreamtrainConfig
+from streamtrain.config import KafkaConfig, StreamtrainConfig, parse_assignment
 from streamtrain.kafka import TopicSpec, consume_available, ensure_topics, list_topics, make_admin, make_consumer
 from streamtrain.wire import StepFeedback, WireError, decode
 
-__all__ = ["FeedbackTail", "LiveBroker", "Services", "ensure_device_topics", "live_broker", "rss_tree", "train_command",
-           "watermarks"]
+from .common import LaunchOptions
+
+if TYPE_CHECKING:
+    from stack.ledger import RunRecords
+    from stack.results import StackReport
+    from stack.services import DeviceStream
+
+__all__ = ["CellRun", "FeedbackTail", "LiveBroker", "Services", "StackCell", "delete_topics", "ensure_device_topics",
+           "live_broker", "rss_tree", "run_stack_cell", "train_command", "watermarks"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,23 +64,32 @@ class LiveBroker:
 
 
 @contextlib.contextmanager
-def live_broker(cfg: StreamtrainConfig, external: bool, tag: str) -> Iterator[LiveBroker]:
-    """A private embedded broker (in a temporary directory), or the configured one with a fresh topic prefix.
+def live_broker(cfg: StreamtrainConfig, external: bool, tag: str,
+                starting: Callable[[], None] | None = None) -> Iterator[LiveBroker]:
+    """A private embedded broker (in a temporary directory, deleted afterwards), or the configured one with a fresh
+    topic prefix.
+
+    Args:
+        cfg: the configuration (the embedded broker's settings, or the Kafka to use with `external`).
+        external: use the configured Kafka.
+        tag: names the topic prefix and the scratch directory.
+        starting: called just before an embedded broker starts (a progress line: it takes seconds).
 
     Raises:
         RuntimeError: the embedded broker did not start, or no broker answers at the configured address.
     """
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     if external:
         settings = cfg.kafka.security_settings()
         if not EmbeddedBroker.answers(cfg.kafka.bootstrap_servers, timeout=10.0, settings=settings):
             raise RuntimeError(f"no Kafka broker answers at {cfg.kafka.bootstrap_servers} (kafka.bootstrap_servers)")
-        prefix = f"{cfg.kafka.topic_prefix}.{tag}-{stamp}-{os.getpid()}"
+        prefix = f"{cfg.kafka.topic_prefix}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         yield LiveBroker(cfg.kafka.model_copy(update={"topic_prefix": prefix}), None, False)
         return
     with tempfile.TemporaryDirectory(prefix=f"st-{tag}-") as tmp:
         broker = EmbeddedBroker(cfg.broker.model_copy(update={"data_dir": Path(tmp) / "kafka", "port": 0,
                                                                "controller_port": 0}))
+        if starting is not None:
+            starting()
         try:
             bootstrap = broker.start()
         except BrokerError as exc:
@@ -79,6 +102,112 @@ def live_broker(cfg: StreamtrainConfig, external: bool, tag: str) -> Iterator[Li
             broker.stop()
 
 
+# ---------------------------------------------------------------------------------------------
+# A cell of the whole stack
+
+
+@dataclass(frozen=True)
+class StackCell:
+    """What one cell runs: the stack's streams, policy and stopping step, and the settings that make it this cell."""
+
+    name: str
+    """Names the cell's run directory (under the benchmark's runs directory)."""
+    tag: str
+    """Short prefix of the cell's topic prefix and job (the benchmark's name)."""
+    index: int
+    """The cell's place in the schedule (in its topic prefix, job and log lines)."""
+    policy: str
+    streams: Sequence[DeviceStream]
+    settings: Mapping[str, object]
+    """Dotted settings on top of the launch options (before `extra_sets`)."""
+    backlog: int
+    """Samples pre-produced per device before the trainers start."""
+    until_step: int
+    seed: int = 0
+    replay: bool = False
+    """Replay the configured dataset (`producer.dataset.*`) instead of synthetic streams."""
+    start_timeout_s: float = 240.0
+    extra_sets: Sequence[str] = ()
+    """`KEY=VALUE` settings applied after the cell's own (the command's `--set`-like escape hatch)."""
+
+
+@dataclass(frozen=True)
+class CellRun:
+    """What a cell's run left: the report `up` writes, the records read back, and what went wrong."""
+
+    report: StackReport | None
+    records: RunRecords | None
+    """None when the run could not be read back (then `error` says why)."""
+    seconds: float
+    run_dir: Path
+    backlog_seconds: float | None
+    error: str | None
+
+
+def delete_topics(cfg: StreamtrainConfig) -> None:
+    """Delete every topic under `cfg`'s topic prefix (disk space only: a failure is logged, never raised)."""
+    from streamtrain.kafka import make_admin
+
+    admin = make_admin(cfg.kafka)
+    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(cfg.kafka.topic_prefix + ".")]
+    if names:
+        for fut in admin.delete_topics(names, operation_timeout=30).values():
+            try:
+                fut.result(timeout=30)
+            except Exception as exc:  # disk space only: never fail a benchmark over it
+                logger.warning("could not delete a topic of %s: %s", cfg.kafka.topic_prefix, exc)
+
+
+def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOptions = LaunchOptions(),
+                   on_step: Callable[[int, str], None] | None = None) -> CellRun:
+    """Run one cell on the broker at `bootstrap` and read it back.
+
+    Args:
+        cell: what to run.
+        bootstrap: the broker (shared by the benchmark's cells).
+        runs: where the cell's run directory (report, series, plots, logs) goes.
+        launch: the root options the services are started with (the cell's settings on top).
+        on_step: called with (step, phase) as the stack runs.
+
+    Returns:
+        The run; `error` set (and `records` None when nothing could be read back) when it failed.
+    """
+    from stack.runner import LocalStack, StackError, StackOptions
+
+    run_id = uuid.uuid4().hex[:6]
+    settings = {"job": f"{cell.tag}-{run_id}-{cell.index}", "kafka.bootstrap_servers": bootstrap,
+                "kafka.topic_prefix": f"{cell.tag[:3]}{run_id}c{cell.index}", **cell.settings,
+                **dict(parse_assignment(s) for s in cell.extra_sets)}
+    run_dir = runs / cell.name
+    opts = StackOptions(streams=cell.streams, out=run_dir.resolve(), policy=cell.policy, broker="external",
+                        prometheus=False, drain_timeout_s=0.0, start_timeout_s=cell.start_timeout_s,
+                        torch_threads=1, seed=cell.seed, global_args=launch.argv(settings), backlog=cell.backlog,
+                        until_step=cell.until_step, replay=cell.replay)
+
+    def update(snap: Any) -> None:
+        if on_step is not None:
+            on_step(snap.step or 0, snap.phase)
+
+    stack = LocalStack(launch.config(settings), opts, on_update=update, say=lambda line: logger.info("%s", line))
+    began = time.monotonic()
+    try:
+        report = stack.run()
+    except StackError as exc:
+        return CellRun(None, None, round(time.monotonic() - began, 1), run_dir, stack.backlog_seconds, str(exc))
+    finally:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # the model is not what a benchmark measures
+        try:
+            delete_topics(stack.cfg.model_copy(update={"kafka": stack.kafka}))
+        except Exception as exc:  # see delete_topics
+            logger.warning("topic clean-up of cell %d failed: %s", cell.index, exc)
+    error = "; ".join(stack.failures) or (None if stack.records is not None else "no records read back")
+    return CellRun(report, stack.records, round(time.monotonic() - began, 1), run_dir, stack.backlog_seconds, error)
+
+
+# ---------------------------------------------------------------------------------------------
+# The services as processes
+
+
 def train_command(devices: Sequence[str], checkpoint_dir: Path) -> tuple[str, ...]:
     """`train` for `devices`: one rank process when there is one device, else `--local-ranks N` (a launcher)."""
     if len(devices) == 1:
@@ -87,29 +216,28 @@ def train_command(devices: Sequence[str], checkpoint_dir: Path) -> tuple[str, ..
             str(checkpoint_dir))
 
 
-class Services:
-    """The benchmark's child processes, each logging to `log_dir/<name>.log`."""
+class Services(ChildSet):
+    """The benchmark's child processes by name, each logging to `log_dir/<name>.log`."""
 
     def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         for stale in log_dir.glob("*.log"):  # a reused --out starts with fresh logs
             stale.unlink()
-        self.children: dict[str, Child] = {}
+        super().__init__(log_dir, [])
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "160", "OMP_NUM_THREADS": "1"}
 
     def start(self, name: str, kind: str, argv: Sequence[str]) -> Child:
-        child = Child(ServiceSpec(name, kind, tuple(argv), ()), self.log_dir, self.env)
-        child.start()
-        self.children[name] = child
-        return child
+        return self.spawn(ServiceSpec(name, kind, tuple(argv), ()), self.env)
+
+    def named(self, name: str) -> Child | None:
+        return next((c for c in self.children if c.name == name), None)
 
     def dead(self) -> list[Child]:
         """Children that exited although nobody stopped them."""
-        return [c for c in self.children.values() if not c.running() and not c.stopped_by_us]
+        return [c for c in self.children if not c.running() and not c.stopped_by_us]
 
     def stop(self, name: str, signum: int = signal.SIGTERM, grace: float = 60.0) -> int | None:
-        child = self.children.get(name)
+        child = self.named(name)
         if child is None:
             return None
         return child.stop(signum, grace) if child.running() else child.returncode
@@ -117,17 +245,12 @@ class Services:
     def stop_all(self) -> None:
         """Producers (SIGINT), then trainers and coordinators (SIGTERM); anything left is killed."""
         for kind, signum in (("producer", signal.SIGINT), ("trainer", signal.SIGTERM), ("coordinator", signal.SIGTERM)):
-            for name, child in list(self.children.items()):
-                if child.spec.kind == kind and child.running():
-                    self.stop(name, signum, 60.0)
-        for child in self.children.values():
-            if child.running():
-                child.kill()
-            child.close()
+            self.stop_kind(kind, signum, 60.0)
+        self.kill_all()
 
     def pids(self) -> dict[str, int]:
         """Name → pid of every running child."""
-        return {name: c.pid for name, c in self.children.items() if c.running() and c.pid is not None}
+        return {c.name: c.pid for c in self.children if c.running() and c.pid is not None}
 
     def failure(self, child: Child) -> str:
         return (f"{child.name} exited with status {child.returncode}; last lines of {child.log_path}:\n"

@@ -19,7 +19,7 @@ import typer
 
 from streamtrain.config import CoordinatorConfig
 
-from .common import TIMES, Bench, Record, RenderContext, pyplot, save_figure, table, verdict
+from .common import TIMES, Bench, Record, RenderContext, Result, Target, pyplot, save_figure, table, targets_table
 
 if TYPE_CHECKING:
     from coordinator.policies import Policy
@@ -42,7 +42,7 @@ class LatencyCell(Record):
     latency_ms_p99: float
 
 
-class SchedulerResult(Record):
+class SchedulerResult(Result):
     """What `scheduler.json` holds."""
 
     cells: list[LatencyCell]
@@ -159,15 +159,15 @@ def render_scheduler(result: SchedulerResult, ctx: RenderContext) -> str:
     ax.legend(fontsize=7)
     png = save_figure(fig, ctx.plot_path("scheduler.png"))
     a, b = median_at("ett-stream", 32, 4096), median_at("ett-stream", 1024, 256)
-    targets = table(["target (ett-stream)", "measured median", "paper", "verdict"], [
-        [f"≤ 5 ms at 32 devices {TIMES} 4096 pending", "—" if a is None else f"{a:.2f} ms", "not reported",
-         verdict(None if a is None else a <= 5.0)],
-        [f"≤ 50 ms at 1024 devices {TIMES} 256 pending", "—" if b is None else f"{b:.2f} ms", "not reported",
-         verdict(None if b is None else b <= 50.0)],
-    ])
+    targets = targets_table([
+        Target(f"≤ 5 ms at 32 devices {TIMES} 4096 pending", "—" if a is None else f"{a:.2f} ms",
+               None if a is None else a <= 5.0, "not reported"),
+        Target(f"≤ 50 ms at 1024 devices {TIMES} 256 pending", "—" if b is None else f"{b:.2f} ms",
+               None if b is None else b <= 50.0, "not reported"),
+    ], "target (ett-stream)")
     return "\n\n".join([targets, table(["policy", "devices", "pending/device", "median ms", "p99 ms"], rows),
                         f"![scheduler]({ctx.link(png)})"])
 
 
 BENCH = Bench("scheduler", scheduler_command, SchedulerResult, render_scheduler, quick_args=("--repeats", "5"),
-              timeout_s=300)
+              timeout_s=300, about=__doc__ or "")

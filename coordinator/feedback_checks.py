@@ -32,7 +32,7 @@ class FeedbackRejection:
     detail: str
 
 
-def feedback_problem(fb: StepFeedback, group_step: int | None, config: CoordinatorConfig,
+def feedback_problem(fb: StepFeedback, group_step: int | None, config: CoordinatorConfig,  # noqa: C901  one check per way a feedback record can lie, each a line; split, the order they are tried in would hide
                      now_ms: int) -> FeedbackRejection | None:
     """Why `fb` is not credible, or None.
 

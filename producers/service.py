@@ -1,13 +1,15 @@
 """`StreamProducer`: publishes every device's stream to its own topic, paced from one loop.
 
-Publishing follows the confluent-kafka pattern: `produce` with a delivery callback, `poll(0)`
-every tick to serve callbacks, `flush` at the end. The producer is idempotent with `acks=all`, so
-librdkafka's retries (while the broker is away, for up to `delivery_timeout_seconds`) never duplicate
-or reorder a device's records. A full local queue is backpressure: publishing waits for
-deliveries instead of dropping. Every record that still fails is counted per device and reported.
+Every sample goes out through `streamtrain.DeviceProducer`, the one path to the wire an application
+uses too: one per device, all sharing one idempotent `acks=all` client, so librdkafka's retries
+(while the broker is away, for up to `delivery_timeout_seconds`) never duplicate or reorder a
+device's records. Delivery reports come back by callback, `poll(0)` every tick serves them, `flush`
+at the end. A full local queue is backpressure: publishing waits for deliveries instead of dropping.
+Every record that still fails is counted per device and reported.
 
-A seq is given to a sample only once librdkafka has accepted it, so a device's seqs on its topic
-have no gaps: the basis of the consumers' loss and duplicate accounting.
+A seq is given to a sample only once librdkafka has accepted it, so a device's seqs on its topic run
+0, 1, 2, ... without gaps; a reader can check one producer's samples for gaps and repeats. The
+pipeline's own accounting is by record offset and does not rely on it.
 """
 
 from __future__ import annotations
@@ -20,15 +22,15 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from prometheus_client import CollectorRegistry
 
 from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.datasets import Dataset, SkippedFile
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer
+from streamtrain.publish import Delivery, DeliveryCallback, DeviceProducer, QueueFullError
 from streamtrain.wire import now_ms
 
-from .encoding import encode_sample
 from .injection import InjectionPlanner
 from .metrics import ProducerMetrics
 from .rates import Pacer, RateProfile, sample_base_rates
@@ -41,6 +43,8 @@ logger = logging.getLogger(__name__)
 _RATE_WINDOW_S = 5.0
 _SYNC_EVERY_S = 0.5
 _MAX_FAILURES_KEPT = 1000
+#: How long one `DeviceProducer.send` waits for room before the loop checks for a stop and waits again.
+_WAIT_SLICE_S = 0.05
 _BROKER_DOWN = (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)
 
 
@@ -139,10 +143,11 @@ class StreamProducer:
         self.bytes_sent = np.zeros(n, dtype=np.int64)
         self.size_sent = np.zeros(n, dtype=np.int64)
         self.failures: list[DeliveryFailure] = []
-        self.backpressure_waits = 0
         self.broker_up = True
         self._fatal: KafkaError | None = None
         self._producer: Producer | None = None
+        self._devices: list[DeviceProducer] = []
+        self._reports: dict[bool, list[DeliveryCallback]] = {}
         self._t0 = time.monotonic()
         self._started = False
         self._loop_s: float | None = None
@@ -182,9 +187,7 @@ class StreamProducer:
         stop = stop or self.stop_event
         if self.cfg.create_topics:
             self.ensure_topics()
-        settings = {"delivery.timeout.ms": int(self.cfg.delivery_timeout_seconds * 1000), "error_cb": self._on_error,
-                    **self.cfg.client}
-        self._producer = make_producer(self.kafka, **settings)
+        self._open()
         stopped_by = "duration"
         try:
             stopped_by = self._loop(stop)
@@ -197,7 +200,17 @@ class StreamProducer:
             raise ProducerError(f"the producer failed fatally: {self._fatal.str()}")
         return self.summary(stopped_by)
 
-    def _loop(self, stop: threading.Event) -> str:
+    def _open(self) -> None:
+        """One client for every device, and a `DeviceProducer` per device sending through it."""
+        settings = {"delivery.timeout.ms": int(self.cfg.delivery_timeout_seconds * 1000), "error_cb": self._on_error,
+                    **self.cfg.client}
+        self._producer = make_producer(self.kafka, **settings)
+        self._devices = [DeviceProducer(self.kafka, device=dev, client=self._producer, queue_wait_seconds=_WAIT_SLICE_S)
+                         for dev in self.ids]
+        self._reports = {injected: [partial(self._delivered, d, injected) for d in range(len(self.ids))]
+                         for injected in (False, True)}
+
+    def _loop(self, stop: threading.Event) -> str:  # noqa: C901  the pacing loop's tick: each branch a stop condition or a backpressure case
         cfg = self.cfg
         producer = self._producer
         assert producer is not None
@@ -252,40 +265,33 @@ class StreamProducer:
 
     def _send(self, d: int, array: np.ndarray, label: int | None, metadata: dict[str, str], now: int,
               stop: threading.Event, *, injected: bool) -> bool:
-        producer = self._producer
-        assert producer is not None
-        seq = int(self.next_seq[d])
-        value, headers, size = encode_sample(self.ids[d], seq, array, label, now, metadata)
-        callback = partial(self._delivered, d, seq, size, injected)
+        device = self._devices[d]
         while True:
             try:
-                producer.produce(self.topics[d], value=value, headers=headers, on_delivery=callback)
+                seq = device.send(array, label=label, metadata=metadata, produced_at=now,
+                                  on_delivery=self._reports[injected][d])
                 break
-            except BufferError:
-                # Backpressure: the local queue is full (broker slow or away); wait for deliveries.
-                self.backpressure_waits += 1
-                producer.poll(0.05)
+            except QueueFullError:
+                # Backpressure: the shared queue is full (broker slow or away). Wait on, in slices, until stopped.
                 if stop.is_set() or self._fatal is not None:
                     return False
         self.next_seq[d] = seq + 1
         return True
 
-    def _delivered(self, d: int, seq: int, size: int, injected: bool, err: KafkaError | None, msg: Message) -> None:
-        if err is None:
+    def _delivered(self, d: int, injected: bool, delivery: Delivery) -> None:
+        if delivery.ok:
             self.sent[d] += 1
             if not injected:
                 self.sent_own[d] += 1
-            self.bytes_sent[d] += len(msg)
-            self.size_sent[d] += size
+            self.bytes_sent[d] += delivery.nbytes
+            self.size_sent[d] += delivery.size
             if not self.broker_up:
                 self.broker_up = True
                 logger.warning("broker reachable again: deliveries resumed")
             return
         self.failed[d] += 1
         if len(self.failures) < _MAX_FAILURES_KEPT:
-            self.failures.append(DeliveryFailure(self.ids[d], seq, err.str()))
-        if self.failed.sum() <= 10:
-            logger.error("delivery of device %s seq %d failed: %s", self.ids[d], seq, err.str())
+            self.failures.append(DeliveryFailure(delivery.device, delivery.seq, delivery.error or ""))
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
@@ -310,6 +316,11 @@ class StreamProducer:
             producer.purge()  # their delivery callbacks report them as failed
             producer.flush(5.0)
         self._sync_metrics(time.monotonic() - self._t0)
+
+    @property
+    def backpressure_waits(self) -> int:
+        """Times a send found the local queue full and waited (~50 ms each)."""
+        return sum(device.queue_waits for device in self._devices)
 
     def wait_started(self, timeout: float = 60.0) -> bool:
         """Block until `run` has started pacing (topics created, producer built); False on timeout."""

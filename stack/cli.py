@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .options import StackOptions
+
 if TYPE_CHECKING:
+    from streamtrain.config import StreamtrainConfig
+
+    from .replay import DatasetReplay
     from .results import StackReport
 
 __all__ = ["register"]
@@ -33,6 +40,14 @@ _PARAGRAPHS = (
     "straggler effect and step time, throughput, plan latency, loss — with series.json, plots/*.png, logs/*.log "
     "and prometheus/. Exit status 1 when a service failed or a sample is unaccounted for; pending samples alone "
     "are not a failure. A Ctrl-C while the run is read back abandons the report.",
+    "Devices your application feeds: --external-devices 0,2 (or all) runs no producer for those devices. `up` "
+    "creates their topics and prints where to publish: the Kafka address (the embedded broker takes port 9092 when "
+    "it is free, or broker.port) and each device's topic, <prefix>.device.<id>; DIR/external/device-<id>.env holds "
+    "the same as STREAMTRAIN_KAFKA__* settings, which streamtrain.DeviceProducer reads from the environment (on a "
+    "--secure run with the device's own login). Publish while the run goes on: its records are trained, shown (rate: "
+    "what arrives on the topic) and accounted like every other device's. The run ends as usual; the drain then "
+    "waits at most --drain-timeout seconds for what is in Kafka by then, so a device that never sends holds "
+    "nothing up, and what arrives later stays in Kafka, reported as pending.",
     "Examples:\n\n"
     "  streamtrain up --duration 60\n\n"
     "  streamtrain up --steps 200 --policy static --out reports/static\n\n"
@@ -40,11 +55,12 @@ _PARAGRAPHS = (
     "--truncation bounded\n\n"
     "  streamtrain --set trainer.slowdowns=[1,1,1,4] up --backlog 3000 --steps 150 --dif 64   "
     "# balance: one rank 4x slower\n\n"
-    "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal",
-    "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75   "
-    "# make demo: PLAID, held-out accuracy",
+    "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal\n\n"
+    "  streamtrain up --devices 3 --external-devices 0,2 --duration 300   # your application feeds devices 0 and 2\n\n"
     "  streamtrain --set kafka.bootstrap_servers=kafka:9092 up --bridge bridge.toml --devices 3 --duration 60   "
     "# your own topics, bridged",
+    "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75   "
+    "# make demo: PLAID, held-out accuracy",
 )
 _HELP = "\n\n".join(_PARAGRAPHS)
 
@@ -74,7 +90,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
 def up(
     ctx: typer.Context,
-    devices: Annotated[int, typer.Option(min=1, max=64, help="Devices: one producer stream and one rank each.")] = 4,
+    devices: Annotated[int, typer.Option(min=1, max=64, help="Devices: one rank each, and a producer stream "
+                                                                 "unless it is an --external-devices one.")] = 4,
     policy: Annotated[str | None, typer.Option(help="coordinator.policy: static, lbbsp, lbb, scadles, chronica "
                                                "or ett-stream (default).")] = None,
     truncation: Annotated[str | None, typer.Option(help="coordinator.truncation: persist (default), truncate or "
@@ -118,90 +135,82 @@ def up(
         metavar="NAME|PATH", help="Replay a real dataset instead of synthetic streams: plaid, or a .ts/.npz/.npy/.csv "
         "file or directory, one shard per device at the --rates (size = length). Its test split is the held-out set "
         "unless trainer.eval_path says otherwise")] = None,
+    external_devices: Annotated[str | None, typer.Option(
+        "--external-devices", "--external", metavar="IDS|all",
+        help="Devices your own application feeds (comma-separated ids among 0 .. --devices - 1, or all): no "
+        "producer of ours for them; their topics are created, and where to publish is printed and written to "
+        "DIR/external/device-<id>.env (streamtrain.DeviceProducer reads its settings from the environment).")]
+    = None,
     bridge: Annotated[Path | None, typer.Option(
-        "--bridge", metavar="FILE", help="Instead of producers, the bridge writes the device topics (0..N-1) from "
-        "your own topics: the [bridge] table of FILE names them and their decoders (docs/guides/bridge.md). They "
-        "must be on the broker the run uses (kafka.bootstrap_servers); the report accounts for every source "
-        "record.")] = None,
+        "--bridge", metavar="FILE", help="Instead of producers, the bridge writes the device topics (0 .. --devices "
+        "- 1) from your own topics: the [bridge] table of FILE names them and their decoders (docs/guides/"
+        "bridge.md). They must be on the broker the run uses (kafka.bootstrap_servers); the report accounts for "
+        "every source record.")] = None,
 ) -> None:
-    import shutil
+    from streamtrain.cli_support import EXIT_CONFIG, die
 
-    from rich.live import Live
-
-    from streamtrain.cli_support import EXIT_CONFIG, GlobalOptions, config_from, console, die, set_args
-
-    from .monitor import render_snapshot
-    from .replay import resolve_replay
-    from .runner import LocalStack, StackError, StackOptions
+    from .external import parse_external
     from .services import device_streams
 
-    flags: dict[str, object] = {"coordinator.policy": policy, "coordinator.truncation": truncation}
-    section = _bridge_section(bridge, dataset, backlog, secure)
-    if section is not None:
-        flags["bridge"] = section
-    cfg = config_from(ctx, flags)
-    replay = None
-    if dataset is not None and secure:
-        die("--dataset with --secure: the replay producer writes every device's topic as one client, while "
-            "--secure gives each device's producer its own principal; run one of them (or the producers yourself, "
-            "one per device, with `streamtrain produce --dataset`)", EXIT_CONFIG)
-    if dataset is not None:
-        try:
-            replay = resolve_replay(dataset, cfg, devices)
-        except ValueError as exc:
-            die(str(exc), EXIT_CONFIG)
-        cfg = config_from(ctx, {**flags, **replay.settings})
+    if external_devices is not None and (backlog or dataset is not None):
+        die(f"--external-devices with {'--backlog' if backlog else '--dataset'}: that pre-produces or replays every "
+            "device's stream, while an external device's stream is your application's; publish your own backlog "
+            "to its topic instead", EXIT_CONFIG)
     if broker not in ("auto", "embedded", "external"):
         die(f"--broker {broker!r}: choose auto, embedded or external", EXIT_CONFIG)
+    section = _bridge_section(bridge, dataset, backlog, secure, external_devices)
+    cfg, replay = _configure(ctx, policy, truncation, dataset, secure, devices,
+                             {"bridge": section} if section is not None else {})
     try:
         streams = device_streams(devices, _numbers(rates, "--rates"), _numbers(sizes, "--sizes"), dif)
+        external = parse_external(external_devices, [s.device_id for s in streams])
     except ValueError as exc:
         die(str(exc), EXIT_CONFIG)
-    root = ctx.find_root().obj
-    opts_in = root if isinstance(root, GlobalOptions) else GlobalOptions()
-    global_args = ([f"--config={opts_in.config_file}"] if opts_in.config_file else []) + [
-        a for s in opts_in.sets for a in ("--set", s)]
-    if replay is not None:
-        global_args += set_args(replay.settings)
-        console.print(f"dataset {replay.name}: {replay.samples} samples of {replay.features} dimension(s), "
-                      f"{replay.classes} classes, sharded over {devices} devices; held-out set: "
-                      f"{replay.held_out or 'none (no evaluation)'}", highlight=False)
-        names = replay.settings.get("producer.dataset.class_names")
-        if isinstance(names, list) and any(str(n) != str(i) for i, n in enumerate(names)):  # not 0=0, 1=1, ...
-            shown = ", ".join(f"{n}={i}" for i, n in enumerate(names[:20])) + (", ..." if len(names) > 20 else "")
-            console.print(f"classes by name: {shown} (producer.dataset.class_names, for the replay and the "
-                          "held-out set alike)", highlight=False)
-        if "coordinator.global_batch" in replay.settings:
-            console.print(f"global batch {replay.settings['coordinator.global_batch']}: an eighth of the dataset "
-                          f"(--set coordinator.global_batch=N to choose)", highlight=False)
     out = out or Path("reports") / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     opts = StackOptions(streams=streams, out=out.resolve(), policy=policy, truncation=truncation, duration_s=duration,
                         steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
-                        global_args=global_args, backlog=backlog, secure=secure, replay=replay is not None,
-                        bridge=section)
-    if duration is None and steps is None:
-        console.print("running until Ctrl-C (or use --duration / --steps)")
-    show = live and console.is_terminal
-    view = Live(console=console, refresh_per_second=2, transient=False) if show else None
-    stack = LocalStack(cfg, opts, on_update=(lambda snap: view.update(render_snapshot(snap))) if view else None,
-                       say=lambda line: console.print(line, highlight=False, soft_wrap=True))
+                        global_args=_global_args(ctx, replay), backlog=backlog, secure=secure,
+                        replay=replay is not None, external=external, bridge=section)
+    _summarise(*_run(cfg, opts, live, keep_kafka), opts.out)
+
+
+def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, dataset: str | None, secure: bool,
+               devices: int, extra: dict[str, object]) -> tuple[StreamtrainConfig, DatasetReplay | None]:
+    """The run's configuration (the root options, the flags, `extra` settings and a dataset's own settings) and the
+    dataset to replay, said to the person; exits with a configuration error naming the flag."""
+    from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
+
+    from .replay import resolve_replay
+
+    flags: dict[str, object] = {"coordinator.policy": policy, "coordinator.truncation": truncation, **extra}
+    cfg = config_from(ctx, flags)
+    if dataset is None:
+        return cfg, None
+    if secure:
+        die("--dataset with --secure: the replay producer writes every device's topic as one client, while "
+            "--secure gives each device's producer its own principal; run one of them (or the producers yourself, "
+            "one per device, with `streamtrain produce --dataset`)", EXIT_CONFIG)
     try:
-        if view is not None:
-            with view:
-                report = stack.run()
-        else:
-            report = stack.run()
-    except StackError as exc:
-        die(str(exc))
-    finally:
-        if not keep_kafka and (opts.out / "kafka").is_dir() and stack.broker is not None:
-            shutil.rmtree(opts.out / "kafka", ignore_errors=True)
-    _summarise(report, opts.out, stack.failures)
+        replay = resolve_replay(dataset, cfg, devices)
+    except ValueError as exc:
+        die(str(exc), EXIT_CONFIG)
+    say = functools.partial(console.print, highlight=False)
+    say(f"dataset {replay.name}: {replay.samples} samples of {replay.features} dimension(s), {replay.classes} "
+        f"classes, sharded over {devices} devices; held-out set: {replay.held_out or 'none (no evaluation)'}")
+    names = replay.settings.get("producer.dataset.class_names")
+    if isinstance(names, list) and any(str(n) != str(i) for i, n in enumerate(names)):  # not 0=0, 1=1, ...
+        shown = ", ".join(f"{n}={i}" for i, n in enumerate(names[:20])) + (", ..." if len(names) > 20 else "")
+        say(f"classes by name: {shown} (producer.dataset.class_names, for the replay and the held-out set alike)")
+    if "coordinator.global_batch" in replay.settings:
+        say(f"global batch {replay.settings['coordinator.global_batch']}: an eighth of the dataset "
+            f"(--set coordinator.global_batch=N to choose)")
+    return config_from(ctx, {**flags, **replay.settings}), replay
 
 
-def _bridge_section(path: Path | None, dataset: str | None, backlog: int, secure: bool) -> dict[str, object] | None:
+def _bridge_section(path: Path | None, dataset: str | None, backlog: int, secure: bool,
+                    external: str | None) -> dict[str, object] | None:
     """The `[bridge]` table of `--bridge FILE` (None without it); exits 2 when it cannot be used."""
     from streamtrain.cli_support import EXIT_CONFIG, die
 
@@ -209,9 +218,9 @@ def _bridge_section(path: Path | None, dataset: str | None, backlog: int, secure
 
     if path is None:
         return None
-    if dataset is not None or backlog:
-        die("--bridge with --dataset or --backlog: the bridge writes the device topics in the producers' place; "
-            "choose one source of samples", EXIT_CONFIG)
+    if dataset is not None or backlog or external is not None:
+        die("--bridge with --dataset, --backlog or --external-devices: the bridge writes every device topic in the "
+            "producers' place; choose one source of samples", EXIT_CONFIG)
     if secure:
         die("--bridge with --secure: --secure runs a fresh embedded broker, which holds none of your topics; run "
             "the bridge as its own principal on your cluster (`streamtrain acl apply`, docs/guides/bridge.md)",
@@ -222,7 +231,46 @@ def _bridge_section(path: Path | None, dataset: str | None, backlog: int, secure
         die(str(exc), EXIT_CONFIG)
 
 
-def _summarise(report: StackReport | None, out: Path, failures: list[str]) -> None:
+def _global_args(ctx: typer.Context, replay: DatasetReplay | None) -> list[str]:
+    """The root options every service is started with: the parent's --config and --set, then the dataset's."""
+    from streamtrain.cli_support import GlobalOptions, set_args
+
+    root = ctx.find_root().obj
+    given = root if isinstance(root, GlobalOptions) else GlobalOptions()
+    args = ([f"--config={given.config_file}"] if given.config_file else []) + [
+        a for s in given.sets for a in ("--set", s)]
+    return args + (set_args(replay.settings) if replay is not None else [])
+
+
+def _run(cfg: StreamtrainConfig, opts: StackOptions, live: bool,
+         keep_kafka: bool) -> tuple[StackReport | None, list[str]]:
+    """Run the stack with the live view on a terminal; returns the report and the failures."""
+    import shutil
+
+    from rich.live import Live
+
+    from streamtrain.cli_support import console, die
+
+    from .monitor import render_snapshot
+    from .runner import LocalStack, StackError
+
+    if opts.duration_s is None and opts.steps is None:
+        console.print("running until Ctrl-C (or use --duration / --steps)")
+    view = Live(console=console, refresh_per_second=2, transient=False) if live and console.is_terminal else None
+    stack = LocalStack(cfg, opts, on_update=(lambda snap: view.update(render_snapshot(snap))) if view else None,
+                       say=lambda line: console.print(line, highlight=False, soft_wrap=True))
+    try:
+        with view if view is not None else contextlib.nullcontext():
+            report = stack.run()
+    except StackError as exc:
+        die(str(exc))
+    finally:
+        if not keep_kafka and (opts.out / "kafka").is_dir() and stack.broker is not None:
+            shutil.rmtree(opts.out / "kafka", ignore_errors=True)
+    return report, stack.failures
+
+
+def _summarise(report: StackReport | None, failures: list[str], out: Path) -> None:
     from rich.table import Table
 
     from streamtrain.cli_support import console, die

@@ -54,9 +54,10 @@ def existing_kafka(cfg: StreamtrainConfig, mode: BrokerMode, secure: bool, start
     return None
 
 
-def embedded_broker(cfg: StreamtrainConfig, out: Path, identities: Identities | None) -> EmbeddedBroker:
-    """The run's own broker (not started): data under `out/kafka`, free ports, SCRAM and ACLs with `identities`."""
-    broker_cfg = cfg.broker.model_copy(update={"data_dir": out / "kafka", "port": 0, "controller_port": 0})
+def embedded_broker(cfg: StreamtrainConfig, out: Path, identities: Identities | None, port: int = 0) -> EmbeddedBroker:
+    """The run's own broker (not started): data under `out/kafka`, client `port` (0: a free one), a free controller
+    port, SCRAM and ACLs with `identities`."""
+    broker_cfg = cfg.broker.model_copy(update={"data_dir": out / "kafka", "port": port, "controller_port": 0})
     if identities is not None:
         broker_cfg = secure_broker_config(broker_cfg, identities)
     return EmbeddedBroker(broker_cfg, die_with_parent=True)  # the run's own: it ends with `up`

@@ -34,6 +34,8 @@ class ServicePlan:
     host: str
     """Where the services' HTTP endpoints answer (the metrics bind address, or loopback for a wildcard)."""
     producers: list[ServiceSpec]
+    producer_ports: dict[str, int]
+    """Device -> the metrics port of the producer writing its topic (none for an external device)."""
     coordinator: ServiceSpec
     trainers: ServiceSpec
     prometheus_port: int
@@ -46,12 +48,10 @@ class ServicePlan:
 
     def monitor(self, devices: list[str]) -> Monitor:
         """The live view's poller: the coordinator's status, each rank's and each producer's metrics."""
-        producer_ports = [p.ports[0] for p in self.producers]
         return Monitor(devices, self.coordinator_url,
                        {d: f"http://{self.host}:{port}/metrics" for d, port in zip(devices, self.trainers.ports,
                                                                                    strict=True)},
-                       {d: f"http://{self.host}:{producer_ports[min(i, len(producer_ports) - 1)]}/metrics"
-                        for i, d in enumerate(devices) if producer_ports})
+                       {d: f"http://{self.host}:{port}/metrics" for d, port in self.producer_ports.items()})
 
     def scrape_targets(self) -> dict[str, list[str]]:
         """Prometheus's jobs: every service's `host:port`."""
@@ -76,23 +76,24 @@ def plan_services(cfg: StreamtrainConfig, opts: StackOptions, kafka: KafkaConfig
     bridge = (bridge_spec(bridge_port, run_bridge_settings(opts.bridge, kafka, devices), common, args)
               if opts.bridge is not None else None)
     if opts.backlog > 0 or bridge is not None:
-        producers = []
+        producers, writes = [], {}
     elif opts.replay:  # one producer for every device: the dataset is loaded and sharded once
         producers = [replay_producer_spec(opts.streams, opts.seed, producer_ports[0], common, args)]
-    else:
-        producers = [producer_spec(s, i, opts.seed, producer_ports[i], common, args)
-                     for i, s in enumerate(opts.streams)]
+        writes = dict.fromkeys(devices, producer_ports[0])
+    else:  # none for an external device: the user's application writes its topic
+        producers = [producer_spec(s, i, opts.seed, producer_ports[i], common, args) for i, s in opts.produced]
+        writes = {s.device_id: producer_ports[i] for i, s in opts.produced}
     coordinator = coordinator_spec(devices, opts.policy, opts.truncation, coord_port, common, args)
     # The ranks check each plan's truncation against the policy the coordinator was told to follow.
     trainer_sets = {**common, "coordinator.truncation": opts.truncation} if opts.truncation else common
     trainers = trainer_spec(devices, trainer_base, opts.out / "checkpoints", opts.torch_threads, trainer_sets, args)
     if identities is not None:  # each service logs in as its own role
         producers = [replace(p, env=identities.env(identities.producers[s.device_id]))
-                     for p, s in zip(producers, opts.streams, strict=False)]
+                     for p, (_, s) in zip(producers, opts.produced, strict=False)]
         coordinator = replace(coordinator, env=identities.env(identities.coordinator))
         trainers = replace(trainers, env=identities.env(identities.trainer))
     host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
-    return ServicePlan(host, producers, coordinator, trainers, prom_port, bridge)
+    return ServicePlan(host, producers, writes, coordinator, trainers, prom_port, bridge)
 
 
 def start_prometheus(opts: StackOptions, plan: ServicePlan, children: ChildSet, env: dict[str, str],

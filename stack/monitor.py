@@ -95,7 +95,7 @@ class Monitor:
         devices: device ids in rank order.
         coordinator_url: base URL of the coordinator (`/status`, `/metrics`).
         trainer_urls: device → its rank's /metrics URL.
-        producer_urls: device → its producer's /metrics URL.
+        producer_urls: device → its producer's /metrics URL (none for a device fed from outside).
     """
 
     def __init__(self, devices: Sequence[str], coordinator_url: str, trainer_urls: Mapping[str, str],
@@ -141,7 +141,9 @@ class Monitor:
             busy = _value(tm, "streamtrain_trainer_busy_ratio")
             rows.append(DeviceRow(
                 device=device,
-                rate=_value(pm, "streamtrain_producer_achieved_rate_samples_per_second", device),
+                # A device fed from outside has no producer of ours: its rate is what arrives on its topic.
+                rate=(_value(pm, "streamtrain_producer_achieved_rate_samples_per_second", device)
+                      if device in self.producer_urls else st.get("arrival_rate")),
                 batch=_value(tm, "streamtrain_trainer_batch_samples"),
                 compute_seconds=_value(tm, "streamtrain_trainer_compute_seconds"),
                 step_seconds=_value(tm, "streamtrain_trainer_step_seconds"),

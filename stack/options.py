@@ -53,8 +53,18 @@ class StackOptions:
     bridge: dict[str, Any] | None = None
     """The `[bridge]` settings of `--bridge FILE`: the bridge writes the device topics from the user's own topics,
     in the producers' place (`stack.bridging`). None: no bridge."""
+    external: tuple[str, ...] = ()
+    """Devices fed from outside (`--external-devices`, `stack.external`): no producer of the stack's writes their
+    topics; everything else runs for them as for the others."""
 
     @property
     def devices(self) -> list[str]:
         """The devices, one per stream."""
         return [s.device_id for s in self.streams]
+
+    @property
+    def produced(self) -> list[tuple[int, DeviceStream]]:
+        """(index, stream) of each device the stack's own producers feed: all but the external ones. The index
+        is the stream's place among all streams (it seeds the stream, so a device's samples do not depend on
+        which other devices are external)."""
+        return [(i, s) for i, s in enumerate(self.streams) if s.device_id not in self.external]

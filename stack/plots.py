@@ -18,19 +18,93 @@ def _smooth(values: list[float], width: int) -> np.ndarray:
     return np.convolve(v, np.ones(width) / width, mode="same")
 
 
+def _per_device(ax: Any, series: dict[str, Any], key: str, label: str, step: bool = False) -> None:
+    for device, s in series["devices"].items():
+        values = [np.nan if v is None else v for v in s[key]]
+        if step:
+            ax.step(s["t"], values, where="post", label=f"device {device}")
+        else:
+            ax.plot(s["t"], values, label=f"device {device}", lw=1)
+    ax.set_ylabel(label)
+
+
+def _batch_and_step(axes: Any, series: dict[str, Any]) -> None:
+    _per_device(axes[0], series, "batch", "batch (samples)")
+    _per_device(axes[1], series, "step_seconds", "step time (s)")
+    axes[0].set_title("per-device batch and step time")
+
+
+def _straggler(axes: Any, series: dict[str, Any]) -> None:
+    ps = series["per_step"]
+    axes[0].plot(ps["t"], [np.nan if v is None else v for v in ps["straggler_effect"]], lw=1, label="SE")
+    axes[0].set(ylabel="SE = (max T - min T) / mean T", title="straggler effect per step (compute seconds)")
+
+
+def _lag_buffer(axes: Any, series: dict[str, Any]) -> None:
+    _per_device(axes[0], series, "lag", "lag (records)")
+    _per_device(axes[1], series, "buffer_depth", "buffer (samples)")
+    axes[0].set_title("lag (appended - lowest unprocessed) and trainer buffer")
+
+
+def _truncation(axes: Any, series: dict[str, Any]) -> None:
+    _per_device(axes[0], series, "truncated_cumulative", "samples truncated (cumulative)", step=True)
+    axes[0].set_title("truncation")
+
+
+def _loss(axes: Any, series: dict[str, Any]) -> None:
+    ps = series["per_step"]
+    t = np.asarray(ps["t"], dtype=float)
+    values = np.asarray([np.nan if v is None else v for v in ps["loss"]], dtype=float)
+    known = ~np.isnan(values)
+    axes[0].plot(t[known], values[known], lw=0.6, alpha=0.5, label="per step")
+    axes[0].plot(t[known], _smooth(list(values[known]), 10), lw=1.5, label="10-step mean")
+    axes[0].set(ylabel="training loss (sample-weighted)", title="loss")
+
+
+def _throughput(axes: Any, series: dict[str, Any]) -> None:
+    rates = series["rates"]
+    t = rates["t"]
+    for device, r in rates["devices"].items():
+        line = axes[0].plot(t, _smooth(r["produced_per_s"], 5), lw=1, ls="--")[0]
+        axes[0].plot(t, _smooth(r["trained_per_s"], 5), lw=1.2, color=line.get_color(), label=f"device {device}")
+    total_p = np.sum([r["produced_per_s"] for r in rates["devices"].values()], axis=0)
+    total_t = np.sum([r["trained_per_s"] for r in rates["devices"].values()], axis=0)
+    axes[1].plot(t, _smooth(list(total_p), 5), ls="--", label="produced")
+    axes[1].plot(t, _smooth(list(total_t), 5), label="trained")
+    axes[0].set(ylabel="samples/s (5 s mean)", title="per device: trained (solid) vs produced (dashed)")
+    axes[1].set_ylabel("fleet samples/s")
+
+
+def _heldout(axes: Any, series: dict[str, Any]) -> None:
+    points = series.get("heldout") or []
+    t = [p["t"] for p in points]
+    axes[0].plot(t, [p["accuracy"] for p in points], marker="o", lw=1.2, label="accuracy")
+    axes[0].set(ylabel="held-out accuracy", ylim=(0.0, 1.0), title="held-out evaluation (the dataset's test split)")
+    axes[1].plot(t, [p["loss"] for p in points], marker="o", lw=1.2, color="tab:red", label="loss")
+    axes[1].set_ylabel("held-out loss")
+
+
+#: Every plot of a run: its file name, its rows, what draws it.
+_FIGURES: tuple[tuple[str, int, Callable[[Any, dict[str, Any]], None]], ...] = (
+    ("batch_and_step_time", 2, _batch_and_step), ("straggler_effect", 1, _straggler),
+    ("lag_and_buffer", 2, _lag_buffer), ("truncation", 1, _truncation), ("loss", 1, _loss),
+    ("samples_per_second", 2, _throughput), ("heldout", 2, _heldout))
+
+
 def plot_series(series: dict[str, Any], out: Path, title: str = "") -> list[Path]:
-    """Write the run's plots under `out`; returns their paths."""
+    """Write the run's plots under `out` (the held-out one only when the run evaluated); returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    devices: dict[str, dict[str, list[Any]]] = series["devices"]
+    out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-
-    def figure(name: str, rows: int, draw: Callable[[Any], None]) -> None:
+    for name, rows, draw in _FIGURES:
+        if name == "heldout" and not series.get("heldout"):
+            continue
         fig, axes = plt.subplots(rows, 1, figsize=(9, 3.2 * rows), sharex=True, squeeze=False)
-        draw(axes[:, 0])
+        draw(axes[:, 0], series)
         axes[-1, 0].set_xlabel("seconds since start")
         for ax in axes[:, 0]:
             ax.grid(alpha=0.3)
@@ -39,81 +113,7 @@ def plot_series(series: dict[str, Any], out: Path, title: str = "") -> list[Path
         if title:
             fig.suptitle(title, fontsize=10)
         fig.tight_layout()
-        path = out / f"{name}.png"
-        fig.savefig(path, dpi=110)
+        written.append(out / f"{name}.png")
+        fig.savefig(written[-1], dpi=110)
         plt.close(fig)
-        written.append(path)
-
-    def per_device(ax: Any, key: str, label: str, step: bool = False) -> None:
-        for device, s in devices.items():
-            values = [np.nan if v is None else v for v in s[key]]
-            if step:
-                ax.step(s["t"], values, where="post", label=f"device {device}")
-            else:
-                ax.plot(s["t"], values, label=f"device {device}", lw=1)
-        ax.set_ylabel(label)
-
-    def batch_and_step(axes: Any) -> None:
-        per_device(axes[0], "batch", "batch (samples)")
-        per_device(axes[1], "step_seconds", "step time (s)")
-        axes[0].set_title("per-device batch and step time")
-
-    def straggler(axes: Any) -> None:
-        ps = series["per_step"]
-        axes[0].plot(ps["t"], [np.nan if v is None else v for v in ps["straggler_effect"]], lw=1, label="SE")
-        axes[0].set_ylabel("SE = (max T - min T) / mean T")
-        axes[0].set_title("straggler effect per step (compute seconds)")
-
-    def lag_buffer(axes: Any) -> None:
-        per_device(axes[0], "lag", "lag (records)")
-        per_device(axes[1], "buffer_depth", "buffer (samples)")
-        axes[0].set_title("lag (appended - lowest unprocessed) and trainer buffer")
-
-    def truncation(axes: Any) -> None:
-        per_device(axes[0], "truncated_cumulative", "samples truncated (cumulative)", step=True)
-        axes[0].set_title("truncation")
-
-    def loss(axes: Any) -> None:
-        ps = series["per_step"]
-        t = np.asarray(ps["t"], dtype=float)
-        values = np.asarray([np.nan if v is None else v for v in ps["loss"]], dtype=float)
-        known = ~np.isnan(values)
-        axes[0].plot(t[known], values[known], lw=0.6, alpha=0.5, label="per step")
-        axes[0].plot(t[known], _smooth(list(values[known]), 10), lw=1.5, label="10-step mean")
-        axes[0].set_ylabel("training loss (sample-weighted)")
-        axes[0].set_title("loss")
-
-    def throughput(axes: Any) -> None:
-        rates = series["rates"]
-        t = rates["t"]
-        for device, r in rates["devices"].items():
-            line = axes[0].plot(t, _smooth(r["produced_per_s"], 5), lw=1, ls="--")[0]
-            axes[0].plot(t, _smooth(r["trained_per_s"], 5), lw=1.2, color=line.get_color(), label=f"device {device}")
-        total_p = np.sum([r["produced_per_s"] for r in rates["devices"].values()], axis=0)
-        total_t = np.sum([r["trained_per_s"] for r in rates["devices"].values()], axis=0)
-        axes[1].plot(t, _smooth(list(total_p), 5), ls="--", label="produced")
-        axes[1].plot(t, _smooth(list(total_t), 5), label="trained")
-        axes[0].set_ylabel("samples/s (5 s mean)")
-        axes[0].set_title("per device: trained (solid) vs produced (dashed)")
-        axes[1].set_ylabel("fleet samples/s")
-
-    def heldout(axes: Any) -> None:
-        points = series.get("heldout") or []
-        t = [p["t"] for p in points]
-        axes[0].plot(t, [p["accuracy"] for p in points], marker="o", lw=1.2, label="accuracy")
-        axes[0].set_ylabel("held-out accuracy")
-        axes[0].set_ylim(0.0, 1.0)
-        axes[0].set_title("held-out evaluation (the dataset's test split)")
-        axes[1].plot(t, [p["loss"] for p in points], marker="o", lw=1.2, color="tab:red", label="loss")
-        axes[1].set_ylabel("held-out loss")
-
-    out.mkdir(parents=True, exist_ok=True)
-    figure("batch_and_step_time", 2, batch_and_step)
-    figure("straggler_effect", 1, straggler)
-    figure("lag_and_buffer", 2, lag_buffer)
-    figure("truncation", 1, truncation)
-    figure("loss", 1, loss)
-    figure("samples_per_second", 2, throughput)
-    if series.get("heldout"):
-        figure("heldout", 2, heldout)
     return written

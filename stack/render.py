@@ -246,7 +246,7 @@ def _binary_locator(ticks: int) -> Any:
     return BinaryLocator(ticks, steps=[1, 2, 2.5, 4, 5, 8, 10])
 
 
-def _draw_panel(fig: Any, panel: Panel, box: Box, size: tuple[float, float], lines: list[Series] | None,
+def _draw_panel(fig: Any, panel: Panel, box: Box, size: tuple[float, float], lines: list[Series] | None,  # noqa: PLR0915  one dashboard panel type per branch, drawn from its JSON as Grafana would
                 error: str, span: tuple[float, float]) -> None:
     from matplotlib import dates as mdates
     from matplotlib import ticker

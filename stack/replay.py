@@ -58,7 +58,7 @@ def _held_out_beside(path: Path) -> Path | None:
 STEPS_PER_PASS = 8
 
 
-def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> DatasetReplay:
+def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> DatasetReplay:  # noqa: PLR0915  one dataset checked against the model, setting by setting, in the order its messages read
     """Resolve `--dataset CHOICE` (a packaged dataset's name, or a file or directory) against `cfg`.
 
     `trainer.num_features` and `trainer.num_classes` the user did not set are taken from the dataset (its

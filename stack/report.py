@@ -53,6 +53,42 @@ def _t0_ms(run: RunRecords) -> int:
     return min(starts) if starts else 0
 
 
+def _device_series(run: RunRecords, device: str, t0: int) -> dict[str, list[Any]]:
+    """One device's feedback over time: batch, timings, buffer, lag rebuilt from the append times, truncation."""
+    recs = run.records[device]
+    times = np.sort(recs.timestamps_ms)
+    first = int(recs.offsets.min()) if len(recs) else 0
+    fields = ("step_seconds", "compute_seconds", "plan_wait_seconds", "data_wait_seconds", "hold_seconds",
+              "buffer_depth", "loss")
+    series: dict[str, list[Any]] = {k: [] for k in ("t", "step", "batch", "batch_size_total", *fields, "lag",
+                                                     "truncated_cumulative")}
+    dropped = 0
+    for fb in sorted((f for f in run.feedback if f.device_id == device), key=lambda f: f.step):
+        dropped += fb.dropped
+        appended = int(np.searchsorted(times, fb.sent_at, side="right"))
+        for key, value in (("t", (fb.sent_at - t0) / 1e3), ("step", fb.step), ("batch", fb.samples),
+                           ("batch_size_total", fb.total_size), *((f, getattr(fb, f)) for f in fields),
+                           ("lag", max(0, first + appended - fb.lowest_unprocessed_offset)),
+                           ("truncated_cumulative", dropped)):
+            series[key].append(value)
+    return series
+
+
+def _rates(run: RunRecords, devices: dict[str, dict[str, list[Any]]], t0: int, bin_s: float) -> dict[str, Any]:
+    """Samples produced and trained per second per device, in bins of `bin_s` to the last record or report."""
+    ends = [s["t"][-1] for s in devices.values() if s["t"]]
+    ends += [(int(r.timestamps_ms.max()) - t0) / 1e3 for r in run.records.values() if len(r)]
+    edges = np.arange(0.0, max(ends, default=0.0) + bin_s, bin_s)
+    rates: dict[str, dict[str, list[float]]] = {}
+    for device in run.devices:
+        produced_t = (run.records[device].timestamps_ms - t0) / 1e3
+        s = devices[device]
+        produced, _ = np.histogram(produced_t, bins=edges) if len(edges) > 1 else (np.zeros(0), None)
+        trained, _ = np.histogram(s["t"], bins=edges, weights=s["batch"]) if len(edges) > 1 else (np.zeros(0), None)
+        rates[device] = {"produced_per_s": (produced / bin_s).tolist(), "trained_per_s": (trained / bin_s).tolist()}
+    return {"bin_s": bin_s, "t": edges[:-1].tolist(), "devices": rates}
+
+
 def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
     """Per-device and per-step series over time (seconds since the first record or step)."""
     t0 = _t0_ms(run)
@@ -65,52 +101,14 @@ def build_series(run: RunRecords, bin_s: float = 1.0) -> dict[str, Any]:
                                             if len(records) > 1 else None)
         per_step["loss"].append(weighted_loss(records))
         per_step["global_batch"].append(sum(fb.samples for fb in records))
-    devices: dict[str, dict[str, list[Any]]] = {}
-    end_s = 0.0
-    for device in run.devices:
-        recs = run.records[device]
-        times = np.sort(recs.timestamps_ms)
-        first = int(recs.offsets.min()) if len(recs) else 0
-        series: dict[str, list[Any]] = {k: [] for k in (
-            "t", "step", "batch", "batch_size_total", "step_seconds", "compute_seconds", "plan_wait_seconds",
-            "data_wait_seconds", "hold_seconds", "buffer_depth", "lag", "truncated_cumulative", "loss")}
-        dropped = 0
-        for fb in sorted((f for f in run.feedback if f.device_id == device), key=lambda f: f.step):
-            dropped += fb.dropped
-            appended = int(np.searchsorted(times, fb.sent_at, side="right"))
-            series["t"].append((fb.sent_at - t0) / 1e3)
-            series["step"].append(fb.step)
-            series["batch"].append(fb.samples)
-            series["batch_size_total"].append(fb.total_size)
-            series["step_seconds"].append(fb.step_seconds)
-            series["compute_seconds"].append(fb.compute_seconds)
-            series["plan_wait_seconds"].append(fb.plan_wait_seconds)
-            series["data_wait_seconds"].append(fb.data_wait_seconds)
-            series["hold_seconds"].append(fb.hold_seconds)
-            series["buffer_depth"].append(fb.buffer_depth)
-            series["lag"].append(max(0, first + appended - fb.lowest_unprocessed_offset))
-            series["truncated_cumulative"].append(dropped)
-            series["loss"].append(fb.loss)
-        if series["t"]:
-            end_s = max(end_s, series["t"][-1])
-        if len(times):
-            end_s = max(end_s, (int(times.max()) - t0) / 1e3)
-        devices[device] = series
-    edges = np.arange(0.0, end_s + bin_s, bin_s)
-    rates: dict[str, dict[str, list[float]]] = {}
-    for device in run.devices:
-        produced_t = (run.records[device].timestamps_ms - t0) / 1e3
-        s = devices[device]
-        produced, _ = np.histogram(produced_t, bins=edges) if len(edges) > 1 else (np.zeros(0), None)
-        trained, _ = np.histogram(s["t"], bins=edges, weights=s["batch"]) if len(edges) > 1 else (np.zeros(0), None)
-        rates[device] = {"produced_per_s": (produced / bin_s).tolist(), "trained_per_s": (trained / bin_s).tolist()}
+    devices = {device: _device_series(run, device, t0) for device in run.devices}
     plans: dict[str, list[Any]] = {"step": [], "step_time_target": [], "predicted_seconds": []}
     for plan in sorted(run.assignments, key=lambda a: a.step):
         plans["step"].append(plan.step)
         plans["step_time_target"].append(plan.step_time_target)
         plans["predicted_seconds"].append({d.device_id: d.predicted_seconds for d in plan.devices})
-    return {"t0_ms": t0, "per_step": per_step, "devices": devices,
-            "rates": {"bin_s": bin_s, "t": edges[:-1].tolist(), "devices": rates}, "plans": plans}
+    return {"t0_ms": t0, "per_step": per_step, "devices": devices, "rates": _rates(run, devices, t0, bin_s),
+            "plans": plans}
 
 
 def step_periods(steps: Mapping[int, Sequence[StepFeedback]]) -> dict[int, float]:

@@ -54,7 +54,8 @@ def run_settings(cfg: StreamtrainConfig, opts: StackOptions, status: Mapping[str
         plan_latency_ms_median=status.get("plan_latency_ms_median"),
         plan_latency_step_fraction_median=status.get("plan_latency_step_fraction_median"),
         streams=[StreamSetting(device=s.device_id, rate=s.rate, size_mean=s.size_mean, size_dif=s.size_dif)
-                 for s in opts.streams],
+                 for _, s in opts.produced],
+        external_devices=list(opts.external),
         num_classes=cfg.trainer.num_classes,
         **how,
     )

@@ -74,6 +74,9 @@ class RunSettings(Record):
     """The coordinator's own figure (its status page), not read from Kafka."""
     plan_latency_step_fraction_median: float | None = None
     streams: list[StreamSetting] = Field(default_factory=list)
+    """The synthetic streams of the stack's own producers (none for an external device)."""
+    external_devices: list[str] = Field(default_factory=list)
+    """Devices fed from outside (`--external-devices`); their records are accounted like every other's."""
     prometheus_url: str | None = None
     num_classes: int | None = None
     heldout_chance: float | None = None

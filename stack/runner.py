@@ -31,6 +31,7 @@ from streamtrain.kafka import make_consumer, tail_positions
 
 from .backlog import produce_backlog
 from .bridging import run_bridge_settings, wait_caught_up
+from .external import broker_port, open_external_devices, publish_instructions
 from .kafka_setup import embedded_broker, existing_kafka, start_embedded
 from .launch import ServicePlan, plan_services, start_prometheus
 from .ledger import RunRecords
@@ -129,6 +130,8 @@ class LocalStack:
 
     def _start_all(self) -> None:
         self._start_broker()
+        if self.opts.external:
+            self._open_external()
         if self.opts.backlog > 0:
             self._produce_backlog()
         plan = plan_services(self.cfg, self.opts, self.kafka, self.identities)
@@ -164,10 +167,24 @@ class LocalStack:
     def _start_broker(self) -> None:
         kafka = existing_kafka(self.cfg, self.opts.broker, self.identities is not None, self.started_at, self.say)
         if kafka is None:
-            self.broker = embedded_broker(self.cfg, self.out, self.identities)  # stopped by _stop_all, even half-up
+            port = broker_port(self.cfg.broker) if self.opts.external else 0  # where the user's clients look
+            self.broker = embedded_broker(self.cfg, self.out, self.identities, port)  # stopped by _stop_all
             kafka = start_embedded(self.broker, self.cfg, self.devices, self.identities, self.say)
         self.kafka = kafka
         self.kafka_ready = True
+
+    def _open_external(self) -> None:
+        """Create the external devices' topics, and say where and until when to publish."""
+        try:
+            opened = open_external_devices(self.kafka, self.opts.external, self.out, self.identities)
+        except KafkaException as exc:
+            raise StackError(f"could not create the external devices' topics: {exc}") from None
+        opts = self.opts
+        ending = (f"the run stops {opts.duration_s:g} s after every service is up" if opts.duration_s is not None
+                  else f"the run stops after {opts.steps} steps" if opts.steps is not None
+                  else "the run goes on until Ctrl-C")
+        for line in publish_instructions(self.kafka, opened, ending, self.identities is not None):
+            self.say(line)
 
     def _produce_backlog(self) -> None:
         ids, opts = self.identities, self.opts

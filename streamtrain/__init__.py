@@ -4,12 +4,38 @@ This package is the shared core: the wire contract (`streamtrain.wire`), the con
 (`streamtrain.config`), Kafka client factories (`streamtrain.kafka`), the embedded broker
 (`streamtrain.broker`) and the CLI. The services live in `producers`, `coordinator`, `trainer`, `bridge`.
 
-What a user imports is here: the bridge's decoder contract (`SourceRecord` in, `SampleFields` out, `Rejected`
-for a record that cannot be used).
+What an application imports is re-exported here: `from streamtrain import DeviceProducer`, and the bridge's
+decoder contract (`SourceRecord` in, `SampleFields` out, `Rejected` for a record that cannot be used).
 """
 
-from .decoders import Rejected, SampleFields, SourceRecord
+from __future__ import annotations
 
-__all__ = ["Rejected", "SampleFields", "SourceRecord"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .decoders import Rejected, SampleFields, SourceRecord
+    from .publish import Delivery, DeliveryError, DeviceProducer, DeviceProducerError, QueueFullError
 
 __version__ = "0.1.0"
+
+__all__ = ["Delivery", "DeliveryError", "DeviceProducer", "DeviceProducerError", "QueueFullError", "Rejected",
+           "SampleFields", "SourceRecord"]
+
+#: Public name -> the module that defines it. Loaded on first use: `import streamtrain.wire` (every service,
+#: every CLI start) should not pay for the Kafka client an application's producer needs.
+_LAZY = {name: "streamtrain.decoders" if name in ("Rejected", "SampleFields", "SourceRecord") else "streamtrain.publish"
+         for name in __all__}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'streamtrain' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -87,7 +87,7 @@ def _raw_sample(size: int, shape: tuple[int, ...], data: bytes, label: int | Non
     return value, headers
 
 
-def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_features: int = 16,
+def device_corpus(count: int, device_id: str = "fuzz", seed: int = 0, num_features: int = 16,  # noqa: C901, PLR0915  a table of hostile records, one per case; its length is the corpus
                   num_classes: int = 10, oversize_bytes: int | None = None) -> Iterator[FuzzRecord]:
     """`count` bad records for a device topic, cycling through every kind of damage.
 

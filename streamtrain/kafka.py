@@ -41,6 +41,7 @@ __all__ = [
     "make_producer",
     "make_transactional_producer",
     "produce",
+    "producer_settings",
     "read_to_end",
     "tail_positions",
     "topic_config",
@@ -132,11 +133,9 @@ def _jaas_quote(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
-    """An idempotent producer with `acks=all`: no duplicates from retries, nothing acked and then lost.
-
-    A write the broker's ACLs refuse raises `AuthorizationError` from the next poll or flush (`GuardedProducer`).
-    """
+def producer_settings(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
+    """librdkafka settings of an idempotent producer with `acks=all`: no duplicates from retries, nothing acked
+    and then lost. Holds secrets in clear, like `client_settings`."""
     defaults: dict[str, Any] = {
         "enable.idempotence": True,
         "acks": "all",
@@ -147,7 +146,15 @@ def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
         "retry.backoff.ms": 100,
         "retry.backoff.max.ms": 2_000,
     }
-    return GuardedProducer(cfg, client_settings(cfg, **{**defaults, **overrides}))
+    return client_settings(cfg, **{**defaults, **overrides})
+
+
+def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
+    """An idempotent producer with `acks=all` (`producer_settings`).
+
+    A write the broker's ACLs refuse raises `AuthorizationError` from the next poll or flush (`GuardedProducer`).
+    """
+    return GuardedProducer(cfg, producer_settings(cfg, **overrides))
 
 
 def make_control_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
@@ -484,7 +491,7 @@ def consume_available(consumer: Consumer, max_records: int, timeout: float) -> l
     return [first, *consumer.consume(num_messages=max_records - 1, timeout=0)]
 
 
-def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,
+def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,  # noqa: C901  the confluent-kafka poll / check error / process loop with its end-of-partition and timeout cases
                 last: int | None = None, stop: Callable[[], bool] | None = None) -> Iterator[Message]:
     """Every record now in `topics` (or each partition's `last` records), up to the high watermarks on entry.
 

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Collection
 from pathlib import Path
 
-__all__ = ["free_port", "free_port_block", "free_ports", "listening_range"]
+__all__ = ["free_port", "free_port_block", "free_ports", "is_free", "listening_range"]
 
 #: Lowest port handed out (clear of the well-known and most registered service ports).
 _LOWEST = 10_000
@@ -30,7 +30,8 @@ def listening_range() -> range:
     return range(_LOWEST, max(low, _LOWEST + 1_000))
 
 
-def _bindable(host: str, port: int) -> bool:
+def is_free(host: str, port: int) -> bool:
+    """Whether `port` can be bound on `host` now (a server may take it before anyone else does)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((host, port))
@@ -50,7 +51,7 @@ def free_port_block(n: int, host: str = "127.0.0.1", avoid: Collection[int] = ()
     for _ in range(_TRIES):
         base = rng.randrange(ports.start, ports.stop - n + 1)
         block = range(base, base + n)
-        if not any(p in avoid for p in block) and all(_bindable(host, p) for p in block):
+        if not any(p in avoid for p in block) and all(is_free(host, p) for p in block):
             return base
     raise RuntimeError(f"no block of {n} consecutive free ports on {host} in {ports.start}-{ports.stop - 1}")
 

@@ -160,7 +160,7 @@ class TrainerRank:
         self._finish()
         return self.step - first
 
-    def run_step(self) -> StepFeedback:
+    def run_step(self) -> StepFeedback:  # noqa: PLR0915  one step of a rank in order (plan, gather, train, dead-letter, report, commit): the order is the semantics
         """One step: wait (bounded) for the plan, gather its samples, train, report the feedback."""
         started = time.perf_counter()
         step = self.step

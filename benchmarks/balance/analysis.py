@@ -1,6 +1,8 @@
-"""`bench balance`'s figures: one run's from its feedback records, then those that compare cells.
+"""The balance benchmark's figures: each run's window from its feedback records (both workloads), then the
+synthetic workload's figures that compare cells: a loss target per DIF, repeats combined, ett-stream against the
+oracle, static and chronica (the dataset workload's are in `accuracy`).
 
-All pure functions of their inputs, so the figures of a stored `balance.json` can be recomputed as is.
+All pure functions of their inputs, so the figures of a stored result can be recomputed as they are.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,11 +21,17 @@ from streamtrain.periods import WALL_PARTS, split_wall_period
 from streamtrain.wire import StepFeedback
 
 from ..common import median_reached
-from .results import BalanceTargets, CellComparison, CellFigures, CellResult
+from .results import (
+    BalanceTargets,
+    CellComparison,
+    CellFigures,
+    CellResult,
+)
 from .setup import BalanceSetup, fleet_label, oracle_factor
 
 __all__ = ["MatrixFigures", "analyse_cell", "combine_repeats", "control_cell", "evaluate_targets", "finish_figures",
-           "loss_targets", "oracle_ratios", "seconds_to", "split_medians", "summarise"]
+           "loss_targets", "medians", "oracle_ratios", "rank_medians", "seconds_to", "split_medians", "step_ends",
+           "summarise"]
 
 #: Per-run figures a combined cell reports as the median over its repeats.
 _MEDIAN_FIELDS = ("step_seconds_median", "wall_step_seconds_median", "straggler_effect_median", "samples_per_s",
@@ -49,14 +58,61 @@ class MatrixFigures:
     """With repeats: every run, its figures against its own repeat's target (`cells` are their medians)."""
 
 
+def step_ends(feedback: Sequence[StepFeedback]) -> dict[int, float]:
+    """Seconds from the start of step 0 to the end of each step (its last rank's report).
+
+    Raises:
+        ValueError: no feedback for step 0.
+    """
+    steps = by_step(feedback)
+    if 0 not in steps:
+        raise ValueError("no feedback for step 0")
+    start_ms = min(fb.started_at for fb in steps[0])
+    return {s: (max(fb.sent_at for fb in recs) - start_ms) / 1e3 for s, recs in steps.items()}
+
+
+def _per_rank(window: Sequence[Sequence[StepFeedback]]) -> dict[str, Any]:
+    """Each rank's median compute and samples, the local-plan rank-steps, and the backlog check over the window:
+    a device whose buffer is empty after a measured step ran out of work (its stream drained)."""
+    compute: dict[str, list[float]] = defaultdict(list)
+    samples: dict[str, list[int]] = defaultdict(list)
+    depth: dict[str, int] = {}
+    drained = []
+    for records in window:
+        for fb in records:
+            compute[fb.device_id].append(fb.compute_seconds)
+            samples[fb.device_id].append(fb.samples)
+            depth[fb.device_id] = min(depth.get(fb.device_id, fb.buffer_depth), fb.buffer_depth)
+        if any(fb.buffer_depth <= 0 for fb in records):
+            drained.append(records[0].step)
+    return {"rank_compute_seconds_median": {d: median(v) for d, v in sorted(compute.items())},
+            "rank_samples_median": {d: median(v) for d, v in sorted(samples.items())},
+            "local_plan_rank_steps": sum(1 for records in window for fb in records if fb.plan_step < 0),
+            "backlog_held": not drained if window else None, "backlog_drained_steps": drained,
+            "buffer_depth_min": dict(sorted(depth.items()))}
+
+
+def _loss_curve(steps_of: Mapping[int, Sequence[StepFeedback]], end_s: Mapping[int, float], until: int,
+                smooth: int) -> list[tuple[float, float]]:
+    """[seconds since step 0 began, trailing mean of `smooth` steps' loss] per step before `until`."""
+    curve: list[tuple[float, float]] = []
+    recent: list[float] = []
+    for s in sorted(steps_of):
+        loss = weighted_loss(steps_of[s])
+        if s >= until or loss is None or not math.isfinite(loss):
+            continue
+        recent = [*recent[-(smooth - 1):], loss] if smooth > 1 else [loss]
+        if len(recent) == smooth:
+            curve.append((round(end_s[s], 4), float(np.mean(recent))))
+    return curve
+
+
 def analyse_cell(feedback: Sequence[StepFeedback], devices: int, warmup: int, steps: int,
                  smooth: int) -> CellFigures:
     """The figures of one run from its feedback records, over steps [warmup, warmup + steps).
 
     The wall period of a step is split (compute, communication, plan wait, data wait, hold) on the rank with the
-    largest compute, whose waits are on the critical path. The backlog is checked, not assumed: a device whose
-    buffer is empty after a measured step ran out of work (its stream drained), and the cell says so
-    (`backlog_held`, `backlog_drained_steps`).
+    largest compute, whose waits are on the critical path. The backlog is checked, not assumed (`backlog_held`).
 
     Returns:
         Its figures, with `loss_curve` ([seconds since step 0 began, trailing-mean loss] per step, up to the
@@ -65,65 +121,43 @@ def analyse_cell(feedback: Sequence[StepFeedback], devices: int, warmup: int, st
     Raises:
         ValueError: no feedback for step 0.
     """
+    end_s = step_ends(feedback)
     steps_of = by_step(feedback)
     full = {s: r for s, r in steps_of.items() if len({fb.device_id for fb in r}) == devices}
-    if 0 not in steps_of:
-        raise ValueError("no feedback for step 0")
-    start_ms = min(fb.started_at for fb in steps_of[0])
-    end_s = {s: (max(fb.sent_at for fb in r) - start_ms) / 1e3 for s, r in steps_of.items()}
     window = [s for s in range(warmup, warmup + steps) if s in full]
-    step_s = [max(fb.step_seconds for fb in full[s]) for s in window]
-    wall = [end_s[s] - end_s[s - 1] for s in window if s - 1 in end_s]
-    se = [straggler_effect([fb.compute_seconds for fb in full[s]]) for s in window]
     samples = [sum(fb.samples for fb in full[s]) for s in window]
     sizes = [sum(fb.total_size for fb in full[s]) for s in window]
     span = end_s[window[-1]] - end_s[window[0] - 1] if window and window[0] - 1 in end_s else None
     first = 1 if window and window[0] - 1 not in end_s else 0  # the span starts where the first step ended
-    trained_in_span, size_in_span = sum(samples[first:]), sum(sizes[first:])
-    per_rank: dict[str, list[float]] = defaultdict(list)
-    per_rank_samples: dict[str, list[int]] = defaultdict(list)
-    for s in window:
-        for fb in full[s]:
-            per_rank[fb.device_id].append(fb.compute_seconds)
-            per_rank_samples[fb.device_id].append(fb.samples)
     splits = [split_wall_period(full[s], end_s[s] - end_s[s - 1]) for s in window if s - 1 in end_s]
-    depth: dict[str, int] = {}
-    drained = []
-    for s in window:
-        for fb in full[s]:
-            depth[fb.device_id] = min(depth.get(fb.device_id, fb.buffer_depth), fb.buffer_depth)
-        if any(fb.buffer_depth <= 0 for fb in full[s]):
-            drained.append(s)
-    losses = [(s, weighted_loss(steps_of[s])) for s in sorted(steps_of) if s < warmup + steps]
-    curve: list[tuple[float, float]] = []
-    recent: list[float] = []
-    for s, loss in losses:
-        if loss is None or not math.isfinite(loss):
-            continue
-        recent = [*recent[-(smooth - 1):], loss] if smooth > 1 else [loss]
-        if len(recent) == smooth:
-            curve.append((round(end_s[s], 4), float(np.mean(recent))))
+    curve = _loss_curve(steps_of, end_s, warmup + steps, smooth)
     return CellFigures(
         steps_measured=len(window),
-        step_seconds_median=median(step_s),
-        wall_step_seconds_median=median(wall),
-        straggler_effect_median=median(se),
-        samples_per_s=trained_in_span / span if span else None,
-        size_per_s=size_in_span / span if span else None,
+        step_seconds_median=median([max(fb.step_seconds for fb in full[s]) for s in window]),
+        wall_step_seconds_median=median([end_s[s] - end_s[s - 1] for s in window if s - 1 in end_s]),
+        straggler_effect_median=median([straggler_effect([fb.compute_seconds for fb in full[s]]) for s in window]),
+        samples_per_s=sum(samples[first:]) / span if span else None,
+        size_per_s=sum(sizes[first:]) / span if span else None,
         global_batch_median=median(samples),
         step_size_median=median(sizes),
         trained_size_mean=sum(sizes) / sum(samples) if sum(samples) else None,
-        rank_compute_seconds_median={d: median(v) for d, v in sorted(per_rank.items())},
-        rank_samples_median={d: median(v) for d, v in sorted(per_rank_samples.items())},
-        local_plan_rank_steps=sum(1 for s in window for fb in full[s] if fb.plan_step < 0),
         plan_wait_seconds_median=median([x["plan_wait"] for x in splits]),
         step_period_split_median=split_medians(splits),
-        backlog_held=not drained if window else None,
-        backlog_drained_steps=drained,
-        buffer_depth_min=dict(sorted(depth.items())),
         final_loss=curve[-1][1] if curve else None,
         loss_curve=curve,
+        **_per_rank([full[s] for s in window]),
     )
+
+
+def medians(runs: Sequence[Any], names: Sequence[str]) -> dict[str, float | None]:
+    """The median over `runs` of each figure in `names` (runs without it left out)."""
+    return {name: median([v for r in runs if (v := getattr(r, name)) is not None]) for name in names}
+
+
+def rank_medians(runs: Sequence[Any], name: str) -> dict[str, float | None]:
+    """Per rank, the median over `runs` of their per-rank figure `name`."""
+    ranks = sorted({d for r in runs for d in getattr(r, name)})
+    return {d: median([v for r in runs if (v := getattr(r, name).get(d)) is not None]) for d in ranks}
 
 
 def split_medians(splits: Sequence[Mapping[str, float]]) -> dict[str, float] | None:
@@ -215,14 +249,11 @@ def combine_repeats(runs: Sequence[CellResult]) -> list[CellResult]:
         if not ok:
             out.append(CellResult.model_validate({**identity, "error": "; ".join(r.error for r in rs if r.error)}))
             continue
-        medians = {name: median([v for r in ok if (v := getattr(r, name)) is not None]) for name in _MEDIAN_FIELDS}
         ranks = sorted({d for r in ok for d in r.rank_compute_seconds_median})
         out.append(CellResult.model_validate({
-            **identity, **medians,
-            "rank_compute_seconds_median": {d: median([v for r in ok if (v := r.rank_compute_seconds_median.get(d))
-                                                       is not None]) for d in ranks},
-            "rank_samples_median": {d: median([v for r in ok if (v := r.rank_samples_median.get(d)) is not None])
-                                    for d in ranks},
+            **identity, **medians(ok, _MEDIAN_FIELDS),
+            "rank_compute_seconds_median": rank_medians(ok, "rank_compute_seconds_median"),
+            "rank_samples_median": rank_medians(ok, "rank_samples_median"),
             "seconds_to_target_loss": median_reached(r.seconds_to_target_loss for r in ok),
             "step_period_split_median": split_medians([r.step_period_split_median for r in ok
                                                        if r.step_period_split_median]),

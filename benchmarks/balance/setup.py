@@ -1,4 +1,9 @@
-"""What `bench balance` runs: the matrix of policies x fleets x DIF, the stream, the batch, the window."""
+"""What the balance benchmark runs, per workload: the fleets of slow-downs, the window, the data, the settings.
+
+Both workloads share `FleetSetup` (policies, global batch, emulated speed, window, repeats) and its cell
+settings; `BalanceSetup` adds the synthetic matrix (fleets x DIF), `RealdataSetup` a dataset replayed on one
+fleet with its homogeneous control and a held-out evaluation.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import model_validator
+from pydantic import Field, JsonValue, model_validator
 
 from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import Record
 
-__all__ = ["DEFAULT_FLEETS", "FLEETS", "BalanceCell", "BalanceSetup", "backlog_for", "balanced_share", "cell_settings",
-           "fleet_label", "oracle_factor"]
+__all__ = ["DEFAULT_FLEETS", "FLEETS", "MODEL_SETTINGS", "REALDATA_POLICIES", "BalanceCell", "BalanceRunSetup",
+           "BalanceSetup", "FleetSetup", "RealdataCell", "RealdataRunSetup", "RealdataSetup", "backlog_for",
+           "balanced_share", "fleet_label", "oracle_factor", "parse_fleet", "schedule"]
 
 #: Named fleets, one slow-down factor per rank (rank r computes factor_r times slower). `--fleet NAME` runs one;
 #: a new pattern is one line here.
@@ -23,8 +29,17 @@ FLEETS: dict[str, tuple[float, ...]] = {
     "two-slow": (1.0, 1.0, 4.0, 4.0),  # half the fleet slow: the fast pair carries 80% of the batch
     "graded": (1.0, 2.0, 3.0, 4.0),  # every device its own speed: no two shares alike
 }
-#: The fleets a run measures unless told otherwise.
+#: The fleets `bench balance` measures unless told otherwise.
 DEFAULT_FLEETS: tuple[str, ...] = ("one-slow", "two-slow")
+#: The policies `bench realdata` compares (scadles sizes batches by stream rate, which a backlog does not have).
+REALDATA_POLICIES: tuple[str, ...] = ("static", "lbbsp", "lbb", "chronica", "ett-stream")
+#: The sequence model `bench realdata` trains on PLAID (the PLAID demo's): per-series normalisation, dilated
+#: masked convolutions whose compute grows with a batch's total length, Adam-style steps, no lr scaling.
+MODEL_SETTINGS: dict[str, object] = {
+    "trainer.model": "seq", "trainer.num_features": 1, "trainer.num_classes": 11, "trainer.hidden_size": 32,
+    "trainer.num_layers": 4, "trainer.optimizer": "adamw", "trainer.lr": 0.003, "trainer.lr_scaling": False,
+    "producer.dataset.sharding": "stratified",  # every device sees every appliance class in PLAID's proportions
+}
 
 #: The backlog holds this many times the hungriest device's balanced share (a plan fitted on noisy models, or one
 #: that picks small samples first, may ask a device for more than its speed's share for a while).
@@ -46,6 +61,18 @@ def fleet_label(slowdowns: tuple[float, ...], sep: str = ",") -> str:
     return sep.join(f"{f:g}" for f in slowdowns)
 
 
+def parse_fleet(text: str) -> tuple[float, ...]:
+    """`1,1,1,4` → its factors.
+
+    Raises:
+        ValueError: naming the flag's expected form.
+    """
+    try:
+        return tuple(float(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        raise ValueError(f"--slowdowns {text!r}: expected comma-separated factors, e.g. 1,1,1,4") from None
+
+
 def oracle_factor(slowdowns: Sequence[float]) -> float:
     """n / sum(1 / s_i): how much longer than an equal fleet's step a perfect split of the same global batch takes
     (each device trains in proportion to its speed, so all finish together)."""
@@ -57,9 +84,82 @@ def balanced_share(slowdowns: Sequence[float]) -> float:
     return (1.0 / min(slowdowns)) / sum(1.0 / f for f in slowdowns)
 
 
+class FleetSetup(Record):
+    """What both workloads share: policies on emulated fleets, one global batch, a window after a warm-up."""
+
+    policies: tuple[str, ...] = POLICY_NAMES
+    global_batch: int = 512
+    """Samples per step over all ranks (coordinator.global_batch; ett-stream's equal-time target)."""
+    time_scale: float = 4.0
+    """Every rank computes this many times its training thread's CPU time (the slow-down factors multiply on top,
+    on the CPU clock: `trainer.slowdown_clock=cpu`). With 4 ranks time-sharing 2 cores, a rank timed by the wall
+    clock is as slow as its neighbours are busy; one timed by its own CPU time is as slow as its plan."""
+    warmup_steps: int = 10
+    """Steps left out of the step figures (a time to a target counts from the start of step 0)."""
+    steps: int = 30
+    """Measured steps after the warm-up."""
+    model_window: int = 8
+    """coordinator.model_window: feedback records each device's time model is fitted on (the fit forgets the
+    warm-up's slow first steps)."""
+    seed: int = 0
+    repeats: int = 1
+    """Runs of every cell, one round after another (each cell's figures: the median over its runs)."""
+    start_timeout_s: float = 240.0
+    extra_sets: tuple[str, ...] = ()
+    """Further `KEY=VALUE` settings for every cell, as `--set` takes them (after the benchmark's own)."""
+    backlog_per_device: int = 0
+    """Samples pre-produced per device: the hungriest device's balanced share of every step until the ranks stop,
+    with margin (filled in). Checked, not assumed: the analysis flags a device that ran out of work."""
+    quick: bool = False
+    """Whether `--quick` chose the matrix and the window (a note for the reader of the JSON)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived(cls, data: Any) -> Any:
+        # Stored with the setup (a result says what it ran with), computed when not given.
+        if isinstance(data, dict) and not data.get("backlog_per_device"):
+            def get(name: str) -> Any:
+                return data.get(name, cls.model_fields[name].default)
+
+            fleets = get("slowdowns")
+            fleets = fleets if fleets and isinstance(fleets[0], list | tuple) else [fleets]
+            data = {**data, "backlog_per_device": backlog_for(get("global_batch"), get("warmup_steps") + get("steps"),
+                                                              fleets)}
+        return data
+
+    def _check(self, devices: int) -> None:
+        unknown = sorted(set(self.policies) - set(POLICY_NAMES))
+        if unknown:
+            raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICY_NAMES)}")
+        if self.global_batch < devices:
+            raise ValueError(f"global_batch {self.global_batch} is below the {devices} devices")
+        if self.time_scale < 1.0 or self.repeats < 1 or self.steps < 1 or self.warmup_steps < 0:
+            raise ValueError("time_scale >= 1, repeats >= 1, steps >= 1 and warmup_steps >= 0 are required")
+
+    @property
+    def until_step(self) -> int:
+        return self.warmup_steps + self.steps
+
+    def cell_settings(self, slowdowns: tuple[float, ...]) -> dict[str, object]:
+        """The settings a cell on `slowdowns` runs with, besides its broker, topic prefix and job."""
+        return {
+            "coordinator.global_batch": self.global_batch,
+            "coordinator.seed": self.seed,
+            "coordinator.model_window": self.model_window,
+            "trainer.slowdowns": ",".join(f"{self.time_scale * f:g}" for f in slowdowns),
+            "trainer.slowdown_clock": "cpu",
+            "trainer.seed": self.seed,
+            "trainer.base_batch": self.global_batch,  # lr is trainer.lr at the benchmark's global batch
+            "trainer.checkpoint_every": 100_000,  # no checkpoint pauses inside the window (one when it stops)
+            "trainer.log_every": 50,
+            "trainer.device": "cpu",
+            "trainer.backend": "gloo",
+        }
+
+
 @dataclass(frozen=True)
 class BalanceCell:
-    """One run of the matrix."""
+    """One run of the synthetic matrix."""
 
     policy: str
     slowdowns: tuple[float, ...]
@@ -70,108 +170,132 @@ class BalanceCell:
         return f"{self.policy} slow-downs {fleet_label(self.slowdowns)} DIF {self.dif:g}"
 
 
-class BalanceSetup(Record):
-    """The balance experiment: the matrix, the stream, the batch and the measured window."""
+class BalanceSetup(FleetSetup):
+    """The synthetic workload: policies x fleets x DIF, sizes of mean `size_mean` and std DIF."""
 
-    policies: tuple[str, ...] = POLICY_NAMES
     slowdowns: tuple[tuple[float, ...], ...] = tuple(FLEETS[name] for name in DEFAULT_FLEETS)
     """The fleets: one list of per-rank slow-down factors each, all of the same length."""
     difs: tuple[float, ...] = (0.0, 16.0, 64.0)
     size_mean: float = 45.0
-    global_batch: int = 512
-    """Samples per step over all ranks (coordinator.global_batch)."""
-    time_scale: float = 4.0
-    """Every rank computes this many times slower than its CPU time on this machine (the slow-down factors
-    multiply on top, on the CPU clock: `trainer.slowdown_clock=cpu`). With 4 ranks time-sharing 2 cores, a rank
-    timed by the wall clock is as slow as its neighbours are busy; a rank that needs only a third of a core
-    for its emulated speed is not, so the cell's balance is the plan's, not the scheduler's."""
-    warmup_steps: int = 10
-    """Steps left out of every figure but the time to the target loss."""
-    steps: int = 30
-    """Measured steps after the warm-up."""
     smooth_steps: int = 5
     """Trailing steps the loss is averaged over before it is compared with the target."""
-    model_window: int = 8
-    """coordinator.model_window: feedback records each device's time model is fitted on (every policy
-    that uses the models gets the same)."""
-    seed: int = 0
-    repeats: int = 1
-    """Runs of the whole matrix, one after another (each cell's figures are the median over its runs, so slow
-    drift of the machine falls on every policy alike)."""
-    start_timeout_s: float = 240.0
-    extra_sets: tuple[str, ...] = ()
-    """Further `KEY=VALUE` settings for every cell, as `--set` takes them (after the benchmark's own)."""
     devices: int = 0
     """Ranks (the length of each fleet); filled in from `slowdowns`."""
-    backlog_per_device: int = 0
-    """Samples pre-produced per device: the hungriest device's balanced share of every step until the ranks stop,
-    with margin, for the hungriest fleet; filled in. Sized, not assumed: the analysis checks from the feedback
-    that every device still had samples waiting at every measured step (`CellFigures.backlog_held`)."""
-    quick: bool = False
-    """Whether `--quick` chose the matrix and the window (a note for the reader of the JSON)."""
 
     @model_validator(mode="before")
     @classmethod
-    def _derived(cls, data: Any) -> Any:
-        # Stored with the setup (a result says what it ran with), computed when not given.
-        if isinstance(data, dict):
-            defaults = cls.model_fields
-            slowdowns = data.get("slowdowns", defaults["slowdowns"].default)
-            until = data.get("warmup_steps", defaults["warmup_steps"].default) + data.get(
-                "steps", defaults["steps"].default)
-            batch = data.get("global_batch", defaults["global_batch"].default)
-            data = {"devices": len(slowdowns[0]) if slowdowns else 0,
-                    "backlog_per_device": backlog_for(batch, until, slowdowns), **data}
+    def _devices(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "devices" not in data:
+            fleets = data.get("slowdowns", cls.model_fields["slowdowns"].default)
+            data = {**data, "devices": len(fleets[0]) if fleets else 0}
         return data
 
     @model_validator(mode="after")
     def _consistent(self) -> BalanceSetup:
-        unknown = sorted(set(self.policies) - set(POLICY_NAMES))
-        if unknown:
-            raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICY_NAMES)}")
         if not self.slowdowns or len({len(s) for s in self.slowdowns}) != 1:
             raise ValueError("slowdowns: give one or more factor lists, all of the same length (one per rank)")
         if any(f <= 0 for s in self.slowdowns for f in s):
             raise ValueError(f"slowdowns: every factor must be positive (got {self.slowdowns})")
         if self.devices != len(self.slowdowns[0]):
             raise ValueError(f"devices {self.devices} differs from the {len(self.slowdowns[0])} factors per fleet")
-        if self.global_batch < self.devices:
-            raise ValueError(f"global_batch {self.global_batch} is below the {self.devices} devices")
-        if not self.time_scale >= 1.0:
-            raise ValueError(f"time_scale must be >= 1 (got {self.time_scale})")
-        if self.repeats < 1:
-            raise ValueError(f"repeats must be >= 1 (got {self.repeats})")
-        if self.steps < 1 or self.warmup_steps < 0:
-            raise ValueError("steps >= 1 and warmup_steps >= 0 are required")
+        self._check(self.devices)
         return self
-
-    @property
-    def until_step(self) -> int:
-        return self.warmup_steps + self.steps
 
     def cells(self) -> list[BalanceCell]:
         """The matrix, slow-downs outermost, then DIF, then policy (so one DIF's policies run back to back)."""
         return [BalanceCell(p, s, d) for s in self.slowdowns for d in self.difs for p in self.policies]
 
+    def settings_of(self, cell: BalanceCell) -> dict[str, object]:
+        """A cell's settings (scadles: b_min = an equal share, as ScaDLES gives equal streams)."""
+        sets = {**self.cell_settings(cell.slowdowns), "producer.synthetic.task_seed": self.seed}
+        if cell.policy == "scadles":
+            sets["coordinator.b_min"] = self.global_batch // self.devices
+        return sets
 
-def cell_settings(setup: BalanceSetup, cell: BalanceCell) -> dict[str, object]:
-    """The settings a cell runs with, besides its broker, topic prefix and job (and the command's own --set)."""
-    sets: dict[str, object] = {
-        "coordinator.global_batch": setup.global_batch,
-        "coordinator.seed": setup.seed,
-        # The fit forgets the warm-up: its first steps (warm-start plans, DDP start-up) are slow, large batches
-        # whose leverage would bias the models for most of the window with the default 64 records.
-        "coordinator.model_window": setup.model_window,
-        "trainer.slowdowns": ",".join(f"{setup.time_scale * f:g}" for f in cell.slowdowns),
-        "trainer.slowdown_clock": "cpu",
-        "trainer.seed": setup.seed,
-        "trainer.base_batch": setup.global_batch,  # lr is trainer.lr at the benchmark's global batch
-        "trainer.checkpoint_every": 100_000,  # no checkpoint pauses inside the window (one when it stops)
-        "trainer.log_every": 50,
-        "trainer.device": "cpu",
-        "trainer.backend": "gloo",
-        "producer.synthetic.task_seed": setup.seed,
-    }
-    if cell.policy == "scadles":
-        sets["coordinator.b_min"] = setup.global_batch // setup.devices  # equal streams, equal rates
-    return sets
+
+class BalanceRunSetup(BalanceSetup):
+    """The setup as `balance.json` stores it: with the settings every cell ran with."""
+
+    settings: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RealdataCell:
+    """One run of the dataset workload: a policy on a fleet (the control is ett-stream on equal ranks)."""
+
+    policy: str
+    slowdowns: tuple[float, ...]
+
+    @property
+    def control(self) -> bool:
+        return len(set(self.slowdowns)) == 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.policy} slow-downs {fleet_label(self.slowdowns)}" + (" (control)" if self.control else "")
+
+
+class RealdataSetup(FleetSetup):
+    """The dataset workload: PLAID from a backlog on one emulated fleet, time to a held-out accuracy."""
+
+    dataset: str = "plaid"
+    """The packaged dataset replayed (its train split into the device topics, its test split held out)."""
+    policies: tuple[str, ...] = REALDATA_POLICIES
+    slowdowns: tuple[float, ...] = FLEETS["one-slow"]
+    """The heterogeneous fleet: one slow-down factor per rank."""
+    control: bool = True
+    """Also run ett-stream with every factor 1 (the homogeneous control behind the oracle step time)."""
+    global_batch: int = 64
+    warmup_steps: int = 5
+    steps: int = 40
+    eval_every: int = 3
+    """trainer.eval_every: steps between held-out evaluations (the time to the target is read at them)."""
+    smooth_evals: int = 2
+    """Trailing evaluations averaged before the accuracy is compared with the target."""
+    target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0)
+    """A fixed target; None: the rule (static's smoothed accuracy at mid-window, median over its runs)."""
+    repeats: int = 3
+    """Rounds of every cell; each round runs the cells in an order rotated by one, so no policy always runs first."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RealdataSetup:
+        if len(self.slowdowns) < 2 or min(self.slowdowns) < 1.0:
+            raise ValueError(f"slowdowns {fleet_label(self.slowdowns)}: give two or more factors >= 1, one per rank")
+        self._check(self.devices)
+        if "static" not in self.policies and self.target_accuracy is None:
+            raise ValueError("the target accuracy is static's: run static too, or give --target-accuracy")
+        if self.steps < 2 or self.eval_every < 1 or self.smooth_evals < 1:
+            raise ValueError("steps >= 2, eval_every >= 1 and smooth_evals >= 1 are required")
+        return self
+
+    @property
+    def devices(self) -> int:
+        return len(self.slowdowns)
+
+    @property
+    def target_step(self) -> int:
+        """The step whose static accuracy is the target (the middle of the measured window)."""
+        return self.warmup_steps + self.steps // 2
+
+    def cells(self) -> list[RealdataCell]:
+        """One round: each policy on the fleet, then the control."""
+        cells = [RealdataCell(p, self.slowdowns) for p in self.policies]
+        return cells + ([RealdataCell("ett-stream", (1.0,) * self.devices)] if self.control else [])
+
+    def settings_of(self, cell: RealdataCell) -> dict[str, object]:
+        """A cell's settings, besides the dataset's own."""
+        return {**MODEL_SETTINGS, **self.cell_settings(cell.slowdowns), "trainer.eval_every": self.eval_every,
+                "producer.seed": self.seed}
+
+
+class RealdataRunSetup(RealdataSetup):
+    """The setup as `realdata.json` stores it: with the settings every cell ran with."""
+
+    settings: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+def schedule(setup: RealdataSetup) -> list[tuple[int, RealdataCell]]:
+    """(round, cell) in running order: round r runs the cells rotated by r, so that across rounds each policy runs
+    early and late alike and slow drift of the shared machine falls on every policy."""
+    cells = setup.cells()
+    return [(rep, cells[(rep + i) % len(cells)]) for rep in range(setup.repeats) for i in range(len(cells))]

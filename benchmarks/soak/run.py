@@ -29,9 +29,7 @@ from ..live import (
     train_command,
     watermarks,
 )
-from .render import plot_soak
-from .results import FollowerStats, PhaseSpan, SoakResult, SoakSample, summarise_soak
-from .setup import SoakSetup
+from . import FollowerStats, PhaseSpan, SoakResult, SoakSample, SoakSetup, plot_soak, summarise_soak
 
 __all__ = ["Progress", "TruncationFollower", "run_soak"]
 
@@ -129,25 +127,43 @@ def run_soak(cfg: StreamtrainConfig, setup: SoakSetup, out: Path, external: bool
     return result
 
 
-def _soak(broker: LiveBroker, setup: SoakSetup, out: Path, launch: LaunchOptions,
-          progress: Progress | None) -> SoakResult:
-    kafka, job = broker.kafka, "soak"
-    devices = setup.device_ids()
-    ranked = devices[:setup.ranks]
-    follower_devices = devices[setup.ranks:]
-    group = f"{job}.trainers"
-    ensure_device_topics(kafka, devices)
-    run_dir = setup.work_dir or out / "soak-run"
-    services = Services(run_dir / "logs")
-    common = {"job": job, "kafka.bootstrap_servers": kafka.bootstrap_servers, "kafka.topic_prefix": kafka.topic_prefix,
-              "metrics.port": 0}
-    coord_sets: dict[str, object] = {
-        "coordinator.devices": devices, "coordinator.policy": setup.planner, "coordinator.delete_records": True,
-        "coordinator.delete_trained": True,
-        "coordinator.b_max": setup.b_max, "coordinator.poll_interval_seconds": 1.0,
-        "coordinator.feedback_wait_seconds": 0.2, "coordinator.max_lag_samples": setup.max_lag_samples,
-        "coordinator.seed": setup.seed}
-    trainer_sets = {"trainer.device": "cpu", "trainer.backend": "gloo", "trainer.torch_threads": 1,
+class _Soak:
+    """The soak's services on one broker: a coordinator per phase, the ranks, the producers, the follower."""
+
+    def __init__(self, broker: LiveBroker, setup: SoakSetup, run_dir: Path) -> None:
+        self.broker, self.setup, self.kafka, self.job = broker, setup, broker.kafka, "soak"
+        self.devices = setup.device_ids()
+        self.ranked = self.devices[:setup.ranks]
+        group = f"{self.job}.trainers"
+        self.services = Services(run_dir / "logs")
+        self.ckpt = run_dir / "checkpoints"
+        for stale in self.ckpt.iterdir() if self.ckpt.exists() else ():
+            stale.unlink()
+        self.follower = TruncationFollower(self.kafka, group, self.job, self.devices[setup.ranks:])
+        self.probe = make_consumer(self.kafka, group, **{"enable.auto.commit": "false"})  # reads commits only
+        self.common = {"job": self.job, "kafka.bootstrap_servers": self.kafka.bootstrap_servers,
+                       "kafka.topic_prefix": self.kafka.topic_prefix, "metrics.port": 0}
+        self.samples: list[SoakSample] = []
+        self.spans: list[PhaseSpan] = []
+
+    def coordinator(self, truncation: str, launch: LaunchOptions) -> None:
+        setup = self.setup
+        sets: dict[str, object] = {
+            **self.common, "coordinator.devices": self.devices, "coordinator.policy": setup.planner,
+            "coordinator.delete_records": True, "coordinator.delete_trained": True, "coordinator.b_max": setup.b_max,
+            "coordinator.poll_interval_seconds": 1.0, "coordinator.feedback_wait_seconds": 0.2,
+            "coordinator.max_lag_samples": setup.max_lag_samples, "coordinator.seed": setup.seed,
+            "coordinator.truncation": truncation}
+        self.services.start(f"coordinator-{truncation}", "coordinator",
+                            launch.command("coordinator", "coordinate", "--port", "0", settings=sets))
+
+    def start(self, launch: LaunchOptions) -> None:
+        """The first phase's coordinator, the ranks (until each has stepped), the follower, the producers."""
+        setup = self.setup
+        ensure_device_topics(self.kafka, self.devices)
+        self.coordinator(setup.phases[0], launch)
+        if self.ranked:
+            sets = {**self.common, "trainer.device": "cpu", "trainer.backend": "gloo", "trainer.torch_threads": 1,
                     "trainer.num_features": setup.features, "trainer.num_classes": setup.classes,
                     "trainer.hidden_size": 32, "trainer.num_layers": 1, "trainer.plan_wait_seconds": 1.0,
                     "trainer.data_wait_seconds": 0.5, "trainer.checkpoint_every": 5, "trainer.log_every": 50,
@@ -155,64 +171,63 @@ def _soak(broker: LiveBroker, setup: SoakSetup, out: Path, launch: LaunchOptions
                     # The ranks outlive the phases' coordinators: the rule that admits every phase's truncation
                     # (truncate and bounded by samples both keep at least the newest record).
                     "coordinator.truncation": "truncate"}
-    ckpt = run_dir / "checkpoints"
-    if ckpt.exists():
-        for stale in ckpt.iterdir():
-            stale.unlink()
-    follower = TruncationFollower(kafka, group, job, follower_devices)
-    probe = make_consumer(kafka, group, **{"enable.auto.commit": "false"})  # reads the group's commits only
-    total_s = setup.minutes * 60.0
-    phase_s = total_s / len(setup.phases)
-    samples: list[SoakSample] = []
-    spans: list[PhaseSpan] = []
-    failures: list[str] = []
-    try:
-        def coordinator(truncation: str) -> None:
-            services.start(f"coordinator-{truncation}", "coordinator", launch.command(
-                "coordinator", "coordinate", "--port", "0",
-                settings={**common, **coord_sets, "coordinator.truncation": truncation}))
-
-        coordinator(setup.phases[0])
-        if ranked:
-            services.start("trainers", "trainer", launch.command(
-                "trainer", *train_command(ranked, ckpt), settings={**common, **trainer_sets}))
-            _wait_for_ranks(services, FeedbackTail(kafka, job), ranked, setup.start_timeout_s)
-        follower.start()
+            self.services.start("trainers", "trainer",
+                                launch.command("trainer", *train_command(self.ranked, self.ckpt), settings=sets))
+            _wait_for_ranks(self.services, FeedbackTail(self.kafka, self.job), self.ranked, setup.start_timeout_s)
+        self.follower.start()
         for i, (ids, rates) in enumerate(setup.producer_groups()):
-            producer_sets = {
-                **common, "producer.devices": len(ids), "producer.device_ids": ids, "producer.rate.rates": rates,
-                "producer.seed": setup.seed + i, "producer.size.kind": "normal", "producer.size.mean": setup.size_mean,
-                "producer.size.dif": setup.size_dif, "producer.synthetic.features": setup.features,
-                "producer.synthetic.classes": setup.classes, "producer.duration_seconds": 0,
-                "producer.tick_seconds": 0.01, "producer.metrics": False}
-            services.start(f"producer-{i}", "producer",
-                           launch.command("producers", "produce", "--no-progress", settings=producer_sets))
+            sets = {**self.common, "producer.devices": len(ids), "producer.device_ids": ids,
+                    "producer.rate.rates": rates, "producer.seed": setup.seed + i, "producer.size.kind": "normal",
+                    "producer.size.mean": setup.size_mean, "producer.size.dif": setup.size_dif,
+                    "producer.synthetic.features": setup.features, "producer.synthetic.classes": setup.classes,
+                    "producer.duration_seconds": 0, "producer.tick_seconds": 0.01, "producer.metrics": False}
+            self.services.start(f"producer-{i}", "producer",
+                                launch.command("producers", "produce", "--no-progress", settings=sets))
+
+    def phases(self, launch: LaunchOptions, progress: Progress | None) -> None:
+        """Each phase in turn (its own coordinator), sampled every `sample_every_s` until its share of the run."""
+        setup = self.setup
+        total_s = setup.minutes * 60.0
         began = time.monotonic()
         for index, truncation in enumerate(setup.phases):
             if index > 0:
-                services.stop(f"coordinator-{setup.phases[index - 1]}", signal.SIGTERM, 30.0)
-                coordinator(truncation)
-            start = round(time.monotonic() - began, 1)
-            end = (index + 1) * phase_s
+                self.services.stop(f"coordinator-{setup.phases[index - 1]}", signal.SIGTERM, 30.0)
+                self.coordinator(truncation, launch)
+            start, end = round(time.monotonic() - began, 1), (index + 1) * total_s / len(setup.phases)
             while time.monotonic() - began < end:
-                sample = _sample(broker, services, kafka, probe, devices, time.monotonic() - began, truncation)
-                samples.append(sample)
+                sample = _sample(self.broker, self.services, self.kafka, self.probe, self.devices,
+                                 time.monotonic() - began, truncation)
+                self.samples.append(sample)
                 if progress is not None:
                     progress(sample.t, total_s, truncation, sample)
-                if dead := services.dead():
-                    raise RuntimeError(services.failure(dead[0]))
+                if dead := self.services.dead():
+                    raise RuntimeError(self.services.failure(dead[0]))
                 time.sleep(max(0.0, min(setup.sample_every_s, end - (time.monotonic() - began))))
-            spans.append(PhaseSpan(truncation, start, round(time.monotonic() - began, 1)))
+            self.spans.append(PhaseSpan(truncation, start, round(time.monotonic() - began, 1)))
+
+    def close(self) -> None:
+        self.follower.stop_event.set()
+        self.services.stop_all()
+        if self.follower.is_alive():
+            self.follower.join(15)
+        self.probe.close()
+
+
+def _soak(broker: LiveBroker, setup: SoakSetup, out: Path, launch: LaunchOptions,
+          progress: Progress | None) -> SoakResult:
+    soak = _Soak(broker, setup, setup.work_dir or out / "soak-run")
+    failures: list[str] = []
+    try:
+        soak.start(launch)
+        soak.phases(launch, progress)
     except RuntimeError as exc:
         failures.append(str(exc))
         raise
     finally:
-        follower.stop_event.set()
-        services.stop_all()
-        follower.join(15)
-        probe.close()
-    stats = FollowerStats(devices=setup.devices - setup.ranks, commits=follower.commits, errors=follower.errors)
-    return summarise_soak(setup, broker, samples, spans, stats, failures)
+        soak.close()
+    stats = FollowerStats(devices=setup.devices - setup.ranks, commits=soak.follower.commits,
+                          errors=soak.follower.errors)
+    return summarise_soak(setup, broker, soak.samples, soak.spans, stats, failures)
 
 
 def _wait_for_ranks(services: Services, tail: FeedbackTail, ranked: Sequence[str], timeout: float) -> None:
@@ -226,7 +241,7 @@ def _wait_for_ranks(services: Services, tail: FeedbackTail, ranked: Sequence[str
                 raise RuntimeError(services.failure(dead[0]))
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the trainer ranks did not report a step within {timeout:.0f} s; see "
-                                   f"{services.children['trainers'].log_path}")
+                                   f"{services.log_dir / 'trainers.log'}")
             time.sleep(0.2)
     finally:
         tail.close()

@@ -101,7 +101,7 @@ class _Runs:
     size (it does unless two sizes round to the same ETT), `valid` whether every ETT is finite.
     """
 
-    def __init__(self, devices: tuple[DeviceState, ...], a: np.ndarray, check_uniform: bool) -> None:
+    def __init__(self, devices: tuple[DeviceState, ...], a: np.ndarray, check_uniform: bool) -> None:  # noqa: PLR0915  one vectorised pass over every device's index (two sort paths); the scheduler benchmark times it
         n = len(devices)
         sizes = [d.pending.sizes for d in devices]  # type: ignore[union-attr]
         lengths = np.fromiter((len(s) for s in sizes), np.int64, n)
@@ -192,7 +192,7 @@ class _Runs:
         self.size = cat(run_sizes) if run_sizes else np.zeros(0)
 
 
-def _pack_fast(state: PlanningState, config: CoordinatorConfig) -> Plan | None:
+def _pack_fast(state: PlanningState, config: CoordinatorConfig) -> Plan | None:  # noqa: C901, PLR0915  the reference algorithm's loop on runs of equal ETT, kept whole so it reads against reference.py
     """`pack_chronica_reference`'s plan, on runs of equal ETT; None when an input needs the reference (a
     non-finite ETT or fixed cost, or equal ETTs of different sizes on a device with a memory limit)."""
     devices = state.devices
@@ -301,7 +301,7 @@ def _pack_fast(state: PlanningState, config: CoordinatorConfig) -> Plan | None:
     return _assemble(state, config, runs, a, b, fits, smallest, pivot_run, pivot_pos)
 
 
-def _assemble(state: PlanningState, config: CoordinatorConfig, runs: _Runs, a: np.ndarray, b: np.ndarray,
+def _assemble(state: PlanningState, config: CoordinatorConfig, runs: _Runs, a: np.ndarray, b: np.ndarray,  # noqa: PLR0915  the picks turned into each device's batch in one vectorised pass, as _pack_fast's second half
               fits: list[int], smallest: list[int], pivot_run: int, pivot_pos: int) -> Plan:
     """The plan from the runs each pick took. The reference keeps equal ETTs in position order, so a
     fit takes the newest sample left in its run and an overshoot the oldest; the pivot (position

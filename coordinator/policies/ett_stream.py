@@ -128,7 +128,7 @@ def _prefix_count(cum: np.ndarray, starts: np.ndarray, lengths: np.ndarray, base
     return k
 
 
-def _fill_indexed(
+def _fill_indexed(  # noqa: C901, PLR0915  the fill and its fast paths in one pass over the index; the scheduler benchmark times it
     devices: list[DeviceState], budgets: np.ndarray, limits: np.ndarray, config: CoordinatorConfig
 ) -> list[np.ndarray]:
     """Positions chosen in each device's pending index (devices all have a non-empty index).

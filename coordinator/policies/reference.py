@@ -117,7 +117,7 @@ def oldest_pending(state: PlanningState) -> tuple[int, int] | None:
     return None if best is None else (best[1], best[2])
 
 
-def pack_chronica_reference(state: PlanningState, config: CoordinatorConfig) -> list[DeviceBatch]:
+def pack_chronica_reference(state: PlanningState, config: CoordinatorConfig) -> list[DeviceBatch]:  # noqa: PLR0915  the paper's algorithm as written, step by step: the specification the fast path is tested against
     """CHRONICA's greedy (Alg. 2) over devices that all have a pending index, one sample at a time.
 
     A sample's ETT on its device is a·size; a device's load starts at its fixed cost b. The fleet's

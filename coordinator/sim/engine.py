@@ -108,7 +108,7 @@ class _Buffers:
         return dropped
 
 
-def simulate(
+def simulate(  # noqa: C901, PLR0915  one simulated step in order (arrivals, plan, compute, feedback), as the live loop runs it
     scenario: Scenario,
     config: CoordinatorConfig,
     policy: str,

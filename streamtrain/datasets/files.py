@@ -233,7 +233,7 @@ def _read_npy(path: Path, dir_label: int) -> tuple[list[np.ndarray], list[int]]:
     return [_as_payload(arr, str(path))], [dir_label]
 
 
-def _read_csv(path: Path, label_column: str, sample_column: str | None,
+def _read_csv(path: Path, label_column: str, sample_column: str | None,  # noqa: C901, PLR0915  one CSV layout check per branch (label column, sample column, header), each with its own message
               classes: ClassNames) -> tuple[list[np.ndarray], list[int]]:
     try:
         with path.open(newline="") as fh:
@@ -320,7 +320,7 @@ def _class_dirs(root: Path, files: list[Path], classes: ClassNames) -> dict[Path
     return dict(zip(dirs, names, strict=True))
 
 
-def load_dataset(path: Path, label_column: str = "label", sample_column: str | None = "sample",
+def load_dataset(path: Path, label_column: str = "label", sample_column: str | None = "sample",  # noqa: C901, PLR0915  each file format and its checks in one dispatch, each raising a DatasetError naming the file
                  class_names: Sequence[str] | None = None) -> Dataset:
     """Load every readable sample under `path`; skip and report files that cannot be used.
 

@@ -99,7 +99,7 @@ class _Draft:
     seen: set[str] = field(default_factory=set)
     declared: TsHeader = field(default_factory=TsHeader)
 
-    def read(self, tag: str, rest: str, source: str, number: int) -> None:
+    def read(self, tag: str, rest: str, source: str, number: int) -> None:  # noqa: C901  a line-by-line reader of the .ts header keywords and data, one branch per keyword
         """Take one header line `@tag rest`."""
         if tag not in KNOWN_TAGS:
             raise TsFormatError(source, number, f"unknown header tag @{tag} (known: "

@@ -52,14 +52,7 @@ class JsonDecoder:
     def __call__(self, record: SourceRecord) -> SampleFields:
         """The sample's fields from the record's JSON object."""
         m = self.mapping
-        if not record.value:
-            raise Rejected("empty-value", "the record has no value")
-        try:
-            obj = json.loads(record.value)
-        except (ValueError, UnicodeDecodeError) as exc:  # one object per value: a second line is "extra data"
-            raise Rejected("json-invalid", f"the value is not one JSON object: {exc}") from None
-        if not isinstance(obj, dict):
-            raise Rejected("json-invalid", f"the value is JSON {type(obj).__name__}, not an object")
+        obj = self._object(record)
         data = self._required(obj, m.data, "mapping.data")
         try:
             with np.errstate(over="ignore"):  # a value too large for the dtype becomes inf: rejected as non-finite
@@ -69,6 +62,24 @@ class JsonDecoder:
         if m.shape is not None:
             array = _reshaped(array, m.shape, "mapping.shape")
         fields: SampleFields = {"data": array}
+        self._optional(obj, fields)
+        return fields
+
+    @staticmethod
+    def _object(record: SourceRecord) -> dict[str, Any]:
+        if not record.value:
+            raise Rejected("empty-value", "the record has no value")
+        try:
+            obj = json.loads(record.value)
+        except (ValueError, UnicodeDecodeError) as exc:  # one object per value: a second line is "extra data"
+            raise Rejected("json-invalid", f"the value is not one JSON object: {exc}") from None
+        if not isinstance(obj, dict):
+            raise Rejected("json-invalid", f"the value is JSON {type(obj).__name__}, not an object")
+        return obj
+
+    def _optional(self, obj: dict[str, Any], fields: SampleFields) -> None:
+        """The fields the mapping names besides the data: label, target, device, time, seq, metadata."""
+        m = self.mapping
         if m.label is not None:
             fields["label"] = self._required(obj, m.label, "mapping.label")
         if m.target is not None:
@@ -86,7 +97,6 @@ class JsonDecoder:
             found = {name: _field(obj, name) for name in m.metadata}
             fields["metadata"] = {k: v if isinstance(v, str) else json.dumps(v)
                                   for k, v in found.items() if v is not _MISSING}
-        return fields
 
     @staticmethod
     def _required(obj: dict[str, Any], path: str, setting: str) -> Any:

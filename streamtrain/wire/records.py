@@ -28,10 +28,29 @@ __all__ = [
     "expand_ranges",
     "now_ms",
     "ranges_of",
+    "wire_dtype",
 ]
 
 #: Payload element types a Sample may carry (the `DType` enum of Sample.avsc).
 DTYPES: tuple[str, ...] = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8")
+
+
+def _byte_swapped(dtype: np.dtype) -> bool:
+    return dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
+
+
+#: numpy dtype, in either byte order -> (its DTYPES name, whether its bytes must be swapped: the wire is
+#: little-endian). A dict lookup, because `dtype.name` is computed in Python on every access (the hot path).
+_WIRE_DTYPES: dict[np.dtype, tuple[str, bool]] = {
+    dtype: (name, _byte_swapped(dtype))
+    for name in DTYPES for dtype in (np.dtype(name).newbyteorder("<"), np.dtype(name).newbyteorder(">"))
+}
+
+
+def wire_dtype(dtype: np.dtype) -> str | None:
+    """The name the wire gives `dtype` (one of `DTYPES`), or None when it has none (bool, complex, uint16, ...)."""
+    found = _WIRE_DTYPES.get(dtype)
+    return None if found is None else found[0]
 
 
 def now_ms() -> int:
@@ -75,12 +94,12 @@ class Sample:
         arr = np.asarray(array)
         if arr.ndim == 0:
             raise ValueError("a sample's payload needs at least one axis (its size axis)")
-        dtype = arr.dtype
-        name = dtype.name
-        if name not in DTYPES:
-            raise ValueError(f"dtype {name!r} is not one of {', '.join(DTYPES)}")
-        if dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big"):
-            arr = arr.astype(dtype.newbyteorder("<"))  # the wire is little-endian
+        wire = _WIRE_DTYPES.get(arr.dtype)
+        if wire is None:
+            raise ValueError(f"dtype {arr.dtype.name!r} is not one of {', '.join(DTYPES)}")
+        name, swap = wire
+        if swap:
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
         return cls(
             device_id=device_id,
             seq=seq,

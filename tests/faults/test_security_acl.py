@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from bridge.service import Bridge
 from coordinator.inputs import OffsetProbe
+from streamtrain import DeliveryError, DeviceProducer
 from streamtrain.authz import AuthorizationError
 from streamtrain.broker import EmbeddedBroker, find_kafka_libs, scram
 from streamtrain.cli_support import CLI_MODULE, module_command
@@ -140,6 +141,21 @@ def test_forged_plans_and_feedback_from_other_principals_are_refused_by_the_brok
         assert f"refused User:{user} WRITE on topic {topic} (TOPIC_AUTHORIZATION_FAILED)" in str(refused.value)
         assert PASSWORDS[user] not in str(refused.value)
     assert (_end(acl_broker, assignments), _end(acl_broker, feedback)) == before  # nothing got through
+
+
+def test_a_device_producer_logs_in_writes_its_own_device_and_is_stopped_on_any_other(
+        acl_broker: EmbeddedBroker) -> None:
+    kafka = _as(acl_broker, "streamtrain-producer-0")
+    with DeviceProducer(kafka, device="0") as own:  # the SCRAM login comes from the same KafkaConfig
+        own.send(np.ones((3, 2), dtype=np.float32), label=1)
+    assert own.delivered == 1
+    other = DeviceProducer(kafka, device="1")
+    other.send(np.ones((3, 2), dtype=np.float32), label=1)
+    refused = f"refused User:streamtrain-producer-0 WRITE on topic {PREFIX}.device.1"
+    with pytest.raises(AuthorizationError, match=refused):
+        other.flush(30)
+    with pytest.raises(DeliveryError, match="1 sample"):  # and the sample is counted as failed, not dropped
+        other.close()
 
 
 def test_reads_deletes_commits_and_topic_creation_beyond_a_role_are_refused(acl_broker: EmbeddedBroker) -> None:

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.convergence.results import ConvergenceResult
-from benchmarks.convergence.run import run_convergence
-from benchmarks.convergence.setup import AGGREGATIONS, ConvergenceSetup
+from benchmarks.convergence import AGGREGATIONS, ConvergenceResult, ConvergenceSetup, run_convergence
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~15-30 s: three process groups start torch
 

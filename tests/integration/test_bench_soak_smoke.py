@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.soak.results import SoakResult
+from benchmarks.soak import SoakResult, SoakSetup
 from benchmarks.soak.run import run_soak
-from benchmarks.soak.setup import SoakSetup
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~50 s: the services start, then 30 s of load

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.truncation.results import TruncationResult
-from benchmarks.truncation.run import run_truncation
-from benchmarks.truncation.setup import TruncationSetup
+from benchmarks.truncation import TruncationResult, TruncationSetup, run_truncation
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~40 s: two coordinator + rank start-ups

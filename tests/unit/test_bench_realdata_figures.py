@@ -1,5 +1,6 @@
-"""bench realdata's figures from real Evaluation / StepFeedback records: accuracy over training time, the target,
-repeats combined, the oracle and the verdicts, the stored JSON and its BENCHMARKS.md section."""
+"""The balance benchmark's dataset workload (bench realdata), from real Evaluation / StepFeedback records:
+accuracy over training time, the target, repeats combined, the oracle and the verdicts, the stored JSON and its
+BENCHMARKS.md section."""
 
 from __future__ import annotations
 
@@ -8,18 +9,18 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.common import RenderContext, problems
-from benchmarks.realdata.analysis import (
+from benchmarks.balance.accuracy import (
     accuracy_curve,
     combine_runs,
-    evaluate_targets,
-    summarise,
+    evaluate_realdata,
+    summarise_realdata,
     target_accuracy,
     wall_period_median,
 )
-from benchmarks.realdata.render import render_realdata
-from benchmarks.realdata.results import AccuracyPoint, RealdataResult, RunResult
-from benchmarks.realdata.setup import RealdataCell, RealdataSetup, oracle_step_seconds, schedule
+from benchmarks.balance.render import render_realdata
+from benchmarks.balance.results import AccuracyPoint, RealdataResult, RunResult
+from benchmarks.balance.setup import RealdataCell, RealdataSetup, oracle_factor, schedule
+from benchmarks.common import RenderContext, problems
 from streamtrain.wire import Evaluation, StepFeedback
 
 T0 = 1_700_000_000_000  # ms: when step 0 began
@@ -89,7 +90,7 @@ def test_target_is_statics_mid_window_accuracy_over_its_runs_and_each_run_is_tim
     assert "after step 6" in rule and "3 runs" in rule
     assert target_accuracy(runs, SETUP.model_copy(update={"target_accuracy": 0.55}))[0] == 0.55
 
-    result = summarise(runs, SETUP, {"trainer.model": "seq"}, 60.0)
+    result = summarise_realdata(runs, SETUP, {"trainer.model": "seq"}, 60.0)
     ett = result.find("ett-stream")
     static = result.find("static")
     assert ett is not None and static is not None
@@ -106,26 +107,26 @@ def test_target_is_statics_mid_window_accuracy_over_its_runs_and_each_run_is_tim
 def test_never_reaching_the_target_in_most_runs_is_no_time_and_fails_the_verdicts() -> None:
     runs = [_run("static", r, 0.8) for r in range(3)]
     runs += [_run("ett-stream", r, 0.25, rise=0.05 if r else 0.1) for r in range(3)]  # 2 of 3 never reach 0.4
-    t = summarise(runs, SETUP, {}, 1.0).targets
+    t = summarise_realdata(runs, SETUP, {}, 1.0).targets
     assert t.ett_stream_seconds_to_target is None
     assert t.no_later_than_best_met is False and t.speedup_vs_static is None and t.speedup_met is None
 
 
 def test_the_oracle_is_the_control_times_n_over_the_summed_speeds() -> None:
-    assert oracle_step_seconds(0.2, (1.0, 1.0, 1.0, 4.0)) == pytest.approx(0.2 * 4 / 3.25)
-    assert oracle_step_seconds(0.2, (1.0, 1.0)) == pytest.approx(0.2)
+    assert 0.2 * oracle_factor((1.0, 1.0, 1.0, 4.0)) == pytest.approx(0.2 * 4 / 3.25)
+    assert 0.2 * oracle_factor((1.0, 1.0)) == pytest.approx(0.2)
     runs = [_run("static", 0, 0.8), _run("ett-stream", 0, 0.3, period=0.27),
             _run("ett-stream", 0, 0.2, period=0.2, control=True)]
     policies = combine_runs(runs)
     assert [(p.policy, p.control) for p in policies] == [("static", False), ("ett-stream", False), ("ett-stream", True)]
-    t = evaluate_targets(policies, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0))
+    t = evaluate_realdata(policies, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0))
     assert t.oracle_step_seconds == pytest.approx(0.2 * 4 / 3.25)
     assert t.over_oracle == pytest.approx(0.27 / (0.2 * 4 / 3.25)) and t.oracle_met is True
     slow = combine_runs([*runs[:1], _run("ett-stream", 0, 0.3, period=0.29 * 1.2), runs[2]])
-    assert evaluate_targets(slow, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0)).oracle_met is False
+    assert evaluate_realdata(slow, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0)).oracle_met is False
     # A control slower than the heterogeneous fleet was slowed by something else: its oracle is not judged.
     loaded = combine_runs([*runs[:2], _run("ett-stream", 0, 0.4, period=0.4, control=True)])
-    t = evaluate_targets(loaded, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0))
+    t = evaluate_realdata(loaded, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0))
     assert t.oracle_is_bound is False and t.oracle_met is None and t.over_oracle is not None
 
 
@@ -134,7 +135,7 @@ def test_the_oracle_time_to_the_target_bounds_the_speedup_over_static() -> None:
     # equal-rank control at 0.2 s. A perfect split of 1,1,1,4 paces 0.2 x 4 / 3.25 s a step over static's 6 steps.
     runs = [_run("static", r, 0.8) for r in range(3)] + [_run("ett-stream", r, 0.3) for r in range(3)]
     runs += [_run("ett-stream", r, 0.2 + 0.01 * r, control=True) for r in range(3)]
-    t = summarise(runs, SETUP, {}, 1.0).targets
+    t = summarise_realdata(runs, SETUP, {}, 1.0).targets
     pace = 0.21 * 4 / 3.25  # the control's median pace to its target
     assert t.oracle_seconds_to_target == pytest.approx(pace * 6)
     assert t.oracle_speedup_vs_static == pytest.approx(0.8 * 6 / (pace * 6))
@@ -142,7 +143,7 @@ def test_the_oracle_time_to_the_target_bounds_the_speedup_over_static() -> None:
     # The bound is met by no policy faster than the oracle: ett-stream's speed-up stays under it.
     assert t.speedup_vs_static is not None and t.speedup_vs_static < t.oracle_speedup_vs_static
     # Without a control there is no oracle to bound anything.
-    alone = summarise(runs[:6], SETUP, {}, 1.0).targets
+    alone = summarise_realdata(runs[:6], SETUP, {}, 1.0).targets
     assert alone.oracle_seconds_to_target is None and alone.oracle_speedup_vs_static is None
 
 
@@ -179,7 +180,7 @@ def test_setup_refuses_what_it_cannot_judge() -> None:
 def test_result_round_trips_and_renders_its_section(tmp_path: Path) -> None:
     runs = [_run("static", r, 0.8) for r in range(3)] + [_run("ett-stream", r, 0.25) for r in range(3)]
     runs += [_run("ett-stream", r, 0.2, control=True) for r in range(3)]
-    result = summarise(runs, SETUP, {"trainer.model": "seq"}, 600.0)
+    result = summarise_realdata(runs, SETUP, {"trainer.model": "seq"}, 600.0)
     loaded = RealdataResult.load(result.write(tmp_path / "realdata.json"))
     assert loaded == result
     text = render_realdata(loaded, RenderContext(tmp_path, tmp_path))

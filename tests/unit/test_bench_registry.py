@@ -1,4 +1,5 @@
-"""The benchmark registry, the BENCHMARKS.md refresher, and the convergence analysis."""
+"""The benchmark registry, the measuring context `bench` records, BENCHMARKS.md generated whole, and the
+convergence analysis."""
 
 from __future__ import annotations
 
@@ -8,53 +9,52 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from benchmarks.cli import register
-from benchmarks.common import LaunchOptions
-from benchmarks.convergence.results import ConvergenceResult, Curve, analyse, schedule_summary, smoothed
-from benchmarks.convergence.setup import ConvergenceSetup
+from benchmarks.cli import register, with_context
+from benchmarks.common import Bench, LaunchOptions, RenderContext
+from benchmarks.convergence import (
+    ConvergenceResult,
+    ConvergenceSetup,
+    Curve,
+    analyse,
+    render_convergence,
+    schedule_summary,
+    smoothed,
+)
 from benchmarks.registry import REGISTRY, bench_named
-from benchmarks.report import BenchRun, SuiteRuns, marker_names, refresh_markdown, render_sections
+from benchmarks.report import BenchRun, SuiteRuns, render_markdown, render_sections
 from benchmarks.suite import choose
 from streamtrain_cli import app, bench_app
 
-DOC = """# Title
 
-Hand-written intro with a <!-- comment --> in it.
+def _fake_bench(tmp: Path) -> Bench[ConvergenceResult]:
+    """A benchmark whose command writes a small convergence result into --out, as a real one does."""
 
-<!-- bench:alpha -->
-old alpha table
-<!-- /bench:alpha -->
+    def command(out: Path = Path("x")) -> None:
+        setup = ConvergenceSetup(steps=4, smooth_steps=1)
+        curves = {name: _curve([0.2, 0.5, 0.9, 0.9]) for name in ("sgd", "weighted", "plain")}
+        out.mkdir(parents=True, exist_ok=True)
+        ConvergenceResult(target_accuracy=0.85, cells=analyse(setup, curves), weighted_vs_sgd_max_param_diff=1e-7,
+                          plain_vs_sgd_max_param_diff=0.3, schedule=schedule_summary(setup), setup=setup,
+                          cell_seconds={}, seconds=1.0, curves=curves).write(out / "convergence.json")
 
-Prose between the sections, kept as it is.
-
-<!-- bench:beta -->
-old beta
-<!-- /bench:beta -->
-trailing prose
-"""
+    return Bench("convergence", command, ConvergenceResult, render_convergence, about="`x`: what it measures.")
 
 
-def test_refresh_replaces_only_the_named_sections_and_keeps_the_prose() -> None:
-    new, missing = refresh_markdown(DOC, {"alpha": "| a |\n|---|\n| 1 |\n", "gamma": "nowhere"})
-    assert missing == ["gamma"]
-    assert "old alpha table" not in new and "| a |\n|---|\n| 1 |" in new
-    assert "old beta" in new  # not named: untouched
-    # Everything outside the alpha markers is byte for byte the same.
-    before, _, after = DOC.partition("<!-- bench:alpha -->")
-    assert new.startswith(before + "<!-- bench:alpha -->\n| a |")
-    assert new.endswith(after.split("<!-- /bench:alpha -->", 1)[1])
-    assert marker_names(new) == ["alpha", "beta"]
-
-
-def test_refresh_is_idempotent_and_sections_do_not_leak_into_each_other() -> None:
-    sections = {"alpha": "A1", "beta": "B1"}
-    once, _ = refresh_markdown(DOC, sections)
-    twice, _ = refresh_markdown(once, sections)
-    assert once == twice
-    assert once.count("A1") == 1 and once.count("B1") == 1
-    assert "Prose between the sections, kept as it is." in once
-    changed, _ = refresh_markdown(once, {"beta": "B2"})
-    assert "A1" in changed and "B2" in changed and "B1" not in changed
+def test_bench_records_the_context_its_figures_were_measured_in(tmp_path: Path) -> None:
+    bench = _fake_bench(tmp_path)
+    with_context(bench)(out=tmp_path / "data")
+    result = ConvergenceResult.load(tmp_path / "data" / "convergence.json")
+    context = result.context
+    assert context is not None and context.cores and context.load_start and context.load_end
+    assert context.command.startswith("streamtrain ") and context.seconds is not None and context.seconds >= 0
+    assert context.commit is None or len(context.commit.removesuffix("+dirty")) == 12
+    body = bench.section(tmp_path / "data" / "convergence.json", RenderContext(tmp_path / "data", tmp_path))
+    assert body.startswith("Measured ") and f"Command: `{context.command}`" in body
+    # A file from before contexts were recorded still renders, and says so.
+    bare = result.model_copy(update={"context": None})
+    bare.write(tmp_path / "old.json")
+    assert bench.section(tmp_path / "old.json", RenderContext(tmp_path, tmp_path)).startswith(
+        "Measuring context not recorded.")
 
 
 def test_every_benchmark_of_the_registry_is_a_bench_command() -> None:
@@ -135,15 +135,9 @@ def test_schedule_is_uneven_with_idle_ranks_and_reproducible() -> None:
     assert labels <= {2, 3}  # non-IID: device 1 streams classes 2 and 3 only
 
 
-def test_report_renders_a_convergence_json_with_relative_plot_links(tmp_path: Path) -> None:
-    setup = ConvergenceSetup(steps=4, smooth_steps=1)
-    curves = {name: _curve([0.2, 0.5, 0.9, 0.9]) for name in ("sgd", "weighted", "plain")}
-    result = ConvergenceResult(target_accuracy=0.85, cells=analyse(setup, curves), weighted_vs_sgd_max_param_diff=1e-7,
-                               plain_vs_sgd_max_param_diff=0.3, schedule=schedule_summary(setup), setup=setup,
-                               cell_seconds={}, seconds=1.0, curves=curves)
+def test_report_renders_benchmarks_md_whole_with_relative_plot_links(tmp_path: Path) -> None:
     data = tmp_path / "reports" / "bench"
-    data.mkdir(parents=True)
-    result.write(data / "convergence.json")
+    with_context(_fake_bench(tmp_path))(out=data)
     runs = [BenchRun(name="kafka", status="ok", seconds=90.0), BenchRun(name="convergence", status="ok", seconds=60)]
     SuiteRuns(quick=False, runs=runs).write(data / "all.json")
     sections = render_sections([data], tmp_path)
@@ -156,13 +150,18 @@ def test_report_renders_a_convergence_json_with_relative_plot_links(tmp_path: Pa
     assert "**met**" in body and "| weighted | 30 | 3 | 1.000 |" in body
 
     md = tmp_path / "BENCHMARKS.md"
-    md.write_text("intro\n<!-- bench:convergence -->\nold\n<!-- /bench:convergence -->\n<!-- bench:balance -->\n"
-                  "Not yet measured.\n<!-- /bench:balance -->\nend\n")
+    md.write_text("hand-written text that does not survive\n")
     result_cli = CliRunner().invoke(app, ["bench", "report", "--out", str(data), "--markdown", str(md)])
     assert result_cli.exit_code == 0, result_cli.output
     text = md.read_text()
-    assert text.startswith("intro\n<!-- bench:convergence -->\nSetup:") and text.endswith("end\n")
-    assert "old" not in text and "Not yet measured." in text
+    assert text == render_markdown([data], tmp_path) and "hand-written" not in text
+    assert text.startswith("# Benchmarks\n\n<!-- Generated by `streamtrain bench report` from the JSON in "
+                           "`reports/bench`")
+    # Every benchmark has its section: its description from its code, then its figures or "not measured yet".
+    for bench in REGISTRY:
+        assert f"\n## {bench.name}\n\n{bench.about.strip()}\n" in text
+    assert "Not measured yet: no `balance.json` in `reports/bench`." in text
+    assert "\n## convergence\n" in text and "Measured " in text.split("## convergence")[1]
 
 
 def test_launch_options_pass_the_root_options_on_under_the_benchmarks_own_settings(tmp_path: Path) -> None:

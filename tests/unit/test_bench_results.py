@@ -1,4 +1,5 @@
-"""The committed benchmark results load into their typed records, lose nothing, and render BENCHMARKS.md as it is."""
+"""The committed benchmark results load into their typed records, lose nothing, and BENCHMARKS.md is exactly what
+`bench report` generates from them."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from benchmarks.common import Record
-from benchmarks.convergence.setup import ConvergenceSetup
 from benchmarks.registry import REGISTRY
-from benchmarks.report import SuiteRuns, refresh_markdown, render_sections
+from benchmarks.report import SuiteRuns, render_markdown, render_sections
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "bench"
@@ -41,8 +41,6 @@ def _holds(dumped: Any, stored: Any, where: str = "") -> None:
 def test_a_committed_result_loads_loses_nothing_and_writes_back_the_same(name: str, kind: type[Record],
                                                                           tmp_path: Path) -> None:
     stored = json.loads((DOCS / name).read_text())
-    if isinstance(stored.get("setup", {}).get("extra"), dict):  # the one key typing moved: notes became fields
-        stored["setup"] = {**{k: v for k, v in stored["setup"].items() if k != "extra"}, **stored["setup"]["extra"]}
     result = kind.load(DOCS / name)
     _holds(json.loads(json.dumps(result.model_dump())), stored)
     assert kind.load(result.write(tmp_path / name)) == result
@@ -53,12 +51,8 @@ def test_bench_report_regenerates_benchmarks_md_unchanged_from_the_committed_res
     data.mkdir(parents=True)
     for path in DOCS.glob("*.json"):
         shutil.copy(path, data / path.name)
-    text = (ROOT / "BENCHMARKS.md").read_text()
-    sections = render_sections([data], tmp_path)
-    assert set(sections) == {"all", *(b.name for b in REGISTRY)}
-    new, missing = refresh_markdown(text, sections)
-    assert not missing
-    assert new == text
+    assert set(render_sections([data], tmp_path)) == {"all", *(b.name for b in REGISTRY)}
+    assert render_markdown([data], tmp_path) == (ROOT / "BENCHMARKS.md").read_text()
 
 
 def test_a_result_with_a_key_it_does_not_declare_is_refused_by_name(tmp_path: Path) -> None:
@@ -68,9 +62,3 @@ def test_a_result_with_a_key_it_does_not_declare_is_refused_by_name(tmp_path: Pa
     kind = next(b.result for b in REGISTRY if b.name == "scheduler")
     with pytest.raises(ValidationError, match="latency_ms_mean"):
         kind.load(tmp_path / "scheduler.json")
-
-
-def test_a_convergence_setup_of_the_untyped_shape_reads_its_quick_note() -> None:
-    old = ConvergenceSetup.model_validate({"steps": 100, "extra": {"quick": True}})
-    assert old.quick and old.steps == 100 and "extra" not in old.model_dump()
-    assert ConvergenceSetup.model_validate({"extra": {}}) == ConvergenceSetup()

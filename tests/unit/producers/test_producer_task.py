@@ -1,20 +1,16 @@
-"""The synthetic task, label skew, data injection and the hot-path encoder."""
+"""The synthetic task, label skew and data injection."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from producers.encoding import encode_sample
 from producers.injection import InjectionPlanner, injection_counts
 from producers.sources import SyntheticSource
 from producers.synthetic import device_label_sets
 from streamtrain.config import ProducerConfig
 from streamtrain.config.producer import InjectionConfig
 from streamtrain.synthetic import class_prototypes, make_batch
-from streamtrain.wire import Sample, decode, encode
 
 
 def test_iid_devices_see_every_class() -> None:
@@ -86,26 +82,3 @@ def test_small_fractions_still_inject_at_least_one() -> None:
     assert injection_counts(InjectionConfig(alpha=0.05, beta=0.05, round_samples=64), 4) == (3, 1)
     assert injection_counts(InjectionConfig(alpha=0.0, beta=0.5), 4) == (0, 0)
     assert injection_counts(InjectionConfig(alpha=1.0, beta=1.0, round_samples=8), 4) == (8, 3)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    seq=st.integers(0, 2**40), size=st.integers(1, 40), features=st.integers(1, 9),
-    dtype=st.sampled_from(["float32", "float16", "int16", "uint8", "float64"]),
-    label=st.none() | st.integers(0, 1000), meta=st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3),
-)
-def test_hot_path_encoding_is_byte_identical_to_the_wire_codec(
-    seq: int, size: int, features: int, dtype: str, label: int | None, meta: dict[str, str]
-) -> None:
-    arr = (np.arange(size * features).reshape(size, features) % 200).astype(dtype)
-    value, headers, got_size = encode_sample("dev-1", seq, arr, label, 1_700_000_000_000, meta)
-    expected = encode(Sample.from_array("dev-1", seq, arr, label=label, produced_at=1_700_000_000_000, metadata=meta))
-    assert (value, headers) == expected and got_size == size
-    back = decode(value, headers, Sample)
-    assert np.array_equal(back.array(), arr) and back.seq == seq
-
-
-def test_hot_path_encoding_handles_views_and_big_endian() -> None:
-    arr = np.arange(24, dtype=">f4").reshape(6, 4)[:, ::2]
-    value, headers, _ = encode_sample("d", 0, arr, None, 1, {})
-    assert np.array_equal(decode(value, headers, Sample).array(), arr)

@@ -1,4 +1,5 @@
-"""`bench realdata`'s figures: a run's accuracy over training time from its records, the target, the verdicts.
+"""The dataset workload's figures (`bench realdata`): a run's held-out accuracy over training time, the target
+accuracy, each cell's runs combined, and ett-stream against the other policies and the oracle.
 
 All pure functions of Evaluation and StepFeedback records (or of stored runs), so the figures of a stored
 `realdata.json` can be recomputed as they are.
@@ -12,28 +13,28 @@ from typing import Any
 
 import numpy as np
 
-from stack.report import by_step, median
+from stack.report import median
 from streamtrain.wire import Evaluation, StepFeedback
 
 from ..common import median_reached
-from .results import AccuracyPoint, PolicyResult, RealdataResult, RealdataRunSetup, RealdataTargets, RunResult
-from .setup import RealdataSetup, oracle_step_seconds
+from .analysis import medians, rank_medians, step_ends
+from .results import AccuracyPoint, PolicyResult, RealdataResult, RealdataTargets, RunResult
+from .setup import RealdataRunSetup, RealdataSetup, oracle_factor
 
-__all__ = ["accuracy_curve", "combine_runs", "evaluate_targets", "reach", "summarise", "target_accuracy",
-           "wall_period_median", "with_target"]
+__all__ = [
+    "accuracy_curve",
+    "combine_runs",
+    "evaluate_realdata",
+    "reach",
+    "summarise_realdata",
+    "target_accuracy",
+    "wall_period_median",
+    "with_target",
+]
 
 #: Per-run figures a combined cell reports as the median over its runs.
-_MEDIAN_FIELDS = ("wall_period_seconds_median", "step_seconds_median", "straggler_effect_median", "samples_per_s",
+_RUN_MEDIANS = ("wall_period_seconds_median", "step_seconds_median", "straggler_effect_median", "samples_per_s",
                   "final_accuracy")
-
-
-def _step_ends(feedback: Sequence[StepFeedback]) -> dict[int, float]:
-    """Seconds from the start of step 0 to the end of each step (its last rank's report)."""
-    steps = by_step(feedback)
-    if 0 not in steps:
-        raise ValueError("no feedback for step 0")
-    start_ms = min(fb.started_at for fb in steps[0])
-    return {s: (max(fb.sent_at for fb in recs) - start_ms) / 1e3 for s, recs in steps.items()}
 
 
 def accuracy_curve(evaluations: Sequence[Evaluation], feedback: Sequence[StepFeedback],
@@ -49,7 +50,7 @@ def accuracy_curve(evaluations: Sequence[Evaluation], feedback: Sequence[StepFee
     Raises:
         ValueError: no feedback for step 0.
     """
-    ends = _step_ends(feedback)
+    ends = step_ends(feedback)
     seen: dict[int, Evaluation] = {}
     for e in sorted(evaluations, key=lambda e: (e.step, e.sent_at)):
         seen.setdefault(e.step, e)
@@ -71,7 +72,7 @@ def wall_period_median(feedback: Sequence[StepFeedback], evaluated: Sequence[int
     """Median time between the ends of consecutive steps s - 1 and s for s in [first, until), leaving out the
     periods that held an evaluation (s in `evaluated`: the evaluation after s steps runs before step s): the
     period a trainer sees while training."""
-    ends = _step_ends(feedback)
+    ends = step_ends(feedback)
     skip = set(evaluated)
     return median([ends[s] - ends[s - 1] for s in range(max(first, 1), until)
                    if s in ends and s - 1 in ends and s not in skip])
@@ -126,23 +127,20 @@ def combine_runs(runs: Sequence[RunResult]) -> list[PolicyResult]:
         if not ok:
             out.append(PolicyResult.model_validate({**identity, "error": "; ".join(r.error or "" for r in rs)}))
             continue
-        devices = sorted({d for r in ok for d in r.rank_samples_median})
         out.append(PolicyResult.model_validate({
-            **identity,
-            **{name: median([v for r in ok if (v := getattr(r, name)) is not None]) for name in _MEDIAN_FIELDS},
+            **identity, **medians(ok, _RUN_MEDIANS),
             "seconds_to_target": median_reached(r.seconds_to_target for r in ok),
             "seconds_to_target_runs": [r.seconds_to_target for r in ok],
             "steps_to_target": median([r.steps_to_target for r in ok if r.steps_to_target is not None]),
             "seconds_per_step_to_target": median([r.seconds_to_target / r.steps_to_target for r in ok
                                                   if r.seconds_to_target is not None and r.steps_to_target]),
-            "rank_samples_median": {d: median([v for r in ok if (v := r.rank_samples_median.get(d)) is not None])
-                                    for d in devices},
+            "rank_samples_median": rank_medians(ok, "rank_samples_median"),
             "samples_unaccounted": sum(r.samples_unaccounted or 0 for r in ok),
         }))
     return out
 
 
-def evaluate_targets(policies: Sequence[PolicyResult], target: float | None, rule: str,
+def evaluate_realdata(policies: Sequence[PolicyResult], target: float | None, rule: str,
                      slowdowns: tuple[float, ...]) -> RealdataTargets:
     """ett-stream's time to the target against the best other policy and static, its step time against the oracle.
 
@@ -164,14 +162,14 @@ def evaluate_targets(policies: Sequence[PolicyResult], target: float | None, rul
     speedup = None
     if ett_s and static is not None:
         speedup = static.seconds_to_target / ett_s if static.seconds_to_target is not None else None
-    oracle = (oracle_step_seconds(control.wall_period_seconds_median, slowdowns)
+    oracle = (control.wall_period_seconds_median * oracle_factor(slowdowns)
               if control is not None and control.wall_period_seconds_median else None)
     ett_period = ett.wall_period_seconds_median if ett else None
     over = ett_period / oracle if ett_period and oracle else None
     # The same rule over the whole run to the target: what a perfect split would take in static's steps, so
     # static's time over it is the most any policy could gain over static (step 0 included, planned before
     # anything is measured).
-    per_step = oracle_step_seconds(control.seconds_per_step_to_target, slowdowns) if (
+    per_step = control.seconds_per_step_to_target * oracle_factor(slowdowns) if (
         control is not None and control.seconds_per_step_to_target) else None
     oracle_time = per_step * static.steps_to_target if per_step and static and static.steps_to_target else None
     bound = None if control is None or ett_period is None or not control.wall_period_seconds_median else (
@@ -193,7 +191,7 @@ def evaluate_targets(policies: Sequence[PolicyResult], target: float | None, rul
     )
 
 
-def summarise(runs: Sequence[RunResult], setup: RealdataSetup, settings: dict[str, Any],
+def summarise_realdata(runs: Sequence[RunResult], setup: RealdataSetup, settings: dict[str, Any],
               seconds: float) -> RealdataResult:
     """The result of a set of runs: the target, each run against it, the cells' medians, the verdicts."""
     target, rule = target_accuracy(runs, setup)
@@ -201,4 +199,4 @@ def summarise(runs: Sequence[RunResult], setup: RealdataSetup, settings: dict[st
     policies = combine_runs(judged)
     return RealdataResult(setup=RealdataRunSetup.model_validate({**setup.model_dump(), "settings": settings}),
                           seconds=seconds, policies=policies,
-                          targets=evaluate_targets(policies, target, rule, setup.slowdowns), runs=judged)
+                          targets=evaluate_realdata(policies, target, rule, setup.slowdowns), runs=judged)

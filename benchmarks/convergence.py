@@ -1,0 +1,499 @@
+"""`streamtrain bench convergence`: weighted vs plain gradient aggregation with uneven batches.
+
+Every cell trains the trainer's real code path — the packed conv net (`streamtrain.models.conv`), packing
+(`streamtrain.models.batching`), the step runner with its weighted-aggregation DDP hook (`trainer.step`,
+`trainer.aggregation`) — on the same stream of samples in the same order:
+
+- `sgd`: one process (a DDP group of one) trains the union of every device's samples of a step;
+- `weighted`: `world` gloo ranks on the CPU, rank r trains device r's share of the step, the hook
+  weights rank r by λ_r / Σλ (λ = samples), which is exactly SGD on the union (LB-BSP Eq. 7);
+- `plain`: the same ranks and samples with conventional DDP averaging (every rank 1/world, idle
+  ranks included), which over-weights samples in small batches (LB-BSP Eq. 6).
+
+The data is the producers' synthetic stream (`producers.sources.SyntheticSource`): non-IID
+devices (each sees only `labels_per_device` classes), variable sizes (normal with DIF), and
+deliberately uneven per-step shares, with ranks idle at random. Accuracy is measured after every
+step on a held-out set drawn from the same device streams in the same proportions (the population
+the union of the streams represents). "Samples to target" is the global samples trained up to the
+first step whose held-out accuracy reaches `target_accuracy`.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import typer
+from pydantic import model_validator
+
+from streamtrain.config import ProducerConfig
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.wire import Sample
+
+from .common import (
+    TIMES,
+    Bench,
+    Record,
+    RenderContext,
+    Result,
+    Target,
+    heldout_score,
+    num,
+    progress_bars,
+    pyplot,
+    save_figure,
+    table,
+    target_lines,
+    targets_table,
+)
+
+__all__ = ["AGGREGATIONS", "BENCH", "ConvergenceCell", "ConvergenceResult", "ConvergenceSetup", "Curve", "Schedule",
+           "analyse", "convergence_targets", "run_convergence", "schedule_summary", "smoothed"]
+
+logger = logging.getLogger(__name__)
+
+#: The cells, in the order they run and are reported.
+AGGREGATIONS = ("sgd", "weighted", "plain")
+
+
+class ConvergenceSetup(Record):
+    """One convergence experiment: the stream, how it is split over ranks, the model and the target."""
+
+    world: int = 4
+    """gloo ranks (devices) of the weighted and plain cells."""
+    steps: int = 200
+    """Steps every cell trains (all cells see exactly the same samples)."""
+    shares: tuple[float, ...] = (0.7, 0.2, 0.08, 0.02)
+    """Expected share of each device in a step's global batch (uneven on purpose)."""
+    idle_probability: float = 0.2
+    """Chance that a device contributes nothing to a step (its stream stalled)."""
+    batch_min: int = 16
+    """Smallest global batch drawn for a step (before idle devices drop out)."""
+    batch_max: int = 96
+    """Largest global batch drawn for a step."""
+    classes: int = 8
+    features: int = 16
+    labels_per_device: int = 2
+    """Non-IID: classes each device sees (device i: classes 2i, 2i+1)."""
+    size_mean: float = 12.0
+    size_dif: float = 8.0
+    """Std of sample sizes (CHRONICA's DIF)."""
+    signal: float = 0.25
+    """Prototype strength of the synthetic task (lower is harder)."""
+    heldout: int = 2000
+    """Held-out samples, drawn from the device streams in proportion to `shares`."""
+    target_accuracy: float = 0.85
+    """Held-out accuracy to reach (judged on the trailing mean of `smooth_steps` steps)."""
+    smooth_steps: int = 5
+    hidden_size: int = 32
+    num_layers: int = 1
+    kernel_size: int = 3
+    lr: float = 0.05
+    momentum: float = 0.9
+    base_batch: int = 64
+    seed: int = 0
+    quick: bool = False
+    """Whether `--quick` chose the steps and the held-out set (a note for the reader of the JSON)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ConvergenceSetup:
+        if len(self.shares) != self.world:
+            raise ValueError(f"shares has {len(self.shares)} entries for a world of {self.world}")
+        if self.world * self.labels_per_device > self.classes:
+            raise ValueError("world * labels_per_device must not exceed classes (disjoint device label sets)")
+        if not 0 < self.target_accuracy < 1:
+            raise ValueError(f"target_accuracy must be in (0, 1), got {self.target_accuracy}")
+        if self.steps < 1 or self.batch_min < 1 or self.batch_max < self.batch_min:
+            raise ValueError("steps >= 1 and 1 <= batch_min <= batch_max are required")
+        return self
+
+    def trainer_config(self, aggregation: str) -> TrainerConfig:
+        """The trainer settings of a cell (`plain` is the trainer's `mean` aggregation)."""
+        return TrainerConfig(
+            num_features=self.features, num_classes=self.classes, hidden_size=self.hidden_size,
+            num_layers=self.num_layers, kernel_size=self.kernel_size, precision="float32", device="cpu",
+            backend="gloo", torch_threads=1, optimizer="sgd", lr=self.lr, momentum=self.momentum,
+            aggregation="mean" if aggregation == "plain" else "weighted", weight_by="samples",
+            lr_scaling=True, base_batch=self.base_batch, seed=self.seed, metrics=False,
+        )
+
+    def _producer_config(self, seed: int) -> ProducerConfig:
+        return ProducerConfig.model_validate({
+            "devices": self.world, "seed": seed, "metrics": False,
+            "size": {"kind": "normal", "mean": self.size_mean, "dif": self.size_dif},
+            "synthetic": {"features": self.features, "classes": self.classes,
+                          "labels_per_device": self.labels_per_device, "signal": self.signal,
+                          "task_seed": self.seed},
+        })
+
+    def counts(self) -> np.ndarray:
+        """(steps, world) samples each device contributes to each step (zeros included)."""
+        rng = np.random.default_rng([self.seed, 0xC0])
+        shares = np.asarray(self.shares, dtype=np.float64)
+        shares = shares / shares.sum()
+        out = np.zeros((self.steps, self.world), dtype=np.int64)
+        for step in range(self.steps):
+            batch = int(rng.integers(self.batch_min, self.batch_max + 1))
+            counts = rng.multinomial(batch, shares)
+            counts[rng.random(self.world) < self.idle_probability] = 0
+            out[step] = counts
+        return out
+
+    def _draw(self, seed: int, counts: Any, name: str = "") -> list[list[list[Sample]]]:
+        """`[row][device]` → `counts[row][device]` samples of that device's stream drawn with `seed`, in order."""
+        from producers.sources import SyntheticSource
+
+        source = SyntheticSource(self._producer_config(seed), self.world)
+        seq = [0] * self.world
+        out = []
+        for row in counts:
+            out.append([[Sample.from_array(f"{name}{device}", seq[device] + i, d.array, label=d.label)
+                         for i, d in enumerate(source.take(device, n) if n else [])] for device, n in enumerate(row)])
+            seq = [s + n for s, n in zip(seq, row, strict=True)]
+        return out
+
+    def schedule(self) -> list[list[list[Sample]]]:
+        """`[step][device]` → that device's samples of the step, in stream order (deterministic)."""
+        return self._draw(self.seed, self.counts().tolist())
+
+    def heldout_samples(self) -> list[Sample]:
+        """Held-out samples from the same device streams (another seed), in proportion to `shares`."""
+        counts = [max(1, round(self.heldout * share / sum(self.shares))) for share in self.shares]
+        return [s for device in self._draw(self.seed + 10_007, [counts], "heldout-")[0] for s in device]
+
+
+class Curve(Record):
+    """A cell's held-out accuracy and loss after every step, against the global samples trained so far."""
+
+    step: list[int]
+    samples: list[int]
+    accuracy: list[float]
+    loss: list[float]
+
+
+class ConvergenceCell(Record):
+    """One aggregation's figures."""
+
+    aggregation: str
+    samples_to_target: int | None
+    """Global samples trained up to the first step whose smoothed accuracy reaches the target."""
+    steps_to_target: int | None
+    samples_to_stay_at_target: int | None
+    """Where the smoothed accuracy reaches the target for good (None: it falls below it again)."""
+    final_accuracy: float
+    """Mean held-out accuracy over the last tenth of the steps."""
+    last_accuracy: float
+    best_smoothed_accuracy: float
+    final_heldout_loss: float
+    samples_trained: int
+    ratio_to_sgd: float | None
+    stay_ratio_to_sgd: float | None
+
+
+class Schedule(Record):
+    """How uneven the per-rank batches were."""
+
+    global_batch_min: int
+    global_batch_median: float
+    global_batch_max: int
+    per_rank_mean_batch: list[float]
+    idle_rank_steps: int
+    rank_steps: int
+    empty_steps: int
+
+
+class ConvergenceResult(Result):
+    """What `convergence.json` holds."""
+
+    benchmark: Literal["convergence"] = "convergence"
+    target_accuracy: float
+    cells: list[ConvergenceCell]
+    weighted_vs_sgd_max_param_diff: float
+    plain_vs_sgd_max_param_diff: float
+    schedule: Schedule
+    setup: ConvergenceSetup
+    cell_seconds: dict[str, float]
+    seconds: float
+    curves: dict[str, Curve]
+
+    def cell(self, aggregation: str) -> ConvergenceCell | None:
+        return next((c for c in self.cells if c.aggregation == aggregation), None)
+
+
+def smoothed(accuracy: list[float], window: int) -> np.ndarray:
+    """Trailing mean of the held-out accuracy over `window` evaluations (one per step)."""
+    a = np.asarray(accuracy, dtype=np.float64)
+    sums = np.concatenate([[0.0], np.cumsum(a)])
+    idx = np.arange(1, len(a) + 1)
+    lo = np.maximum(idx - window, 0)
+    return (sums[idx] - sums[lo]) / (idx - lo)
+
+
+def analyse(setup: ConvergenceSetup, curves: dict[str, Curve]) -> list[ConvergenceCell]:
+    """One row per cell: samples and steps to the target, final accuracy, ratio to SGD.
+
+    The target is judged on the trailing mean of `setup.smooth_steps` evaluations, so one lucky
+    evaluation does not count as reaching it. `samples_to_stay_at_target` is where the smoothed
+    accuracy reaches the target for good (it never falls below it again before the end).
+    """
+    rows = []
+    reference: dict[str, int | None] = {}
+    for name in AGGREGATIONS:  # sgd first: the others' ratios are to it
+        if name not in curves:
+            continue
+        curve = curves[name]
+        smooth = smoothed(curve.accuracy, setup.smooth_steps)
+        above = smooth >= setup.target_accuracy
+        hit = int(np.argmax(above)) if above.any() else None
+        below = np.nonzero(~above)[0]
+        stay = (int(below[-1]) + 1 if len(below) else 0) if above[-1] else None
+        samples = int(curve.samples[hit]) if hit is not None else None
+        stay_samples = int(curve.samples[stay]) if stay is not None else None
+        if name == "sgd":
+            reference = {"samples": samples, "stay": stay_samples}
+        tail = curve.accuracy[-max(1, len(curve.accuracy) // 10):]
+        rows.append(ConvergenceCell(
+            aggregation=name,
+            samples_to_target=samples,
+            steps_to_target=int(curve.step[hit]) if hit is not None else None,
+            samples_to_stay_at_target=stay_samples,
+            final_accuracy=round(float(np.mean(tail)), 4),
+            last_accuracy=round(float(curve.accuracy[-1]), 4),
+            best_smoothed_accuracy=round(float(smooth.max()), 4),
+            final_heldout_loss=round(float(np.mean(curve.loss[-len(tail):])), 4),
+            samples_trained=int(curve.samples[-1]),
+            ratio_to_sgd=_ratio(samples, reference.get("samples")),
+            stay_ratio_to_sgd=_ratio(stay_samples, reference.get("stay")),
+        ))
+    return rows
+
+
+def _ratio(got: int | None, ref: int | None) -> float | None:
+    return round(float(got) / ref, 4) if ref and got is not None else None
+
+
+def schedule_summary(setup: ConvergenceSetup) -> Schedule:
+    """Global batch range, per-rank mean batch, idle rank-steps and empty steps of the setup's schedule."""
+    counts = setup.counts()
+    totals = counts.sum(axis=1)
+    return Schedule(global_batch_min=int(totals.min()), global_batch_median=float(np.median(totals)),
+                    global_batch_max=int(totals.max()), per_rank_mean_batch=[round(float(c), 2) for c in
+                                                                             counts.mean(axis=0)],
+                    idle_rank_steps=int((counts == 0).sum()), rank_steps=int(counts.size),
+                    empty_steps=int((totals == 0).sum()))
+
+
+#: `(cell, step, steps, samples so far, held-out accuracy)` — what a progress display receives.
+Progress = Callable[[str, int, int, int, float], None]
+
+
+def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells: list[str], out: str,
+               messages: Any) -> None:
+    """One rank of a cell's process group (started by torch.multiprocessing with the spawn method)."""
+    import torch
+
+    from streamtrain.models.batching import collate_packed
+    from trainer.distributed import destroy_distributed, init_distributed
+    from trainer.step import build_step_runner
+
+    base = setup.trainer_config("weighted")
+    ctx = init_distributed(base, rank=rank, world_size=world, local_rank=rank, master_addr="127.0.0.1",
+                           master_port=port)
+    try:
+        schedule = setup.schedule()
+        heldout = collate_packed(setup.heldout_samples(), base) if rank == 0 else None
+        for cell in cells:
+            config = setup.trainer_config(cell)
+            runner = build_step_runner(config, ctx)
+            curve: dict[str, list[float]] = {"step": [], "samples": [], "accuracy": [], "loss": []}
+            seen = 0
+            started = time.perf_counter()
+            for step, per_device in enumerate(schedule):
+                mine = [s for device in per_device for s in device] if world == 1 else per_device[rank]
+                result = runner.run_step(mine)
+                seen += result.global_samples
+                if heldout is None:
+                    continue
+                accuracy, loss = heldout_score(runner.model.module, heldout)
+                curve["step"].append(step + 1)
+                curve["samples"].append(seen)
+                curve["accuracy"].append(accuracy)
+                curve["loss"].append(loss)
+                messages.put((cell, step + 1, setup.steps, seen, accuracy))
+            if rank == 0:
+                params = {k: v.detach().cpu().clone() for k, v in runner.model.module.state_dict().items()}
+                torch.save({"curve": curve, "params": params, "seconds": time.perf_counter() - started},
+                           Path(out) / f"{cell}.pt")
+            torch.distributed.barrier()
+    finally:
+        destroy_distributed()
+
+
+def _spawn(world: int, setup: ConvergenceSetup, cells: list[str], out: Path, progress: Progress | None) -> None:
+    import torch.multiprocessing as mp
+
+    from trainer.distributed import free_port
+
+    spawn = mp.get_context("spawn")
+    messages = spawn.SimpleQueue()
+    context = mp.start_processes(_rank_main, args=(world, free_port(), setup, cells, str(out), messages),
+                                 nprocs=world, join=False, start_method="spawn")
+
+    def drain() -> None:
+        while not messages.empty():
+            cell, step, steps, seen, accuracy = messages.get()
+            if progress is not None:
+                progress(cell, step, steps, seen, accuracy)
+
+    while not context.join(timeout=0.2):
+        drain()
+    drain()
+
+
+def run_convergence(setup: ConvergenceSetup, out: Path, progress: Progress | None = None,
+                    plot: bool = True) -> ConvergenceResult:
+    """Run the three cells, write `out/convergence.json` (and `convergence.png`) and return the result."""
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="st-convergence-") as tmp:
+        work = Path(tmp)
+        _spawn(1, setup, ["sgd"], work, progress)
+        _spawn(setup.world, setup, ["weighted", "plain"], work, progress)
+        loaded = {name: torch.load(work / f"{name}.pt", weights_only=False) for name in AGGREGATIONS}
+    curves = {name: Curve.model_validate(loaded[name]["curve"]) for name in AGGREGATIONS}
+
+    def max_diff(a: str, b: str) -> float:
+        pa, pb = loaded[a]["params"], loaded[b]["params"]
+        return max(float((pa[k].double() - pb[k].double()).abs().max()) for k in pa)
+
+    result = ConvergenceResult(
+        target_accuracy=setup.target_accuracy, cells=analyse(setup, curves), schedule=schedule_summary(setup),
+        weighted_vs_sgd_max_param_diff=max_diff("weighted", "sgd"), setup=setup,
+        plain_vs_sgd_max_param_diff=max_diff("plain", "sgd"),
+        cell_seconds={name: round(float(loaded[name]["seconds"]), 2) for name in AGGREGATIONS},
+        seconds=round(time.perf_counter() - began, 1), curves=curves)
+    result.write(out / "convergence.json")
+    if plot:
+        plot_convergence(result, out / "convergence.png")
+    return result
+
+
+_STYLES = {"sgd": ("black", "-", 3.0), "weighted": ("tab:blue", "--", 1.6), "plain": ("tab:red", "-", 1.4)}
+_LABELS = {"sgd": "single-process SGD", "weighted": "weighted (λ = samples)", "plain": "plain DDP average"}
+
+
+def plot_convergence(result: ConvergenceResult, path: Path) -> Path:
+    """Held-out accuracy and loss against samples trained, one line per cell, with the target."""
+    setup = result.setup
+    fig, (acc_ax, loss_ax) = pyplot().subplots(1, 2, figsize=(11, 4))
+    for name, curve in result.curves.items():
+        color, style, width = _STYLES.get(name, ("grey", "-", 1.0))
+        label = _LABELS.get(name, name)
+        acc_ax.plot(curve.samples, smoothed(curve.accuracy, setup.smooth_steps), style, color=color, lw=width,
+                    label=label)
+        loss_ax.plot(curve.samples, curve.loss, style, color=color, lw=width, label=label)
+    target = result.target_accuracy
+    acc_ax.axhline(target, color="grey", lw=0.8, ls=":")
+    acc_ax.text(0, target, f" target {target:.2f}", va="bottom", color="grey", fontsize=8)
+    acc_ax.set(xlabel="samples trained (global)", ylabel="held-out accuracy",
+               title=f"accuracy (trailing mean of {setup.smooth_steps} steps)")
+    loss_ax.set(xlabel="samples trained (global)", ylabel="held-out cross-entropy", title="loss")
+    acc_ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle(f"convergence with uneven batches: {setup.world} gloo ranks, shares {list(setup.shares)}, "
+                 f"idle p={setup.idle_probability}, non-IID ({setup.labels_per_device} classes/device)",
+                 fontsize=9)
+    return save_figure(fig, path)
+
+
+def _stay(cell: ConvergenceCell) -> str:
+    samples = cell.samples_to_stay_at_target
+    return "never settles at it within the run" if samples is None else f"stays at it from {samples:,} samples"
+
+
+def convergence_targets(result: ConvergenceResult) -> list[Target]:
+    """Weighted aggregation against SGD, and plain averaging's bias."""
+    weighted, plain, sgd = result.cell("weighted"), result.cell("plain"), result.cell("sgd")
+    ratio = weighted.ratio_to_sgd if weighted else None
+    gap = None if plain is None or sgd is None else sgd.final_accuracy - plain.final_accuracy
+    return [
+        Target("weighted: samples to target within 5% of single-process SGD",
+               "—" if ratio is None or weighted is None or sgd is None else
+               f"{ratio:.3f}{TIMES} SGD ({weighted.samples_to_target:,} vs {sgd.samples_to_target:,} samples); "
+               f"parameters differ by {result.weighted_vs_sgd_max_param_diff:.1e} after {result.setup.steps} steps",
+               None if ratio is None else abs(ratio - 1.0) <= 0.05,
+               "LB-BSP §3.4: weighted aggregation gives \"identical statistical efficiency\" to BSP"),
+        Target("plain averaging shows its bias",
+               "—" if gap is None or plain is None or sgd is None else
+               f"final accuracy {plain.final_accuracy:.3f} vs SGD {sgd.final_accuracy:.3f} "
+               f"({gap * 100:.1f} points {'lower' if gap > 0 else 'higher'}), held-out loss "
+               f"{plain.final_heldout_loss:.3f} vs {sgd.final_heldout_loss:.3f}; first reaches the target at "
+               f"{num(plain.ratio_to_sgd, 3)}{TIMES} SGD's samples but {_stay(plain)} (SGD {_stay(sgd)})",
+               None if gap is None else gap > 0,
+               "LB-BSP §3.4: naive averaging reached 43% training accuracy vs 59% for BSP (Inception-V3, 20 epochs)"),
+    ]
+
+
+def render_convergence(result: ConvergenceResult, ctx: RenderContext) -> str:
+    """The `convergence` section of BENCHMARKS.md: targets, the cells, the plot."""
+    png = plot_convergence(result, ctx.plot_path("convergence.png"))
+    setup, sched = result.setup, result.schedule
+    rows = [[c.aggregation, c.samples_to_target, c.steps_to_target,
+             "—" if c.ratio_to_sgd is None else f"{c.ratio_to_sgd:.3f}",
+             "never" if c.samples_to_stay_at_target is None else c.samples_to_stay_at_target,
+             f"{c.final_accuracy:.3f}", f"{c.final_heldout_loss:.3f}"] for c in result.cells]
+    return "\n\n".join([
+        f"Setup: {setup.world} gloo ranks on the CPU, {setup.steps} steps, expected per-rank shares "
+        f"{num(setup.shares)} of a global batch drawn in [{setup.batch_min}, {setup.batch_max}], each rank "
+        f"idle with probability {setup.idle_probability} ({sched.idle_rank_steps} of {sched.rank_steps} "
+        f"rank-steps idle, {sched.empty_steps} empty steps); non-IID ({setup.labels_per_device} of "
+        f"{setup.classes} classes per device), sizes normal mean {setup.size_mean:g} DIF "
+        f"{setup.size_dif:g}, signal {setup.signal:g}. Target: held-out accuracy "
+        f"{result.target_accuracy:.2f} (trailing mean of {setup.smooth_steps} steps); held-out set of "
+        f"{setup.heldout:,} samples from the same device streams in the same proportions. "
+        f"Run time {result.seconds:.0f} s.",
+        targets_table(convergence_targets(result)),
+        table(["aggregation", "samples to target", "steps", "ratio to SGD", "samples to stay at target",
+               "final accuracy", "final held-out loss"], rows),
+        f"![convergence]({ctx.link(png)})",
+    ])
+
+
+def convergence_command(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", help="Directory for the JSON file and PNG plot.", metavar="DIR")
+                   ] = Path("reports/bench"),
+    quick: Annotated[bool, typer.Option(help="Fewer steps and a smaller held-out set (about half the time).")
+                     ] = False,
+    steps: Annotated[int | None, typer.Option(min=1, help="Steps per cell (default 200; 100 with --quick).")] = None,
+    target: Annotated[float | None, typer.Option(min=0.01, max=0.99, help="Held-out accuracy to reach.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the stream, the split and the model.")] = 0,
+) -> None:
+    """Weighted vs plain gradient aggregation with uneven batches, against single-process SGD: `sgd` (one process,
+    the union of every step), `weighted` (4 gloo ranks, λ = samples) and `plain` (conventional averaging) on the
+    same non-IID stream. Writes DIR/convergence.json and DIR/convergence.png."""
+    from streamtrain.cli_support import config_from, console
+
+    config_from(ctx)
+    base = ConvergenceSetup(seed=seed)
+    setup = ConvergenceSetup(seed=seed, steps=steps or (100 if quick else base.steps),
+                             heldout=1000 if quick else base.heldout,
+                             target_accuracy=target or base.target_accuracy, quick=quick)
+    with progress_bars(AGGREGATIONS, setup.steps, "samples {task.fields[samples]:>6,}  held-out acc "
+                       "{task.fields[acc]:.3f}", samples=0, acc=0.0) as update:
+        result = run_convergence(setup, out, lambda cell, step, _steps, samples, accuracy: update(
+            cell, step, samples=samples, acc=accuracy))
+    for line in target_lines(convergence_targets(result)):
+        console.print(line, highlight=False)
+    console.print(f"wrote {out / 'convergence.json'} and {out / 'convergence.png'} in {result.seconds:.0f} s",
+                  highlight=False)
+
+
+BENCH = Bench("convergence", convergence_command, ConvergenceResult, render_convergence, quick_args=("--quick",),
+              timeout_s=600, about=__doc__ or "")

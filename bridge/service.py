@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import StreamtrainConfig
+from streamtrain.dead_letters import DeadLetterSink
 from streamtrain.decoders import (
     SKIPPED_REASON,
     Decoder,
@@ -38,7 +39,6 @@ from streamtrain.decoders import (
     to_sample,
 )
 from streamtrain.kafka import (
-    DeadLetterSink,
     TopicSpec,
     committed_offsets,
     consume_available,

@@ -18,12 +18,10 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, 
 
 from .authz import REFUSED_CODES, DeliveryCallback, GuardedProducer, raise_if_refused
 from .config import KafkaConfig
-from .wire import DeadLetter, WireError, encode
-from .wire.codec import HeaderList, Headers, header_items
+from .wire.codec import HeaderList
 
 __all__ = [
     "COORDINATOR_STARTING",
-    "DeadLetterSink",
     "KafkaAdmin",
     "KafkaConsumer",
     "TopicSpec",
@@ -51,7 +49,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-REASON_HEADER = "st-reason"
 
 #: Errors of a group coordinator that is still starting (librdkafka does not flag them all retriable).
 COORDINATOR_STARTING = frozenset({
@@ -167,13 +164,8 @@ def make_transactional_producer(cfg: KafkaConfig, transactional_id: str, timeout
                                 **overrides: Any) -> Producer:
     """`make_producer` whose writes, and a consumer's offsets, commit or abort together (Kafka transactions).
 
-    Args:
-        cfg: Kafka settings.
-        transactional_id: the same across the producer's restarts: a new instance fences the old one, and the
-            broker aborts the old one's open transaction.
-        timeout_s: the broker aborts a transaction left open this long (transaction.timeout.ms); a record's
-            delivery may take no longer (librdkafka requires it).
-        overrides: other librdkafka settings.
+    `transactional_id` stays the same across restarts (a new instance fences the old one, whose open transaction
+    the broker aborts); the broker aborts a transaction left open `timeout_s` (no delivery may take longer).
     """
     timeout_ms = round(timeout_s * 1000)
     defaults = {"transactional.id": transactional_id, "transaction.timeout.ms": timeout_ms,
@@ -384,57 +376,6 @@ def topic_config(admin: AdminClient, topic: str, timeout: float = 30.0) -> dict[
     return {name: entry.value for name, entry in entries.items()}
 
 
-class DeadLetterSink:
-    """Sends records no service can use to `<prefix>.dead-letter`, with the reason in a header.
-
-    Args:
-        producer: an idempotent producer (see `make_producer`); the caller flushes and closes it.
-        topic: the dead-letter topic.
-        service: name of the rejecting service, recorded in every dead letter.
-    """
-
-    def __init__(self, producer: Producer, topic: str, service: str) -> None:
-        self.producer = producer
-        self.topic = topic
-        self.service = service
-        self.sent = 0
-        self.failed = 0
-
-    def send(self, msg: Message, reason: str, detail: str) -> None:
-        """Dead-letter one consumed message; delivery failures are counted, not raised."""
-        self.send_parts(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, reason, detail,
-                        key=msg.key(), value=msg.value(), headers=msg.headers())
-
-    def send_parts(self, topic: str, partition: int, offset: int, reason: str, detail: str, *,
-                   key: bytes | None = None, value: bytes | None = None, headers: Headers | None = None) -> None:
-        """Dead-letter the record at (`topic`, `partition`, `offset`) given by its parts."""
-        letter = DeadLetter(
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            reason=reason,
-            detail=detail,
-            service=self.service,
-            headers={k: v or b"" for k, v in header_items(headers)},
-            key=key,
-            value=value,
-        )
-        body, letter_headers = encode(letter)
-        letter_headers.append((REASON_HEADER, reason.encode()))
-        produce(self.producer, self.topic, body, letter_headers, self._delivered)
-
-    def send_error(self, msg: Message, error: WireError) -> None:
-        """Dead-letter a message that failed to decode, with the error's reason code."""
-        self.send(msg, error.reason, str(error))
-
-    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is None:
-            self.sent += 1
-        else:
-            self.failed += 1
-            logger.error("dead letter could not be delivered: %s", err)
-
-
 def tail_positions(consumer: Consumer, topic: str, last: int | None, timeout: float) -> dict[int, tuple[int, int]]:
     """Per partition of `topic`: (offset of its last `last` records, or the log start when None; high watermark).
 
@@ -546,12 +487,8 @@ def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0, 
 
 
 def _drop_reached(consumer: Consumer, remaining: dict[tuple[str, int], int]) -> None:
-    """Forget the partitions whose position reached their end offset.
-
-    The last offsets before a transactional topic's end may hold no record a `read_committed` reader is given
-    (a commit marker, an aborted transaction's records): no record at `end - 1` ever comes, but the consumer's
-    position passes those offsets.
-    """
+    """Forget the partitions whose position reached their end offset: the last offsets of a transactional topic
+    may hold no record a `read_committed` reader is given (a commit marker), but its position passes them."""
     if not remaining:
         return
     for tp in consumer.position([TopicPartition(t, p) for t, p in remaining]):

@@ -17,9 +17,9 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig, TrainerConfig
+from streamtrain.dead_letters import DeadLetterSink
 from streamtrain.kafka import (
     COORDINATOR_STARTING,
-    DeadLetterSink,
     consume_available,
     make_consumer,
     tail_positions,

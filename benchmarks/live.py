@@ -243,8 +243,10 @@ class Services(ChildSet):
         return child.stop(signum, grace) if child.running() else child.returncode
 
     def stop_all(self) -> None:
-        """Producers (SIGINT), then trainers and coordinators (SIGTERM); anything left is killed."""
-        for kind, signum in (("producer", signal.SIGINT), ("trainer", signal.SIGTERM), ("coordinator", signal.SIGTERM)):
+        """Producers (SIGINT), then trainers, the request load, serve and coordinators (SIGTERM); anything left is
+        killed."""
+        for kind, signum in (("producer", signal.SIGINT), ("trainer", signal.SIGTERM), ("requests", signal.SIGTERM),
+                             ("serve", signal.SIGTERM), ("coordinator", signal.SIGTERM)):
             self.stop_kind(kind, signum, 60.0)
         self.kill_all()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import balance, bridge, convergence, ingest, kafka, scheduler, soak, truncation
+from . import balance, bridge, convergence, freshness, ingest, kafka, scheduler, soak, truncation
 from .common import Bench
 
 __all__ = ["REGISTRY", "bench_named"]
@@ -24,6 +24,7 @@ REGISTRY: tuple[Bench[Any], ...] = (
     balance.BALANCE,
     balance.REALDATA,
     truncation.BENCH,
+    freshness.BENCH,
     soak.BENCH,
 )
 

@@ -42,12 +42,18 @@ _PARAGRAPHS = (
     "are not a failure. A Ctrl-C while the run is read back abandons the report.",
     "Devices your application feeds: --external-devices 0,2 (or all) runs no producer for those devices. `up` "
     "creates their topics and prints where to publish: the Kafka address (the embedded broker takes port 9092 when "
-    "it is free, or broker.port) and each device's topic, <prefix>.device.<id>; DIR/external/device-<id>.env holds "
+    "it is free, or broker.port) and each device's topic, <prefix>.device.<id> (on an outside broker <prefix> is the "
+    "run's own, <kafka.topic_prefix>.up-<date>-<time>); DIR/external/device-<id>.env holds "
     "the same as STREAMTRAIN_KAFKA__* settings, which streamtrain.DeviceProducer reads from the environment (on a "
     "--secure run with the device's own login). Publish while the run goes on: its records are trained, shown (rate: "
     "what arrives on the topic) and accounted like every other device's. The run ends as usual; the drain then "
     "waits at most --drain-timeout seconds for what is in Kafka by then, so a device that never sends holds "
     "nothing up, and what arrives later stays in Kafka, reported as pending.",
+    "The trainers publish model versions to DIR/versions while they train (versions.publish_every_seconds) and a "
+    "final one when they stop; the run's final model is kept in DIR/model (streamtrain.load_model('DIR/model')). "
+    "With --serve, `streamtrain serve` answers requests sent at --request-rate (the held-out set's samples) with "
+    "the newest version that passed its promotion gate, and the report adds freshness (model_out): from a sample's "
+    "production to serve's first answer by a version that trained it, median and p99 over every trained sample.",
     "Examples:\n\n"
     "  streamtrain up --duration 60\n\n"
     "  streamtrain up --steps 200 --policy static --out reports/static\n\n"
@@ -112,7 +118,9 @@ def up(
                                               "(default 30% of its mean): a normal where one that stays >= 1 "
                                               "can have it, else a lognormal of the same mean and std.")] = None,
     broker: Annotated[str, typer.Option(help="auto: the broker at kafka.bootstrap_servers when it is set and "
-                                        "answers, else an embedded one; embedded; external.")] = "auto",
+                                        "answers, else an embedded one; embedded; external. On an outside broker "
+                                        "the run's topic prefix is kafka.topic_prefix + .up-<date>-<time>, so a "
+                                        "run never reads an earlier one's topics.")] = "auto",
     prometheus: Annotated[bool, typer.Option(help="Run Prometheus scraping every service.")] = True,
     prometheus_bin: Annotated[str | None, typer.Option(help="Path of the prometheus binary (default: $PATH).")]
     = None,
@@ -141,6 +149,10 @@ def up(
         "producer of ours for them; their topics are created, and where to publish is printed and written to "
         "DIR/external/device-<id>.env (streamtrain.DeviceProducer reads its settings from the environment).")]
     = None,
+    serve: Annotated[bool, typer.Option(help="Also run `streamtrain serve` with a request load, and report "
+                                        "freshness (median and p99) and what serve answered.")] = False,
+    request_rate: Annotated[float, typer.Option(min=0.1, help="Requests per second sent to serve (--serve).")]
+    = 20.0,
     bridge: Annotated[Path | None, typer.Option(
         "--bridge", metavar="FILE", help="Instead of producers, the bridge writes the device topics (0 .. --devices "
         "- 1) from your own topics: the [bridge] table of FILE names them and their decoders (docs/guides/"
@@ -156,6 +168,9 @@ def up(
         die(f"--external-devices with {'--backlog' if backlog else '--dataset'}: that pre-produces or replays every "
             "device's stream, while an external device's stream is your application's; publish your own backlog "
             "to its topic instead", EXIT_CONFIG)
+    if serve and secure:
+        die("--serve with --secure: the request load has no role of its own yet; run serve as the `serve` role "
+            "(acl.serve) against a cluster set up with `streamtrain acl apply`", EXIT_CONFIG)
     if broker not in ("auto", "embedded", "external"):
         die(f"--broker {broker!r}: choose auto, embedded or external", EXIT_CONFIG)
     section = _bridge_section(bridge, dataset, backlog, secure, external_devices)
@@ -172,7 +187,8 @@ def up(
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
                         global_args=_global_args(ctx, replay), backlog=backlog, secure=secure,
-                        replay=replay is not None, external=external, bridge=section)
+                        replay=replay is not None, external=external, serve=serve, request_rate=request_rate,
+                        bridge=section)
     _summarise(*_run(cfg, opts, live, keep_kafka), opts.out)
 
 
@@ -288,6 +304,12 @@ def _summarise(report: StackReport | None, failures: list[str], out: Path) -> No
                 "heldout_accuracy_final", "devices_keeping_up", "straggler_effect_waiting_median"):
         value = getattr(report, key)
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    out_figures = report.model_out
+    for key in ("versions_published", "versions_served", "requests_answered", "freshness_seconds_median",
+                "freshness_seconds_p99"):
+        value = getattr(out_figures, key) if out_figures is not None else None
+        if value is not None:  # the serving figures: with --serve only
+            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
     for line in closing_lines(report):
         console.print(line, highlight=False)

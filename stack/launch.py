@@ -1,10 +1,10 @@
 """What a run starts, and where each service listens: the `ServicePlan` of `streamtrain up`.
 
 `plan_services` picks free ports and builds one command line per service (`stack.services`): the producers
-(none with a backlog or a bridge; one for every device when a dataset is replayed), the bridge (`up --bridge`),
-the coordinator and the trainer ranks, each logged in as its own role on a secure run. The plan then knows
-every URL the live view polls and Prometheus scrapes. A new kind of service the stack starts belongs here, as a
-spec and its port.
+(none with a backlog or a bridge; one for every device when a dataset is replayed), the bridge (`up --bridge`), the
+coordinator, the trainer ranks (publishing model versions to `<out>/versions`) and, with `--serve`, serve and its
+request load (`stack.serving`), each logged in as its own role on a secure run. The plan then knows every URL the
+live view polls and Prometheus scrapes. A new kind of service the stack starts belongs here, as a spec and its port.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .prometheus import INSTALL_HINT, find_prometheus, scrape_config
 from .replay import replay_producer_spec
 from .secure import Identities
 from .services import ServiceSpec, coordinator_spec, producer_spec, prometheus_spec, trainer_spec
+from .serving import request_spec, serve_spec
 
 __all__ = ["ServicePlan", "plan_services", "start_prometheus"]
 
@@ -39,6 +40,10 @@ class ServicePlan:
     coordinator: ServiceSpec
     trainers: ServiceSpec
     prometheus_port: int
+    serve: ServiceSpec | None = None
+    """`streamtrain serve` (with `--serve`)."""
+    requests: ServiceSpec | None = None
+    """Its request load (with `--serve`)."""
     bridge: ServiceSpec | None = None
     """The bridge (`up --bridge`), which writes the device topics in the producers' place."""
 
@@ -58,6 +63,7 @@ class ServicePlan:
         return {"producers": [f"{self.host}:{p.ports[0]}" for p in self.producers],
                 "coordinator": [f"{self.host}:{self.coordinator.ports[0]}"],
                 "trainers": [f"{self.host}:{p}" for p in self.trainers.ports],
+                "serve": [f"{self.host}:{p}" for p in (self.serve.ports if self.serve is not None else ())],
                 "bridge": [f"{self.host}:{self.bridge.ports[0]}"] if self.bridge is not None else []}
 
 
@@ -67,11 +73,12 @@ def plan_services(cfg: StreamtrainConfig, opts: StackOptions, kafka: KafkaConfig
     bind = cfg.metrics.bind_address
     devices = opts.devices
     n = len(devices)
-    ports = free_ports(n + 3, bind)
-    producer_ports, coord_port, prom_port, bridge_port = ports[:n], ports[n], ports[n + 1], ports[n + 2]
+    ports = free_ports(n + 4, bind)
+    producer_ports, coord_port, prom_port, serve_port = ports[:n], ports[n], ports[n + 1], ports[n + 2]
+    bridge_port = ports[n + 3]
     trainer_base = free_port_block(n, bind, avoid=ports)
     common: dict[str, object] = {"kafka.bootstrap_servers": kafka.bootstrap_servers,
-                                 "kafka.topic_prefix": kafka.topic_prefix}
+                                 "kafka.topic_prefix": kafka.topic_prefix, "versions.dir": str(opts.out / "versions")}
     args = list(opts.global_args)
     bridge = (bridge_spec(bridge_port, run_bridge_settings(opts.bridge, kafka, devices), common, args)
               if opts.bridge is not None else None)
@@ -93,7 +100,9 @@ def plan_services(cfg: StreamtrainConfig, opts: StackOptions, kafka: KafkaConfig
         coordinator = replace(coordinator, env=identities.env(identities.coordinator))
         trainers = replace(trainers, env=identities.env(identities.trainer))
     host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
-    return ServicePlan(host, producers, writes, coordinator, trainers, prom_port, bridge)
+    serve = serve_spec(serve_port, common, args) if opts.serve else None
+    requests = request_spec(opts.request_rate, common, args) if opts.serve else None
+    return ServicePlan(host, producers, writes, coordinator, trainers, prom_port, serve, requests, bridge)
 
 
 def start_prometheus(opts: StackOptions, plan: ServicePlan, children: ChildSet, env: dict[str, str],

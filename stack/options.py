@@ -56,6 +56,10 @@ class StackOptions:
     external: tuple[str, ...] = ()
     """Devices fed from outside (`--external-devices`, `stack.external`): no producer of the stack's writes their
     topics; everything else runs for them as for the others."""
+    serve: bool = False
+    """Run `serve` and a request load at `request_rate` beside the trainers (`stack.serving`)."""
+    request_rate: float = 20.0
+    """Requests per second the load sends with `serve`."""
 
     @property
     def devices(self) -> list[str]:

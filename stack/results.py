@@ -7,7 +7,9 @@ filled by one part of the stack:
 - `RunSettings`: how the run was set up and how it ended (`stack.runner`, `stack.reporting`);
 - `RunFigures`: what Kafka holds about it — every record's fate, step and loss figures (`stack.report`);
 - `BalanceFigures` and `HeldoutFigures`: who kept up, SE where it means something, held-out accuracy
-  (`stack.balance`).
+  (`stack.balance`);
+- `ModelOutFigures`, nested under `model_out`: the model versions the run published, where its final model is,
+  and with `--serve` what serve answered and how fresh (`stack.serving`).
 
 A new section (say, an objective's own figures): a `Record` of its own, added to `StackReport` as an optional
 field (`my_section: MySection | None = None`, nested under its name in `report.json`), filled in
@@ -21,8 +23,8 @@ from pydantic import Field
 from streamtrain.results import Record
 
 __all__ = ["BalanceFigures", "BridgeFigures", "DeviceBalanceFigures", "DeviceFates", "HeldoutFigures", "HeldoutPoint",
-           "RunFigures", "RunSettings", "SourcePartitionFates", "StackReport", "StaticVsMeasured", "StreamSetting",
-           "TimeModel"]
+           "ModelOutFigures", "RunFigures", "RunSettings", "SourcePartitionFates", "StackReport", "StaticVsMeasured",
+           "StreamSetting", "TimeModel"]
 
 
 class StreamSetting(Record):
@@ -193,6 +195,30 @@ class HeldoutFigures(Record):
     heldout: list[HeldoutPoint] = Field(default_factory=list)
 
 
+class ModelOutFigures(Record):
+    """The model out of the run (`stack.serving.model_out_figures`); the serving figures only with `--serve`."""
+
+    model_dir: str | None = None
+    """Where the run's final version was kept (None: it published none)."""
+    versions_published: int = 0
+    versions_served: int | None = None
+    """Versions serve answered at least one request with."""
+    requests_answered: int | None = None
+    requests_errors: int | None = None
+    """Requests answered with an error reason (bad input) instead of an output."""
+    request_latency_seconds_median: float | None = None
+    freshness_samples: int | None = None
+    """Trained samples whose freshness was measured."""
+    freshness_seconds_median: float | None = None
+    """From a sample's produced_at to serve's first answer by a version that trained it (`streamtrain.versions.
+    freshness`)."""
+    freshness_seconds_p99: float | None = None
+    freshness_published_seconds_median: float | None = None
+    """Its training side: from produced_at to the announcement of the version that first trained the sample."""
+    freshness_unserved_samples: int | None = None
+    """Trained by versions after the last one serve answered with: not measured."""
+
+
 class SourcePartitionFates(Record):
     """One source partition of the bridge: each record in one bin by its offset (`streamtrain.source_accounting`)."""
 
@@ -237,5 +263,6 @@ class BridgeFigures(Record):
 class StackReport(HeldoutFigures, BalanceFigures, RunFigures, RunSettings):
     """`report.json`: the run's settings and every figure, flat (see the module docstring for a new section)."""
 
+    model_out: ModelOutFigures | None = None
     bridge: BridgeFigures | None = None
     """The bridge's sources, accounted (None: the run had no bridge)."""

@@ -1,11 +1,12 @@
 """`LocalStack`: the whole pipeline as local processes, started and stopped in order, then a report.
 
 Start order: Kafka broker (embedded, or an existing one: `stack.kafka_setup`) → Prometheus → coordinator →
-trainer ranks → producers, or the bridge (`stack.launch`). Stop order: producers (SIGINT: they flush every
-accepted record), the bridge once it has caught up with its sources (`stack.bridging`), then — once the
-trainers have worked off what was produced, or after `drain_timeout_s` — the trainers (SIGTERM: each rank
-finishes its step, checkpoints, commits and exits 0), the coordinator, and, after the records have been read
-back for the report (`stack.reporting`), Prometheus and the broker.
+trainer ranks → (serve) → producers, or the bridge → (the request load) (`stack.launch`). Stop order: producers
+(SIGINT: they flush every accepted record), the bridge once it has caught up with its sources (`stack.bridging`),
+then — once the trainers have worked off what was produced, or after `drain_timeout_s` — the trainers (SIGTERM:
+each rank finishes its step, checkpoints, commits, publishes its final model version and exits 0), (the request
+load and serve, `stack.serving`), the coordinator, and, after the records have been read back for the report
+(`stack.reporting`), Prometheus and the broker. Every run keeps its final model version in `<out>/model`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .replay import produce_replay_backlog
 from .reporting import read_back, run_settings, write_plots
 from .results import StackReport
 from .secure import Identities
+from .serving import forget_versions, keep_final_model, model_out_figures
 
 __all__ = ["LocalStack", "StackError", "StackOptions"]
 
@@ -102,6 +104,7 @@ class LocalStack:
         Raises:
             StackError: when the stack cannot start (nothing is left running).
         """
+        forget_versions(self.out / "versions", self.say)  # the earlier run's final model stays in out/model
         for stale in ("logs", "checkpoints", "plots", "prometheus", "kafka"):  # a reused --out starts afresh:
             shutil.rmtree(self.out / stale, ignore_errors=True)  # an old checkpoint would skip new offsets
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -156,6 +159,9 @@ class LocalStack:
         ranks = self.children.spawn(plan.trainers, env)
         for port in plan.trainers.ports:
             self._await(ranks, f"http://{plan.host}:{port}/metrics")
+        if plan.serve is not None:
+            self.monitor.phase = "starting serve"
+            self._await(self.children.spawn(plan.serve, env), f"http://{plan.host}:{plan.serve.ports[0]}/metrics")
         self.monitor.phase = "starting producers"
         producers = [self.children.spawn(spec, env) for spec in plan.producers]  # all at once: each takes a while
         for child, spec in zip(producers, plan.producers, strict=True):
@@ -163,6 +169,8 @@ class LocalStack:
         if plan.bridge is not None:  # in the producers' place: the device topics from the user's own topics
             self.monitor.phase = "starting the bridge"
             self._await(self.children.spawn(plan.bridge, env), f"http://{plan.host}:{plan.bridge.ports[0]}/metrics")
+        if plan.requests is not None:
+            self.children.spawn(plan.requests, env)
 
     def _start_broker(self) -> None:
         kafka = existing_kafka(self.cfg, self.opts.broker, self.identities is not None, self.started_at, self.say)
@@ -258,6 +266,9 @@ class LocalStack:
                 self._drain()
             self._phase("stopping trainers (final step, checkpoint, commit)")
             self.children.stop_kind("trainer", signal.SIGTERM, 120.0)
+            if self.children.of_kind("serve"):
+                self._stop_serving()
+            keep_final_model(self.out / "versions", self.out / "model", self.say)
             if self.monitor is not None:
                 self.final_status = self.monitor.poll_status()
             self._phase("stopping the coordinator")
@@ -293,6 +304,13 @@ class LocalStack:
                            lambda: bridges[0].running() and not self.hurry.is_set(), self._update)
         self._phase("stopping the bridge")
         self.children.stop_kind("bridge", signal.SIGTERM, 60.0)
+
+    def _stop_serving(self) -> None:
+        """Give serve a moment to answer with the trainers' final version, then stop the requests and serve."""
+        if not self.hurry.is_set():
+            self.hurry.wait(1.5)  # the final version is announced as the ranks exit; a request at 20/s follows
+        self.children.stop_kind("requests", signal.SIGTERM, 30.0)
+        self.children.stop_kind("serve", signal.SIGTERM, 60.0)
 
     def _device_ends(self) -> dict[str, int] | None:
         """Each device topic's end offset now (summed over its partitions); None when the broker does not say."""
@@ -343,4 +361,13 @@ class LocalStack:
         if back.failure is not None:
             self.failures.append(back.failure)
         self.records = back.records
-        return back.report, back.series
+        report = back.report
+        if report is not None:
+            try:
+                figures = model_out_figures(cfg, self.out / "model", serving=self.opts.serve)
+            except (KafkaException, TimeoutError) as exc:
+                self.failures.append(f"could not read the model versions and predictions back: {exc}")
+            else:
+                report = report.model_copy(update={"model_out": figures})
+                report.write(self.out / "report.json", indent=2)
+        return report, back.series

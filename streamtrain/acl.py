@@ -8,16 +8,18 @@ Each role is one principal (`AclConfig`) with exactly the rights its service use
   and dead-letter;
 - coordinator: READ feedback and assignments (rebuilding its state), WRITE assignments and dead-letter,
   DESCRIBE (offsets) and DELETE (DeleteRecords) the device topics, DESCRIBE the trainers' group (lag);
+- trainer (model versions): WRITE the models topic (rank 0 announces each version);
+- serve: READ the requests and the models topics, READ its own group (commits), WRITE predictions;
 - admin: CREATE, DESCRIBE_CONFIGS and READ every topic under the prefix, DESCRIBE the trainers' group,
   ALTER and DESCRIBE the cluster (ACLs, SCRAM users);
 - bridge (only when `bridge.sources` names topics): READ its source topics and its group, WRITE the device
   topics and dead-letter, WRITE its transactional ids (`<bridge group>.*`); the admin also READs the sources
   and DESCRIBEs the bridge's group (accounting).
 
-Nobody else may write plans or feedback or delete records: with the broker's authorizer on, a request
-no ACL allows is refused. `apply_acls` is idempotent (it creates what is missing and reports what was
-already there) and leaves every other principal's ACLs alone; ACLs of these principals on this job's
-resources that are not in the set are reported as extra and removed only when asked (`prune`).
+Nobody else may write plans, feedback, model announcements or predictions, or delete records: with the broker's
+authorizer on, a request no ACL allows is refused. `apply_acls` is idempotent (it creates what is missing and
+reports what was already there) and leaves every other principal's ACLs alone; ACLs of these principals on this
+job's resources that are not in the set are reported as extra and removed only when asked (`prune`).
 """
 
 from __future__ import annotations
@@ -125,6 +127,11 @@ def role_acls(cfg: StreamtrainConfig, devices: Sequence[str]) -> list[Acl]:
     allow("trainer", roles.trainer, "WRITE", "TOPIC", topics.feedback)
     allow("trainer", roles.trainer, "WRITE", "TOPIC", topics.dead_letter)
     allow("trainer", roles.trainer, "READ", "GROUP", group)
+    allow("trainer", roles.trainer, "WRITE", "TOPIC", topics.models)
+    allow("serve", roles.serve, "READ", "TOPIC", topics.requests)
+    allow("serve", roles.serve, "READ", "TOPIC", topics.models)
+    allow("serve", roles.serve, "WRITE", "TOPIC", topics.predictions)
+    allow("serve", roles.serve, "READ", "GROUP", cfg.serve_group_id)
     allow("coordinator", roles.coordinator, "READ", "TOPIC", topics.feedback)
     allow("coordinator", roles.coordinator, "READ", "TOPIC", topics.assignments)
     allow("coordinator", roles.coordinator, "WRITE", "TOPIC", topics.assignments)
@@ -167,7 +174,7 @@ def concerns_job(acl: Acl, cfg: StreamtrainConfig) -> bool:
         return (acl.resource.startswith(f"{cfg.kafka.topic_prefix}.")
                 or acl.resource in {s.topic for s in cfg.bridge.sources})
     if acl.resource_type == "GROUP":
-        return acl.resource in (cfg.trainer_group_id, bridge_group)
+        return acl.resource in (cfg.trainer_group_id, cfg.serve_group_id, bridge_group)
     if acl.resource_type == "TRANSACTIONAL_ID":
         return acl.resource.startswith(f"{bridge_group}.")
     return False
@@ -285,7 +292,8 @@ def apply_acls(admin: AdminClient, cfg: StreamtrainConfig, devices: Sequence[str
 
 def role_principals(cfg: StreamtrainConfig, devices: Sequence[str]) -> dict[str, str]:
     """User name -> role, for every principal the roles use with these devices."""
-    names = {cfg.acl.admin: "admin", cfg.acl.coordinator: "coordinator", cfg.acl.trainer: "trainer"}
+    names = {cfg.acl.admin: "admin", cfg.acl.coordinator: "coordinator", cfg.acl.trainer: "trainer",
+             cfg.acl.serve: "serve"}
     if cfg.bridge.sources:
         names[cfg.acl.bridge] = "bridge"
     names |= {cfg.acl.producer_of(d): "producer" for d in devices}
@@ -324,10 +332,12 @@ def apply_users(admin: AdminClient, cfg: StreamtrainConfig, devices: Sequence[st
 
 def create_topics(admin: AdminClient, cfg: StreamtrainConfig, devices: Sequence[str],
                   timeout: float = 30.0) -> list[str]:
-    """Create this job's topics (device topics, feedback, assignments, dead-letter) that do not exist yet.
+    """Create this job's topics (device topics, feedback, assignments, dead-letter, evaluations, and the model-out
+    topics: models, requests, predictions) that do not exist yet.
 
     With ACLs on, only the admin role may create topics; every service then finds its topics in place.
     """
     topics = cfg.kafka.topics
-    names = [*(topics.device(d) for d in devices), topics.feedback, topics.assignments, topics.dead_letter]
+    names = [*(topics.device(d) for d in devices), topics.feedback, topics.assignments, topics.dead_letter,
+             topics.evaluations, topics.models, topics.requests, topics.predictions]
     return ensure_topics(admin, [TopicSpec.from_config(cfg.kafka, n) for n in names], timeout)

@@ -2,7 +2,8 @@
 
 This package sits above every other one: it only assembles the commands each package registers
 (`register(app, bench)`), so the core (`streamtrain/`) and the services need not know about each other.
-Each service also runs on its own (`python -m producers|coordinator|trainer|bridge ...`) with the same options.
+Each service also runs on its own (`python -m producers|coordinator|trainer|serve|bridge ...`) with the same
+options.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def _register_commands() -> None:
     from cluster.cli import register as register_cluster
     from coordinator.cli import register as register_coordinator
     from producers.cli import register as register_producers
+    from serve.cli import register as register_serve
     from stack.cli import register as register_stack
     from streamtrain.acl_cli import app as acl_app
     from streamtrain.broker.cli import app as broker_app
@@ -50,6 +52,7 @@ def _register_commands() -> None:
     register_producers(app, bench_app)
     register_coordinator(app, bench_app)
     register_trainer(app, bench_app)
+    register_serve(app, bench_app)
     register_bridge(app, bench_app)
     register_stack(app, bench_app)
     register_cluster(app, bench_app)

@@ -10,7 +10,8 @@ nothing and the other weights renormalise through Σλ).
 async all-reduce of (λ_i, samples_i, stop_i) before the forward pass, and the first hook of the
 step waits on it, so that collective overlaps the whole forward and most of the backward. The stop
 flag rides along for free: a rank asked to stop (SIGTERM) sets it, and every rank learns from the
-same sum that the group stops after this step, with no collective of its own.
+same sum that the group stops after this step, with no collective of its own. A rank whose clock says a model
+version is due (`trainer.publish`) sets a publish flag the same way.
 
 The bucket all-reduces also carry the group's verdict on the step: a rank whose loss is not finite
 (`mark_loss`) scales its buckets by NaN instead of λ_i/Σλ, and non-finite gradients stay non-finite
@@ -52,7 +53,7 @@ class AggregationState:
         self.process_group = process_group
         self.compressor = compressor
         self._weight = 0.0
-        self._sums = torch.zeros(4, dtype=torch.float64, device=device)
+        self._sums = torch.zeros(5, dtype=torch.float64, device=device)
         self._sums_work: dist.Work | None = None
         self._scale: torch.Tensor | None = None
         self._loss_finite: torch.Tensor | None = None
@@ -63,8 +64,10 @@ class AggregationState:
         self.last_hook_left_at: float | None = None
         """perf_counter when the last hook of this step returned: local gradients were all ready."""
 
-    def begin_step(self, weight: float, samples: int, stop: bool = False, backlog: int = 0) -> None:
-        """Start the step: publish this rank's λ, sample count, stop flag and backlog (async all-reduce, no wait).
+    def begin_step(self, weight: float, samples: int, stop: bool = False, backlog: int = 0,
+                   publish: bool = False) -> None:
+        """Start the step: send this rank's λ, sample count, stop flag, backlog and publish flag (async all-reduce,
+        no wait).
 
         Every rank must call this once per step, before the forward pass, in the same order
         relative to other collectives.
@@ -74,11 +77,12 @@ class AggregationState:
             samples: Samples this rank trains this step (summed into the global batch).
             stop: This rank wants the group to stop after this step (see `group_stop`).
             backlog: Reported samples this rank keeps buffered past this step (see `group_backlog`).
+            publish: This rank wants a model version published after this step (see `group_publish`).
         """
         if weight < 0:
             raise ValueError(f"aggregation weight must be >= 0, got {weight}")
         self._weight = float(weight)
-        values = [float(weight), float(samples), 1.0 if stop else 0.0, float(backlog)]
+        values = [float(weight), float(samples), 1.0 if stop else 0.0, float(backlog), 1.0 if publish else 0.0]
         self._sums = torch.tensor(values, dtype=torch.float64, device=self.device)
         self._sums_work = dist.all_reduce(self._sums, group=self.process_group, async_op=True)
         self._scale = None
@@ -113,7 +117,7 @@ class AggregationState:
     def global_totals(self) -> tuple[float, int]:
         """(Σλ, Σ samples) over all ranks for this step; waits for the weight all-reduce (host sync)."""
         self._wait_sums()
-        total_weight, total_samples, _stops, _backlog = self._sums.tolist()
+        total_weight, total_samples, *_flags = self._sums.tolist()
         return float(total_weight), round(total_samples)
 
     def group_stop(self) -> bool:
@@ -125,6 +129,11 @@ class AggregationState:
         """Σ of the ranks' `backlog` for this step (the same answer on every rank)."""
         self._wait_sums()
         return round(self._sums[3].item())
+
+    def group_publish(self) -> bool:
+        """Whether any rank passed publish=True to this step's `begin_step` (the same answer on every rank)."""
+        self._wait_sums()
+        return bool(self._sums[4].item() > 0)
 
     def end_step(self) -> None:
         """Close the step's compression statistics (call after backward)."""

@@ -6,12 +6,18 @@ is fsynced so the rename itself survives a power cut. A crash at any point leave
 checkpoint or the new one, never a torn file; stale temporaries are removed on the next save. A
 checkpoint holding a non-finite tensor (model or optimizer state) is refused before anything is written:
 resuming from it would poison the model for good.
+
+A checkpoint holds only tensors, numbers, strings, booleans, None and lists, tuples and dicts of them, and is
+read back with `torch.load(weights_only=True)`: it may sit on storage other hosts write to, and an unpickler
+that would build any object a file names would run whatever code such a file carries. A file that holds
+anything else is refused (`CheckpointError`), not executed.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import pickle
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +25,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["CHECKPOINT_NAME", "Checkpoint", "NonFiniteCheckpointError", "load_checkpoint", "non_finite_tensors",
-           "resume_offset", "save_checkpoint"]
+from streamtrain.durable import fsync_dir
+
+from .errors import TrainerSetupError
+
+__all__ = ["CHECKPOINT_NAME", "Checkpoint", "CheckpointError", "NonFiniteCheckpointError", "load_checkpoint",
+           "non_finite_tensors", "resume_offset", "save_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +64,7 @@ class Checkpoint:
     def state_dict(self) -> dict[str, Any]:
         return {"version": 1, "step": self.step, "model": self.model, "optimizer": self.optimizer,
                 "offsets": dict(self.offsets), "job": self.job, "world_size": self.world_size,
+                # Plain lists and dicts only: what a weights-only load accepts.
                 "done_ahead": {d: [list(r) for r in ranges] for d, ranges in self.done_ahead.items()}}
 
     @classmethod
@@ -63,6 +74,11 @@ class Checkpoint:
                    job=str(state.get("job", "")), world_size=int(state.get("world_size", 1)),
                    done_ahead={str(d): [(int(a), int(b)) for a, b in ranges]
                                for d, ranges in state.get("done_ahead", {}).items()})
+
+
+class CheckpointError(TrainerSetupError):
+    """A checkpoint file that cannot be read back as a checkpoint (the message names the file): the rank does not
+    start, as with any other setting it cannot start with."""
 
 
 class NonFiniteCheckpointError(ValueError):
@@ -108,33 +124,30 @@ def save_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
     logger.info("checkpoint of step %d written to %s (offsets %s)", checkpoint.step, final, checkpoint.offsets)
     return final
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # some filesystems cannot open a directory; the rename is still atomic
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def load_checkpoint(directory: Path | None) -> Checkpoint | None:
-    """The checkpoint in `directory`, or None when there is none (or no directory is configured)."""
+    """The checkpoint in `directory`, or None when there is none (or no directory is configured).
+
+    Raises:
+        CheckpointError: the file is not a checkpoint: torn, of another format, or holding objects other than
+            tensors and plain values (refused unread: loading is weights-only).
+    """
     if directory is None:
         return None
     path = directory / CHECKPOINT_NAME
     if not path.exists():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    checkpoint = Checkpoint.from_state_dict(state)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = Checkpoint.from_state_dict(state)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path} is not a checkpoint streamtrain can load weights-only "
+                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); move it "
+                              "away to start afresh, or point trainer.checkpoint_dir elsewhere") from exc
     logger.info("loaded checkpoint of step %d from %s", checkpoint.step, path)
     return checkpoint
 

@@ -22,7 +22,8 @@ def train(
     device_id: Annotated[str | None, typer.Option(help="Device this rank trains (its topic <prefix>.device.<id>).")]
     = None,
     devices: Annotated[
-        str | None, typer.Option(help="Comma-separated devices, one per rank: rank r trains the r-th (torchrun).")
+        str | None, typer.Option(help="Comma-separated devices, one per rank: rank r trains the r-th "
+                                        "(--local-ranks or torchrun).")
     ] = None,
     node_devices: Annotated[
         str | None,
@@ -30,7 +31,8 @@ def train(
                           "(torchrun across nodes with --nnodes MIN:MAX, where global ranks change).")
     ] = None,
     local_ranks: Annotated[
-        int | None, typer.Option(help="Launch this many ranks here (devices default to 0..N-1).", min=1)
+        int | None, typer.Option(help="Launch this many ranks here, training the devices of --devices (default "
+                                      "0..N-1).", min=1)
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Stop after this many global steps (0: until SIGTERM).")] = None,
     checkpoint_dir: Annotated[Path | None, typer.Option(help="Directory of atomic checkpoints.")] = None,
@@ -38,12 +40,22 @@ def train(
 ) -> None:
     """Train one DDP rank per device on its Kafka stream, following the coordinator's plans.
 
-    One rank per process with the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
-    Across elastic nodes give each node its own --node-devices: a node's devices stay its own as ranks change.
+    Which devices: --local-ranks N starts N ranks on this machine, rank r training the r-th device of --devices
+    (default 0 .. N-1): --local-ranks 2 --devices cam7,cam8 trains the topics <prefix>.device.cam7 and
+    <prefix>.device.cam8 (<prefix>: kafka.topic_prefix). Under torchrun (one rank per process, with RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT) --devices names one device per global rank; across elastic nodes give
+    each node its own --node-devices: a node's devices stay its own as ranks change.
 
-    --local-ranks N starts N ranks on this machine.
+    Each rank creates its device topic when missing (kafka.partitions, default 1) and starts at the offset its
+    group committed, else at the topic's start. The samples must fit the settings: shape (size,
+    trainer.num_features) and, for classification, a label below trainer.num_classes; any other goes to
+    <prefix>.dead-letter with the reason. Run `streamtrain coordinate` beside the ranks for balanced plans;
+    without it each rank plans alone after --plan-wait seconds.
 
-    SIGTERM finishes the step, commits, checkpoints and exits 0.
+    SIGTERM (Ctrl-C with --local-ranks) finishes the step, commits, checkpoints and exits 0.
+
+    Example: streamtrain --set kafka.bootstrap_servers=kafka-1:9092 --set trainer.num_features=2 train
+    --local-ranks 2 --devices cam7,cam8
     """
     from confluent_kafka import KafkaException
 

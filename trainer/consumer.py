@@ -85,8 +85,10 @@ class RankConsumer:
         self.buffer = SampleBuffer(trainer.buffer_max_samples, trainer.buffer_max_bytes, trainer.buffer_resume_ratio)
         meta = topic_metadata(self.consumer, self.topic)  # just created, perhaps: not on every broker yet
         if len(meta.partitions) != 1:
+            # Typically created by the broker on a device's first send, with its num.partitions: it must be remade.
             raise TrainerSetupError(f"device topic {self.topic} has {len(meta.partitions)} partitions; a rank trains a "
-                             "device's stream in order from exactly one (create it with kafka.partitions=1)")
+                                    "device's stream in order from exactly one: delete the topic and create it with "
+                                    "one partition (streamtrain creates it so when it is missing, kafka.partitions=1)")
 
     def committed_offset(self, timeout: float = 30.0) -> int | None:
         """The group's committed offset of the device partition, or None when nothing was committed."""

@@ -81,6 +81,14 @@ class TrainerMetrics:
                                      ).labels(**labels)
         self.heldout_step = gauge("heldout_step", "Steps trained before the last held-out evaluation.").labels(**labels)
         self.heldout_evaluations = counter("heldout_evaluations", "Held-out evaluations run.").labels(**labels)
+        # Model versions (trainer.publish): written by rank 0, every rank counts the ones its group published.
+        self.versions_published = counter("model_versions", "Model versions the group wrote and announced.").labels(
+            **labels)
+        self.versions_failed = counter("model_version_failures", "Model versions that could not be written (the "
+                                       "samples they trained go into the next one).").labels(**labels)
+        self.version_seconds = gauge("model_version_seconds", "Time the last model version took from training: "
+                                     "gathering its lineage, writing its files, announcing it.").labels(**labels)
+        self.version_number = gauge("model_version", "Number of the last model version published.").labels(**labels)
         self._busy: float | None = None
 
     def record_step(self, feedback: StepFeedback, *, late: bool, compressed: bool, dead_lettered: int) -> None:

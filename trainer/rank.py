@@ -34,10 +34,11 @@ from .checkpoint import Checkpoint, NonFiniteCheckpointError, load_checkpoint, r
 from .consumer import RankConsumer
 from .distributed import DistContext, destroy_distributed, init_distributed
 from .emulation import slow_device
-from .evaluation import HeldOutEvaluator, held_out_source
+from .evaluation import HeldOutEvaluator, HeldOutResult, held_out_source
 from .metrics import TrainerMetrics
 from .plan_checks import PartCheck
 from .plans import LocalPlanner, PlanBook, Selection, selection_from
+from .publish import VersionPublisher, heldout_metrics
 from .step import NON_FINITE_LOSS, StepResult, build_step_runner
 
 __all__ = ["TrainerRank", "run_rank"]
@@ -76,8 +77,9 @@ class TrainerRank:
                           if held_out_source(self.trainer) is not None else None)
         self._evaluated_step: int | None = None
         own = [topics.device(device_id), topics.feedback, topics.assignments, topics.dead_letter]
-        ensure_topics(make_admin(config.kafka), [TopicSpec.from_config(config.kafka, name) for name in (
-            [*own, topics.evaluations] if self.evaluator is not None else own)])
+        own += [topics.evaluations] if self.evaluator is not None else []
+        own += [topics.models] if config.versions.dir is not None else []
+        ensure_topics(make_admin(config.kafka), [TopicSpec.from_config(config.kafka, name) for name in own])
         self.producer = make_control_producer(config.kafka)
         self.plans = PlanBook(config.job, window=self.trainer.plan_window_steps)
         self.consumer = RankConsumer(config.kafka, self.trainer, device_id, self.group_id, self.plans,
@@ -87,6 +89,10 @@ class TrainerRank:
         self.local = LocalPlanner(self.trainer.local_batch)
         self.reports = ReportLog()
         self.metrics = TrainerMetrics(registry if registry is not None else CollectorRegistry(), device_id, config.job)
+        self.publisher = VersionPublisher(config, ctx, self.producer, self.metrics)
+        self.group_publish = False
+        """Some rank asked for a model version: the group publishes one after the step that told it."""
+        self._heldout: HeldOutResult | None = None
         self.step = 0
         self.plans_late = 0
         self.committed: int | None = None
@@ -154,6 +160,8 @@ class TrainerRank:
             self._after_step()
             if self.evaluator is not None and self.step % self.trainer.eval_every == 0:
                 self.evaluate()
+            if self.group_publish:
+                self.publish()
             if self.group_idle and not self.group_stop:
                 self.consumer.wait_until(lambda: len(self.buffer) > 0 or self.stop_requested,
                                          time.perf_counter() + self.trainer.idle_wait_seconds)
@@ -183,8 +191,11 @@ class TrainerRank:
         # Samples a plan saw and left behind, and any truncation dropped (streams outran training): either way
         # not a step short for want of data, so no rank holds its report (`_hold`).
         backlog = hold_backlog(self.buffer, self.device_id, plan, self.plans.later(step), self.reports)
-        result = self.train_step(samples, stop=self.stop_requested, backlog=backlog)
+        result = self.train_step(samples, stop=self.stop_requested, backlog=backlog, publish=self.publisher.due())
         self.group_stop = result.stop
+        self.group_publish = result.publish
+        if not result.skipped:
+            self.publisher.note_trained(samples, result.correct)
         self.group_idle = result.global_samples == 0
         if result.skipped:
             self._dead_letter_step(step, result)
@@ -293,6 +304,7 @@ class TrainerRank:
         assert self.evaluator is not None
         result = self.evaluator.evaluate(self.runner.model.module, self.step)
         self._evaluated_step = self.step
+        self._heldout = result
         self.metrics.record_heldout(result.step, result.accuracy, result.loss, result.seconds)
         if self.ctx.is_main:
             record = Evaluation(job=self.config.job, step=result.step, dataset=self.evaluator.name,
@@ -304,6 +316,14 @@ class TrainerRank:
             logger.info("held-out %s after step %d: accuracy %.3f, loss %.3f (%d samples, %.2f s)",
                         self.evaluator.name, result.step, result.accuracy, result.loss, result.samples,
                         result.seconds)
+
+    def publish(self) -> None:
+        """Collective: publish a model version of the current weights (held-out evaluated first when
+        `versions.evaluate`, so the version's metrics are its own)."""
+        if self.evaluator is not None and self.config.versions.evaluate and self._evaluated_step != self.step:
+            self.evaluate()
+        self.publisher.publish(self.step, self.runner.model.module, self.device_id, self.buffer.lowest_unprocessed(),
+                               heldout_metrics(self._heldout))
 
     def _feedback_delivered(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
@@ -366,8 +386,11 @@ class TrainerRank:
         return bool(ok[0])
 
     def _finish(self) -> None:
-        if self.evaluator is not None and self._evaluated_step != self.step:
+        evaluated = self.evaluator is not None and self._evaluated_step != self.step
+        if evaluated:
             self.evaluate()  # the model the run ends with; every rank stops after the same step
+        if self.publisher.enabled and (self.publisher.published_step != self.step or evaluated):
+            self.publish()  # the run's final version, with the figures of the last evaluation: its own
         if self.trainer.checkpoint_dir is not None:
             if self._checkpointed_step != self.step:
                 self.checkpoint()

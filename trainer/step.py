@@ -85,6 +85,11 @@ class StepResult:
     value); this rank's samples were not trained."""
     grad_norm: float | None = None
     """L2 norm of the aggregated gradient before clipping (the same on every rank); None when nobody trained."""
+    publish: bool = False
+    """Some rank asked for a model version after this step (every rank sees the same value)."""
+    correct: int = 0
+    """This rank's samples the model classified right in the step's forward pass, before the step trained them
+    (test-then-train: the prequential accuracy a model version reports)."""
 
 
 def linear_lr_scale(global_batch: int, base_batch: int, max_scale: float) -> float:
@@ -171,6 +176,7 @@ class StepRunner:
         *,
         stop: bool = False,
         backlog: int = 0,
+        publish: bool = False,
     ) -> StepResult:
         """Train one step on `samples` (possibly none) together with the other ranks.
 
@@ -184,6 +190,8 @@ class StepRunner:
                 is `StepResult.stop`. It rides on the step's weight all-reduce: no extra collective.
             backlog: Samples the coordinator knew of that this rank keeps past the step; summed over the
                 ranks into `StepResult.group_backlog` on the same all-reduce.
+            publish: This rank asks for a model version after this step; the answer (any rank asked) is
+                `StepResult.publish`, on the same all-reduce.
 
         Returns:
             Timings, loss, sizes and memory of the step.
@@ -194,7 +202,7 @@ class StepRunner:
         batch = self.collate(samples, self.config).to(self.device)
         collated = time.perf_counter()
         own_weight = self._weight_of(samples) if weight is None else float(weight)
-        self.state.begin_step(own_weight, batch.num_samples, stop, backlog)
+        self.state.begin_step(own_weight, batch.num_samples, stop, backlog, publish)
         self.optimizer.zero_grad(set_to_none=True)
         self.model.train()
         saved = [b.detach().clone() for b in self._buffers]
@@ -224,6 +232,7 @@ class StepRunner:
                 for buffer, before in zip(self._buffers, saved, strict=True):
                     buffer.copy_(before)
         loss_value = float(loss.detach()) if batch.num_samples > 0 else None
+        correct = int((logits.detach().argmax(dim=1) == batch.labels).sum()) if has_samples else 0
         self._sync()
         finished = time.perf_counter()
         cpu_seconds = time.thread_time() - cpu_started
@@ -250,6 +259,8 @@ class StepRunner:
             cpu_seconds=cpu_seconds,
             skipped=skipped,
             grad_norm=grad_norm,
+            publish=self.state.group_publish(),
+            correct=correct,
         )
 
     def _clip_gradients(self) -> float:

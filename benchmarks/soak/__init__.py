@@ -67,6 +67,11 @@ class SoakSetup(StreamsSetup):
     sample_every_s: float = 5.0
     phases: tuple[str, ...] = ("truncate", "bounded")
     """The coordinator's truncation in each phase (restarted between them)."""
+    serve: bool = False
+    """The ranks publish a model version every second and `serve` answers a request load at `request_rate` with
+    them, its memory sampled with the rest."""
+    request_rate: float | None = None
+    """Requests per second of the load `serve` answers (set with `serve`; absent from runs without it)."""
 
     def producer_groups(self) -> list[tuple[list[str], list[float]]]:
         """The devices (and their rates) of each producer process."""
@@ -74,6 +79,9 @@ class SoakSetup(StreamsSetup):
         n = max(1, min(self.producer_procs, self.devices))
         return [(ids[i::n], rates[i::n]) for i in range(n)]
 
+
+#: Requests per second of the load `serve` answers in `bench soak --serve`.
+REQUEST_RATE = 20.0
 
 MIB = 1024.0 * 1024.0
 #: Memory a JVM uses besides its heap (metaspace, code cache, thread stacks, direct buffers), in MiB.
@@ -390,6 +398,8 @@ def soak_command(
                                            "private embedded broker (whose memory is then not measured).")] = False,
     work_dir: Annotated[Path, typer.Option(help="Service logs and checkpoints (WORK_DIR/soak).")
                         ] = Path("reports/bench-runs"),
+    serve: Annotated[bool, typer.Option(help="Model versions every second and `serve` answering 20 requests/s "
+                                        "with them, in the loop (needs --ranks >= 1).")] = False,
 ) -> None:
     """Soak: 32 streams at ScaDLES S2 rates through the stack; memory, retained records and lag must stay bounded.
 
@@ -408,7 +418,8 @@ def soak_command(
         die(f"--ranks {ranks} is more than --devices {devices}", 2)
     setup = SoakSetup(minutes=minutes, devices=devices, ranks=ranks, producer_procs=producer_procs,
                       sample_every_s=sample_every, max_lag_samples=max_lag_samples, seed=seed,
-                      work_dir=work_dir / "soak")
+                      work_dir=work_dir / "soak", serve=serve and ranks > 0,
+                      request_rate=REQUEST_RATE if serve and ranks > 0 else None)
 
     def progress(t: float, total: float, phase: str, sample: SoakSample) -> None:
         rss = sum(sample.rss.values()) / MIB

@@ -29,7 +29,7 @@ from ..live import (
     train_command,
     watermarks,
 )
-from . import FollowerStats, PhaseSpan, SoakResult, SoakSample, SoakSetup, plot_soak, summarise_soak
+from . import REQUEST_RATE, FollowerStats, PhaseSpan, SoakResult, SoakSample, SoakSetup, plot_soak, summarise_soak
 
 __all__ = ["Progress", "TruncationFollower", "run_soak"]
 
@@ -137,6 +137,7 @@ class _Soak:
         group = f"{self.job}.trainers"
         self.services = Services(run_dir / "logs")
         self.ckpt = run_dir / "checkpoints"
+        self.versions = run_dir / "versions"
         for stale in self.ckpt.iterdir() if self.ckpt.exists() else ():
             stale.unlink()
         self.follower = TruncationFollower(self.kafka, group, self.job, self.devices[setup.ranks:])
@@ -171,9 +172,13 @@ class _Soak:
                     # The ranks outlive the phases' coordinators: the rule that admits every phase's truncation
                     # (truncate and bounded by samples both keep at least the newest record).
                     "coordinator.truncation": "truncate"}
+            if setup.serve:
+                sets |= {"versions.dir": str(self.versions), "versions.publish_every_seconds": 1.0, "versions.keep": 3}
             self.services.start("trainers", "trainer",
                                 launch.command("trainer", *train_command(self.ranked, self.ckpt), settings=sets))
             _wait_for_ranks(self.services, FeedbackTail(self.kafka, self.job), self.ranked, setup.start_timeout_s)
+            if setup.serve:
+                self.start_serving(launch, sets)
         self.follower.start()
         for i, (ids, rates) in enumerate(setup.producer_groups()):
             sets = {**self.common, "producer.devices": len(ids), "producer.device_ids": ids,
@@ -183,6 +188,12 @@ class _Soak:
                     "producer.duration_seconds": 0, "producer.tick_seconds": 0.01, "producer.metrics": False}
             self.services.start(f"producer-{i}", "producer",
                                 launch.command("producers", "produce", "--no-progress", settings=sets))
+
+    def start_serving(self, launch: LaunchOptions, settings: dict[str, object]) -> None:
+        """`serve` on the versions the ranks publish, and `streamtrain request` sending it the synthetic task."""
+        self.services.start("serve", "serve", launch.command("serve", "serve", "--port", "0", settings=settings))
+        self.services.start("requests", "requests", launch.command(
+            "serve", "request", "--rate", str(self.setup.request_rate or REQUEST_RATE), settings=settings))
 
     def phases(self, launch: LaunchOptions, progress: Progress | None) -> None:
         """Each phase in turn (its own coordinator), sampled every `sample_every_s` until its share of the run."""
@@ -256,7 +267,7 @@ def _sample(broker: LiveBroker, services: Services, kafka: KafkaConfig, probe: A
         tree = rss_tree(pid)
         if name == "trainers":
             rss.update(_rank_names(tree, pid))
-        else:  # coordinator-<truncation>: one process per phase
+        else:  # coordinator-<truncation> (one process per phase), serve, requests
             rss[name] = tree.get(pid, 0)
     marks = watermarks(probe, kafka, devices)
     committed: dict[str, int] = {}

@@ -234,6 +234,35 @@ TRAINING = (
           unit="ops"),
 )
 
+SERVING = (
+    Panel("Freshness", "Per trained sample: from its produced_at to serve's first answer by a model version that "
+          "trained it (median and 99th percentile over 5 minutes). What dominates it: the time a sample waits to be "
+          "trained, versions.publish_every_seconds, and the gap to the next request.",
+          (q("histogram_quantile(0.5, sum by (le) (rate(streamtrain_serve_freshness_seconds_bucket[5m])))", "p50"),
+           q("histogram_quantile(0.99, sum by (le) (rate(streamtrain_serve_freshness_seconds_bucket[5m])))",
+             "p99")), unit="s"),
+    Panel("Model version in use and its age", "The version serve answers with, and seconds since it was written.",
+          (q("max(streamtrain_serve_model_version)", "version"),
+           q("max(streamtrain_serve_model_age_seconds)", "age (s)"))),
+    Panel("Requests per second", "Requests answered (a prediction delivered), and those answered with an error "
+          "reason by reason (0 until the first).",
+          (q("sum(rate(streamtrain_serve_requests_total[1m]))", "answered"),
+           q("sum by (reason) (rate(streamtrain_serve_request_errors_total[1m])) or on() vector(0)",
+             "error {{reason}}")), unit="reqps"),
+    Panel("Request latency", "From a request's produced_at to its prediction: median and 99th percentile over "
+          "1 minute.",
+          (q("histogram_quantile(0.5, sum by (le) (rate(streamtrain_serve_latency_seconds_bucket[1m])))", "p50"),
+           q("histogram_quantile(0.99, sum by (le) (rate(streamtrain_serve_latency_seconds_bucket[1m])))", "p99")),
+          unit="s"),
+    Panel("Versions published, switched to and rejected", "Over 5 minutes: versions the trainers published, "
+          "versions serve switched to, and versions it rejected by reason (gate, misfit, unreadable; 0 until the "
+          "first).",
+          (q("max(increase(streamtrain_trainer_model_versions_total[5m]))", "published"),
+           q("sum(increase(streamtrain_serve_version_switches_total[5m]))", "switched to"),
+           q("sum by (reason) (increase(streamtrain_serve_rejected_versions_total[5m])) or on() vector(0)",
+             "rejected {{reason}}")), width=24),
+)
+
 DASHBOARDS = {
     "streamtrain-balance": ("streamtrain — balance", "Each device keeping up, its headroom and lag; the "
                             "straggler effect where every device had work waiting; per-device step time and batch, "
@@ -243,6 +272,8 @@ DASHBOARDS = {
     "streamtrain-lag": ("streamtrain — lag, buffer, truncation, dead letters", "Backlog per device and what "
                         "happens to it.", LAG),
     "streamtrain-training": ("streamtrain — loss and planning", "Loss, plan latency, late plans.", TRAINING),
+    "streamtrain-serving": ("streamtrain — model out and serving", "Freshness, the version serve answers with, "
+                            "requests, latency, versions rejected.", SERVING),
 }
 
 

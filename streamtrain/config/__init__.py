@@ -6,7 +6,9 @@ from .coordinator import CoordinatorConfig
 from .core import BrokerConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
 from .loader import ENV_PREFIX, ConfigError, config_environment, load_config, parse_assignment
 from .producer import ProducerConfig
+from .serve import ServeConfig
 from .trainer import TrainerConfig
+from .versions import VersionsConfig
 
 __all__ = [
     "ENV_PREFIX",
@@ -20,9 +22,11 @@ __all__ = [
     "MetricsConfig",
     "ProducerConfig",
     "RawLayout",
+    "ServeConfig",
     "SourceConfig",
     "StreamtrainConfig",
     "TrainerConfig",
+    "VersionsConfig",
     "config_environment",
     "load_config",
     "parse_assignment",

@@ -14,7 +14,9 @@ from .bridge import BridgeConfig
 from .coordinator import CoordinatorConfig
 from .producer import ProducerConfig
 from .renames import Renamed, milliseconds_to_seconds, seconds_renamed
+from .serve import ServeConfig
 from .trainer import TrainerConfig
+from .versions import VersionsConfig
 
 __all__ = ["BrokerConfig", "KafkaConfig", "MetricsConfig", "StreamtrainConfig", "parse_quorum_voters"]
 
@@ -354,6 +356,8 @@ class StreamtrainConfig(_Section):
     producer: ProducerConfig = Field(default_factory=ProducerConfig)
     coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    versions: VersionsConfig = Field(default_factory=VersionsConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
     acl: AclConfig = Field(default_factory=AclConfig)
     bridge: BridgeConfig = Field(default_factory=BridgeConfig)
 
@@ -381,3 +385,8 @@ class StreamtrainConfig(_Section):
     def trainer_group_id(self) -> str:
         """The trainers' consumer group (whose committed offsets are the lag the coordinator reads)."""
         return self.trainer.group_id or f"{self.job}.trainers"
+
+    @property
+    def serve_group_id(self) -> str:
+        """The consumer group `serve` commits the request offsets it answered under."""
+        return self.serve.group_id or f"{self.job}.serve"

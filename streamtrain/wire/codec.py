@@ -45,7 +45,7 @@ from .layout import (
     writer_schemas,
 )
 from .legacy import SCHEMA_HEADER, previous_writer
-from .records import Assignment, DeadLetter, Evaluation, Record, Sample, StepFeedback
+from .records import Assignment, DeadLetter, Evaluation, ModelVersion, Prediction, Record, Sample, StepFeedback
 
 __all__ = [
     "SCHEMA_HEADER",
@@ -61,7 +61,7 @@ __all__ = [
     "load_schema",
 ]
 
-R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter, Evaluation)
+R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter, Evaluation, ModelVersion, Prediction)
 _DECODE_ERRORS = (EOFError, ValueError, IndexError, KeyError, UnicodeDecodeError, OverflowError, MemoryError)
 
 

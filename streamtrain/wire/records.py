@@ -18,10 +18,14 @@ __all__ = [
     "DTYPES",
     "Assignment",
     "DeadLetter",
+    "DeviceLineage",
     "DevicePlan",
     "Evaluation",
+    "ModelVersion",
     "OffsetRange",
     "PendingSample",
+    "Prediction",
+    "ProducedCount",
     "Record",
     "Sample",
     "StepFeedback",
@@ -374,6 +378,96 @@ class Evaluation:
         return cls(**d)
 
 
+@dataclass(frozen=True)
+class ProducedCount:
+    """`count` samples produced in [produced_at, produced_at + resolution) milliseconds."""
+
+    produced_at: int
+    count: int
+
+
+@dataclass(frozen=True)
+class DeviceLineage:
+    """What a model version trained of one device's stream."""
+
+    device_id: str
+    offset: int
+    """Every record below this offset was trained, truncated or dead-lettered by the version."""
+    new_samples: tuple[ProducedCount, ...] = ()
+    """The samples first trained in this version, by produced_at (what freshness is measured from)."""
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """A published model version: where its files are, what it trained, how good it is."""
+
+    SCHEMA: ClassVar[str] = "ModelVersion"
+
+    job: str
+    version: int
+    step: int
+    location: str
+    lineage: tuple[DeviceLineage, ...] = ()
+    metrics: dict[str, float] = field(default_factory=dict)
+    produced_at_resolution_ms: int = 10
+    created_at: int = field(default_factory=now_ms)
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """Device id -> the offset below which every record is in this version's lineage."""
+        return {d.device_id: d.offset for d in self.lineage}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = _fields_of(self)
+        d["lineage"] = [{"device_id": x.device_id, "offset": x.offset,
+                         "new_samples": [_fields_of(p) for p in x.new_samples]} for x in self.lineage]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelVersion:
+        d = dict(d)
+        d["lineage"] = tuple(DeviceLineage(x["device_id"], x["offset"],
+                                           tuple(ProducedCount(**p) for p in x.get("new_samples", ())))
+                             for x in d.get("lineage", ()))
+        d["metrics"] = dict(d.get("metrics") or {})
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """`serve`'s answer to one request: the output and the version that made it, or the reason there is none."""
+
+    SCHEMA: ClassVar[str] = "Prediction"
+
+    job: str
+    request_topic: str
+    request_partition: int
+    request_offset: int
+    version: int
+    answered_at: int = field(default_factory=now_ms)
+    request_produced_at: int | None = None
+    label: int | None = None
+    label_name: str | None = None
+    probabilities: tuple[float, ...] = ()
+    values: tuple[float, ...] = ()
+    tags: tuple[int, ...] = ()
+    error: str | None = None
+    error_detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = _fields_of(self)
+        for name in ("probabilities", "values", "tags"):
+            d[name] = list(d[name])  # fastavro reads a tuple inside a union as a (branch, value) pair
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Prediction:
+        d = dict(d)
+        for name in ("probabilities", "values", "tags"):
+            d[name] = tuple(d.get(name) or ())
+        return cls(**d)
+
+
 def _fields_of(record: Any) -> dict[str, Any]:
     """A record's fields as the dict fastavro writes, without copying them.
 
@@ -384,4 +478,4 @@ def _fields_of(record: Any) -> dict[str, Any]:
     return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
-Record = Sample | StepFeedback | Assignment | DeadLetter | Evaluation
+Record = Sample | StepFeedback | Assignment | DeadLetter | Evaluation | ModelVersion | Prediction

@@ -21,7 +21,7 @@ def validate_name_part(what: str, value: str) -> str:
 @dataclass(frozen=True)
 class TopicNames:
     """Topic names under one prefix: `<prefix>.device.<id>`, `.feedback`, `.assignments`, `.dead-letter`,
-    `.evaluations`."""
+    `.evaluations`, `.models`, `.requests`, `.predictions`."""
 
     prefix: str = "streamtrain"
 
@@ -57,3 +57,18 @@ class TopicNames:
     def evaluations(self) -> str:
         """Held-out evaluations (rank 0 writes one every `trainer.eval_every` steps)."""
         return f"{self.prefix}.evaluations"
+
+    @property
+    def models(self) -> str:
+        """Model versions as they are published (rank 0 announces each one, `ModelVersion`)."""
+        return f"{self.prefix}.models"
+
+    @property
+    def requests(self) -> str:
+        """Samples to predict, on the same wire as the device topics (`serve` reads them)."""
+        return f"{self.prefix}.requests"
+
+    @property
+    def predictions(self) -> str:
+        """`serve`'s answers, one `Prediction` per request, naming the version that made it."""
+        return f"{self.prefix}.predictions"

@@ -1,5 +1,5 @@
-"""Every metric family the producers, the coordinator, a trainer rank and the bridge export, for tests that audit
-them."""
+"""Every metric family the producers, the coordinator, a trainer rank, serve and the bridge export, for tests that
+audit them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from prometheus_client.metrics_core import Metric
 from bridge.metrics import BridgeMetrics
 from coordinator.metrics import CoordinatorMetrics
 from producers.metrics import ProducerMetrics
+from serve.metrics import ServeMetrics
 from trainer.metrics import TrainerMetrics
 
 
@@ -20,8 +21,10 @@ def service_metric_families() -> list[tuple[str, Metric]]:
     TrainerMetrics(trainer, "0", "job")
     coordinator = CoordinatorMetrics(CollectorRegistry(), "job")
     coordinator.add_device("0")
+    serve = CollectorRegistry()
+    ServeMetrics(serve, "job")
     bridge = CollectorRegistry()
     BridgeMetrics(bridge, "job", ["events"], ["0"])
     return [(service, family) for service, registry in
-            (("producer", producer), ("trainer", trainer), ("coordinator", coordinator.registry),
+            (("producer", producer), ("trainer", trainer), ("coordinator", coordinator.registry), ("serve", serve),
              ("bridge", bridge)) for family in registry.collect()]

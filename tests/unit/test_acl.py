@@ -25,7 +25,11 @@ def test_each_role_gets_exactly_what_its_service_uses() -> None:
     assert _rights(acls, "streamtrain-producer-1") == {("WRITE", "TOPIC", "st.device.1")}
     assert _rights(acls, "streamtrain-trainer") == {
         ("READ", "TOPIC", "st.device.0"), ("READ", "TOPIC", "st.device.1"), ("READ", "TOPIC", "st.assignments"),
-        ("WRITE", "TOPIC", "st.feedback"), ("WRITE", "TOPIC", "st.dead-letter"), ("READ", "GROUP", "cams.trainers")}
+        ("WRITE", "TOPIC", "st.feedback"), ("WRITE", "TOPIC", "st.dead-letter"), ("READ", "GROUP", "cams.trainers"),
+        ("WRITE", "TOPIC", "st.models")}
+    assert _rights(acls, "streamtrain-serve") == {
+        ("READ", "TOPIC", "st.requests"), ("READ", "TOPIC", "st.models"), ("WRITE", "TOPIC", "st.predictions"),
+        ("READ", "GROUP", "cams.serve")}
     assert _rights(acls, "streamtrain-coordinator") == {
         ("READ", "TOPIC", "st.feedback"), ("READ", "TOPIC", "st.assignments"), ("WRITE", "TOPIC", "st.assignments"),
         ("WRITE", "TOPIC", "st.dead-letter"), ("DESCRIBE", "TOPIC", "st.device.0"), ("DELETE", "TOPIC", "st.device.0"),
@@ -41,7 +45,12 @@ def test_each_role_gets_exactly_what_its_service_uses() -> None:
     assert {a.principal for a in acls if a.operation == "DELETE"} == {"User:streamtrain-coordinator"}
     assert {a.principal for a in acls if a.resource == "st.feedback" and a.operation == "WRITE"} == {
         "User:streamtrain-trainer"}
-    assert {a.role for a in acls} == {"producer", "trainer", "coordinator", "admin"}
+    # Only the trainers announce model versions; only serve writes predictions.
+    assert {a.principal for a in acls if a.resource == "st.models" and a.operation == "WRITE"} == {
+        "User:streamtrain-trainer"}
+    assert {a.principal for a in acls if a.resource == "st.predictions" and a.operation == "WRITE"} == {
+        "User:streamtrain-serve"}
+    assert {a.role for a in acls} == {"producer", "trainer", "coordinator", "serve", "admin"}
 
 
 def test_the_bridge_role_is_granted_only_its_sources_devices_group_and_transactions() -> None:

@@ -30,7 +30,7 @@ from streamtrain_cli import app
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "docker-compose.yml"
 MULTI = ROOT / "docker-compose.multi-broker.yml"
-STREAMTRAIN_SERVICES = ("producers", "coordinator", "trainer", "bridge")
+STREAMTRAIN_SERVICES = ("producers", "coordinator", "trainer", "serve", "bridge")
 #: One-shot services: they run to completion before the others start (no health check, not restarted once done).
 SETUP_SERVICES = ("kafka-setup",)
 
@@ -92,6 +92,19 @@ def _bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
 def _volume_targets(service: dict[str, Any]) -> set[str]:
     """Where a service mounts its volumes and binds."""
     return {v.split(":")[1] if isinstance(v, str) else v["target"] for v in service.get("volumes", [])}
+
+
+def _named_volumes(service: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """target -> (volume name, read only) of a service's named volumes (short syntax from v1, long from v2)."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            source, target, *mode = volume.split(":")
+            if not source.startswith(("/", ".")):
+                mounts[target] = (source, mode == ["ro"])
+        elif volume.get("type") == "volume":
+            mounts[volume["target"]] = (volume["source"], bool(volume.get("read_only")))
+    return mounts
 
 
 def _split_subcommand(args: list[str]) -> tuple[list[str], list[str]]:
@@ -248,6 +261,8 @@ def test_prometheus_scrapes_each_service_on_the_port_it_serves() -> None:
     assert f"producers:{producers}" in targets
     assert f"coordinator:{coordinator[coordinator.index('--port') + 1]}" in targets
     assert f"trainer:{trainer}" in targets
+    serve = services["serve"]["command"]
+    assert f"serve:{serve[serve.index('--port') + 1]}" in targets
     bridge = services["bridge"]["command"]
     assert f"bridge:{bridge[bridge.index('--port') + 1]}" in targets
     promtool = shutil.which("promtool")
@@ -255,6 +270,17 @@ def test_prometheus_scrapes_each_service_on_the_port_it_serves() -> None:
         check = subprocess.run([promtool, "check", "config", str(ROOT / "deploy/prometheus/prometheus.yml")],
                                capture_output=True, text=True, timeout=60)
         assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_serve_reads_the_model_versions_the_trainers_write() -> None:
+    services = resolved(BASE)["services"]
+    trainer, serve = (load_config(env={k: str(v) for k, v in services[n]["environment"].items()})
+                      for n in ("trainer", "serve"))
+    assert trainer.versions.dir is not None and trainer.versions.dir == serve.versions.dir
+    mounts = {n: _named_volumes(services[n]) for n in ("trainer", "serve")}
+    where = str(trainer.versions.dir)
+    assert mounts["trainer"][where][0] == mounts["serve"][where][0]  # one volume, both see it
+    assert mounts["serve"][where][1] and not mounts["trainer"][where][1]  # only the trainers write versions
 
 
 def test_the_trainer_image_target_and_the_service_image_exist_in_the_dockerfile() -> None:
@@ -325,7 +351,7 @@ def test_each_service_is_its_own_role_and_the_setup_grants_exactly_those_roles()
     setup = configs["kafka-setup"]
     roles = role_principals(setup, devices)
     assert roles[users["producers"]] == "producer" and roles[users["coordinator"]] == "coordinator"
-    assert roles[users["trainer"]] == "trainer"
+    assert roles[users["trainer"]] == "trainer" and roles[users["serve"]] == "serve"
     passwords = {name: pw.get_secret_value() for name, pw in setup.acl.passwords.items()}
     for service, user in users.items():  # the set-up creates each service's user with the password it logs in with
         password = configs[service].kafka.sasl_password

@@ -45,6 +45,9 @@ REQUIRED = [
     ("streamtrain-training", "loss"),
     ("streamtrain-training", "plan latency"),
     ("streamtrain-training", "late plans"),
+    ("streamtrain-serving", "freshness"),
+    ("streamtrain-serving", "model version in use"),
+    ("streamtrain-serving", "request latency"),
 ]
 
 

@@ -22,12 +22,16 @@ from streamtrain.wire import (
     Assignment,
     CorruptRecordError,
     DeadLetter,
+    DeviceLineage,
     DeviceMismatchError,
     DevicePlan,
     Evaluation,
     InvalidSampleError,
     MissingHeaderError,
+    ModelVersion,
     PendingSample,
+    Prediction,
+    ProducedCount,
     Sample,
     SchemaMismatchError,
     SizeMismatchError,
@@ -104,13 +108,34 @@ def test_evaluation_round_trip() -> None:
         decode(value, headers, StepFeedback)
 
 
+def test_model_version_and_prediction_round_trip() -> None:
+    version = ModelVersion(job="j", version=3, step=120, location="/models/v000003",
+                           lineage=(DeviceLineage("0", 57, (ProducedCount(1_700_000_000_000, 4),)),
+                                    DeviceLineage("1", 12)),
+                           metrics={"heldout_accuracy": 0.75, "heldout_step": 120.0})
+    value, headers = encode(version)
+    assert decode(value, headers, ModelVersion) == version
+    assert version.offsets == {"0": 57, "1": 12}
+    answer = Prediction(job="j", request_topic="st.requests", request_partition=0, request_offset=9, version=3,
+                        request_produced_at=5, label=2, label_name="fan", probabilities=(0.1, 0.2, 0.7))
+    value, headers = encode(answer)
+    assert decode(value, headers, Prediction) == answer
+    refused = Prediction(job="j", request_topic="st.requests", request_partition=0, request_offset=10, version=-1,
+                         error="corrupt", error_detail="not valid Avro")
+    value, headers = encode(refused)
+    assert decode(value, headers, Prediction) == refused
+    with pytest.raises(SchemaMismatchError):
+        decode(value, headers, ModelVersion)
+
+
 def test_fingerprints_are_distinct_and_stable() -> None:
     fps = known_fingerprints()
-    current = {fingerprint_of(t) for t in (Sample, StepFeedback, Assignment, DeadLetter, Evaluation)}
-    assert len(current) == 5 and current <= set(fps)
+    current = {fingerprint_of(t) for t in (Sample, StepFeedback, Assignment, DeadLetter, Evaluation, ModelVersion,
+                                           Prediction)}
+    assert len(current) == 7 and current <= set(fps)
     # The first versions of StepFeedback and Assignment stay readable beside the current ones.
-    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Evaluation", "Sample", "Sample",
-                                    "StepFeedback", "StepFeedback"]
+    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Evaluation", "ModelVersion",
+                                    "Prediction", "Sample", "Sample", "StepFeedback", "StepFeedback"]
     assert all(len(fp) == 8 for fp in fps)
 
 

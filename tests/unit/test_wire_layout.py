@@ -29,9 +29,13 @@ from streamtrain.wire import (
     Assignment,
     CorruptRecordError,
     DeadLetter,
+    DeviceLineage,
     DevicePlan,
     Evaluation,
+    ModelVersion,
     PendingSample,
+    Prediction,
+    ProducedCount,
     Sample,
     StepFeedback,
     UnknownSchemaError,
@@ -120,7 +124,7 @@ def _fingerprint(schema: dict[str, Any]) -> bytes:
 # --- records ------------------------------------------------------------------------------------------------------
 
 
-def _records() -> list[Sample | StepFeedback | Assignment | DeadLetter | Evaluation]:
+def _records() -> list[Sample | StepFeedback | Assignment | DeadLetter | Evaluation | ModelVersion | Prediction]:
     sample = Sample.from_array("dev-1", 7, np.arange(15, dtype=np.int16).reshape(5, 3), label=3,
                                metadata={"src": "unit"}, target=[0.5, -1.0], produced_at=1_700_000_000_000)
     feedback = StepFeedback(
@@ -134,7 +138,12 @@ def _records() -> list[Sample | StepFeedback | Assignment | DeadLetter | Evaluat
                         headers={"st-size": b"3"}, key=None, value=b"\x00\xff", failed_at=1)
     evaluation = Evaluation(job="j", step=40, dataset="plaid", samples=537, accuracy=0.75, loss=0.8, seconds=0.2,
                             sent_at=1)
-    return [sample, feedback, plan, letter, evaluation]
+    version = ModelVersion(job="j", version=3, step=40, location="/models/v000003",
+                           lineage=(DeviceLineage("dev-1", 1001, (ProducedCount(1_700_000_000_000, 2),)),),
+                           metrics={"heldout_accuracy": 0.75}, created_at=1)
+    answer = Prediction(job="j", request_topic="p.requests", request_partition=0, request_offset=9, version=3,
+                        answered_at=1, request_produced_at=0, label=2, label_name="fan", probabilities=(0.25, 0.75))
+    return [sample, feedback, plan, letter, evaluation, version, answer]
 
 
 @pytest.mark.parametrize("record", _records(), ids=lambda r: type(r).__name__)

@@ -11,6 +11,7 @@ from streamtrain.config import KafkaConfig, TrainerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer
 from streamtrain.wire import Assignment, Sample, encode
 from trainer.consumer import RankConsumer
+from trainer.errors import TrainerSetupError
 from trainer.plans import PlanBook
 
 pytestmark = pytest.mark.integration
@@ -56,3 +57,15 @@ def test_pause_when_full_and_resume_without_loss_or_duplicates(kafka_cfg: KafkaC
     assert trained == list(range(100))
     assert paused_seen and max_depth == 20  # the bound holds even inside one fetched batch
     assert plans.get(3) is not None
+
+
+def test_a_device_topic_of_several_partitions_is_refused_with_the_fix(kafka_cfg: KafkaConfig) -> None:
+    """A broker that creates topics on first use gives a device's topic its num.partitions; a rank that
+    read only partition 0 would silently skip the others, so it refuses to start and says how to remake it."""
+    topics = kafka_cfg.topics
+    ensure_topics(make_admin(kafka_cfg), [TopicSpec(topics.device("d3"), 3),
+                                          *(TopicSpec.from_config(kafka_cfg, n) for n in (topics.assignments,
+                                                                                          topics.dead_letter))])
+    producer = make_producer(kafka_cfg)
+    with pytest.raises(TrainerSetupError, match=rf"{topics.device('d3')} has 3 partitions.*delete the topic"):
+        RankConsumer(kafka_cfg, TrainerConfig(), "d3", "g", PlanBook("job"), producer)

@@ -1,0 +1,1 @@
+"""The serve service: answers requests with the newest model version that passed the promotion gate."""

@@ -1,0 +1,68 @@
+"""The serving service (`[serve]` in the TOML file, STREAMTRAIN_SERVE__* in the environment)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .parsing import text_as_tuple
+
+__all__ = ["GATE_METRICS", "ServeConfig"]
+
+#: Metrics a version may carry that the promotion gate can compare (higher is better for accuracies, lower for
+#: losses).
+GATE_METRICS: tuple[str, ...] = ("heldout_accuracy", "heldout_loss", "prequential_accuracy", "prequential_loss")
+
+
+class ServeConfig(BaseModel):
+    """How `streamtrain serve` answers requests and which model versions it promotes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    gate_metrics: tuple[str, ...] = ("heldout_accuracy", "prequential_accuracy")
+    """Metrics the promotion gate compares, in order of preference: the first one both the new version and the
+    live one carry decides (accuracies: higher is better; losses: lower). E.g. `--set serve.gate_metrics=
+    heldout_loss`."""
+
+    tolerance: float = Field(default=0.05, ge=0)
+    """How much worse than the live version a new version may be on the gate metric and still be served
+    (absolute: 0.05 lets an accuracy of 0.80 be replaced by one of 0.75, not 0.74). Online training wobbles
+    by a few points between versions; a tighter gate holds the live version (and the freshness of what is
+    served) until training beats it again."""
+
+    unmeasured: Literal["accept", "reject"] = "accept"
+    """A version the gate cannot compare (it and the live version share no gate metric: no held-out set, say):
+    `accept` serves it (and says so), `reject` keeps the live version."""
+
+    max_batch: int = Field(default=64, ge=1, le=65_536)
+    """Most requests answered in one forward pass."""
+
+    max_batch_size: int = Field(default=65_536, ge=1)
+    """Most frames (total sample size) in one forward pass; a single larger request is answered alone."""
+
+    batch_wait_seconds: float = Field(default=0.005, ge=0, le=10)
+    """After the first request of a batch, how long serve waits for more before it answers (latency vs
+    throughput)."""
+
+    group_id: str | None = Field(default=None, min_length=1, max_length=200)
+    """Consumer group serve commits request offsets under (default `<job>.serve`): a restarted serve resumes
+    after the last request whose prediction was delivered."""
+
+    torch_threads: int = Field(default=1, ge=0, le=1024)
+    """Intra-op CPU threads of serve's forward passes (0 keeps torch's default). One: a request batch is small,
+    and serve shares the host's cores with the trainers."""
+
+    request_rate: float = Field(default=20.0, gt=0, le=100_000)
+    """`streamtrain request` (the load generator): requests per second it sends."""
+
+    _gate_from_text = field_validator("gate_metrics", mode="before")(text_as_tuple)
+
+    @field_validator("gate_metrics")
+    @classmethod
+    def _known_metrics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [m for m in value if m not in GATE_METRICS]
+        if unknown or not value:
+            raise ValueError(f"{', '.join(map(repr, unknown)) or 'nothing'}: name metrics among "
+                             f"{', '.join(GATE_METRICS)}")
+        return value

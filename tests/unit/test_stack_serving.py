@@ -1,0 +1,42 @@
+"""`up` keeps each run's final model in <out>/model and says what it replaces of an earlier run's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stack.serving import forget_versions, keep_final_model
+from streamtrain.config import TrainerConfig
+from streamtrain.models import build_model
+from streamtrain.versions import load_model, spec_for, write_version
+
+CFG = TrainerConfig(num_features=2, num_classes=3, hidden_size=4, num_layers=1)
+
+
+def _publish(versions: Path, job: str, *numbers: int) -> None:
+    for n in numbers:
+        write_version(versions, spec_for(CFG, job=job, version=n, step=10 * n, class_names=None, offsets={},
+                                         metrics={"heldout_accuracy": 0.5}), build_model(CFG).state_dict())
+
+
+def test_the_final_version_is_kept_and_an_earlier_runs_model_is_replaced_aloud(tmp_path: Path) -> None:
+    said: list[str] = []
+    versions, model = tmp_path / "versions", tmp_path / "model"
+    _publish(versions, "first", 1, 2)
+    assert keep_final_model(versions, model, said.append) == model
+    assert load_model(model).spec.job == "first" and load_model(model).version == 2
+    assert "load it with" in said[-1] and f"streamtrain.load_model('{model}')" in said[-1]
+
+    said.clear()
+    forget_versions(versions, said.append)  # the next run in the same --out
+    assert not versions.exists() and "removing 2 model version(s) of the previous run" in said[0]
+    assert load_model(model).spec.job == "first"  # the earlier run's final model is still there
+    _publish(versions, "second", 1)
+    keep_final_model(versions, model, said.append)
+    assert "replacing the model of an earlier run" in said[-2] and "job first, version 2, step 20" in said[-2]
+    assert load_model(model).spec.job == "second"
+
+
+def test_a_run_without_versions_keeps_no_model_and_says_so(tmp_path: Path) -> None:
+    said: list[str] = []
+    assert keep_final_model(tmp_path / "versions", tmp_path / "model", said.append) is None
+    assert "no model version was published" in said[0] and not (tmp_path / "model").exists()

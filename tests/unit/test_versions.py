@@ -1,0 +1,207 @@
+"""Model versions: atomic writes, keep-K, checks on read, load_model on a trained model, weights-only checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import streamtrain
+from streamtrain.config import TrainerConfig
+from streamtrain.models import build_collate, build_model
+from streamtrain.synthetic import synthetic_samples
+from streamtrain.versions import (
+    ModelSpec,
+    VersionError,
+    load_model,
+    read_version,
+    spec_for,
+    version_dirs,
+    write_version,
+)
+from trainer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+
+CFG = TrainerConfig(num_features=4, num_classes=3, hidden_size=16, num_layers=1)
+NAMES = ("fan", "heater", "lamp")
+
+
+def _spec(version: int, cfg: TrainerConfig = CFG, **metrics: float) -> ModelSpec:
+    return spec_for(cfg, job="job", version=version, step=10 * version, class_names=NAMES, offsets={"0": version},
+                    metrics=metrics)
+
+
+def _trained(cfg: TrainerConfig = CFG, steps: int = 60) -> torch.nn.Module:
+    """The conv model after a few SGD steps on the synthetic task (strong signal: it learns in a few steps)."""
+    model = build_model(cfg)
+    collate = build_collate(cfg)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for step in range(steps):
+        batch = collate(synthetic_samples([4, 9, 16, 25] * 4, cfg.num_features, cfg.num_classes, seed=step,
+                                          signal=2.0), cfg)
+        optimizer.zero_grad()
+        F.cross_entropy(model(batch), batch.labels).backward()
+        optimizer.step()
+    return model.eval()
+
+
+def test_a_trained_model_round_trips_and_predicts_as_it_scored(tmp_path: Path) -> None:
+    model = _trained()
+    held_out = synthetic_samples([3, 7, 12, 30, 5, 8] * 10, CFG.num_features, CFG.num_classes, seed=999, signal=2.0)
+    with torch.no_grad():
+        expected = model(build_collate(CFG)(held_out, CFG)).argmax(dim=1).numpy()
+    labels = np.array([s.label for s in held_out])
+    accuracy = float((expected == labels).mean())
+    assert accuracy > 0.8  # the model learned something: a test of predictions worth making
+    write_version(tmp_path, _spec(1, heldout_accuracy=accuracy), model.state_dict())
+
+    loaded = streamtrain.load_model(tmp_path)  # the model directory: its latest version
+    result = loaded.predict([s.array() for s in held_out])
+    assert loaded.version == 1 and loaded.classes == NAMES and loaded.spec.metrics["heldout_accuracy"] == accuracy
+    np.testing.assert_array_equal(result.labels, expected)
+    assert result.names == tuple(NAMES[i] for i in expected)
+    np.testing.assert_allclose(result.probabilities.sum(axis=1), 1.0)
+    one = loaded.predict(held_out[0].array().astype(np.float64))  # one 2-D array is one sample, any wire dtype
+    assert len(one) == 1 and one.labels[0] == expected[0]
+
+
+def test_predict_names_the_sample_of_the_wrong_shape(tmp_path: Path) -> None:
+    write_version(tmp_path, _spec(1), build_model(CFG).state_dict())
+    with pytest.raises(ValueError, match=r"sample 1: shape \[5, 3\] is not \(size, 4\)"):
+        load_model(tmp_path).predict([np.zeros((5, 4)), np.zeros((5, 3))])
+
+
+def test_versions_are_numbered_kept_to_k_and_read_by_number(tmp_path: Path) -> None:
+    model = build_model(CFG)
+    for version in range(1, 6):
+        write_version(tmp_path, _spec(version), model.state_dict(), keep=3)
+    assert [n for n, _ in version_dirs(tmp_path)] == [3, 4, 5]
+    assert load_model(tmp_path).version == 5
+    assert load_model(tmp_path, version=4).spec.step == 40
+    with pytest.raises(VersionError, match=r"no version 1 \(there are 3, 4, 5\)"):
+        load_model(tmp_path, version=1)
+    with pytest.raises(VersionError, match="was written before"):
+        write_version(tmp_path, _spec(5), model.state_dict())
+
+
+def test_a_crash_mid_write_leaves_no_version_and_the_next_write_cleans_up(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    model = build_model(CFG)
+    write_version(tmp_path, _spec(1), model.state_dict())
+
+    def crash(*_args: object) -> None:
+        raise OSError("power cut")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "rename", crash)
+        with pytest.raises(OSError, match="power cut"):
+            write_version(tmp_path, _spec(2), model.state_dict())
+    assert [n for n, _ in version_dirs(tmp_path)] == [1] and load_model(tmp_path).version == 1
+    crashed = tmp_path / ".v000002-crashed"  # what a writer killed before its rename leaves, an hour ago
+    crashed.mkdir()
+    os.utime(crashed, (time.time() - 7200, time.time() - 7200))
+    busy = tmp_path / ".v000007-busy"  # another writer's work in progress: not ours to remove
+    busy.mkdir()
+    write_version(tmp_path, _spec(2), model.state_dict())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".v000007-busy", "v000001", "v000002"]
+
+
+def test_non_finite_weights_are_never_written(tmp_path: Path) -> None:
+    state = build_model(CFG).state_dict()
+    state["head.bias"] = torch.full_like(state["head.bias"], float("nan"))
+    with pytest.raises(VersionError, match=r"head\.bias"):
+        write_version(tmp_path, _spec(1), state)
+    assert version_dirs(tmp_path) == []
+
+
+def test_corrupt_or_missing_files_are_named(tmp_path: Path) -> None:
+    path = write_version(tmp_path, _spec(1), build_model(CFG).state_dict())
+    weights = path / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(VersionError, match=r"model\.safetensors: its SHA-256 .*weights\.sha256"):
+        load_model(path)
+    weights.unlink()
+    with pytest.raises(VersionError, match=r"model\.safetensors: missing"):
+        read_version(path)
+    (path / "model.json").write_text("{not json")
+    with pytest.raises(VersionError, match=r"model\.json: not valid JSON"):
+        load_model(path)
+    with pytest.raises(VersionError, match="no such file"):
+        load_model(tmp_path / "nowhere")
+
+
+def test_a_model_json_field_that_does_not_fit_is_named(tmp_path: Path) -> None:
+    path = write_version(tmp_path, _spec(1), build_model(CFG).state_dict())
+    doc = json.loads((path / "model.json").read_text())
+    doc["classes"]["names"] = ["fan"]
+    (path / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(VersionError, match=r"classes\.names has 1 names for 3 classes"):
+        load_model(path)
+    doc["classes"]["names"] = None
+    doc["model"]["settings"]["hidden_size"] = 32  # weights of 16 channels, a model of 32
+    (path / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(VersionError, match=r"weights do not fit the model model\.json describes"):
+        load_model(path)
+    doc["model"]["settings"]["kernel_size"] = 4
+    (path / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(VersionError, match=r"model\.settings\.kernel_size"):
+        load_model(path)
+    del doc["lineage"]
+    (path / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(VersionError, match=r"field lineage\.offsets is missing"):
+        load_model(path)
+
+
+def test_checkpoints_load_weights_only(tmp_path: Path) -> None:
+    model = build_model(CFG)
+    optimizer = torch.optim.AdamW(model.parameters())
+    save_checkpoint(tmp_path, Checkpoint(step=7, model=model.state_dict(), optimizer=optimizer.state_dict(),
+                                         offsets={"0": 12}, done_ahead={"0": [(14, 16)]}))
+    loaded = load_checkpoint(tmp_path)
+    assert loaded is not None and loaded.step == 7 and loaded.done_ahead == {"0": [(14, 16)]}
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (print, ("this would have run",))
+
+    with open(tmp_path / "checkpoint.pt", "wb") as fh:
+        pickle.dump({"step": 1, "model": Payload()}, fh, protocol=2)  # what a forged file on shared storage could hold
+    with pytest.raises(CheckpointError, match=r"checkpoint\.pt is not a checkpoint .* weights-only"):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("fmt", ["export", "torchscript"])
+def test_an_exported_graph_answers_as_the_model(tmp_path: Path, fmt: str) -> None:
+    import warnings
+
+    from streamtrain.versions.export import export_model
+
+    seq = TrainerConfig(model="seq", num_features=2, num_classes=3, hidden_size=8, num_layers=2)
+    for cfg in (CFG, seq):  # seq pads its packed axis to bucketed lengths in eager mode: the graph must not
+        write_version(tmp_path / cfg.model, _spec(1, cfg), build_model(cfg).state_dict())
+        loaded = load_model(tmp_path / cfg.model)
+        path = str(export_model(loaded, tmp_path / f"{cfg.model}.{fmt}", fmt))  # type: ignore[arg-type]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.jit is deprecated, still read everywhere
+            graph = torch.export.load(path).module() if fmt == "export" else torch.jit.load(path)
+        samples = synthetic_samples([3, 41, 9, 150], cfg.num_features, cfg.num_classes, seed=3)
+        batch = build_collate(cfg)(samples, cfg)
+        with torch.no_grad():
+            torch.testing.assert_close(graph(batch.values, batch.lengths), loaded.model(batch), rtol=1e-4, atol=1e-5)
+
+
+def test_a_model_whose_batches_come_from_a_plug_in_collate_says_why_it_cannot_be_exported(tmp_path: Path) -> None:
+    from streamtrain.versions.export import export_model
+
+    cfg = CFG.model_copy(update={"collate": "streamtrain.models.batching:collate_packed"})
+    write_version(tmp_path, _spec(1, cfg), build_model(cfg).state_dict())
+    with pytest.raises(VersionError, match=r"cannot be exported: its batches come from trainer\.collate"):
+        export_model(load_model(tmp_path), tmp_path / "model.pt")

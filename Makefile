@@ -25,7 +25,7 @@ java-device: $(JAVA_DEVICE_STAMP)
 # Java 17 runs the broker and compiles the Java device example; Maven resolves their jars; jemalloc is the allocator
 # of CPU trainer ranks (steadier steps, trainer.cpu_allocator); iproute2 makes the hosts of `make cluster`; Prometheus
 # scrapes `streamtrain up`; kcat (librdkafka's command-line client) sends the wire format's test vector in the
-# integration tests. The last four are optional (everything runs without them and says so, hence no failure when they
+# integration tests and writes the JSON lines the bridge tests bridge (a non-Python client). The last four are optional (everything runs without them and says so, hence no failure when they
 # cannot be installed). Each installed from Debian only when absent.
 system-deps:
 	@if ! command -v java >/dev/null || ! command -v javac >/dev/null || ! command -v mvn >/dev/null; then \
@@ -48,9 +48,9 @@ system-deps:
 	    || echo "could not install prometheus: streamtrain up will run without it"; \
 	fi
 	@if ! command -v kcat >/dev/null; then \
-	  echo "installing kcat from Debian packages (the command-line device of the wire-format tests)"; \
+	  echo "installing kcat from Debian packages (the command-line device of the wire-format and bridge tests)"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kcat; } \
-	    || echo "could not install kcat: the test that sends the wire format's test vector with it will skip"; \
+	    || echo "could not install kcat: the tests that write with it (wire format, bridge) will skip"; \
 	fi
 
 $(VENV_STAMP): pyproject.toml

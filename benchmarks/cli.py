@@ -59,7 +59,7 @@ def run_all(
 ) -> None:
     """Run every benchmark, then regenerate BENCHMARKS.md from their JSON.
 
-    The set is `benchmarks.registry.REGISTRY` (kafka, ingest, scheduler, convergence, balance,
+    The set is `benchmarks.registry.REGISTRY` (kafka, ingest, bridge, scheduler, convergence, balance,
     realdata, truncation, soak). Each runs as its own `streamtrain bench <name> --out DIR` process, with the
     global --config/--set passed on, under a time limit; a failure is recorded in DIR/all.json and
     the others still run.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import balance, convergence, freshness, ingest, kafka, scheduler, soak, truncation
+from . import balance, bridge, convergence, freshness, ingest, kafka, scheduler, soak, truncation
 from .common import Bench
 
 __all__ = ["REGISTRY", "bench_named"]
@@ -18,6 +18,7 @@ __all__ = ["REGISTRY", "bench_named"]
 REGISTRY: tuple[Bench[Any], ...] = (
     kafka.BENCH,
     ingest.BENCH,
+    bridge.BENCH,
     scheduler.BENCH,
     convergence.BENCH,
     balance.BALANCE,

@@ -16,7 +16,8 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig
-from streamtrain.kafka import DeadLetterSink, make_consumer, read_to_end, tail_positions
+from streamtrain.dead_letters import DeadLetterSink
+from streamtrain.kafka import make_consumer, read_to_end, tail_positions
 from streamtrain.wire import StepFeedback, WireError, decode
 
 from .feedback_checks import FeedbackRejection

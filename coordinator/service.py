@@ -27,7 +27,8 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from prometheus_client import CollectorRegistry
 
 from streamtrain.config import StreamtrainConfig
-from streamtrain.kafka import DeadLetterSink, TopicSpec, ensure_topics, make_admin, make_consumer, make_control_producer
+from streamtrain.dead_letters import DeadLetterSink
+from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_control_producer
 from streamtrain.wire import Assignment, StepFeedback, WireError, decode, encode, now_ms
 
 from .feedback_checks import feedback_problem

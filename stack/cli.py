@@ -62,7 +62,9 @@ _PARAGRAPHS = (
     "  streamtrain --set trainer.slowdowns=[1,1,1,4] up --backlog 3000 --steps 150 --dif 64   "
     "# balance: one rank 4x slower\n\n"
     "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal\n\n"
-    "  streamtrain up --devices 3 --external-devices 0,2 --duration 300   # your application feeds devices 0 and 2",
+    "  streamtrain up --devices 3 --external-devices 0,2 --duration 300   # your application feeds devices 0 and 2\n\n"
+    "  streamtrain --set kafka.bootstrap_servers=kafka:9092 up --bridge bridge.toml --devices 3 --duration 60   "
+    "# your own topics, bridged",
     "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75   "
     "# make demo: PLAID, held-out accuracy",
 )
@@ -152,6 +154,11 @@ def up(
                                         "freshness (median and p99) and what serve answered.")] = False,
     request_rate: Annotated[float, typer.Option(min=0.1, help="Requests per second sent to serve (--serve).")]
     = 20.0,
+    bridge: Annotated[Path | None, typer.Option(
+        "--bridge", metavar="FILE", help="Instead of producers, the bridge writes the device topics (0 .. --devices "
+        "- 1) from your own topics: the [bridge] table of FILE names them and their decoders (docs/guides/"
+        "bridge.md). They must be on the broker the run uses (kafka.bootstrap_servers); the report accounts for "
+        "every source record.")] = None,
 ) -> None:
     from streamtrain.cli_support import EXIT_CONFIG, die
 
@@ -167,7 +174,9 @@ def up(
             "(acl.serve) against a cluster set up with `streamtrain acl apply`", EXIT_CONFIG)
     if broker not in ("auto", "embedded", "external"):
         die(f"--broker {broker!r}: choose auto, embedded or external", EXIT_CONFIG)
-    cfg, replay = _configure(ctx, policy, truncation, dataset, secure, devices)
+    section = _bridge_section(bridge, dataset, backlog, secure, external_devices)
+    cfg, replay = _configure(ctx, policy, truncation, dataset, secure, devices,
+                             {"bridge": section} if section is not None else {})
     try:
         streams = device_streams(devices, _numbers(rates, "--rates"), _numbers(sizes, "--sizes"), dif)
         external = parse_external(external_devices, [s.device_id for s in streams])
@@ -179,19 +188,20 @@ def up(
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
                         global_args=_global_args(ctx, replay), backlog=backlog, secure=secure,
-                        replay=replay is not None, external=external, serve=serve, request_rate=request_rate)
+                        replay=replay is not None, external=external, serve=serve, request_rate=request_rate,
+                        bridge=section)
     _summarise(*_run(cfg, opts, live, keep_kafka), opts.out)
 
 
 def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, dataset: str | None, secure: bool,
-               devices: int) -> tuple[StreamtrainConfig, DatasetReplay | None]:
-    """The run's configuration (the root options, the flags, and a dataset's own settings) and the dataset to
-    replay, said to the person; exits with a configuration error naming the flag."""
+               devices: int, extra: dict[str, object]) -> tuple[StreamtrainConfig, DatasetReplay | None]:
+    """The run's configuration (the root options, the flags, `extra` settings and a dataset's own settings) and the
+    dataset to replay, said to the person; exits with a configuration error naming the flag."""
     from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
 
     from .replay import resolve_replay
 
-    flags: dict[str, object] = {"coordinator.policy": policy, "coordinator.truncation": truncation}
+    flags: dict[str, object] = {"coordinator.policy": policy, "coordinator.truncation": truncation, **extra}
     cfg = config_from(ctx, flags)
     if dataset is None:
         return cfg, None
@@ -216,6 +226,28 @@ def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, d
         say(f"global batch {replay.settings['coordinator.global_batch']}: an eighth of the dataset "
             f"(--set coordinator.global_batch=N to choose)")
     return config_from(ctx, {**flags, **replay.settings}), replay
+
+
+def _bridge_section(path: Path | None, dataset: str | None, backlog: int, secure: bool,
+                    external: str | None) -> dict[str, object] | None:
+    """The `[bridge]` table of `--bridge FILE` (None without it); exits 2 when it cannot be used."""
+    from streamtrain.cli_support import EXIT_CONFIG, die
+
+    from .bridging import bridge_section
+
+    if path is None:
+        return None
+    if dataset is not None or backlog or external is not None:
+        die("--bridge with --dataset, --backlog or --external-devices: the bridge writes every device topic in the "
+            "producers' place; choose one source of samples", EXIT_CONFIG)
+    if secure:
+        die("--bridge with --secure: --secure runs a fresh embedded broker, which holds none of your topics; run "
+            "the bridge as its own principal on your cluster (`streamtrain acl apply`, docs/guides/bridge.md)",
+            EXIT_CONFIG)
+    try:
+        return bridge_section(path)
+    except ValueError as exc:
+        die(str(exc), EXIT_CONFIG)
 
 
 def _global_args(ctx: typer.Context, replay: DatasetReplay | None) -> list[str]:
@@ -289,7 +321,12 @@ def _summarise(report: StackReport | None, failures: list[str], out: Path) -> No
     if pending:
         console.print(f"{pending:,} samples pending: still in Kafka, not processed when the run stopped; a later run "
                       "of this job resumes them from the committed offsets", highlight=False)
+    if (bridged := report.bridge) is not None:
+        console.print(f"bridge: {bridged.source_records:,} source records of {', '.join(bridged.sources)}: "
+                      f"{bridged.source_bridged:,} bridged, {bridged.source_rejected:,} rejected, "
+                      f"{bridged.source_skipped:,} skipped, {bridged.source_pending:,} pending, "
+                      f"{bridged.source_lost:,} lost, {bridged.source_duplicated:,} duplicated", highlight=False)
     for failure in failures:
         console.print(f"[bold red]failure:[/] {failure}", highlight=False)
-    if failures or report.samples_unaccounted:
+    if failures or report.samples_unaccounted or (report.bridge is not None and report.bridge.unaccounted):
         raise typer.Exit(1)

@@ -1,10 +1,10 @@
 """What a run starts, and where each service listens: the `ServicePlan` of `streamtrain up`.
 
 `plan_services` picks free ports and builds one command line per service (`stack.services`): the producers
-(none with a backlog; one for every device when a dataset is replayed), the coordinator, the trainer ranks
-(publishing model versions to `<out>/versions`) and, with `--serve`, serve and its request load
-(`stack.serving`), each logged in as its own role on a secure run. The plan then knows every URL the live view polls
-and Prometheus scrapes. A new kind of service the stack starts belongs here, as a spec and its port.
+(none with a backlog or a bridge; one for every device when a dataset is replayed), the bridge (`up --bridge`), the
+coordinator, the trainer ranks (publishing model versions to `<out>/versions`) and, with `--serve`, serve and its
+request load (`stack.serving`), each logged in as its own role on a secure run. The plan then knows every URL the
+live view polls and Prometheus scrapes. A new kind of service the stack starts belongs here, as a spec and its port.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.net import free_port_block, free_ports
 from streamtrain.objectives import Objective
 
+from .bridging import bridge_spec, run_bridge_settings
 from .monitor import Monitor
 from .options import StackOptions
 from .procs import ChildSet, wait_http
@@ -44,6 +45,8 @@ class ServicePlan:
     """`streamtrain serve` (with `--serve`)."""
     requests: ServiceSpec | None = None
     """Its request load (with `--serve`)."""
+    bridge: ServiceSpec | None = None
+    """The bridge (`up --bridge`), which writes the device topics in the producers' place."""
 
     @property
     def coordinator_url(self) -> str:
@@ -62,7 +65,8 @@ class ServicePlan:
         return {"producers": [f"{self.host}:{p.ports[0]}" for p in self.producers],
                 "coordinator": [f"{self.host}:{self.coordinator.ports[0]}"],
                 "trainers": [f"{self.host}:{p}" for p in self.trainers.ports],
-                "serve": [f"{self.host}:{p}" for p in (self.serve.ports if self.serve is not None else ())]}
+                "serve": [f"{self.host}:{p}" for p in (self.serve.ports if self.serve is not None else ())],
+                "bridge": [f"{self.host}:{self.bridge.ports[0]}"] if self.bridge is not None else []}
 
 
 def plan_services(cfg: StreamtrainConfig, opts: StackOptions, kafka: KafkaConfig,
@@ -71,13 +75,16 @@ def plan_services(cfg: StreamtrainConfig, opts: StackOptions, kafka: KafkaConfig
     bind = cfg.metrics.bind_address
     devices = opts.devices
     n = len(devices)
-    ports = free_ports(n + 3, bind)
+    ports = free_ports(n + 4, bind)
     producer_ports, coord_port, prom_port, serve_port = ports[:n], ports[n], ports[n + 1], ports[n + 2]
+    bridge_port = ports[n + 3]
     trainer_base = free_port_block(n, bind, avoid=ports)
     common: dict[str, object] = {"kafka.bootstrap_servers": kafka.bootstrap_servers,
                                  "kafka.topic_prefix": kafka.topic_prefix, "versions.dir": str(opts.out / "versions")}
     args = list(opts.global_args)
-    if opts.backlog > 0:
+    bridge = (bridge_spec(bridge_port, run_bridge_settings(opts.bridge, kafka, devices), common, args)
+              if opts.bridge is not None else None)
+    if opts.backlog > 0 or bridge is not None:
         producers, writes = [], {}
     elif opts.replay:  # one producer for every device: the dataset is loaded and sharded once
         producers = [replay_producer_spec(opts.streams, opts.seed, producer_ports[0], common, args)]
@@ -97,7 +104,7 @@ def plan_services(cfg: StreamtrainConfig, opts: StackOptions, kafka: KafkaConfig
     host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
     serve = serve_spec(serve_port, common, args) if opts.serve else None
     requests = request_spec(opts.request_rate, common, args) if opts.serve else None
-    return ServicePlan(host, producers, writes, coordinator, trainers, prom_port, serve, requests)
+    return ServicePlan(host, producers, writes, coordinator, trainers, prom_port, serve, requests, bridge)
 
 
 def start_prometheus(opts: StackOptions, plan: ServicePlan, children: ChildSet, env: dict[str, str],

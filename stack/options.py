@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from .services import DeviceStream
 
@@ -50,6 +50,9 @@ class StackOptions:
     secure: bool = False
     """Run the embedded broker with SASL/SCRAM and ACLs, each service as its own role's principal
     (`stack.secure`)."""
+    bridge: dict[str, Any] | None = None
+    """The `[bridge]` settings of `--bridge FILE`: the bridge writes the device topics from the user's own topics,
+    in the producers' place (`stack.bridging`). None: no bridge."""
     external: tuple[str, ...] = ()
     """Devices fed from outside (`--external-devices`, `stack.external`): no producer of the stack's writes their
     topics; everything else runs for them as for the others."""

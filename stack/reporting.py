@@ -18,6 +18,7 @@ from confluent_kafka import KafkaException
 from streamtrain.config import StreamtrainConfig
 
 from .balance import balance_figures, heldout_figures
+from .bridging import bridge_figures
 from .ledger import ReadInterrupted, RunRecords, collect_records, tally_devices
 from .objective_figures import heldout_metric_figures, objective_figures, objective_for_report, prequential_series
 from .options import StackOptions
@@ -86,12 +87,13 @@ def read_back(cfg: StreamtrainConfig, devices: Sequence[str], settings: RunSetti
     """
     try:
         run = collect_records(cfg, devices, timeout=60.0, stop=stop)
+        bridged = bridge_figures(cfg, stop) if cfg.bridge.sources else None
     except (KafkaException, TimeoutError) as exc:
         return ReadBack(failure=f"could not read the run back from Kafka: {exc}")
     except ReadInterrupted:
         return ReadBack(failure="interrupted while reading the run back from Kafka: no report written")
     series = build_series(run)
-    report = assemble_report(cfg, run, settings, series)
+    report = assemble_report(cfg, run, settings, series).model_copy(update={"bridge": bridged})
     series["heldout"] = [p.model_dump() for p in report.heldout]
     t0_ms = int(series.get("t0_ms", 0))
     series["prequential"] = prequential_series(run.feedback, t0_ms, objective_for_report(cfg.trainer),

@@ -24,8 +24,9 @@ from pydantic import Field
 
 from streamtrain.results import Record
 
-__all__ = ["BalanceFigures", "DeviceBalanceFigures", "DeviceFates", "HeldoutFigures", "HeldoutPoint", "MetricFigures",
-           "ModelOutFigures", "ObjectiveFigures", "RunFigures", "RunSettings", "StackReport", "StaticVsMeasured",
+__all__ = ["BalanceFigures", "BridgeFigures", "DeviceBalanceFigures", "DeviceFates", "HeldoutFigures", "HeldoutPoint",
+           "MetricFigures", "ModelOutFigures", "ObjectiveFigures", "RunFigures", "RunSettings", "SourcePartitionFates",
+           "StackReport", "StaticVsMeasured",
            "StreamSetting", "TimeModel"]
 
 
@@ -253,8 +254,51 @@ class ModelOutFigures(Record):
     """Trained by versions after the last one serve answered with: not measured."""
 
 
+class SourcePartitionFates(Record):
+    """One source partition of the bridge: each record in one bin by its offset (`streamtrain.source_accounting`)."""
+
+    topic: str
+    partition: int
+    records: int
+    bridged: int
+    rejected: int
+    skipped: int
+    pending: int
+    lost: int
+    unknown: int
+    duplicated: int
+    reasons: dict[str, int] = Field(default_factory=dict)
+    """Dead letters by reason (skipped included)."""
+
+
+class BridgeFigures(Record):
+    """A run with the bridge (`up --bridge`): what became of every record of its source topics."""
+
+    group: str
+    sources: list[str]
+    source_records: int
+    source_bridged: int
+    source_rejected: int
+    source_skipped: int
+    source_pending: int
+    """Not bridged when the run stopped: still in the source topics, bridged from the group's committed offsets by
+    the next start (not lost)."""
+    source_lost: int
+    source_unknown: int
+    source_duplicated: int
+    """Source records written more than once (to a device topic or as a dead letter); 0 is exactly once."""
+    partitions: list[SourcePartitionFates] = Field(default_factory=list)
+
+    @property
+    def unaccounted(self) -> int:
+        """Source records lost, claimed though never there, or written twice (0 expected)."""
+        return self.source_lost + self.source_unknown + self.source_duplicated
+
+
 class StackReport(HeldoutFigures, BalanceFigures, RunFigures, RunSettings):
     """`report.json`: the run's settings and every figure, flat (see the module docstring for a new section)."""
 
     objective: ObjectiveFigures | None = None
     model_out: ModelOutFigures | None = None
+    bridge: BridgeFigures | None = None
+    """The bridge's sources, accounted (None: the run had no bridge)."""

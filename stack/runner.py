@@ -1,12 +1,12 @@
 """`LocalStack`: the whole pipeline as local processes, started and stopped in order, then a report.
 
 Start order: Kafka broker (embedded, or an existing one: `stack.kafka_setup`) → Prometheus → coordinator →
-trainer ranks → (serve) → producers → (the request load) (`stack.launch`). Stop order: producers (SIGINT:
-they flush every accepted record), then — once the trainers have worked off what was produced, or after
-`drain_timeout_s` — the trainers (SIGTERM: each rank finishes its step, checkpoints, commits, publishes its
-final model version and exits 0), (the request load and serve, `stack.serving`), the coordinator, and, after
-the records have been read back for the report (`stack.reporting`), Prometheus and the broker. Every run keeps
-its final model version in `<out>/model`.
+trainer ranks → (serve) → producers, or the bridge → (the request load) (`stack.launch`). Stop order: producers
+(SIGINT: they flush every accepted record), the bridge once it has caught up with its sources (`stack.bridging`),
+then — once the trainers have worked off what was produced, or after `drain_timeout_s` — the trainers (SIGTERM:
+each rank finishes its step, checkpoints, commits, publishes its final model version and exits 0), (the request
+load and serve, `stack.serving`), the coordinator, and, after the records have been read back for the report
+(`stack.reporting`), Prometheus and the broker. Every run keeps its final model version in `<out>/model`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import make_consumer, tail_positions
 
 from .backlog import produce_backlog
+from .bridging import run_bridge_settings, wait_caught_up
 from .external import broker_port, open_external_devices, publish_instructions
 from .kafka_setup import embedded_broker, existing_kafka, start_embedded
 from .launch import ServicePlan, plan_services, start_prometheus
@@ -166,6 +167,9 @@ class LocalStack:
         producers = [self.children.spawn(spec, env) for spec in plan.producers]  # all at once: each takes a while
         for child, spec in zip(producers, plan.producers, strict=True):
             self._await(child, f"http://{plan.host}:{spec.ports[0]}/metrics")
+        if plan.bridge is not None:  # in the producers' place: the device topics from the user's own topics
+            self.monitor.phase = "starting the bridge"
+            self._await(self.children.spawn(plan.bridge, env), f"http://{plan.host}:{plan.bridge.ports[0]}/metrics")
         if plan.requests is not None:
             self.children.spawn(plan.requests, env)
 
@@ -258,6 +262,7 @@ class LocalStack:
         try:
             self._phase("stopping producers")
             self.children.stop_kind("producer", signal.SIGINT, 120.0)
+            self._stop_bridge()
             if self.started and not self.failures and self.opts.drain_timeout_s > 0:
                 self._drain()
             self._phase("stopping trainers (final step, checkpoint, commit)")
@@ -280,6 +285,26 @@ class LocalStack:
         if report is not None:
             report = write_plots(report, series, self.out, self.failures)
         return report
+
+    def _run_config(self) -> StreamtrainConfig:
+        """The configuration on the Kafka the run uses, with the bridge's settings as the run gave them."""
+        update: dict[str, Any] = {"kafka": self.kafka}
+        if self.opts.bridge is not None:
+            update["bridge"] = self.cfg.bridge.model_validate(run_bridge_settings(self.opts.bridge, self.kafka,
+                                                                                  self.devices))
+        return self.cfg.model_copy(update=update)
+
+    def _stop_bridge(self) -> None:
+        """Give the bridge the drain timeout to catch up with its sources, then stop it (it commits what it holds)."""
+        bridges = self.children.of_kind("bridge")
+        if not bridges:
+            return
+        if self.started and not self.failures and self.opts.drain_timeout_s > 0 and not self.hurry.is_set():
+            self._phase("draining: the bridge catches up with its sources")
+            wait_caught_up(self._run_config(), self.opts.drain_timeout_s,
+                           lambda: bridges[0].running() and not self.hurry.is_set(), self._update)
+        self._phase("stopping the bridge")
+        self.children.stop_kind("bridge", signal.SIGTERM, 60.0)
 
     def _stop_serving(self) -> None:
         """Give serve a moment to answer with the trainers' final version, then stop the requests and serve."""
@@ -325,7 +350,7 @@ class LocalStack:
     def _report(self) -> tuple[StackReport | None, dict[str, Any]]:
         self._phase("reading the run back from Kafka")
         self._update()
-        cfg = self.cfg.model_copy(update={"kafka": self.kafka})
+        cfg = self._run_config()
         settings = run_settings(cfg, self.opts, self.final_status, started_at=self.started_at.isoformat(
             timespec="seconds"), stopped_by=self.stopped_by, drained=self.drained, prometheus_url=self.prometheus_url,
             failures=list(self.failures))

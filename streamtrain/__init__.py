@@ -3,10 +3,11 @@
 This package is the shared core: the wire contract (`streamtrain.wire`), the configuration
 (`streamtrain.config`), Kafka client factories (`streamtrain.kafka`), the embedded broker
 (`streamtrain.broker`), model versions (`streamtrain.versions`) and the CLI. The services live in
-`producers`, `coordinator`, `trainer` and `serve`.
+`producers`, `coordinator`, `trainer`, `serve` and `bridge`.
 
 What an application imports is re-exported here: `from streamtrain import DeviceProducer` to publish samples,
-`streamtrain.load_model(path)` to rebuild a published model version and predict.
+`streamtrain.load_model(path)` to rebuild a published model version and predict, and the bridge's decoder
+contract (`SourceRecord` in, `SampleFields` out, `Rejected` for a record that cannot be used).
 """
 
 from __future__ import annotations
@@ -15,16 +16,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .decoders import Rejected, SampleFields, SourceRecord
     from .publish import Delivery, DeliveryError, DeviceProducer, DeviceProducerError, QueueFullError
     from .versions import load_model
 
 __version__ = "0.1.0"
 
-__all__ = ["Delivery", "DeliveryError", "DeviceProducer", "DeviceProducerError", "QueueFullError", "load_model"]
+__all__ = ["Delivery", "DeliveryError", "DeviceProducer", "DeviceProducerError", "QueueFullError", "Rejected",
+           "SampleFields", "SourceRecord", "load_model"]
 
 #: Public name -> the module that defines it. Loaded on first use: `import streamtrain.wire` (every service,
 #: every CLI start) should not pay for the Kafka client an application's producer needs, nor for torch.
-_LAZY = {**{name: "streamtrain.publish" for name in __all__}, "load_model": "streamtrain.versions"}
+_LAZY = {**dict.fromkeys(("Delivery", "DeliveryError", "DeviceProducer", "DeviceProducerError", "QueueFullError"),
+                         "streamtrain.publish"),
+         **dict.fromkeys(("Rejected", "SampleFields", "SourceRecord"), "streamtrain.decoders"),
+         "load_model": "streamtrain.versions"}
 
 
 def __getattr__(name: str) -> Any:

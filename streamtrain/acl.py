@@ -11,7 +11,10 @@ Each role is one principal (`AclConfig`) with exactly the rights its service use
 - trainer (model versions): WRITE the models topic (rank 0 announces each version);
 - serve: READ the requests and the models topics, READ its own group (commits), WRITE predictions;
 - admin: CREATE, DESCRIBE_CONFIGS and READ every topic under the prefix, DESCRIBE the trainers' group,
-  ALTER and DESCRIBE the cluster (ACLs, SCRAM users).
+  ALTER and DESCRIBE the cluster (ACLs, SCRAM users);
+- bridge (only when `bridge.sources` names topics): READ its source topics and its group, WRITE the device
+  topics and dead-letter, WRITE its transactional ids (`<bridge group>.*`); the admin also READs the sources
+  and DESCRIBEs the bridge's group (accounting).
 
 Nobody else may write plans, feedback, model announcements or predictions, or delete records: with the broker's
 authorizer on, a request no ACL allows is refused. `apply_acls` is idempotent (it creates what is missing and
@@ -47,6 +50,7 @@ __all__ = [
     "AclPlan",
     "apply_acls",
     "apply_users",
+    "concerns_job",
     "create_topics",
     "describe_acls",
     "plan_acls",
@@ -65,7 +69,8 @@ class Acl:
     principal: str
     operation: str
     resource_type: str
-    """TOPIC, GROUP, or BROKER (the admin API's name for Kafka's cluster resource, "kafka-cluster")."""
+    """TOPIC, GROUP, TRANSACTIONAL_ID, or BROKER (the admin API's name for Kafka's cluster resource,
+    "kafka-cluster")."""
     pattern: str
     resource: str
     host: str = "*"
@@ -137,15 +142,41 @@ def role_acls(cfg: StreamtrainConfig, devices: Sequence[str]) -> list[Acl]:
     allow("admin", roles.admin, "DESCRIBE", "GROUP", group)
     allow("admin", roles.admin, "ALTER", "BROKER", "kafka-cluster")
     allow("admin", roles.admin, "DESCRIBE", "BROKER", "kafka-cluster")
+    if cfg.bridge.sources:
+        out += _bridge_acls(cfg, devices)
     return sorted(set(out))
 
 
-def _ours(acl: Acl, cfg: StreamtrainConfig) -> bool:
-    """Whether an ACL is about this job's resources (its topics, the trainers' group)."""
+def _bridge_acls(cfg: StreamtrainConfig, devices: Sequence[str]) -> list[Acl]:
+    """The bridge's rights (and the admin's, to account for its sources): granted only when it has sources.
+
+    The bridge reads its source topics and commits in its group through its transactions (TxnOffsetCommit: READ
+    on the group), writes the device topics and dead letters, and uses transactional ids under its group's name
+    (one per instance). The admin reads the sources and the group's offsets back for the run report.
+    """
+    bridge, admin, group = cfg.acl.bridge, cfg.acl.admin, cfg.bridge.group(cfg.job)
+    out = [Acl(f"User:{bridge}", "READ", "TOPIC", "LITERAL", s.topic, role="bridge") for s in cfg.bridge.sources]
+    out += [Acl(f"User:{bridge}", "WRITE", "TOPIC", "LITERAL", cfg.kafka.topics.device(d), role="bridge")
+            for d in devices]
+    out += [Acl(f"User:{bridge}", "WRITE", "TOPIC", "LITERAL", cfg.kafka.topics.dead_letter, role="bridge"),
+            Acl(f"User:{bridge}", "READ", "GROUP", "LITERAL", group, role="bridge"),
+            Acl(f"User:{bridge}", "WRITE", "TRANSACTIONAL_ID", "PREFIXED", f"{group}.", role="bridge"),
+            Acl(f"User:{admin}", "DESCRIBE", "GROUP", "LITERAL", group, role="admin")]
+    out += [Acl(f"User:{admin}", "READ", "TOPIC", "LITERAL", s.topic, role="admin") for s in cfg.bridge.sources]
+    return out
+
+
+def concerns_job(acl: Acl, cfg: StreamtrainConfig) -> bool:
+    """Whether an ACL is about this job's resources (its topics and the bridge's sources, the trainers' and the
+    bridge's groups, the bridge's transactional ids)."""
+    bridge_group = cfg.bridge.group(cfg.job)
     if acl.resource_type == "TOPIC":
-        return acl.resource.startswith(f"{cfg.kafka.topic_prefix}.")
+        return (acl.resource.startswith(f"{cfg.kafka.topic_prefix}.")
+                or acl.resource in {s.topic for s in cfg.bridge.sources})
     if acl.resource_type == "GROUP":
-        return acl.resource in (cfg.trainer_group_id, cfg.serve_group_id)
+        return acl.resource in (cfg.trainer_group_id, cfg.serve_group_id, bridge_group)
+    if acl.resource_type == "TRANSACTIONAL_ID":
+        return acl.resource.startswith(f"{bridge_group}.")
     return False
 
 
@@ -210,7 +241,7 @@ def plan_acls(wanted: Iterable[Acl], existing: Iterable[Acl], cfg: StreamtrainCo
     have = set(existing)
     principals = {a.principal: a.role for a in want}
     extra = sorted(Acl(**{**a.to_dict(), "role": principals[a.principal]}) for a in have
-                   if a.principal in principals and a not in want and _ours(a, cfg))
+                   if a.principal in principals and a not in want and concerns_job(a, cfg))
     return AclPlan(create=sorted(a for a in want if a not in have), present=sorted(want[a] for a in want if a in have),
                    extra=extra)
 
@@ -263,6 +294,8 @@ def role_principals(cfg: StreamtrainConfig, devices: Sequence[str]) -> dict[str,
     """User name -> role, for every principal the roles use with these devices."""
     names = {cfg.acl.admin: "admin", cfg.acl.coordinator: "coordinator", cfg.acl.trainer: "trainer",
              cfg.acl.serve: "serve"}
+    if cfg.bridge.sources:
+        names[cfg.acl.bridge] = "bridge"
     names |= {cfg.acl.producer_of(d): "producer" for d in devices}
     return names
 

@@ -19,7 +19,9 @@ app = typer.Typer(
         "Least-privilege ACLs for streamtrain's roles on a Kafka cluster whose authorizer is on: producers write "
         "only their device topics; trainers read the device topics and plans and write feedback and dead "
         "letters; only the coordinator writes plans and deletes records; the admin sets up topics, users and "
-        "ACLs. Principals are acl.admin, acl.coordinator, acl.trainer and acl.producer. The client runs as "
+        "ACLs; the bridge (when bridge.sources names topics) reads its sources and writes device topics and dead "
+        "letters in its transactions. Principals are acl.admin, acl.coordinator, acl.trainer, acl.producer and "
+        "acl.bridge. The client runs as "
         "kafka.sasl_username (a super user, or the admin role once it has its ACLs)."
     ),
     no_args_is_help=True,
@@ -127,7 +129,7 @@ def show(ctx: typer.Context, devices: Devices = None, as_json: AsJson = False, a
     topics and group (status foreign: a right streamtrain did not grant)."""
     from confluent_kafka import KafkaException
 
-    from .acl import describe_acls, role_acls
+    from .acl import concerns_job, describe_acls, role_acls
 
     cfg, admin, listed = _setup(ctx, devices, as_broker)
     try:
@@ -140,8 +142,7 @@ def show(ctx: typer.Context, devices: Devices = None, as_json: AsJson = False, a
     group = cfg.trainer_group_id
     rows = []
     for acl in existing:
-        on_job = (acl.resource_type == "TOPIC" and acl.resource.startswith(prefix)) or (
-            acl.resource_type == "GROUP" and acl.resource == group)
+        on_job = concerns_job(acl, cfg)
         if acl in wanted:
             rows.append({"status": "ok", **wanted[acl].to_dict()})
         elif acl.principal in principals:

@@ -18,16 +18,16 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, 
 
 from .authz import REFUSED_CODES, DeliveryCallback, GuardedProducer, raise_if_refused
 from .config import KafkaConfig
-from .wire import DeadLetter, WireError, encode
-from .wire.codec import HeaderList, Headers, header_items
+from .wire.codec import HeaderList
 
 __all__ = [
-    "DeadLetterSink",
+    "COORDINATOR_STARTING",
     "KafkaAdmin",
     "KafkaConsumer",
     "TopicSpec",
     "auth_failure_message",
     "client_settings",
+    "committed_offsets",
     "config_of",
     "consume_available",
     "ensure_topics",
@@ -37,6 +37,7 @@ __all__ = [
     "make_consumer",
     "make_control_producer",
     "make_producer",
+    "make_transactional_producer",
     "produce",
     "producer_settings",
     "read_to_end",
@@ -48,7 +49,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-REASON_HEADER = "st-reason"
+
+#: Errors of a group coordinator that is still starting (librdkafka does not flag them all retriable).
+COORDINATOR_STARTING = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD,
+})
 _RDKAFKA_LOG = logging.getLogger("librdkafka")
 
 
@@ -152,6 +158,19 @@ def make_control_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
     """`make_producer` for the control plane (feedback, plans): every step waits for these records, so they are
     sent at once rather than lingering for a batch."""
     return make_producer(cfg, **{"linger.ms": 0, **overrides})
+
+
+def make_transactional_producer(cfg: KafkaConfig, transactional_id: str, timeout_s: float,
+                                **overrides: Any) -> Producer:
+    """`make_producer` whose writes, and a consumer's offsets, commit or abort together (Kafka transactions).
+
+    `transactional_id` stays the same across restarts (a new instance fences the old one, whose open transaction
+    the broker aborts); the broker aborts a transaction left open `timeout_s` (no delivery may take longer).
+    """
+    timeout_ms = round(timeout_s * 1000)
+    defaults = {"transactional.id": transactional_id, "transaction.timeout.ms": timeout_ms,
+                "delivery.timeout.ms": timeout_ms}
+    return make_producer(cfg, **{**defaults, **overrides})
 
 
 def produce(producer: Producer, topic: str, value: bytes, headers: HeaderList | None = None,
@@ -284,6 +303,26 @@ def _has_leaders(meta: TopicMetadata) -> bool:
     return meta.error is None and bool(meta.partitions) and all(p.leader >= 0 for p in meta.partitions.values())
 
 
+def committed_offsets(consumer: Consumer, parts: list[TopicPartition], timeout: float = 30.0) -> list[TopicPartition]:
+    """The consumer's group's committed offsets of `parts` (negative where none), retried (up to `timeout`) while
+    the group coordinator is still starting: a fresh broker answers "not coordinator" until its offsets topic is
+    up.
+
+    Raises:
+        KafkaException: another error, or still no answer after `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return list(consumer.committed(parts, timeout=max(0.1, deadline - time.monotonic())))
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not (err.retriable() or err.code() in COORDINATOR_STARTING) or time.monotonic() > deadline:
+                raise
+            logger.info("committed offsets not available yet (%s); retrying", err.str())
+            time.sleep(0.5)
+
+
 def list_topics(client: AdminClient | Consumer, timeout: float = 30.0, topic: str | None = None) -> ClusterMetadata:
     """Cluster metadata, failing fast and clearly (not after `timeout`) when the broker refuses our login.
 
@@ -335,57 +374,6 @@ def topic_config(admin: AdminClient, topic: str, timeout: float = 30.0) -> dict[
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     entries = admin.describe_configs([resource])[resource].result(timeout=timeout)
     return {name: entry.value for name, entry in entries.items()}
-
-
-class DeadLetterSink:
-    """Sends records no service can use to `<prefix>.dead-letter`, with the reason in a header.
-
-    Args:
-        producer: an idempotent producer (see `make_producer`); the caller flushes and closes it.
-        topic: the dead-letter topic.
-        service: name of the rejecting service, recorded in every dead letter.
-    """
-
-    def __init__(self, producer: Producer, topic: str, service: str) -> None:
-        self.producer = producer
-        self.topic = topic
-        self.service = service
-        self.sent = 0
-        self.failed = 0
-
-    def send(self, msg: Message, reason: str, detail: str) -> None:
-        """Dead-letter one consumed message; delivery failures are counted, not raised."""
-        self.send_parts(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, reason, detail,
-                        key=msg.key(), value=msg.value(), headers=msg.headers())
-
-    def send_parts(self, topic: str, partition: int, offset: int, reason: str, detail: str, *,
-                   key: bytes | None = None, value: bytes | None = None, headers: Headers | None = None) -> None:
-        """Dead-letter the record at (`topic`, `partition`, `offset`) given by its parts."""
-        letter = DeadLetter(
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            reason=reason,
-            detail=detail,
-            service=self.service,
-            headers={k: v or b"" for k, v in header_items(headers)},
-            key=key,
-            value=value,
-        )
-        body, letter_headers = encode(letter)
-        letter_headers.append((REASON_HEADER, reason.encode()))
-        produce(self.producer, self.topic, body, letter_headers, self._delivered)
-
-    def send_error(self, msg: Message, error: WireError) -> None:
-        """Dead-letter a message that failed to decode, with the error's reason code."""
-        self.send(msg, error.reason, str(error))
-
-    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is None:
-            self.sent += 1
-        else:
-            self.failed += 1
-            logger.error("dead letter could not be delivered: %s", err)
 
 
 def tail_positions(consumer: Consumer, topic: str, last: int | None, timeout: float) -> dict[int, tuple[int, int]]:
@@ -448,9 +436,11 @@ def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0, 
                 last: int | None = None, stop: Callable[[], bool] | None = None) -> Iterator[Message]:
     """Every record now in `topics` (or each partition's `last` records), up to the high watermarks on entry.
 
-    Reads by manual assignment with no committed offsets (nothing is left behind in any group).
-    Transient consumer errors are retried until `timeout`. When `stop` is given and returns true (checked
-    at least every half second), reading ends early: the caller tells a short read by asking `stop` again.
+    Reads by manual assignment with no committed offsets (nothing is left behind in any group), `read_committed`:
+    of a topic written in transactions, the records of committed ones, up to the end an open transaction holds
+    back (the last stable offset). Transient consumer errors are retried until `timeout`. When `stop` is given and
+    returns true (checked at least every half second), reading ends early: the caller tells a short read by asking
+    `stop` again.
 
     Raises:
         TimeoutError: when the records up to the high watermarks do not arrive within `timeout`.
@@ -491,5 +481,16 @@ def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0, 
                     yield msg
                 if offset >= end - 1:
                     del remaining[key]
+            _drop_reached(consumer, remaining)
     finally:
         consumer.close()
+
+
+def _drop_reached(consumer: Consumer, remaining: dict[tuple[str, int], int]) -> None:
+    """Forget the partitions whose position reached their end offset: the last offsets of a transactional topic
+    may hold no record a `read_committed` reader is given (a commit marker), but its position passes them."""
+    if not remaining:
+        return
+    for tp in consumer.position([TopicPartition(t, p) for t, p in remaining]):
+        if tp.offset >= remaining[(tp.topic, tp.partition)]:
+            del remaining[(tp.topic, tp.partition)]

@@ -2,7 +2,8 @@
 
 This package sits above every other one: it only assembles the commands each package registers
 (`register(app, bench)`), so the core (`streamtrain/`) and the services need not know about each other.
-Each service also runs on its own (`python -m producers|coordinator|trainer|serve ...`) with the same options.
+Each service also runs on its own (`python -m producers|coordinator|trainer|serve|bridge ...`) with the same
+options.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ bench_app = typer.Typer(
 def _register_commands() -> None:
     # Each package adds its own commands; heavy imports (torch) happen inside the commands.
     from benchmarks.cli import register as register_benchmarks
+    from bridge.cli import register as register_bridge
     from cluster.cli import register as register_cluster
     from coordinator.cli import register as register_coordinator
     from producers.cli import register as register_producers
@@ -51,6 +53,7 @@ def _register_commands() -> None:
     register_coordinator(app, bench_app)
     register_trainer(app, bench_app)
     register_serve(app, bench_app)
+    register_bridge(app, bench_app)
     register_stack(app, bench_app)
     register_cluster(app, bench_app)
     register_benchmarks(app, bench_app)

@@ -96,6 +96,13 @@ class SampleBuffer:
         self.position = max(self.position, offset + 1)
         self._done_ahead.discard(offset)
 
+    def pass_to(self, offset: int) -> None:
+        """Every offset below `offset` that has not come is one that never will: a transactional topic's commit and
+        abort markers and its aborted records take offsets no `read_committed` consumer is given, and the
+        consumer's position passes them. Without this, the lowest unprocessed offset (the commit, the lag) would
+        stop short of the topic's end at the last marker."""
+        self.position = max(self.position, offset)
+
     def processed_ahead(self) -> list[int]:
         """Offsets at or above `lowest_unprocessed()` already trained, dropped or dead-lettered (plans train out of
         order): a run resuming from the lowest unprocessed offset must skip them, or it would train them again."""

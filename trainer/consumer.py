@@ -17,8 +17,9 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig, TrainerConfig
+from streamtrain.dead_letters import DeadLetterSink
 from streamtrain.kafka import (
-    DeadLetterSink,
+    COORDINATOR_STARTING,
     consume_available,
     make_consumer,
     tail_positions,
@@ -36,12 +37,6 @@ from .plans import PlanBook
 __all__ = ["RankConsumer"]
 
 logger = logging.getLogger(__name__)
-
-#: Errors of a group coordinator that is still starting (librdkafka does not flag them all retriable).
-_COORDINATOR_STARTING = frozenset({
-    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD,
-})
 
 #: Assignment records read back on start, so a plan published just before this rank came up counts.
 PLAN_LOOKBACK = 64
@@ -110,7 +105,7 @@ class RankConsumer:
             except KafkaException as exc:
                 # A fresh broker answers "not coordinator" / "load in progress" until __consumer_offsets is up.
                 err = exc.args[0]
-                if not (err.retriable() or err.code() in _COORDINATOR_STARTING) or time.monotonic() > deadline:
+                if not (err.retriable() or err.code() in COORDINATOR_STARTING) or time.monotonic() > deadline:
                     raise
                 logger.info("committed offset of %s not available yet (%s); retrying", self.topic, err.str())
                 self._refused_group(self.consumer.poll(0.5))  # nothing is assigned yet: only error events come
@@ -157,8 +152,17 @@ class RankConsumer:
                 self._flow_control()
         if rewind is not None:
             self.consumer.seek(TopicPartition(self.topic, 0, rewind))
+        else:
+            self._pass_gaps()
         self._flow_control()
         return len(messages)
+
+    def _pass_gaps(self) -> None:
+        """Move the buffer's position to the consumer's: past the offsets of a transactional topic that hold no
+        record for this consumer (markers, aborted records), which it passes without handing anything over."""
+        (where,) = self.consumer.position([self.partition])
+        if where.offset >= 0:
+            self.buffer.pass_to(where.offset)
 
     def _refused_group(self, event: Message | None) -> None:
         """Raise when `event` says this principal may not use the trainers' group (commits would only time out)."""

@@ -1,6 +1,7 @@
 """One typed configuration shared by every service (TOML < environment < flags)."""
 
 from .acl import AclConfig
+from .bridge import BridgeConfig, JsonMapping, RawLayout, SourceConfig
 from .coordinator import CoordinatorConfig
 from .core import BrokerConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
 from .loader import ENV_PREFIX, ConfigError, config_environment, load_config, parse_assignment
@@ -12,13 +13,17 @@ from .versions import VersionsConfig
 __all__ = [
     "ENV_PREFIX",
     "AclConfig",
+    "BridgeConfig",
     "BrokerConfig",
     "ConfigError",
     "CoordinatorConfig",
+    "JsonMapping",
     "KafkaConfig",
     "MetricsConfig",
     "ProducerConfig",
+    "RawLayout",
     "ServeConfig",
+    "SourceConfig",
     "StreamtrainConfig",
     "TrainerConfig",
     "VersionsConfig",

@@ -37,6 +37,10 @@ class AclConfig(BaseModel):
     serve: str = "streamtrain-serve"
     """The serve service: reads requests and model announcements, commits in its group, writes predictions."""
 
+    bridge: str = "streamtrain-bridge"
+    """The bridge: reads its source topics (bridge.sources), commits in its group through its transactions, writes
+    the device topics and dead-letter (granted only when bridge.sources names topics)."""
+
     producer: str = "streamtrain-producer-{device}"
     """Producers. With `{device}` in it, one principal per device, allowed to write that device's topic only;
     without, one principal (a producer host) that writes every device topic `acl apply` is given."""
@@ -48,7 +52,7 @@ class AclConfig(BaseModel):
     """SCRAM passwords by principal name, created or updated by `acl apply --users` (every SCRAM mechanism);
     masked wherever streamtrain prints settings. From the environment as JSON: STREAMTRAIN_ACL__PASSWORDS."""
 
-    @field_validator("admin", "coordinator", "trainer", "serve", "producer")
+    @field_validator("admin", "coordinator", "trainer", "serve", "bridge", "producer")
     @classmethod
     def _name_is_plain(cls, value: str) -> str:
         plain = value.replace("{device}", "device")
@@ -77,10 +81,10 @@ class AclConfig(BaseModel):
 
     @model_validator(mode="after")
     def _roles_are_distinct(self) -> Self:
-        names = [self.admin, self.coordinator, self.trainer, self.serve]
+        names = [self.admin, self.coordinator, self.trainer, self.serve, self.bridge]
         if len(set(names)) != len(names) or self.producer in names:
-            raise ValueError("admin, coordinator, trainer, serve and producer must be different principals: a shared "
-                             "principal would hold the rights of both roles")
+            raise ValueError("admin, coordinator, trainer, serve, bridge and producer must be different principals: "
+                             "a shared principal would hold the rights of both roles")
         return self
 
     def producer_of(self, device: str) -> str:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from ..wire.topics import TopicNames, validate_name_part
 from .acl import RESERVED_USERS, AclConfig
+from .bridge import BridgeConfig
 from .coordinator import CoordinatorConfig
 from .producer import ProducerConfig
 from .renames import Renamed, milliseconds_to_seconds, seconds_renamed
@@ -358,11 +359,27 @@ class StreamtrainConfig(_Section):
     versions: VersionsConfig = Field(default_factory=VersionsConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
     acl: AclConfig = Field(default_factory=AclConfig)
+    bridge: BridgeConfig = Field(default_factory=BridgeConfig)
 
     @field_validator("job")
     @classmethod
     def _job_is_legal(cls, value: str) -> str:
         return validate_name_part("job", value)
+
+    @model_validator(mode="after")
+    def _bridge_reads_no_topic_of_ours(self) -> StreamtrainConfig:
+        topics = self.kafka.topics
+        own = {topics.feedback, topics.assignments, topics.dead_letter, topics.evaluations}
+        for i, source in enumerate(self.bridge.sources):
+            if source.topic in own or topics.device_of(source.topic) is not None:
+                raise ValueError(f"bridge.sources.{i}.topic: {source.topic} is one of this job's own topics "
+                                 f"(kafka.topic_prefix {self.kafka.topic_prefix}); the bridge reads a user's topics")
+        return self
+
+    @property
+    def bridge_devices(self) -> tuple[str, ...]:
+        """The devices the bridge writes: bridge.devices, else coordinator.devices."""
+        return self.bridge.devices or self.coordinator.devices
 
     @property
     def trainer_group_id(self) -> str:

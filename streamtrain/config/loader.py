@@ -185,13 +185,23 @@ def _describe(exc: ValidationError, sources: Mapping[str, str]) -> str:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
-        source = sources.get(loc, "default")
+        source = _source_of(err["loc"], sources)
         what = err["msg"]
         if err["type"] == "extra_forbidden":
             what = f"unknown setting (known here: {', '.join(_known_keys(err['loc'][:-1]))})"
         got = "" if err["type"] in ("extra_forbidden", "missing") else _shown(loc, err["input"])
         lines.append(f"  {loc}: {what}{got} [from {source}]")
     return "invalid configuration:\n" + "\n".join(lines)
+
+
+def _source_of(loc: tuple[Any, ...], sources: Mapping[str, str]) -> str:
+    """Where the setting at `loc` came from: its own key's source, else that of the nearest section or list above
+    it (a list of tables, e.g. bridge.sources, is given whole)."""
+    for end in range(len(loc), 0, -1):
+        found = sources.get(".".join(str(p) for p in loc[:end]))
+        if found is not None:
+            return found
+    return "default"
 
 
 def _shown(loc: str, value: Any) -> str:

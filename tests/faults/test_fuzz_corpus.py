@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from coordinator.service import Coordinator
 from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import CoordinatorConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
+from streamtrain.dead_letters import REASON_HEADER
 from streamtrain.fuzz import (
     FuzzRecord,
     assignment_corpus,
@@ -32,7 +33,7 @@ from streamtrain.fuzz import (
     good_sample,
     reason_counts,
 )
-from streamtrain.kafka import REASON_HEADER, TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
+from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
 from streamtrain.wire import DeadLetter, StepFeedback, decode, encode
 from streamtrain.wire.codec import header_value
 

@@ -18,22 +18,25 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+from prometheus_client import CollectorRegistry
 
+from bridge.service import Bridge
 from coordinator.inputs import OffsetProbe
 from streamtrain import DeliveryError, DeviceProducer
 from streamtrain.authz import AuthorizationError
 from streamtrain.broker import EmbeddedBroker, find_kafka_libs, scram
 from streamtrain.cli_support import CLI_MODULE, module_command
-from streamtrain.config import BrokerConfig, KafkaConfig
+from streamtrain.config import BrokerConfig, KafkaConfig, StreamtrainConfig
 from streamtrain.fuzz import forged_feedback, forged_plans
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, read_to_end
+from streamtrain.source_accounting import collect_sources, tally_sources
 from streamtrain.wire import Sample, encode
 
 pytestmark = pytest.mark.faults
 
 PREFIX = f"acl{uuid.uuid4().hex[:8]}"
 ROLES = ("streamtrain-admin", "streamtrain-coordinator", "streamtrain-trainer", "streamtrain-producer-0",
-         "streamtrain-producer-1", "mallory")
+         "streamtrain-producer-1", "streamtrain-bridge", "mallory")
 PASSWORDS = {user: f"{user}-{uuid.uuid4().hex}" for user in ROLES}
 STARTING = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
             KafkaError._TIMED_OUT}
@@ -57,9 +60,10 @@ def _as(broker: EmbeddedBroker, user: str) -> KafkaConfig:
                        sasl_mechanism="SCRAM-SHA-512", sasl_username=user, sasl_password=PASSWORDS[user])
 
 
-def _cli(broker: EmbeddedBroker, *args: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(broker: EmbeddedBroker, *args: str, user: str | None = None,
+         env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "STREAMTRAIN_KAFKA__TOPIC_PREFIX": PREFIX, "STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS":
-           broker.bootstrap, "COLUMNS": "200"}
+           broker.bootstrap, "COLUMNS": "200", **(env_extra or {})}
     if user is not None:
         env |= {"STREAMTRAIN_KAFKA__SECURITY_PROTOCOL": "SASL_PLAINTEXT", "STREAMTRAIN_KAFKA__SASL_MECHANISM":
                 "SCRAM-SHA-512", "STREAMTRAIN_KAFKA__SASL_USERNAME": user, "STREAMTRAIN_KAFKA__SASL_PASSWORD":
@@ -99,7 +103,7 @@ def _commit(consumer: Consumer, tp: TopicPartition) -> None:
 def test_acl_apply_is_idempotent_and_show_lists_every_role(acl_broker: EmbeddedBroker) -> None:
     again = _cli(acl_broker, "acl", "apply", "--devices", "0,1", "--as-broker", str(acl_broker.data_dir))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "nothing to change: all 23 ACLs already present" in again.stdout
+    assert "nothing to change: all 28 ACLs already present" in again.stdout
     as_json = _cli(acl_broker, "acl", "apply", "--devices", "0,1", "--json", user="streamtrain-admin")
     assert as_json.returncode == 0, as_json.stderr[-3000:]
     result = json.loads(as_json.stdout)
@@ -107,8 +111,8 @@ def test_acl_apply_is_idempotent_and_show_lists_every_role(acl_broker: EmbeddedB
     shown = _cli(acl_broker, "acl", "show", "--devices", "0,1", "--json", user="streamtrain-admin")
     assert shown.returncode == 0, shown.stderr[-3000:]
     rows = json.loads(shown.stdout)
-    assert len(rows) == 23 and {r["status"] for r in rows} == {"ok"}
-    assert {r["role"] for r in rows} == {"admin", "coordinator", "trainer", "producer"}
+    assert len(rows) == 28 and {r["status"] for r in rows} == {"ok"}
+    assert {r["role"] for r in rows} == {"admin", "coordinator", "trainer", "producer", "serve"}
     table = _cli(acl_broker, "acl", "show", "--devices", "0,1", user="streamtrain-admin")
     assert f"topic {PREFIX}.assignments" in table.stdout and "User:streamtrain-coordinator" in table.stdout
 
@@ -248,3 +252,47 @@ def test_the_controller_listener_is_no_way_around_the_authorizer(acl_broker: Emb
     assert quorum(plain("streamtrain-admin", PASSWORDS["streamtrain-admin"])).returncode != 0  # a role's are not it
     own = quorum(plain(scram.CONTROLLER_USER, secret))
     assert own.returncode == 0 and "CurrentVoters" in own.stdout, own.stdout[-2000:] + own.stderr[-2000:]
+
+
+def test_the_bridge_may_bridge_its_sources_exactly_once_and_do_nothing_else(acl_broker: EmbeddedBroker) -> None:
+    """The bridge's ACLs (granted once bridge.sources names topics) are enough for its transactions (its
+    transactional id, its group's offsets in them) and no more. Another job prefix: the other tests' ACL counts
+    stay as they are."""
+    prefix, source = f"{PREFIX}b", f"{PREFIX}-web-events"
+    sources = [{"topic": source, "decoder": "json", "mapping": {"data": "v", "label": "y"}}]
+    env = {"STREAMTRAIN_KAFKA__TOPIC_PREFIX": prefix, "STREAMTRAIN_BRIDGE__SOURCES": json.dumps(sources)}
+    done = _cli(acl_broker, "acl", "apply", "--devices", "0,1", "--topics", "--as-broker", str(acl_broker.data_dir),
+                env_extra=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    root = acl_broker.own_identity(KafkaConfig(bootstrap_servers=acl_broker.bootstrap, topic_prefix=prefix))
+    ensure_topics(make_admin(root), [TopicSpec(source, 2)])  # the user's topic: not streamtrain's to create
+    _produce(root, source, [(b'{"v": [[1, 2, 3, 4]], "y": 1}', []), (b"not json", [])])  # keyless: no device
+    producer = make_producer(root)
+    producer.produce(source, key=b"1", value=b'{"v": [[1, 2, 3, 4], [5, 6, 7, 8]], "y": 0}')
+    producer.flush(30)
+
+    def as_user(user: str) -> StreamtrainConfig:
+        kafka = _as(acl_broker, user).model_copy(update={"topic_prefix": prefix})
+        return StreamtrainConfig.model_validate({"kafka": kafka.model_dump(mode="json") | {
+            "sasl_password": PASSWORDS[user]}, "bridge": {"sources": sources, "devices": ["0", "1"],
+                                                          "metrics": False}})
+
+    bridge = Bridge(as_user("streamtrain-bridge"), CollectorRegistry())
+    bridge.start()
+    try:
+        deadline = time.monotonic() + 60
+        while bridge.metrics.registry.get_sample_value(
+                "streamtrain_bridge_records_in_total", {"job": "streamtrain", "topic": source}) != 3:
+            assert time.monotonic() < deadline, "the bridge did not bridge its 3 records"
+            bridge.run_once(0.2)
+    finally:
+        bridge.close()
+    tallies = tally_sources(collect_sources(as_user("streamtrain-admin"), timeout=30))  # the admin audits it
+    assert sum(t.fates.trained for t in tallies) == 1 and sum(t.fates.dead_lettered for t in tallies) == 2
+    assert all(t.exact and t.fates.complete for t in tallies), [t.summary() for t in tallies]
+    bridge_kafka = as_user("streamtrain-bridge").kafka
+    for topic in (f"{prefix}.assignments", f"{prefix}.feedback", source):  # no plans, no feedback, no source writes
+        with pytest.raises(AuthorizationError, match=f"User:streamtrain-bridge WRITE on topic {topic}"):
+            _produce(bridge_kafka, topic, [(b"x", [])])
+    with pytest.raises(AuthorizationError, match=rf"User:streamtrain-bridge DESCRIBE on topic {PREFIX}\.feedback"):
+        list(read_to_end(bridge_kafka, [f"{PREFIX}.feedback"], timeout=20))  # nor read anything but its sources

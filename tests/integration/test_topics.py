@@ -11,9 +11,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from streamtrain.config import KafkaConfig
+from streamtrain.dead_letters import REASON_HEADER, DeadLetterSink
 from streamtrain.kafka import (
-    REASON_HEADER,
-    DeadLetterSink,
     TopicSpec,
     consume_available,
     ensure_topics,

@@ -1,10 +1,12 @@
-"""Every metric family the producers, the coordinator, a trainer rank and serve export, for tests that audit them."""
+"""Every metric family the producers, the coordinator, a trainer rank, serve and the bridge export, for tests that
+audit them."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
+from bridge.metrics import BridgeMetrics
 from coordinator.metrics import CoordinatorMetrics
 from producers.metrics import ProducerMetrics
 from serve.metrics import ServeMetrics
@@ -24,6 +26,8 @@ def service_metric_families() -> list[tuple[str, Metric]]:
     coordinator.add_device("0")
     serve = CollectorRegistry()
     ServeMetrics(serve, "job")
+    bridge = CollectorRegistry()
+    BridgeMetrics(bridge, "job", ["events"], ["0"])
     return [(service, family) for service, registry in
-            (("producer", producer), ("trainer", trainer), ("coordinator", coordinator.registry), ("serve", serve))
-            for family in registry.collect()]
+            (("producer", producer), ("trainer", trainer), ("coordinator", coordinator.registry), ("serve", serve),
+             ("bridge", bridge)) for family in registry.collect()]

@@ -53,6 +53,26 @@ def test_each_role_gets_exactly_what_its_service_uses() -> None:
     assert {a.role for a in acls} == {"producer", "trainer", "coordinator", "serve", "admin"}
 
 
+def test_the_bridge_role_is_granted_only_its_sources_devices_group_and_transactions() -> None:
+    assert not any(a.role == "bridge" for a in role_acls(CFG, ["0"]))  # no sources: no bridge, no rights
+    sources = ({"topic": "web.events", "decoder": "json"}, {"topic": "sensors.raw", "decoder": "raw"})
+    cfg = CFG.model_copy(update={"bridge": CFG.bridge.model_validate({"sources": sources})})
+    acls = role_acls(cfg, ["0", "1"])
+    assert _rights(acls, "streamtrain-bridge") == {
+        ("READ", "TOPIC", "web.events"), ("READ", "TOPIC", "sensors.raw"), ("WRITE", "TOPIC", "st.device.0"),
+        ("WRITE", "TOPIC", "st.device.1"), ("WRITE", "TOPIC", "st.dead-letter"), ("READ", "GROUP", "cams.bridge"),
+        ("WRITE", "TRANSACTIONAL_ID", "cams.bridge.*")}
+    # The admin reads the sources and the bridge's offsets back (accounting); nobody else gains anything.
+    assert _rights(acls, "streamtrain-admin") - _rights(role_acls(CFG, ["0", "1"]), "streamtrain-admin") == {
+        ("READ", "TOPIC", "web.events"), ("READ", "TOPIC", "sensors.raw"), ("DESCRIBE", "GROUP", "cams.bridge")}
+    for role in ("streamtrain-trainer", "streamtrain-coordinator", "streamtrain-producer-0"):
+        assert _rights(acls, role) == _rights(role_acls(CFG, ["0", "1"]), role)
+    stale = Acl("User:streamtrain-bridge", "READ", "TOPIC", "LITERAL", "web.old")  # a source no longer bridged
+    assert plan_acls(acls, [*acls, stale], cfg).extra == []  # not this job's resource: left alone
+    extra = Acl("User:streamtrain-bridge", "WRITE", "TRANSACTIONAL_ID", "LITERAL", "cams.bridge.9")
+    assert plan_acls(acls, [*acls, extra], cfg).extra == [extra]
+
+
 def test_one_producer_principal_for_a_host_writes_every_device() -> None:
     cfg = CFG.model_copy(update={"acl": CFG.acl.model_copy(update={"producer": "edge-host-7"})})
     acls = role_acls(cfg, ["a", "b", "c"])

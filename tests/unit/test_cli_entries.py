@@ -19,6 +19,7 @@ ENTRIES = [
     ("producers", ("produce", "--no-progress")),
     ("coordinator", ("coordinate",)),
     ("trainer", ("train", "--device-id", "0")),
+    ("bridge", ("bridge",)),
 ]
 
 

@@ -30,7 +30,7 @@ from streamtrain_cli import app
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "docker-compose.yml"
 MULTI = ROOT / "docker-compose.multi-broker.yml"
-STREAMTRAIN_SERVICES = ("producers", "coordinator", "trainer", "serve")
+STREAMTRAIN_SERVICES = ("producers", "coordinator", "trainer", "serve", "bridge")
 #: One-shot services: they run to completion before the others start (no health check, not restarted once done).
 SETUP_SERVICES = ("kafka-setup",)
 
@@ -48,7 +48,9 @@ def _compose_tool() -> list[str]:
 
 def _run_compose(files: list[Path], *args: str, project_dir: Path = ROOT) -> subprocess.CompletedProcess[str]:
     # Only the repo's .env may set the knobs: a DEVICES=... in the caller's shell must not change the test.
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    # Every profile on (the bridge's): Compose v2 leaves a service of an inactive profile out of `config`.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
+           "COMPOSE_PROFILES": "bridge"}
     cmd = [*_compose_tool(), "--project-directory", str(project_dir)]
     for f in files:
         cmd += ["-f", str(f)]
@@ -261,6 +263,8 @@ def test_prometheus_scrapes_each_service_on_the_port_it_serves() -> None:
     assert f"trainer:{trainer}" in targets
     serve = services["serve"]["command"]
     assert f"serve:{serve[serve.index('--port') + 1]}" in targets
+    bridge = services["bridge"]["command"]
+    assert f"bridge:{bridge[bridge.index('--port') + 1]}" in targets
     promtool = shutil.which("promtool")
     if promtool:  # the real Prometheus config parser, when the Prometheus package is installed
         check = subprocess.run([promtool, "check", "config", str(ROOT / "deploy/prometheus/prometheus.yml")],
@@ -343,7 +347,7 @@ def test_each_service_is_its_own_role_and_the_setup_grants_exactly_those_roles()
     configs = {n: load_config(env={k: str(v) for k, v in services[n]["environment"].items()})
                for n in (*STREAMTRAIN_SERVICES, *SETUP_SERVICES)}
     users = {n: configs[n].kafka.sasl_username for n in STREAMTRAIN_SERVICES}
-    assert len(set(users.values())) == 4  # no two services share a principal
+    assert len(set(users.values())) == len(users)  # no two services share a principal
     setup = configs["kafka-setup"]
     roles = role_principals(setup, devices)
     assert roles[users["producers"]] == "producer" and roles[users["coordinator"]] == "coordinator"
@@ -359,6 +363,13 @@ def test_each_service_is_its_own_role_and_the_setup_grants_exactly_those_roles()
     acls = role_acls(setup, devices)
     writes = {a.resource for a in acls if a.principal == f"User:{users['producers']}"}
     assert writes == {setup.kafka.topics.device(d) for d in devices}
+    # The bridge's principal gets rights only once BRIDGE_SOURCES names its topics (the same value reaches both).
+    assert configs["bridge"].bridge.sources == setup.bridge.sources == ()
+    assert users["bridge"] not in role_principals(setup, devices)
+    sources = '[{"topic": "sensors", "decoder": "json"}]'
+    bridged = load_config(env={**{k: str(v) for k, v in services["kafka-setup"]["environment"].items()},
+                               "STREAMTRAIN_BRIDGE__SOURCES": sources})
+    assert role_principals(bridged, devices)[users["bridge"]] == "bridge"
     # Every rank knows the truncation policy the coordinator runs, so it can check each plan against it.
     coordinator = services["coordinator"]["command"]
     truncation = coordinator[coordinator.index("--truncation") + 1]

@@ -15,10 +15,8 @@ import pytest
 from coordinator_it_helpers import JOB, Plans, Trainers, config, get, low_watermark, produce_samples, running
 
 from streamtrain.config import KafkaConfig
-from streamtrain.kafka import (
-    REASON_HEADER,
-    read_to_end,
-)
+from streamtrain.dead_letters import REASON_HEADER
+from streamtrain.kafka import read_to_end
 from streamtrain.wire import Assignment
 
 pytestmark = pytest.mark.integration

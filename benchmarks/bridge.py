@@ -1,0 +1,240 @@
+"""`streamtrain bench bridge`: the bridge's throughput beside a bare consume-produce loop of the same records.
+
+One embedded broker; the same JSON records (one sample each, `--features` floats a frame, 1-8 frames) in a
+3-partition source topic, keyed by device. Each repeat runs, alternating, on fresh target topics and groups:
+
+- `bare`: consume, produce each value as it is to one target topic, commit the group's offsets at the end
+  (idempotent producer, acks=all): the least a consume-produce loop in Python costs;
+- `bare_transactions`: the same loop in transactions of `--transaction-records` records, its offsets sent in
+  each (`send_offsets_to_transaction`): what exactly once costs by itself;
+- `bridge`: the bridge (JSON decode, checks, a `Sample` per record to its device's topic, in transactions of
+  the same size): what decoding and the wire format add.
+
+Each is timed from its first record to its last commit; medians of the repeats, and their ratios.
+
+Reading it: most of what exactly once costs is the transactions themselves. Each commit waits for its records,
+the group's offsets and the commit markers to be written (tens of ms on a small machine), so at 500 records a
+transaction the bridge keeps pace with the bare transactional loop: it is bound by the commits, not by decoding.
+With larger transactions (`--transaction-records 2000 --transaction-seconds 0.5`) it is bound by its own work,
+JSON decoding, the checks and the Avro `Sample`, on one core. `bridge.transaction_records` and
+`bridge.transaction_seconds` trade that throughput against how long a bridged sample waits to become visible.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from confluent_kafka import Consumer, Producer
+from prometheus_client import CollectorRegistry
+
+from bridge.service import Bridge
+from streamtrain.broker import EmbeddedBroker
+from streamtrain.config import BrokerConfig, KafkaConfig, StreamtrainConfig
+from streamtrain.kafka import (
+    TopicSpec,
+    consume_available,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+    make_producer,
+    make_transactional_producer,
+    produce,
+)
+
+from .common import TIMES, Bench, RenderContext, Result, pyplot, save_figure, table
+
+__all__ = ["BENCH", "BridgeResult", "render_bridge"]
+
+DEVICES = ("0", "1", "2", "3")
+_KINDS = {"bare": "bare consume-produce loop, no transactions",
+          "bare_transactions": "bare consume-produce loop, in transactions",
+          "bridge": "the bridge (JSON decode, Sample, transactions)"}
+
+
+class BridgeResult(Result):
+    """What `bridge.json` holds."""
+
+    records_per_run: int
+    mean_record_bytes: float
+    features: int
+    repeats: int
+    transaction_records: int
+    transaction_seconds: float
+    records_per_s: dict[str, list[float]]
+    """Each loop's records/s in each repeat."""
+    records_per_s_median: dict[str, float]
+    transactions_vs_bare: float
+    """bare_transactions / bare (medians): what transactions cost a bare loop."""
+    bridge_vs_bare_transactions: float
+    """bridge / bare_transactions (medians): what decoding and the wire format cost on top."""
+
+
+def _write_source(cfg: KafkaConfig, topic: str, records: int, features: int) -> float:
+    """JSON records of 1-8 frames to `topic`, keyed by device; returns their mean size in bytes."""
+    ensure_topics(make_admin(cfg), [TopicSpec(topic, 3)])
+    rng = np.random.default_rng(0)
+    producer = make_producer(cfg)
+    total = 0
+    for i in range(records):
+        frames = int(rng.integers(1, 9))
+        value = json.dumps({"values": np.round(rng.standard_normal(frames * features), 4).tolist(),
+                            "label": i % 4}).encode()
+        total += len(value)
+        produce(producer, topic, value, key=DEVICES[i % len(DEVICES)].encode())
+    if producer.flush(120):
+        raise RuntimeError("the source records could not all be written")
+    return total / records
+
+
+def _bare(cfg: KafkaConfig, source: str, records: int, batch: int | None) -> float:
+    """Records/s of a bare loop: values copied to a fresh topic; with `batch`, in transactions of that many."""
+    target = f"{cfg.topic_prefix}.copy-{uuid.uuid4().hex[:6]}"
+    ensure_topics(make_admin(cfg), [TopicSpec(target, 1)])
+    consumer = make_consumer(cfg, f"bench-bare-{uuid.uuid4().hex[:6]}")
+    producer: Producer = (make_transactional_producer(cfg, f"bench-{uuid.uuid4().hex[:6]}", 60.0) if batch
+                          else make_producer(cfg))
+    if batch:
+        producer.init_transactions(60)
+    consumer.subscribe([source])
+    try:
+        began, done, open_records = 0.0, 0, 0
+        while done < records:
+            for msg in consume_available(consumer, 500, 0.5):
+                if msg.error() is not None:
+                    continue
+                began = began or time.perf_counter()
+                if batch and not open_records:
+                    producer.begin_transaction()
+                produce(producer, target, msg.value() or b"", key=msg.key())
+                done, open_records = done + 1, open_records + 1
+                if batch and open_records >= batch:
+                    _commit_transaction(producer, consumer)
+                    open_records = 0
+        if batch and open_records:
+            _commit_transaction(producer, consumer)
+        elif not batch:
+            if producer.flush(60):
+                raise RuntimeError("the bare loop could not deliver every record")
+            consumer.commit(offsets=[tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0],
+                            asynchronous=False)
+        return records / (time.perf_counter() - began)
+    finally:
+        consumer.close()
+
+
+def _commit_transaction(producer: Producer, consumer: Consumer) -> None:
+    positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+    producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+
+
+def _bridge(cfg: KafkaConfig, source: str, records: int, features: int, batch: int, seconds: float) -> float:
+    """Records/s of the bridge itself, in this process, on fresh device topics and a fresh group."""
+    prefix = f"{cfg.topic_prefix}{uuid.uuid4().hex[:6]}"
+    config = StreamtrainConfig.model_validate({
+        "job": prefix, "kafka": {**cfg.model_dump(), "topic_prefix": prefix},
+        "bridge": {"devices": DEVICES, "transaction_records": batch, "transaction_seconds": seconds,
+                   "metrics": False, "check_records": 0,
+                   "sources": [{"topic": source, "decoder": "json",
+                                "mapping": {"data": "values", "shape": [-1, features], "label": "label"}}]}})
+    service = Bridge(config, CollectorRegistry())
+    service.start()
+    counted = ("streamtrain_bridge_records_in_total", {"job": prefix, "topic": source})
+    try:
+        began = 0.0
+        while (service.metrics.registry.get_sample_value(*counted) or 0) < records:
+            if service.run_once(0.5) and not began:
+                began = time.perf_counter()
+        return records / (time.perf_counter() - began)
+    finally:
+        service.close()
+
+
+def measure_bridge(records: int, features: int, repeats: int, batch: int, seconds: float) -> BridgeResult:
+    """Every loop `repeats` times, alternating, on one embedded broker."""
+    from streamtrain.cli_support import console
+
+    runs: dict[str, list[float]] = {kind: [] for kind in _KINDS}
+    with tempfile.TemporaryDirectory(prefix="st-bench-bridge-") as tmp:
+        broker = EmbeddedBroker(BrokerConfig(data_dir=Path(tmp), heap="1g"))
+        cfg = KafkaConfig(bootstrap_servers=broker.start(), topic_prefix="bench")
+        try:
+            with console.status("writing the source records ..."):
+                size = _write_source(cfg, "bench-source", records, features)
+            for r in range(repeats):
+                for kind in runs:
+                    with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
+                        if kind == "bridge":
+                            rate = _bridge(cfg, "bench-source", records, features, batch, seconds)
+                        else:
+                            rate = _bare(cfg, "bench-source", records, batch if kind == "bare_transactions" else None)
+                    runs[kind].append(rate)
+                    console.print(f"  {kind:<18} {rate:>10,.0f} records/s")
+        finally:
+            broker.stop()
+    medians = {k: statistics.median(v) for k, v in runs.items()}
+    return BridgeResult(
+        records_per_run=records, mean_record_bytes=round(size, 1), features=features, repeats=repeats,
+        transaction_records=batch, transaction_seconds=seconds, records_per_s=runs, records_per_s_median=medians,
+        transactions_vs_bare=medians["bare_transactions"] / medians["bare"],
+        bridge_vs_bare_transactions=medians["bridge"] / medians["bare_transactions"])
+
+
+def bridge_command(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option(help="Directory for bridge.json.")] = Path("reports/bench"),
+    records: Annotated[int, typer.Option(min=1000, help="Source records per run.")] = 20_000,
+    features: Annotated[int, typer.Option(min=1, help="Floats per frame (1-8 frames a record).")] = 16,
+    repeats: Annotated[int, typer.Option(min=1, max=20, help="Alternating runs of each loop.")] = 3,
+    transaction_records: Annotated[int, typer.Option(min=1, help="Records per transaction (bridge."
+                                                     "transaction_records).")] = 500,
+    transaction_seconds: Annotated[float, typer.Option(min=0.01, help="bridge.transaction_seconds.")] = 0.1,
+) -> None:
+    """The bridge's records/s beside a bare consume-produce loop of the same records, with and without
+    transactions, in one run."""
+    from streamtrain.cli_support import config_from, console
+
+    config_from(ctx)
+    out.mkdir(parents=True, exist_ok=True)
+    result = measure_bridge(records, features, repeats, transaction_records, transaction_seconds)
+    result.write(out / "bridge.json")
+    for kind, rate in result.records_per_s_median.items():
+        console.print(f"{kind:<18} median {rate:>10,.0f} records/s", highlight=False)
+    console.print(f"transactions / bare = {result.transactions_vs_bare:.2f}; bridge / bare in transactions = "
+                  f"{result.bridge_vs_bare_transactions:.2f}; wrote {out / 'bridge.json'}", highlight=False)
+
+
+def render_bridge(result: BridgeResult, ctx: RenderContext) -> str:
+    """The `bridge` section of BENCHMARKS.md: the three loops side by side, the plot."""
+    medians = result.records_per_s_median
+    bare = medians.get("bare") or 0.0
+    rows = [[_KINDS.get(k, k), round(v), f"{v / bare:.2f}{TIMES}" if bare else "—"] for k, v in medians.items()]
+    fig, ax = pyplot().subplots(figsize=(7, 2.4))
+    short = {"bare": "bare loop", "bare_transactions": "bare loop, transactions", "bridge": "bridge"}
+    ax.barh([short.get(k, k) for k in medians], list(medians.values()), color="tab:blue")
+    ax.set_xlabel("records/s (median)")
+    ax.set_title(f"{result.mean_record_bytes:.0f}-byte JSON records; transactions of {result.transaction_records}",
+                 fontsize=9)
+    png = save_figure(fig, ctx.plot_path("bridge.png"))
+    return "\n\n".join([
+        f"Measured: {result.records_per_run:,} JSON records (mean {result.mean_record_bytes:.0f} bytes) per run from "
+        f"a 3-partition topic, {result.repeats} alternating repeats (medians); transactions of "
+        f"{result.transaction_records} records or {result.transaction_seconds:g} s.",
+        table(["loop", "records/s", "vs bare"], rows),
+        f"In transactions the bare loop runs at {result.transactions_vs_bare:.2f}{TIMES} its rate without them; "
+        f"the bridge runs at {result.bridge_vs_bare_transactions:.2f}{TIMES} the bare transactional loop.",
+        f"![bridge]({ctx.link(png)})",
+    ])
+
+
+BENCH = Bench("bridge", bridge_command, BridgeResult, render_bridge, args=("--records", "20000", "--repeats", "3"),
+              quick_args=("--records", "3000", "--repeats", "1"), timeout_s=600, about=__doc__ or "",
+              command_line="--records 20000 --repeats 5")

@@ -1,0 +1,123 @@
+"""`streamtrain up --bridge FILE`: the bridge in the local stack, and its sources in the report.
+
+The bridge takes the producers' place: it writes the device topics from a user's own topics (the `[bridge]`
+table of FILE: sources, decoders), which must be on the broker the run uses (an existing one:
+kafka.bootstrap_servers). When the run stops, the bridge is given up to the drain timeout to catch up with
+its sources (its group's committed offsets at their ends), then stopped (it commits what it holds); the
+trainers then drain. The report accounts for every source record by (topic, partition, offset): bridged,
+rejected, skipped or pending, and none lost or duplicated (`streamtrain.source_accounting`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from streamtrain.cli_support import module_command
+from streamtrain.config import KafkaConfig, StreamtrainConfig
+from streamtrain.kafka import committed_offsets, make_consumer, tail_positions
+from streamtrain.source_accounting import collect_sources, tally_sources
+
+from .ledger import ReadInterrupted
+from .results import BridgeFigures, SourcePartitionFates
+from .services import ServiceSpec
+
+__all__ = ["bridge_figures", "bridge_section", "bridge_spec", "run_bridge_settings", "sources_caught_up",
+           "wait_caught_up"]
+
+logger = logging.getLogger(__name__)
+
+
+def bridge_section(path: Path) -> dict[str, Any]:
+    """The `[bridge]` table of a TOML file (other tables are not read: the file may be a whole configuration).
+
+    Raises:
+        ValueError: the file cannot be read, is not TOML, or has no `[bridge]` table with sources.
+    """
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ValueError(f"--bridge {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"--bridge {path} is not valid TOML: {exc}") from None
+    section = data.get("bridge")
+    if not isinstance(section, dict) or not section.get("sources"):
+        raise ValueError(f"--bridge {path} has no [bridge] table with [[bridge.sources]] (the topics to bridge and "
+                         "their decoders; docs/guides/bridge.md)")
+    return section
+
+
+def run_bridge_settings(section: Mapping[str, Any], kafka: KafkaConfig, devices: Sequence[str]) -> dict[str, Any]:
+    """The bridge's settings in a run: it writes the run's devices, and its group, unless set, is the run's own
+    (`<topic prefix>.bridge`), so a run bridges its sources from their start into its own device topics, as `up`
+    keeps every run's topics apart."""
+    return {**section, "devices": list(devices), "group_id": section.get("group_id") or f"{kafka.topic_prefix}.bridge"}
+
+
+def bridge_spec(port: int, section: Mapping[str, Any], common: dict[str, object],
+                global_args: Sequence[str]) -> ServiceSpec:
+    """`python -m bridge bridge`, with `section` as its settings (`run_bridge_settings`)."""
+    sets: dict[str, object] = {**common, "bridge": dict(section), "metrics.port": port}
+    return ServiceSpec("bridge", "bridge", module_command("bridge", "bridge", global_args=global_args, sets=sets),
+                       (port,))
+
+
+def sources_caught_up(cfg: StreamtrainConfig, timeout: float = 10.0) -> bool:
+    """Whether the bridge's group has committed every source partition up to its end (its last stable offset)."""
+    consumer = make_consumer(cfg.kafka, cfg.bridge.group(cfg.job))  # reads the group's offsets, never joins it
+    try:
+        ends = {}
+        for source in cfg.bridge.sources:
+            for pid, (_low, high) in tail_positions(consumer, source.topic, None, timeout).items():
+                ends[(source.topic, pid)] = high
+        done = committed_offsets(consumer, [TopicPartition(t, p) for t, p in ends], timeout)
+        return all(tp.offset >= ends[(tp.topic, tp.partition)] for tp in done)
+    except (KafkaException, TimeoutError) as exc:
+        logger.warning("cannot tell whether the bridge caught up (%s)", exc)
+        return False
+    finally:
+        consumer.close()
+
+
+def wait_caught_up(cfg: StreamtrainConfig, timeout: float, alive: Callable[[], bool],
+                   tick: Callable[[], None]) -> bool:
+    """Wait (at most `timeout`, while `alive()`) until the bridge caught up with its sources; returns whether it did."""
+    deadline = time.monotonic() + timeout
+    while alive():
+        if sources_caught_up(cfg):
+            return True
+        if time.monotonic() > deadline:
+            break
+        tick()
+        time.sleep(0.5)
+    logger.warning("the bridge did not catch up with its sources within %.0f s; what it has not bridged stays in "
+                   "its topics, reported as pending", timeout)
+    return False
+
+
+def bridge_figures(cfg: StreamtrainConfig, stop: Callable[[], bool] | None = None) -> BridgeFigures:
+    """Every source record's fate, read back from Kafka (the sources, the device topics, the dead letters).
+
+    Raises:
+        ReadInterrupted: `stop` said so.
+        TimeoutError / KafkaException: the broker does not deliver the records.
+    """
+    records = collect_sources(cfg, timeout=60.0, stop=stop)
+    if stop is not None and stop():
+        raise ReadInterrupted("reading the bridge's sources back from Kafka was interrupted")
+    tallies = tally_sources(records)
+    parts = [SourcePartitionFates.model_validate(t.summary()) for t in tallies]
+    return BridgeFigures(
+        group=cfg.bridge.group(cfg.job), sources=[s.topic for s in cfg.bridge.sources],
+        source_records=sum(p.records for p in parts), source_bridged=sum(p.bridged for p in parts),
+        source_rejected=sum(p.rejected for p in parts), source_skipped=sum(p.skipped for p in parts),
+        source_pending=sum(p.pending for p in parts), source_lost=sum(p.lost for p in parts),
+        source_unknown=sum(p.unknown for p in parts), source_duplicated=sum(p.duplicated for p in parts),
+        partitions=parts)

@@ -58,9 +58,7 @@ $(VENV_STAMP): pyproject.toml
 	  { echo "streamtrain needs Python 3.11 (found $$($(PYTHON) --version))"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# compat: the editable install puts the checkout on sys.path (a .pth), so a package added to the tree imports
-	# without reinstalling, and setuptools has nothing to warn about.
-	$(PY) -m pip install -q -e '.[dev,plaid]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[dev,plaid]'
 	touch $@
 
 $(KAFKA_STAMP): kafka/pom.xml | system-deps

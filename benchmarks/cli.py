@@ -16,7 +16,7 @@ import typer
 
 from streamtrain.cli_support import CLI_MODULE
 
-from .common import Bench, LaunchOptions, RunContext, stamp_context
+from .common import Bench, LaunchOptions, RunContext
 from .registry import REGISTRY
 from .report import BenchRun, SuiteRuns, refresh
 
@@ -51,7 +51,7 @@ def with_context(bench: Bench[Any]) -> Callable[..., None]:
             bench.command(*args, **kwargs)
         finally:
             if path.is_file() and path.stat().st_mtime_ns != before:
-                stamp_context(path, context)
+                context.stamp(path)
 
     return command
 

@@ -1,13 +1,13 @@
 """What every benchmark shares; imports nothing else of `benchmarks`, so any module of it may import this.
 
 - `Result`: a benchmark's whole JSON (a core `Record`: frozen, an unknown key refused by name) with the `RunContext`
-  it was measured in (commit, machine, load, date, command line), which `bench` stamps into it (`stamp_context`).
+  it was measured in (commit, machine, load, date, command line), which `bench` stamps into it itself.
 - `Bench`: one benchmark of the set — its command, result type, section of BENCHMARKS.md, targets and plot — and
   `publish`, the end of every benchmark's run: its JSON and plot under `--out`, its targets on the console.
 - `LaunchOptions`: the root `--config` / `--set` a benchmark was started with, passed on to what it starts; the
   command-line options the benchmarks share (`Out`, `WorkDir`, `External`, `Quick`, `Seed`).
-- `interleaved` (repeated measurements alternating), trends (`slope`, `robust_slope`), `median_reached`.
-- Markdown for BENCHMARKS.md (`num`, `figure`, `table`, `Target`, `targets_table`, `TIMES`), progress bars, plots.
+- `interleaved` (repeated measurements alternating), trends (`slope`, `robust_slope`), `median_reached`, Markdown
+  for BENCHMARKS.md (`num`, `figure`, `table`, `Target`, `targets_table`, `TIMES`), plots.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,8 +38,7 @@ from streamtrain.results import Record
 
 __all__ = ["TIMES", "Bench", "External", "LaunchOptions", "Out", "Quick", "Record", "Result", "RunContext", "Seed",
            "Target", "WorkDir", "figure", "heldout_score", "interleaved", "median_reached", "num", "problems",
-           "progress_bars", "publish", "pyplot", "relative", "robust_slope", "save_figure", "slope", "stamp_context",
-           "table", "target_lines", "targets_table", "verdict"]
+           "publish", "pyplot", "relative", "robust_slope", "slope", "table", "targets_table"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ class RunContext(Record):
 
     @classmethod
     def begin(cls) -> RunContext:
-        """The context now (`end` adds the load at the end and the seconds)."""
+        """The context now (`stamp` adds the load at the end and the seconds)."""
         context = cls(commit=_commit(), cpu_model=_cpu_model(), cores=os.cpu_count(), memory_gib=_memory_gib(),
                       load_start=_load(), load_end=None, seconds=None,
                       command=shlex.join(["streamtrain", *sys.argv[1:]]),
@@ -82,8 +81,17 @@ class RunContext(Record):
         context._began = time.monotonic()
         return context
 
-    def end(self) -> RunContext:
-        return self.model_copy(update={"load_end": _load(), "seconds": round(time.monotonic() - self._began, 1)})
+    def stamp(self, path: Path) -> bool:
+        """Add this context, ended now, to the JSON file a benchmark just wrote; False when there is none to stamp."""
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(data, dict):
+            return False
+        ended = self.model_copy(update={"load_end": _load(), "seconds": round(time.monotonic() - self._began, 1)})
+        path.write_text(json.dumps({**data, "context": ended.model_dump()}, indent=1) + "\n")
+        return True
 
     def describe(self) -> str:
         """One paragraph for BENCHMARKS.md."""
@@ -139,19 +147,6 @@ class Result(Record):
 R = TypeVar("R", bound=Result)
 
 
-def stamp_context(path: Path, context: RunContext) -> bool:
-    """Add `context` (ended now) to the JSON file a benchmark just wrote; False when there is none to stamp."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(data, dict):
-        return False
-    data["context"] = context.end().model_dump()
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return True
-
-
 def problems(exc: ValueError) -> str:
     """What is wrong with a setup, for a person: a validation error's messages without pydantic's framing."""
     if isinstance(exc, ValidationError):
@@ -189,11 +184,9 @@ class Bench(Generic[R]):
     plot: Callable[[R], Any] | None = None
     """Its result → a matplotlib figure, saved as `<name>.png` next to the JSON."""
     args: tuple[str, ...] = ()
-    """Extra arguments `bench all` passes."""
+    """Extra arguments `bench all` passes (`quick_args` with `--quick`), and the most seconds it lets it run."""
     quick_args: tuple[str, ...] = ()
-    """Extra arguments `bench all --quick` passes."""
     timeout_s: float = 600.0
-    """Most seconds `bench all` lets it run."""
     about: str = ""
     """What it measures and how (Markdown: the benchmark's module docstring)."""
     command_line: str = ""
@@ -212,7 +205,11 @@ class Bench(Generic[R]):
         except ValueError as exc:  # a plot must never lose the figures
             logger.warning("%s.png not drawn: %s", self.name, exc)
             return None
-        return save_figure(fig, data_dir / f"{self.name}.png")
+        fig.tight_layout()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path := data_dir / f"{self.name}.png", dpi=110)
+        pyplot().close(fig)
+        return path
 
     def section(self, path: Path, markdown_dir: Path) -> str:
         """The Markdown body of the result stored at `path`: its measuring context, its figures, its plot."""
@@ -228,8 +225,9 @@ def publish(bench: Bench[R], result: R, out: Path) -> R:
 
     out.mkdir(parents=True, exist_ok=True)
     written = [result.write(out / bench.json_name), bench.draw(result, out)]
-    for line in target_lines(bench.targets(result) if bench.targets else []):
-        console.print(line, highlight=False, soft_wrap=True)
+    word = {True: "met", False: "NOT MET", None: "not judged"}
+    for t in bench.targets(result) if bench.targets else []:
+        console.print(f"{word[t.met]:>10}: {t.goal} — {t.measured}", highlight=False, soft_wrap=True)
     console.print("wrote " + " and ".join(str(p) for p in written if p), highlight=False)
     return result
 
@@ -314,7 +312,7 @@ def median_reached(seconds: Iterable[float | None]) -> float | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Markdown and the console
+# Markdown, the console and plots
 
 
 def num(value: Any, digits: int = 2) -> str:
@@ -347,57 +345,15 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def verdict(ok: bool | None) -> str:
-    """**met**, **not met**, or — when not measured."""
-    return "—" if ok is None else ("**met**" if ok else "**not met**")
-
-
 def targets_table(targets: Sequence[Target], title: str = "target") -> str:
     """The targets as a Markdown table (a paper column when any target has a paper figure), then a line for each
     one missed: the target against what was measured."""
     papers = any(t.paper for t in targets)
-    rows = [[t.goal, t.measured, *([t.paper or "—"] if papers else []), verdict(t.met)] for t in targets]
+    verdict = {None: "—", True: "**met**", False: "**not met**"}
+    rows = [[t.goal, t.measured, *([t.paper or "—"] if papers else []), verdict[t.met]] for t in targets]
     missed = [f"- **Missed:** {t.goal} — measured {t.measured}." for t in targets if t.met is False]
     return "\n\n".join([table([title, "measured", *(["paper"] if papers else []), "verdict"], rows),
                         *(["\n".join(missed)] if missed else [])])
-
-
-def target_lines(targets: Sequence[Target]) -> list[str]:
-    """The targets as console lines: verdict, target, measured."""
-    word = {True: "met", False: "NOT MET", None: "not judged"}
-    return [f"{word[t.met]:>10}: {t.goal} — {t.measured}" for t in targets]
-
-
-@contextlib.contextmanager
-def progress_bars(rows: Sequence[str], total: int, show: str = "", width: int = 9,
-                  **fields: Any) -> Iterator[Callable[..., None]]:
-    """Live progress bars on the console, one per row (each started when first updated).
-
-    Args:
-        rows: the bars' names.
-        total: each bar's length (an update may change it).
-        show: a rich format of the fields shown after each bar (`{task.fields[NAME]}`).
-        width: the names' column width.
-        fields: the fields' starting values.
-
-    Yields:
-        `update(row, completed, total=None, description=None, **fields)`.
-    """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from streamtrain.cli_support import console
-
-    columns = (TextColumn(f"{{task.description:<{width}}}"), BarColumn(), MofNCompleteColumn(), TextColumn(show),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console) as bar:
-        tasks = {row: bar.add_task(row, total=total, start=False, **fields) for row in rows}
-
-        def update(row: str, completed: int, total: int | None = None, description: str | None = None,
-                   **values: Any) -> None:
-            bar.start_task(tasks[row])
-            bar.update(tasks[row], completed=completed, total=total, description=description, **values)
-
-        yield update
 
 
 def heldout_score(model: Any, batch: Any) -> tuple[float, float]:
@@ -419,12 +375,3 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def save_figure(fig: Any, path: Path) -> Path:
-    """Lay out, write (PNG, 110 dpi) and close a benchmark's figure; returns `path`."""
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    pyplot().close(fig)
-    return path

@@ -35,23 +35,8 @@ from streamtrain.config import ProducerConfig
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
-from .common import (
-    TIMES,
-    Bench,
-    Out,
-    Quick,
-    Record,
-    Result,
-    Seed,
-    Target,
-    heldout_score,
-    num,
-    progress_bars,
-    publish,
-    pyplot,
-    table,
-    targets_table,
-)
+from . import common
+from .common import TIMES, Bench, Record, Result, Target, heldout_score, num, publish, pyplot, table, targets_table
 
 __all__ = ["AGGREGATIONS", "BENCH", "ConvergenceCell", "ConvergenceResult", "ConvergenceSetup", "Curve", "analyse",
            "run_convergence", "smoothed"]
@@ -72,9 +57,8 @@ class ConvergenceSetup(Record):
     idle_probability: float = 0.2
     """Chance that a device contributes nothing to a step (its stream stalled)."""
     batch_min: int = 16
-    """Smallest global batch drawn for a step (before idle devices drop out)."""
+    """Global batch drawn for a step in [batch_min, batch_max] (before idle devices drop out)."""
     batch_max: int = 96
-    """Largest global batch drawn for a step."""
     classes: int = 8
     features: int = 16
     labels_per_device: int = 2
@@ -97,7 +81,6 @@ class ConvergenceSetup(Record):
     base_batch: int = 64
     seed: int = 0
     quick: bool = False
-    """Whether `--quick` chose the steps and the held-out set (a note for the reader of the JSON)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ConvergenceSetup:
@@ -121,15 +104,6 @@ class ConvergenceSetup(Record):
             lr_scaling=True, base_batch=self.base_batch, seed=self.seed, metrics=False,
         )
 
-    def _producer_config(self, seed: int) -> ProducerConfig:
-        return ProducerConfig.model_validate({
-            "devices": self.world, "seed": seed, "metrics": False,
-            "size": {"kind": "normal", "mean": self.size_mean, "dif": self.size_dif},
-            "synthetic": {"features": self.features, "classes": self.classes,
-                          "labels_per_device": self.labels_per_device, "signal": self.signal,
-                          "task_seed": self.seed},
-        })
-
     def counts(self) -> np.ndarray:
         """(steps, world) samples each device contributes to each step (zeros included)."""
         rng = np.random.default_rng([self.seed, 0xC0])
@@ -147,7 +121,11 @@ class ConvergenceSetup(Record):
         """`[row][device]` → `counts[row][device]` samples of that device's stream drawn with `seed`, in order."""
         from producers.sources import SyntheticSource
 
-        source = SyntheticSource(self._producer_config(seed), self.world)
+        source = SyntheticSource(ProducerConfig.model_validate({
+            "devices": self.world, "seed": seed, "metrics": False,
+            "size": {"kind": "normal", "mean": self.size_mean, "dif": self.size_dif},
+            "synthetic": {"features": self.features, "classes": self.classes, "labels_per_device":
+                          self.labels_per_device, "signal": self.signal, "task_seed": self.seed}}), self.world)
         seq = [0] * self.world
         out = []
         for row in counts:
@@ -187,16 +165,15 @@ class ConvergenceResult(Result):
 
 @dataclass(frozen=True)
 class ConvergenceCell:
-    """One aggregation's figures, from its curve (`analyse`)."""
+    """One aggregation's figures from its curve (`analyse`): global samples and steps up to the first step whose
+    smoothed accuracy reaches the target, where it does for good (None: it falls below again), the mean held-out
+    accuracy and loss over the last tenth of the steps, the samples to the target over SGD's."""
 
     aggregation: str
     samples_to_target: int | None
-    """Global samples trained up to the first step whose smoothed accuracy reaches the target."""
     steps_to_target: int | None
     samples_to_stay_at_target: int | None
-    """Where the smoothed accuracy reaches the target for good (None: it falls below it again)."""
     final_accuracy: float
-    """Mean held-out accuracy over the last tenth of the steps."""
     final_heldout_loss: float
     ratio_to_sgd: float | None
 
@@ -256,23 +233,17 @@ def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells:
             runner = build_step_runner(config, ctx)
             curve: dict[str, list[float]] = {"step": [], "samples": [], "accuracy": [], "loss": []}
             seen = 0
-            started = time.perf_counter()
             for step, per_device in enumerate(schedule):
                 mine = [s for device in per_device for s in device] if world == 1 else per_device[rank]
-                result = runner.run_step(mine)
-                seen += result.global_samples
-                if heldout is None:
-                    continue
-                accuracy, loss = heldout_score(runner.model.module, heldout)
-                curve["step"].append(step + 1)
-                curve["samples"].append(seen)
-                curve["accuracy"].append(accuracy)
-                curve["loss"].append(loss)
-                messages.put((cell, step + 1, setup.steps, seen, accuracy))
+                seen += runner.run_step(mine).global_samples
+                if heldout is not None:
+                    accuracy, loss = heldout_score(runner.model.module, heldout)
+                    for column, value in zip(curve, (step + 1, seen, accuracy, loss), strict=True):
+                        curve[column].append(value)
+                    messages.put((cell, step + 1, setup.steps, seen, accuracy))
             if rank == 0:
                 params = {k: v.detach().cpu().clone() for k, v in runner.model.module.state_dict().items()}
-                torch.save({"curve": curve, "params": params, "seconds": time.perf_counter() - started},
-                           Path(out) / f"{cell}.pt")
+                torch.save({"curve": curve, "params": params}, Path(out) / f"{cell}.pt")
             torch.distributed.barrier()
     finally:
         destroy_distributed()
@@ -400,27 +371,29 @@ def render_convergence(result: ConvergenceResult) -> str:
 
 def convergence_command(
     ctx: typer.Context,
-    out: Out = Path("reports/bench"),
-    quick: Quick = False,
+    out: common.Out = Path("reports/bench"),
+    quick: common.Quick = False,
     steps: Annotated[int | None, typer.Option(min=1, help="Steps per cell (default 200; 100 with --quick).")] = None,
     target: Annotated[float | None, typer.Option(min=0.01, max=0.99, help="Held-out accuracy to reach.")] = None,
-    seed: Seed = 0,
+    seed: common.Seed = 0,
 ) -> None:
     """Weighted vs plain gradient aggregation with uneven batches, against single-process SGD: `sgd` (one process,
     the union of every step), `weighted` (4 gloo ranks, λ = samples) and `plain` (conventional averaging) on the
     same non-IID stream. Writes DIR/convergence.json and DIR/convergence.png (--quick: 100 steps, a held-out set of
     1,000)."""
-    from streamtrain.cli_support import config_from
+    from streamtrain.cli_support import config_from, console
 
     config_from(ctx)
     base = ConvergenceSetup(seed=seed)
     setup = ConvergenceSetup(seed=seed, steps=steps or (100 if quick else base.steps),
                              heldout=1000 if quick else base.heldout,
                              target_accuracy=target or base.target_accuracy, quick=quick)
-    with progress_bars(AGGREGATIONS, setup.steps, "samples {task.fields[samples]:>6,}  held-out acc "
-                       "{task.fields[acc]:.3f}", samples=0, acc=0.0) as update:
-        run_convergence(setup, out, lambda cell, step, _steps, samples, accuracy: update(
-            cell, step, samples=samples, acc=accuracy))
+    def progress(cell: str, step: int, steps: int, samples: int, accuracy: float) -> None:
+        if step % 25 == 0 or step == steps:
+            console.print(f"{cell:<8} step {step:>4}/{steps}: {samples:>6,} samples, held-out accuracy {accuracy:.3f}",
+                          highlight=False)
+
+    run_convergence(setup, out, progress)
 
 
 BENCH = Bench("convergence", convergence_command, ConvergenceResult, render_convergence, convergence_targets,

@@ -10,15 +10,11 @@ write) against serve's side (reading the announcement, loading the version, the 
 
 Target at line rate on the development machine: median <= 1.5 s, p99 <= 5 s.
 
-What dominates at line rate is the training side: a sample waits in its device's buffer and plan (the report's
-sample delay), then up to `versions.publish_every_seconds` (0.5 s here) for the next version, whose write and
-announcement take milliseconds; serve's side (reading the announcement, loading the version, the gate, the next
-request at 20/s) adds under a tenth of a second. The tail is the gate's: a version refused for a drop in held-out
-accuracy holds its samples until a later version passes (with a version every second and the gate at 0.02,
-dips of 5-12 points in PLAID's held-out accuracy held the live version for ~10 s: p99 15 s; with the gate wide
-open, `--set serve.tolerance=1`, the same workload measured a median of 0.98 s and a p99 of 2.2 s). Under the
-burst every device builds a backlog (bounded truncation keeps up to 8 s of stream) and freshness is the
-backlog's age, nearly all of it on the training side.
+On the training side a sample waits in its device's buffer and plan (the report's sample delay), then up to
+`versions.publish_every_seconds` for the next version; serve's side adds the announcement, loading the version,
+the gate and the next request. The tail is the gate's: a version refused for a drop in held-out accuracy holds its
+samples until a later version passes. Under the burst every device builds a backlog (bounded truncation keeps up
+to 8 s of stream) and freshness is the backlog's age.
 """
 
 from __future__ import annotations

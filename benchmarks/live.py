@@ -68,14 +68,9 @@ class LiveBroker:
 @contextlib.contextmanager
 def live_broker(cfg: StreamtrainConfig, external: bool, tag: str,
                 starting: Callable[[], None] | None = None) -> Iterator[LiveBroker]:
-    """A private embedded broker (in a temporary directory, deleted afterwards), or the configured one with a fresh
-    topic prefix.
-
-    Args:
-        cfg: the configuration (the embedded broker's settings, or the Kafka to use with `external`).
-        external: use the configured Kafka.
-        tag: names the topic prefix and the scratch directory.
-        starting: called just before an embedded broker starts (a progress line: it takes seconds).
+    """A private embedded broker with `cfg.broker`'s settings (in a scratch directory, deleted afterwards; `starting`
+    is called before it starts, which takes seconds), or with `external` the Kafka of `cfg.kafka` under a fresh topic
+    prefix; `tag` names the prefix.
 
     Raises:
         RuntimeError: the embedded broker did not start, or no broker answers at the configured address.
@@ -110,37 +105,32 @@ def live_broker(cfg: StreamtrainConfig, external: bool, tag: str,
 
 @dataclass(frozen=True)
 class StackCell:
-    """One run of the whole local stack: what it runs, and the settings that make it this cell."""
+    """One run of the whole local stack (`StackOptions` for its streams, policy, backlog, stopping step or duration,
+    replay and serve): its run directory's name, the benchmark's `tag` and the cell's `index` (its topic prefix and
+    job), and the dotted settings on top of the launch options that make it this cell (then `extra_sets`)."""
 
     name: str
-    """Names the cell's run directory (under the benchmark's runs directory)."""
     tag: str
-    """Short prefix of the cell's topic prefix and job (the benchmark's name)."""
     index: int
-    """The cell's place in the schedule (in its topic prefix, job and log lines)."""
     streams: Sequence[DeviceStream]
     settings: Mapping[str, object]
-    """Dotted settings on top of the launch options (before `extra_sets`)."""
     policy: str | None = None
     backlog: int = 0
-    """Samples pre-produced per device before the trainers start (no live producers then)."""
     until_step: int | None = None
     duration_s: float | None = None
     seed: int = 0
     replay: bool = False
-    """Replay the configured dataset (`producer.dataset.*`) instead of synthetic streams."""
     serve: bool = False
     request_rate: float = 20.0
     drain_timeout_s: float = 0.0
     start_timeout_s: float = 240.0
     extra_sets: Sequence[str] = ()
-    """`KEY=VALUE` settings applied after the cell's own (the command's `--set`-like escape hatch)."""
 
 
 @dataclass(frozen=True)
 class CellRun:
-    """What a cell's run left: the report `up` writes, the records read back (None when they could not be: then
-    `error` says why), and what went wrong."""
+    """What a cell's run left: `up`'s report, the records read back (None when they could not be: `error` says
+    why), and what went wrong."""
 
     report: StackReport | None
     records: RunRecords | None
@@ -162,18 +152,8 @@ def delete_topics(cfg: StreamtrainConfig) -> None:
 
 def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOptions = LaunchOptions(),
                    on_step: Callable[[int, str], None] | None = None) -> CellRun:
-    """Run one cell on the broker at `bootstrap` and read it back.
-
-    Args:
-        cell: what to run.
-        bootstrap: the broker (shared by the benchmark's cells).
-        runs: where the cell's run directory (report, series, plots, logs) goes.
-        launch: the root options the services are started with (the cell's settings on top).
-        on_step: called with (step, phase) as the stack runs.
-
-    Returns:
-        The run; `error` set (and `records` None when nothing could be read back) when it failed.
-    """
+    """Run one cell on the broker at `bootstrap` with the launch's root options, its run directory (report, series,
+    plots, logs) in `runs`, calling `on_step(step, phase)` as it goes, and read it back."""
     from stack.runner import LocalStack, StackError, StackOptions
 
     run_id = uuid.uuid4().hex[:6]
@@ -208,28 +188,23 @@ def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOp
 
 
 class StreamsSetup(Record):
-    """Device streams at rates drawn from a ScaDLES preset, a coordinator planning them, the ranks' model, and the
-    benchmark's sampling (`truncation`, `soak`)."""
+    """Device streams at rates drawn from a ScaDLES preset (`rate_preset` with `seed`, which also seeds the data and
+    the model), a coordinator planning them (`planner`, `b_max`, `max_lag_samples` under `bounded`), the ranks' task,
+    and how often the benchmark reads Kafka (`truncation`, `soak`); service logs and checkpoints in `work_dir`."""
 
     devices: int = 4
     seed: int = 0
-    """Seed of the stream rates, the data and the model."""
     rate_preset: str = "S2"
     planner: str = "scadles"
-    """coordinator.policy: what plans the batches."""
     b_max: int = 12
-    """coordinator.b_max: most samples per device per step."""
     max_lag_samples: int = 512
-    """bounded: coordinator.max_lag_samples."""
     size_mean: float = 45.0
     size_dif: float = 15.0
     features: int = 16
     classes: int = 10
     sample_every_s: float = 0.5
-    """Seconds between the benchmark's readings of Kafka."""
     start_timeout_s: float = 240.0
     work_dir: Path | None = Field(default=None, exclude=True)
-    """Service logs and checkpoints."""
 
     def device_ids(self) -> list[str]:
         return [str(i) for i in range(self.devices)]

@@ -40,23 +40,8 @@ from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import list_topics, make_consumer
 from streamtrain.wire import Assignment, WireError, decode
 
-from .common import (
-    Bench,
-    External,
-    LaunchOptions,
-    Out,
-    Record,
-    Result,
-    Seed,
-    Target,
-    WorkDir,
-    num,
-    publish,
-    pyplot,
-    robust_slope,
-    table,
-    targets_table,
-)
+from . import common
+from .common import Bench, LaunchOptions, Record, Result, Target, num, publish, pyplot, table, targets_table
 from .live import FeedbackTail, LiveBroker, Services, StreamsSetup, live_broker, rss_tree, train_command, watermarks
 
 __all__ = ["BENCH", "SoakResult", "SoakSetup", "run_soak"]
@@ -164,7 +149,7 @@ def _slope_per_min(points: list[tuple[float, float]]) -> float | None:
     """Theil-Sen slope per minute over the second half of `points` (t, value)."""
     mid = points[0][0] + (points[-1][0] - points[0][0]) / 2 if points else 0.0
     half = [p for p in points if p[0] >= mid]
-    s = robust_slope([p[0] for p in half], [p[1] for p in half])
+    s = common.robust_slope([p[0] for p in half], [p[1] for p in half])
     return None if s is None else s * 60.0
 
 
@@ -473,16 +458,16 @@ def soak_command(
     ctx: typer.Context,
     minutes: Annotated[float, typer.Option(min=0.2, help="Length of the run (half truncate, half bounded). 2 is a "
                                            "smoke run; --minutes 30 is the real soak.")] = 2.0,
-    out: Out = Path("reports/bench"),
+    out: common.Out = Path("reports/bench"),
     devices: Annotated[int, typer.Option(min=1, max=256, help="Device streams.")] = 32,
     ranks: Annotated[int, typer.Option(min=0, max=32, help="Gloo ranks (one process each, ~0.5 GiB) training "
                                        "devices 0..R-1; the rest are consumed by truncation alone.")] = 4,
     producer_procs: Annotated[int, typer.Option(min=1, help="Producer processes sharing the streams.")] = 4,
     sample_every: Annotated[float, typer.Option(min=0.5, help="Seconds between samples.")] = 5.0,
     max_lag_samples: Annotated[int, typer.Option(min=1, help="bounded: coordinator.max_lag_samples.")] = 512,
-    seed: Seed = 0,
-    external: External = False,
-    work_dir: WorkDir = Path("reports/bench-runs"),
+    seed: common.Seed = 0,
+    external: common.External = False,
+    work_dir: common.WorkDir = Path("reports/bench-runs"),
     serve: Annotated[bool, typer.Option(help="Model versions every second and `serve` answering 20 requests/s "
                                         "with them, in the loop (needs --ranks >= 1).")] = False,
 ) -> None:

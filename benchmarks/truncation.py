@@ -33,20 +33,15 @@ from streamtrain.config import StreamtrainConfig, load_config
 from streamtrain.kafka import make_consumer
 from streamtrain.wire import StepFeedback
 
+from . import common
 from .common import (
     TIMES,
     Bench,
-    External,
     LaunchOptions,
-    Out,
     Record,
     Result,
-    Seed,
     Target,
-    WorkDir,
-    heldout_score,
     num,
-    progress_bars,
     publish,
     pyplot,
     slope,
@@ -105,18 +100,15 @@ class TruncationSetup(StreamsSetup):
 
 
 class PolicySeries(Record):
-    """One policy's readings over the run, every `sample_every_s` seconds."""
+    """One policy's readings every `sample_every_s` seconds: seconds since the producers started, steps since the
+    first that trained a streamed sample, records the device topics retain on the broker (high watermark - log
+    start offset), samples the trainers buffer (all ranks), and the mean of the ranks' latest training losses."""
 
     t: list[float] = Field(default_factory=list)
-    """Seconds since the producers started."""
     step: list[int] = Field(default_factory=list)
-    """Steps since the first that trained a streamed sample."""
     retained_records: list[int] = Field(default_factory=list)
-    """Records the device topics retain on the broker (high watermark - log start offset)."""
     buffer_depth: list[int] = Field(default_factory=list)
-    """Samples the trainers buffer (all ranks)."""
     loss: list[float | None] = Field(default_factory=list)
-    """Mean of the ranks' latest training losses."""
 
 
 class TruncationCell(Record):
@@ -283,7 +275,7 @@ class _PolicyRun:
         cfg = load_config(env={}, overrides=self.setup.ranks()).trainer
         model = build_model(cfg)
         model.load_state_dict(ckpt.model)
-        return round(heldout_score(model, collate_packed(self.setup.heldout_samples(), cfg))[0], 4)
+        return round(common.heldout_score(model, collate_packed(self.setup.heldout_samples(), cfg))[0], 4)
 
 
 def run_truncation(cfg: StreamtrainConfig, setup: TruncationSetup, out: Path, external: bool = False,
@@ -372,7 +364,7 @@ def render_truncation(result: TruncationResult) -> str:
 
 def truncation_command(
     ctx: typer.Context,
-    out: Out = Path("reports/bench"),
+    out: common.Out = Path("reports/bench"),
     quick: Annotated[bool, typer.Option(help="2 devices and 100 steps per policy (about a minute and a half).")
                      ] = False,
     steps: Annotated[int | None, typer.Option(min=5, help="Steps per policy (default 400; 100 with --quick).")] = None,
@@ -384,14 +376,14 @@ def truncation_command(
     policy: Annotated[list[str] | None, typer.Option("--policy", help="Truncation policy to run (repeatable; "
                                                      "default all three).")] = None,
     planner: Annotated[str, typer.Option(help="coordinator.policy that plans the batches.")] = "scadles",
-    seed: Seed = 0,
-    external: External = False,
-    work_dir: WorkDir = Path("reports/bench-runs"),
+    seed: common.Seed = 0,
+    external: common.External = False,
+    work_dir: common.WorkDir = Path("reports/bench-runs"),
 ) -> None:
     """Records retained under persist, truncate and bounded when ScaDLES S2 streams outrun training, and the
     final model's held-out accuracy. Writes DIR/truncation.json and DIR/truncation.png; service logs go to
     WORK_DIR/truncation/<policy>/logs."""
-    from streamtrain.cli_support import EXIT_CONFIG, config_from, die
+    from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
 
     cfg = config_from(ctx)
     chosen = tuple(policy or POLICIES)
@@ -400,11 +392,16 @@ def truncation_command(
     setup = TruncationSetup(devices=devices or (2 if quick else 4), steps=steps or (100 if quick else 400),
                             seed=seed, b_max=b_max, max_lag_samples=max_lag_samples, planner=planner,
                             policies=chosen, work_dir=work_dir / "truncation", quick=quick)
+    shown: dict[str, int] = {}
+
+    def progress(name: str, step: int, total: int, retained: int, depth: int) -> None:
+        if step // 50 > shown.get(name, -1) or step >= total:  # a line every 50 steps
+            shown[name] = step // 50
+            console.print(f"{name:<8} step {min(step, total):>4}/{total}: the broker retains {retained:>8,} records, "
+                          f"the trainers buffer {depth:>6,}", highlight=False)
+
     try:
-        with progress_bars(chosen, setup.steps, "broker retains {task.fields[retained]:>8,}  buffers "
-                           "{task.fields[depth]:>6,}", retained=0, depth=0) as update:
-            run_truncation(cfg, setup, out, external, LaunchOptions.of(ctx), lambda name, step, total,
-                           retained, depth: update(name, min(step, total), retained=retained, depth=depth))
+        run_truncation(cfg, setup, out, external, LaunchOptions.of(ctx), progress)
     except RuntimeError as exc:
         die(str(exc))
 

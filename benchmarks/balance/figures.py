@@ -82,7 +82,6 @@ class Run(Record):
     backlog_held: bool | None = None
     """Whether every device still had samples waiting after every measured step (False: its steps say nothing)."""
     backlog_drained_steps: list[int] = Field(default_factory=list)
-    buffer_depth_min: dict[str, int] = Field(default_factory=dict)
     samples_unaccounted: int | None = None
     """Produced samples neither trained, truncated, dead-lettered nor pending (0 expected)."""
     size_dif_measured: float | None = None
@@ -141,19 +140,13 @@ def _per_rank(window: Sequence[Sequence[StepFeedback]]) -> dict[str, Any]:
     step ran out of work (its stream drained)."""
     compute: dict[str, list[float]] = defaultdict(list)
     samples: dict[str, list[int]] = defaultdict(list)
-    depth: dict[str, int] = {}
-    drained = []
-    for records in window:
-        for fb in records:
-            compute[fb.device_id].append(fb.compute_seconds)
-            samples[fb.device_id].append(fb.samples)
-            depth[fb.device_id] = min(depth.get(fb.device_id, fb.buffer_depth), fb.buffer_depth)
-        if any(fb.buffer_depth <= 0 for fb in records):
-            drained.append(records[0].step)
+    for fb in (fb for records in window for fb in records):
+        compute[fb.device_id].append(fb.compute_seconds)
+        samples[fb.device_id].append(fb.samples)
+    drained = [records[0].step for records in window if any(fb.buffer_depth <= 0 for fb in records)]
     return {"rank_compute_seconds_median": {d: median(v) for d, v in sorted(compute.items())},
             "rank_samples_median": {d: median(v) for d, v in sorted(samples.items())},
-            "backlog_held": not drained if window else None, "backlog_drained_steps": drained,
-            "buffer_depth_min": dict(sorted(depth.items()))}
+            "backlog_held": not drained if window else None, "backlog_drained_steps": drained}
 
 
 def _split_medians(splits: Sequence[Mapping[str, float]]) -> dict[str, float] | None:
@@ -262,7 +255,6 @@ def _combined(rs: Sequence[Run]) -> Run:
         keys = sorted({d for r in ok for d in getattr(r, name)})
         return {d: median([v for r in ok if (v := getattr(r, name).get(d)) is not None]) for d in keys}
 
-    depth = sorted({d for r in ok for d in r.buffer_depth_min})
     return Run.model_validate({
         **identity, **{n: median([v for r in ok if (v := getattr(r, n)) is not None]) for n in _MEDIANS},
         "rank_compute_seconds_median": ranks("rank_compute_seconds_median"),
@@ -270,7 +262,6 @@ def _combined(rs: Sequence[Run]) -> Run:
         "step_period_split_median": _split_medians([s for r in ok if (s := r.step_period_split_median)]),
         "backlog_held": None if any(r.backlog_held is None for r in ok) else all(r.backlog_held for r in ok),
         "backlog_drained_steps": sorted({s for r in ok for s in r.backlog_drained_steps}),
-        "buffer_depth_min": {d: min(r.buffer_depth_min[d] for r in ok if d in r.buffer_depth_min) for d in depth},
         "samples_unaccounted": sum(r.samples_unaccounted or 0 for r in ok),
         "steps_measured": min(r.steps_measured for r in ok),
         "seconds_to_target": median_reached(r.seconds_to_target for r in ok),

@@ -1,10 +1,10 @@
 """`streamtrain bench balance` and `streamtrain bench realdata`: each run one `live.run_stack_cell` on one shared
-broker, read back from Kafka (`figures`), every run timed to its target, the result written (`render`)."""
+broker, read back from Kafka (`figures`, `dataset`), every run timed to its target, the result written."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +13,7 @@ import typer
 
 from streamtrain.config.coordinator import POLICY_NAMES
 
-from ..common import External, LaunchOptions, Out, Seed, WorkDir, figure, problems, progress_bars, publish
+from ..common import External, LaunchOptions, Out, Seed, WorkDir, figure, problems, publish
 from ..live import CellRun, StackCell, live_broker, run_stack_cell
 from .dataset import accuracy_curve, judge_realdata, wall_period_median
 from .figures import BalanceResult, RealdataResult, Run, analyse_window, judge_balance
@@ -23,7 +23,6 @@ from .setup import (
     REALDATA_POLICIES,
     BalanceSetup,
     Cell,
-    FleetSetup,
     RealdataSetup,
     fleet_label,
     parse_fleet,
@@ -41,10 +40,10 @@ def read_run(ran: CellRun, cell: Cell, repeat: int, setup: BalanceSetup | Realda
                                 "seconds": ran.seconds, "run_dir": str(ran.run_dir)}
     if ran.records is None or ran.report is None:
         return Run.model_validate({**identity, "error": ran.error}), []
-    records, devices = ran.records, len(cell.slowdowns)
+    records = ran.records
     smooth = setup.smooth_steps if isinstance(setup, BalanceSetup) else 1
     try:
-        figures, curve = analyse_window(records.feedback, devices, setup.warmup_steps, setup.steps, smooth)
+        figures, curve = analyse_window(records.feedback, len(cell.slowdowns), setup.warmup_steps, setup.steps, smooth)
         if isinstance(setup, RealdataSetup):
             figures["accuracy"] = accuracy_curve(records.evaluations, records.feedback, setup.smooth_evals,
                                                  setup.held_out_metric)
@@ -60,34 +59,31 @@ def read_run(ran: CellRun, cell: Cell, repeat: int, setup: BalanceSetup | Realda
         "error": ran.error or ("no held-out evaluation read back" if missing else None)}), curve
 
 
-def _run_plan(setup: FleetSetup, tag: str, plan: Sequence[tuple[int, Cell]], cell_of: Callable[[int, Cell], StackCell],
-              read: Callable[[CellRun, Cell, int], tuple[Run, Curve]], runs: Path, launch: LaunchOptions,
-              bootstrap: str | None) -> list[tuple[Run, Curve]]:
-    """Run each (round, cell) of `plan` on one broker (embedded unless `bootstrap` names one), in order, with
-    progress bars and a line for each run."""
+def _run_plan(setup: BalanceSetup | RealdataSetup, tag: str, replay: dict[str, object] | None, runs: Path,
+              launch: LaunchOptions, bootstrap: str | None) -> list[tuple[Run, Curve]]:
+    """Run each (round, cell) of the setup's plan on one broker (embedded unless `bootstrap` names one), in order,
+    replaying the dataset of `replay` (its settings) or the setup's synthetic streams; a line for each run."""
     from streamtrain.cli_support import console
 
-    cfg, until, out = launch.config({"kafka.bootstrap_servers": bootstrap} if bootstrap else None), setup.until_step, []
-    with progress_bars(["cells", "cell"], len(plan), "{task.fields[phase]}", width=44, phase="") as update:
-        def starting() -> None:
-            update("cell", 0, description=plan[0][1].label, phase="starting the Kafka broker")
-
-        with live_broker(cfg, bootstrap is not None, tag, starting) as broker:
-            for i, (rep, cell) in enumerate(plan):
-                update("cells", i, total=len(plan))
-
-                def on_step(step: int, phase: str, cell: Cell = cell) -> None:
-                    update("cell", min(step, until), total=until, description=cell.label, phase=phase[:40])
-
-                ran = run_stack_cell(cell_of(i, cell), broker.kafka.bootstrap_servers, runs, launch, on_step)
-                run, curve = read(ran, cell, rep)
-                out.append((run, curve))
-                console.print(f"[red]{cell.label}: {run.error[:300]}" if run.error else
-                              f"round {rep} {cell.label}: step {figure(run.step_seconds_median, '.1f', 1e3)} ms, wall "
-                              f"{figure(run.wall_step_seconds_median, '.1f', 1e3)} ms, SE "
-                              f"{figure(run.straggler_effect_median, '.3f')}, {figure(run.samples_per_s, '.1f')} "
-                              f"samples/s ({run.seconds or 0:.0f} s)", highlight=False)
-            update("cells", len(plan))
+    plan, out = setup.plan(), []
+    cfg = launch.config({"kafka.bootstrap_servers": bootstrap} if bootstrap else None)
+    with live_broker(cfg, bootstrap is not None, tag) as broker:
+        for i, (rep, cell) in enumerate(plan):
+            console.print(f"[{i + 1}/{len(plan)}] round {rep}: {cell.label} ...", highlight=False)
+            ran = run_stack_cell(StackCell(
+                name=f"{i:02d}-{cell.policy}" + ("" if cell.dif is None else f"-dif{cell.dif:g}")
+                + f"-{fleet_label(cell.slowdowns, 'x')}", tag=tag, index=i, streams=setup.streams(cell),
+                settings={**setup.settings_of(cell), **(replay or {})}, policy=cell.policy, replay=replay is not None,
+                backlog=setup.backlog_per_device, until_step=setup.until_step, seed=setup.seed,
+                start_timeout_s=setup.start_timeout_s, extra_sets=setup.extra_sets), broker.kafka.bootstrap_servers,
+                runs, launch)
+            out.append(read_run(ran, cell, rep, setup))
+            run = out[-1][0]
+            console.print(f"  [red]{run.error[:300]}" if run.error else
+                          f"  step {figure(run.step_seconds_median, '.1f', 1e3)} ms, wall "
+                          f"{figure(run.wall_step_seconds_median, '.1f', 1e3)} ms, SE "
+                          f"{figure(run.straggler_effect_median, '.3f')}, {figure(run.samples_per_s, '.1f')} samples/s "
+                          f"({run.seconds or 0:.0f} s)", highlight=False)
     return out
 
 
@@ -95,26 +91,12 @@ def run_balance(setup: BalanceSetup, out: Path, launch: LaunchOptions = LaunchOp
                 runs: Path | None = None) -> BalanceResult:
     """Run every synthetic cell `setup.repeats` times (each run's directory in `runs`, default DIR/balance-runs) and
     write DIR/balance.json and DIR/balance.png."""
-    from stack.services import DeviceStream, size_kind_for
-
-    began = time.monotonic()
-
-    def cell_of(i: int, cell: Cell) -> StackCell:
-        dif = cell.dif or 0.0
-        streams = [DeviceStream(str(d), 1.0, setup.size_mean, dif, size_kind_for(setup.size_mean, dif))
-                   for d in range(setup.devices)]
-        return StackCell(name=f"{i:02d}-{cell.policy}-dif{dif:g}-{fleet_label(cell.slowdowns, 'x')}", tag="balance",
-                         index=i, streams=streams, settings=setup.settings_of(cell), policy=cell.policy,
-                         backlog=setup.backlog_per_device, until_step=setup.until_step, seed=setup.seed,
-                         start_timeout_s=setup.start_timeout_s, extra_sets=setup.extra_sets)
-
-    plan = setup.plan()
-    ran = _run_plan(setup, "balance", plan, cell_of, lambda r, cell, rep: read_run(r, cell, rep, setup),
-                    runs or out / "balance-runs", launch, bootstrap)
-    judged, targets, rule = judge_balance(ran, setup)
-    settings = {**setup.settings_of(plan[0][1]), "trainer.slowdowns": "per cell", **launch.overrides()}
     from . import BALANCE
 
+    began = time.monotonic()
+    judged, targets, rule = judge_balance(_run_plan(setup, "balance", None, runs or out / "balance-runs", launch,
+                                                    bootstrap), setup)
+    settings = {**setup.settings_of(setup.cells()[0]), "trainer.slowdowns": "per cell", **launch.overrides()}
     return publish(BALANCE, BalanceResult(
         setup=setup.model_copy(update={"settings": settings}), target_loss=targets, target_loss_rule=rule,
         seconds=round(time.monotonic() - began, 1), runs=judged), out)
@@ -129,41 +111,28 @@ def run_realdata(setup: RealdataSetup, out: Path, launch: LaunchOptions = Launch
         ValueError: the dataset cannot be replayed with the benchmark's model, or has no held-out split.
     """
     from stack.replay import resolve_replay
-    from stack.services import DeviceStream
 
-    plan = setup.plan()
-    replay = resolve_replay(setup.dataset, launch.config(setup.settings_of(plan[0][1])))
+    from . import REALDATA
+
+    replay = resolve_replay(setup.dataset, launch.config(setup.settings_of(setup.cells()[0])))
     if replay.held_out is None:
         raise ValueError(f"dataset {setup.dataset}: no held-out split to measure {setup.held_out_metric} on")
     began = time.monotonic()
-    # Replayed from a backlog: the rate and sizes of a stream do not apply (a sample's size is its length).
-    streams = [DeviceStream(str(d), 1.0, 1.0, 0.0) for d in range(setup.devices)]
-
-    def cell_of(i: int, cell: Cell) -> StackCell:
-        return StackCell(name=f"{i:02d}-{cell.policy}-{fleet_label(cell.slowdowns, 'x')}", tag="realdata", index=i,
-                         streams=streams, settings={**setup.settings_of(cell), **replay.settings}, policy=cell.policy,
-                         backlog=setup.backlog_per_device, until_step=setup.until_step, seed=setup.seed, replay=True,
-                         start_timeout_s=setup.start_timeout_s, extra_sets=setup.extra_sets)
-
-    ran = _run_plan(setup, "realdata", plan, cell_of, lambda r, cell, rep: read_run(r, cell, rep, setup),
-                    runs or out / "realdata-runs", launch, bootstrap)
+    ran = _run_plan(setup, "realdata", replay.settings, runs or out / "realdata-runs", launch, bootstrap)
     judged, target, rule = judge_realdata([run for run, _ in ran], setup)
-    settings = {**setup.settings_of(plan[0][1]), **replay.settings, "trainer.slowdowns": "per cell",
+    settings = {**setup.settings_of(setup.cells()[0]), **replay.settings, "trainer.slowdowns": "per cell",
                 **launch.overrides()}
-    from . import REALDATA
-
     return publish(REALDATA, RealdataResult(
         setup=setup.model_copy(update={"settings": settings}), target=target, target_rule=rule,
         seconds=round(time.monotonic() - began, 1), runs=judged), out)
 
 
-def _fleets(named: Sequence[str], texts: Sequence[str], control: bool,
-            default: Sequence[str] = DEFAULT_FLEETS) -> tuple[tuple[float, ...], ...]:
-    """The fleets of `--fleet` and `--slowdowns` (default `default`), plus an all-equal control."""
+def _fleets(named: Sequence[str], texts: Sequence[str], control: bool, quick: bool) -> tuple[tuple[float, ...], ...]:
+    """The fleets of `--fleet` and `--slowdowns` (default `DEFAULT_FLEETS`, one-slow with --quick), and a control."""
     if unknown := sorted(set(named) - set(FLEETS)):
         raise ValueError(f"--fleet {', '.join(unknown)}: no such fleet (have: {', '.join(FLEETS)})")
     out = [FLEETS[name] for name in named] + [parse_fleet(text) for text in texts]
-    out = out or [FLEETS[name] for name in default]
+    out = out or [FLEETS[name] for name in (("one-slow",) if quick else DEFAULT_FLEETS)]
     return tuple(out + ([(1.0,) * len(out[0])] if control and (1.0,) * len(out[0]) not in out else []))
 
 
@@ -217,7 +186,7 @@ def balance_command(
     try:
         setup = BalanceSetup(
             policies=tuple(policy or (("static", "lbbsp", "ett-stream") if quick else POLICY_NAMES)),
-            slowdowns=_fleets(fleet or [], slowdowns or [], control, ("one-slow",) if quick else DEFAULT_FLEETS),
+            slowdowns=_fleets(fleet or [], slowdowns or [], control, quick),
             difs=tuple(float(v) for v in dif.split(",")) if dif else ((0.0, 64.0) if quick else (0.0, 16.0, 64.0)),
             global_batch=global_batch or 512, time_scale=time_scale, model_window=model_window, repeats=repeats,
             steps=steps or (12 if quick else 24), warmup_steps=warmup if warmup is not None else (8 if quick else 10),
@@ -280,4 +249,3 @@ def realdata_command(
         die(f"bench realdata: {problems(exc)}", EXIT_CONFIG)
     if any(r.error for r in result.runs):
         raise typer.Exit(1)
-

@@ -10,13 +10,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, JsonValue, model_validator
 
 from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import Record
+
+if TYPE_CHECKING:
+    from stack.services import DeviceStream
 
 __all__ = ["DATASET_SETTINGS", "DEFAULT_FLEETS", "FLEETS", "REALDATA_POLICIES", "BalanceSetup", "Cell", "FleetSetup",
            "RealdataSetup", "balanced_share", "fleet_label", "oracle_factor", "parse_fleet"]
@@ -49,6 +52,8 @@ REGRESSION_SETTINGS: dict[str, object] = {
 DATASET_SETTINGS: dict[str, dict[str, object]] = {
     "plaid": MODEL_SETTINGS, "tecator": REGRESSION_SETTINGS, "covid3month": REGRESSION_SETTINGS}
 DATASET_METRICS: dict[str, str] = {"plaid": "accuracy", "tecator": "rmse", "covid3month": "rmse"}
+#: Held-out metrics that fall as the model learns (the others rise).
+LOWER_IS_BETTER = frozenset({"rmse", "mae", "loss"})
 
 #: The backlog holds this many times the hungriest device's balanced share (a plan fitted on noisy models, or one
 #: that picks small samples first, may ask a device for more than its speed's share for a while).
@@ -122,7 +127,7 @@ class FleetSetup(Record):
     """coordinator.model_window: feedback records each device's time model is fitted on."""
     seed: int = 0
     repeats: int = 1
-    """Runs of every cell, one round after another (each cell's figures: the median over its runs)."""
+    """Rounds of every cell (each cell's figures: the median over its runs)."""
     start_timeout_s: float = 240.0
     extra_sets: tuple[str, ...] = ()
     """Further `KEY=VALUE` settings for every cell, as `--set` takes them (after the benchmark's own)."""
@@ -214,6 +219,14 @@ class BalanceSetup(FleetSetup):
         """(round, cell) in running order: the whole matrix, `repeats` times."""
         return [(rep, cell) for rep in range(self.repeats) for cell in self.cells()]
 
+    def streams(self, cell: Cell) -> list[DeviceStream]:
+        """Each device's stream: sizes of mean `size_mean` and std the cell's DIF (the same seed in every cell)."""
+        from stack.services import DeviceStream, size_kind_for
+
+        dif = cell.dif or 0.0
+        kind = size_kind_for(self.size_mean, dif)
+        return [DeviceStream(str(d), 1.0, self.size_mean, dif, kind) for d in range(self.devices)]
+
     def settings_of(self, cell: Cell) -> dict[str, object]:
         """A cell's settings (scadles: b_min = an equal share, as ScaDLES gives equal streams)."""
         sets = {**self.cell_settings(cell.slowdowns), "producer.synthetic.task_seed": self.seed}
@@ -229,9 +242,6 @@ class RealdataSetup(FleetSetup):
     dataset: str = "plaid"
     """The packaged dataset replayed (its train split into the device topics, its test split held out): `plaid`
     (classification), or the archive's regression problems `tecator`, `covid3month`."""
-    metric: str | None = None
-    """The held-out metric the runs are timed to; None: the dataset's (`accuracy` for plaid, `rmse` for a regression
-    problem). A falling one (rmse) reaches its target from above."""
     policies: tuple[str, ...] = REALDATA_POLICIES
     slowdowns: tuple[float, ...] = FLEETS["one-slow"]
     """The heterogeneous fleet: one slow-down factor per rank."""
@@ -245,18 +255,18 @@ class RealdataSetup(FleetSetup):
     smooth_evals: int = 2
     """Trailing evaluations averaged before the metric is compared with the target."""
     target_accuracy: float | None = Field(default=None, gt=0.0)
-    """A fixed target of `metric`; None: the rule (static's smoothed value at mid-window, median over its runs)."""
+    """A fixed target of the held-out metric; None: static's smoothed value at mid-window, median over its runs."""
     repeats: int = 3
     """Rounds of every cell; each round runs the cells in an order rotated by one, so no policy always runs first."""
 
     @property
     def held_out_metric(self) -> str:
-        return self.metric or DATASET_METRICS.get(self.dataset, "accuracy")
+        """The held-out metric the runs are timed to: accuracy, or rmse (a falling one, reached from above)."""
+        return DATASET_METRICS.get(self.dataset, "accuracy")
 
     @property
     def lower_is_better(self) -> bool:
-        """Whether the held-out metric falls as the model learns (an error) rather than rises (accuracy)."""
-        return self.held_out_metric in ("rmse", "mae", "loss")
+        return self.held_out_metric in LOWER_IS_BETTER
 
     @model_validator(mode="after")
     def _consistent(self) -> RealdataSetup:
@@ -292,6 +302,12 @@ class RealdataSetup(FleetSetup):
         early and late alike and slow drift of the shared machine falls on every policy."""
         cells = self.cells()
         return [(rep, cells[(rep + i) % len(cells)]) for rep in range(self.repeats) for i in range(len(cells))]
+
+    def streams(self, cell: Cell) -> list[DeviceStream]:
+        """Replayed from a backlog: a stream's rate and sizes do not apply (a sample's size is its length)."""
+        from stack.services import DeviceStream
+
+        return [DeviceStream(str(d), 1.0, 1.0, 0.0) for d in range(self.devices)]
 
     def settings_of(self, cell: Cell) -> dict[str, object]:
         """A cell's settings, besides the dataset's own."""

@@ -45,7 +45,7 @@ def test_bench_balance_writes_cells_for_every_policy(tmp_path: Path, broker: Any
         split = cell.step_period_split_median or {}
         assert {"compute", "communication", "plan_wait", "data_wait", "hold"} <= set(split) and split["compute"] > 0
         assert cell.plan_wait_seconds_median is not None and cell.plan_wait_seconds_median >= 0
-        assert cell.backlog_held is True and min((cell.buffer_depth_min or {"": 0}).values()) > 0
+        assert cell.backlog_held is True
         # the same DIF-16 backlog in both cells
         assert cell.size_dif_measured is not None and abs(cell.size_dif_measured - 16.0) < 3.0
     # static splits the batch evenly; ett-stream gives the 3x slower rank less.

@@ -48,13 +48,12 @@ def test_the_window_splits_the_wall_period_on_the_critical_path_and_its_backlog_
     assert split["data_wait"] == pytest.approx(0.001) and split["hold"] == 0.0
     assert sum(split.values()) == pytest.approx(0.1)  # `other` is what the parts leave of the 100 ms period
     assert cell.backlog_held is True and cell.backlog_drained_steps == []
-    assert cell.buffer_depth_min == {"0": 460, "1": 460}  # the deepest step of the window is its last (4)
     assert backlog_text(cell) == "held"
 
 
 def test_a_device_that_ran_out_of_work_in_the_window_flags_the_cell() -> None:
     cell = _window(_run(drain_device=0, drain_from=3))
-    assert cell.backlog_held is False and cell.backlog_drained_steps == [3, 4] and cell.buffer_depth_min["0"] == 0
+    assert cell.backlog_held is False and cell.backlog_drained_steps == [3, 4]
     assert backlog_text(cell) == "drained at step 3,4"
     # A drain after the window says nothing about it.
     assert _window(_run(drain_device=0, drain_from=5)).backlog_held is True
@@ -63,15 +62,14 @@ def test_a_device_that_ran_out_of_work_in_the_window_flags_the_cell() -> None:
 def test_repeats_keep_the_split_and_a_drain_in_any_run() -> None:
     runs = [Run(policy="static", slowdowns=(1.0, 4.0), dif=0.0, repeat=r, step_seconds_median=0.1,
                 step_period_split_median={"compute": c, "plan_wait": w}, plan_wait_seconds_median=w,
-                backlog_held=held, backlog_drained_steps=[] if held else [12], buffer_depth_min={"0": depth},
+                backlog_held=held, backlog_drained_steps=[] if held else [12],
                 rank_compute_seconds_median={"0": c})
-            for r, (c, w, held, depth) in enumerate([(0.1, 0.001, True, 300), (0.3, 0.003, False, 0),
-                                                    (0.2, 0.002, True, 200)])]
+            for r, (c, w, held) in enumerate([(0.1, 0.001, True), (0.3, 0.003, False), (0.2, 0.002, True)])]
     ((cell),) = combine(runs)
     assert cell.fig.plan_wait_seconds_median == pytest.approx(0.002)
     assert cell.fig.step_period_split_median is not None and cell.fig.step_period_split_median["compute"] == 0.2
     assert cell.fig.backlog_held is False and cell.fig.backlog_drained_steps == [12]
-    assert cell.fig.buffer_depth_min == {"0": 0} and split_text(cell.fig).startswith("200/")
+    assert split_text(cell.fig).startswith("200/")
 
 
 def test_the_backlog_covers_the_hungriest_device_of_the_hungriest_fleet() -> None:

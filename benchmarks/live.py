@@ -274,9 +274,6 @@ class Services(ChildSet):
         argv = self.launch.command(_MODULES.get(kind, kind), *command, settings={**self.common, **settings})
         return self.spawn(ServiceSpec(name, kind, argv, ()), self.env)
 
-    def named(self, name: str) -> Child | None:
-        return next((c for c in self.children if c.name == name), None)
-
     def dead(self) -> list[Child]:
         """Children that exited although nobody stopped them."""
         return [c for c in self.children if not c.running() and not c.stopped_by_us]
@@ -298,11 +295,10 @@ class Services(ChildSet):
                                  f"{self.log_dir / 'trainers.log'}")
             time.sleep(0.2)
 
-    def stop(self, name: str, signum: int = signal.SIGTERM, grace: float = 60.0) -> int | None:
-        child = self.named(name)
-        if child is None:
-            return None
-        return child.stop(signum, grace) if child.running() else child.returncode
+    def stop(self, name: str, signum: int = signal.SIGTERM, grace: float = 60.0) -> None:
+        """Stop the service `name` with `signum`, killing it after `grace` seconds."""
+        for child in [c for c in self.children if c.name == name and c.running()]:
+            child.stop(signum, grace)
 
     def stop_all(self) -> None:
         """Producers (SIGINT), then trainers, the request load, serve and coordinators (SIGTERM); anything left is

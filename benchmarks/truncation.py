@@ -397,8 +397,8 @@ def truncation_command(
     def progress(name: str, step: int, total: int, retained: int, depth: int) -> None:
         if step // 50 > shown.get(name, -1) or step >= total:  # a line every 50 steps
             shown[name] = step // 50
-            console.print(f"{name:<8} step {min(step, total):>4}/{total}: the broker retains {retained:>8,} records, "
-                          f"the trainers buffer {depth:>6,}", highlight=False)
+            console.print(f"{name:<8} step {min(step, total):>4}/{total}: broker retains {retained:>7,}, trainers "
+                          f"buffer {depth:>6,}", highlight=False)
 
     try:
         run_truncation(cfg, setup, out, external, LaunchOptions.of(ctx), progress)

@@ -19,20 +19,8 @@ import typer
 
 from streamtrain.config import CoordinatorConfig
 
-from .common import (
-    TIMES,
-    Bench,
-    Out,
-    Record,
-    Result,
-    Target,
-    figure,
-    interleaved,
-    publish,
-    pyplot,
-    table,
-    targets_table,
-)
+from . import common
+from .common import TIMES, Bench, Record, Result, Target, interleaved, publish, pyplot, table, targets_table
 
 if TYPE_CHECKING:
     from coordinator.policies import Policy
@@ -125,7 +113,7 @@ def measure_scheduler(config: CoordinatorConfig, policies: tuple[str, ...] = ("e
 
 def scheduler_command(
     ctx: typer.Context,
-    out: Out = Path("reports/bench"),
+    out: common.Out = Path("reports/bench"),
     repeats: Annotated[int, typer.Option(min=3, help="Plans timed per cell.")] = 30,
     reference: Annotated[bool, typer.Option(help="Also time the plain specifications of the fast paths (cells "
                                             "named '<policy>@reference').")] = False,
@@ -145,8 +133,8 @@ def _median_at(result: SchedulerResult, devices: int, pending: int) -> float | N
 
 def scheduler_targets(result: SchedulerResult) -> list[Target]:
     """ett-stream's median plan latency at 32 devices x 4096 pending and 1024 x 256."""
-    return [Target(f"≤ {limit:g} ms at {devices} devices {TIMES} {pending} pending", figure(at, ".2f") + " ms"
-                   if at is not None else "—", None if at is None else at <= limit, "not reported")
+    return [Target(f"≤ {limit:g} ms at {devices} devices {TIMES} {pending} pending", "—" if at is None else
+                   f"{at:.2f} ms", None if at is None else at <= limit, "not reported")
             for devices, pending, limit in ((32, 4096, 5.0), (1024, 256, 50.0))
             for at in [_median_at(result, devices, pending)]]
 

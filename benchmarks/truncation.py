@@ -34,20 +34,7 @@ from streamtrain.kafka import make_consumer
 from streamtrain.wire import StepFeedback
 
 from . import common
-from .common import (
-    TIMES,
-    Bench,
-    LaunchOptions,
-    Record,
-    Result,
-    Target,
-    num,
-    publish,
-    pyplot,
-    slope,
-    table,
-    targets_table,
-)
+from .common import TIMES, Bench, LaunchOptions, Record, Result, Target, num, publish, pyplot, table, targets_table
 from .live import FeedbackTail, LiveBroker, Services, StreamsSetup, live_broker, train_command, watermarks
 
 __all__ = ["BENCH", "POLICIES", "PolicySeries", "TruncationCell", "TruncationResult", "TruncationSetup",
@@ -145,7 +132,7 @@ def second_half_slope(series: PolicySeries) -> float | None:
     """Least-squares slope of the records retained over steps, over the second half of the steps."""
     last = series.step[-1] if series.step else 0
     half = [(s, r) for s, r in zip(series.step, series.retained_records, strict=True) if s >= last / 2]
-    value = slope([float(s) for s, _ in half], [float(r) for _, r in half])
+    value = common.slope([float(s) for s, _ in half], [float(r) for _, r in half])
     return None if value is None else round(value, 2)
 
 

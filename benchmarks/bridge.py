@@ -28,7 +28,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -49,9 +49,9 @@ from streamtrain.kafka import (
     produce,
 )
 
-from .common import TIMES, Bench, RenderContext, Result, pyplot, save_figure, table
+from .common import TIMES, Bench, Out, Result, publish, pyplot, table
 
-__all__ = ["BENCH", "BridgeResult", "render_bridge"]
+__all__ = ["BENCH", "BridgeResult", "plot_bridge", "render_bridge"]
 
 DEVICES = ("0", "1", "2", "3")
 _KINDS = {"bare": "bare consume-produce loop, no transactions",
@@ -190,7 +190,7 @@ def measure_bridge(records: int, features: int, repeats: int, batch: int, second
 
 def bridge_command(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option(help="Directory for bridge.json.")] = Path("reports/bench"),
+    out: Out = Path("reports/bench"),
     records: Annotated[int, typer.Option(min=1000, help="Source records per run.")] = 20_000,
     features: Annotated[int, typer.Option(min=1, help="Floats per frame (1-8 frames a record).")] = 16,
     repeats: Annotated[int, typer.Option(min=1, max=20, help="Alternating runs of each loop.")] = 3,
@@ -203,27 +203,28 @@ def bridge_command(
     from streamtrain.cli_support import config_from, console
 
     config_from(ctx)
-    out.mkdir(parents=True, exist_ok=True)
-    result = measure_bridge(records, features, repeats, transaction_records, transaction_seconds)
-    result.write(out / "bridge.json")
-    for kind, rate in result.records_per_s_median.items():
-        console.print(f"{kind:<18} median {rate:>10,.0f} records/s", highlight=False)
+    result = publish(BENCH, measure_bridge(records, features, repeats, transaction_records, transaction_seconds), out)
     console.print(f"transactions / bare = {result.transactions_vs_bare:.2f}; bridge / bare in transactions = "
-                  f"{result.bridge_vs_bare_transactions:.2f}; wrote {out / 'bridge.json'}", highlight=False)
+                  f"{result.bridge_vs_bare_transactions:.2f}", highlight=False)
 
 
-def render_bridge(result: BridgeResult, ctx: RenderContext) -> str:
-    """The `bridge` section of BENCHMARKS.md: the three loops side by side, the plot."""
+def plot_bridge(result: BridgeResult) -> Any:
+    """The three loops' medians side by side."""
     medians = result.records_per_s_median
-    bare = medians.get("bare") or 0.0
-    rows = [[_KINDS.get(k, k), round(v), f"{v / bare:.2f}{TIMES}" if bare else "—"] for k, v in medians.items()]
     fig, ax = pyplot().subplots(figsize=(7, 2.4))
     short = {"bare": "bare loop", "bare_transactions": "bare loop, transactions", "bridge": "bridge"}
     ax.barh([short.get(k, k) for k in medians], list(medians.values()), color="tab:blue")
     ax.set_xlabel("records/s (median)")
     ax.set_title(f"{result.mean_record_bytes:.0f}-byte JSON records; transactions of {result.transaction_records}",
                  fontsize=9)
-    png = save_figure(fig, ctx.plot_path("bridge.png"))
+    return fig
+
+
+def render_bridge(result: BridgeResult) -> str:
+    """The `bridge` section of BENCHMARKS.md: the three loops side by side."""
+    medians = result.records_per_s_median
+    bare = medians.get("bare") or 0.0
+    rows = [[_KINDS.get(k, k), round(v), f"{v / bare:.2f}{TIMES}" if bare else "—"] for k, v in medians.items()]
     return "\n\n".join([
         f"Measured: {result.records_per_run:,} JSON records (mean {result.mean_record_bytes:.0f} bytes) per run from "
         f"a 3-partition topic, {result.repeats} alternating repeats (medians); transactions of "
@@ -231,10 +232,9 @@ def render_bridge(result: BridgeResult, ctx: RenderContext) -> str:
         table(["loop", "records/s", "vs bare"], rows),
         f"In transactions the bare loop runs at {result.transactions_vs_bare:.2f}{TIMES} its rate without them; "
         f"the bridge runs at {result.bridge_vs_bare_transactions:.2f}{TIMES} the bare transactional loop.",
-        f"![bridge]({ctx.link(png)})",
     ])
 
 
-BENCH = Bench("bridge", bridge_command, BridgeResult, render_bridge, args=("--records", "20000", "--repeats", "3"),
-              quick_args=("--records", "3000", "--repeats", "1"), timeout_s=600, about=__doc__ or "",
-              command_line="--records 20000 --repeats 5")
+BENCH = Bench("bridge", bridge_command, BridgeResult, render_bridge, plot=plot_bridge,
+              args=("--records", "20000", "--repeats", "3"), quick_args=("--records", "3000", "--repeats", "1"),
+              timeout_s=600, about=__doc__ or "", command_line="--records 20000 --repeats 5")

@@ -1,22 +1,20 @@
 """What every benchmark shares; imports nothing else of `benchmarks`, so any module of it may import this.
 
-- `Record` (from the core, `streamtrain.results`): the base of every typed result (and the setups stored
-  with them): frozen, unknown keys rejected, written to and read from the JSON files under `--out DIR`.
-- `Result`: a benchmark's whole JSON, with the `RunContext` it was measured in (commit, machine, load,
-  date, command line), which `bench` stamps into it itself (`stamp_context`).
-- `Bench`: one benchmark of the set — its command, its result type, how its JSON becomes a
-  section of BENCHMARKS.md, and what `bench all` passes it.
-- `LaunchOptions`: the root `--config` / `--set` a benchmark was started with, typed, passed on to
-  the configuration it loads and to every process it starts.
-- Trends (`slope`, `robust_slope`), times to a target over repeats (`median_reached`), formatting for
-  BENCHMARKS.md (`num`, `figure`, `table`, `verdict`, `TIMES`), targets (`Target`: one table, the same lines
-  on the console) and plots (`pyplot`, `save_figure`).
+- `Result`: a benchmark's whole JSON (a core `Record`: frozen, an unknown key refused by name) with the `RunContext`
+  it was measured in (commit, machine, load, date, command line), which `bench` stamps into it itself.
+- `Bench`: one benchmark of the set — its command, result type, section of BENCHMARKS.md, targets and plot — and
+  `publish`, the end of every benchmark's run: its JSON and plot under `--out`, its targets on the console.
+- `LaunchOptions`: the root `--config` / `--set` a benchmark was started with, passed on to what it starts; the
+  command-line options the benchmarks share (`Out`, `WorkDir`, `External`, `Quick`, `Seed`).
+- `interleaved` (repeated measurements alternating), trends (`slope`, `robust_slope`), `median_reached`, Markdown
+  for BENCHMARKS.md (`num`, `figure`, `table`, `Target`, `targets_table`, `TIMES`), plots.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import platform
@@ -24,55 +22,44 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 import numpy as np
 import typer
 from pydantic import PrivateAttr, ValidationError
 
-from streamtrain.cli_support import GlobalOptions, module_command
+from streamtrain.cli_support import GlobalOptions, module_command, set_args
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
 from streamtrain.results import Record
 
-__all__ = [
-    "TIMES",
-    "Bench",
-    "LaunchOptions",
-    "Record",
-    "RenderContext",
-    "Result",
-    "RunContext",
-    "Target",
-    "figure",
-    "heldout_score",
-    "median_reached",
-    "num",
-    "problems",
-    "progress_bars",
-    "pyplot",
-    "robust_slope",
-    "save_figure",
-    "slope",
-    "stamp_context",
-    "table",
-    "target_lines",
-    "targets_table",
-    "verdict",
-]
+__all__ = ["TIMES", "Bench", "External", "LaunchOptions", "Out", "Quick", "Record", "Result", "RunContext", "Seed",
+           "Target", "WorkDir", "figure", "heldout_score", "interleaved", "median_reached", "num", "problems",
+           "publish", "pyplot", "relative", "robust_slope", "slope", "table", "targets_table"]
+
+logger = logging.getLogger(__name__)
 
 #: The multiplication sign of ratios in the Markdown (spelt out for the linter).
 TIMES = "\N{MULTIPLICATION SIGN}"
+
+# The options the benchmarks' commands share (each command gives its own default).
+Out = Annotated[Path, typer.Option("--out", metavar="DIR", help="Directory for the benchmark's JSON and plot.")]
+WorkDir = Annotated[Path, typer.Option(help="The runs' logs, reports and checkpoints (WORK_DIR/<benchmark>), kept out "
+                                       "of --out, which may be committed.")]
+External = Annotated[bool, typer.Option(help="Use the Kafka at kafka.bootstrap_servers instead of a private embedded "
+                                        "broker.")]
+Quick = Annotated[bool, typer.Option(help="A short variant: proves it runs end to end, measures little.")]
+Seed = Annotated[int, typer.Option(help="Seed of the data and the model.")]
 
 
 class RunContext(Record):
     """Where and how a benchmark's figures were measured: what makes two runs comparable, or not."""
 
     commit: str | None
-    """The checked-out commit (with `+dirty` when the tree had uncommitted changes); None outside git."""
+    """The checked-out commit (`+dirty` with uncommitted changes); None outside git."""
     cpu_model: str | None
     cores: int | None
     memory_gib: float | None
@@ -80,16 +67,13 @@ class RunContext(Record):
     """The 1-, 5- and 15-minute load averages when the benchmark started."""
     load_end: tuple[float, float, float] | None
     started_at: str
-    """ISO 8601, local time with its offset."""
     seconds: float | None
-    """How long the benchmark ran."""
     command: str
-    """The command line, as `streamtrain ...`."""
     _began: float = PrivateAttr(default=0.0)
 
     @classmethod
     def begin(cls) -> RunContext:
-        """The context now: the machine, the commit, the load, the command line (`end` adds the load at the end)."""
+        """The context now (`stamp` adds the load at the end and the seconds)."""
         context = cls(commit=_commit(), cpu_model=_cpu_model(), cores=os.cpu_count(), memory_gib=_memory_gib(),
                       load_start=_load(), load_end=None, seconds=None,
                       command=shlex.join(["streamtrain", *sys.argv[1:]]),
@@ -97,9 +81,17 @@ class RunContext(Record):
         context._began = time.monotonic()
         return context
 
-    def end(self) -> RunContext:
-        """This context with the load at the end and the run's seconds."""
-        return self.model_copy(update={"load_end": _load(), "seconds": round(time.monotonic() - self._began, 1)})
+    def stamp(self, path: Path) -> bool:
+        """Add this context, ended now, to the JSON file a benchmark just wrote; False when there is none to stamp."""
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(data, dict):
+            return False
+        ended = self.model_copy(update={"load_end": _load(), "seconds": round(time.monotonic() - self._began, 1)})
+        path.write_text(json.dumps({**data, "context": ended.model_dump()}, indent=1) + "\n")
+        return True
 
     def describe(self) -> str:
         """One paragraph for BENCHMARKS.md."""
@@ -149,23 +141,10 @@ class Result(Record):
     """A benchmark's whole JSON: its figures, and the context they were measured in."""
 
     context: RunContext | None = None
-    """Stamped by `bench` itself when the benchmark has written its JSON; None in files from before."""
+    """Stamped by `bench` itself once the benchmark has written its JSON; None in files from before."""
 
 
 R = TypeVar("R", bound=Result)
-
-
-def stamp_context(path: Path, context: RunContext) -> bool:
-    """Add `context` (ended now) to the JSON file a benchmark just wrote; False when there is none to stamp."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(data, dict):
-        return False
-    data["context"] = context.end().model_dump()
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return True
 
 
 def problems(exc: ValueError) -> str:
@@ -175,42 +154,41 @@ def problems(exc: ValueError) -> str:
     return str(exc)
 
 
+def relative(path: Path, start: Path) -> str:
+    """`path` relative to the directory `start`, with forward slashes (a Markdown link)."""
+    return Path(os.path.relpath(path.resolve(), start.resolve())).as_posix()
+
+
 @dataclass(frozen=True)
-class RenderContext:
-    """Where a renderer writes its plot, and where the Markdown that links it lives."""
+class Target:
+    """One target of a benchmark: what it asks, what was measured, the paper's figure, and whether it was met."""
 
-    data_dir: Path
-    """Directory holding the benchmark's JSON; plots are written next to it."""
-    markdown_dir: Path
-    """Directory of the Markdown file (image links are relative to it)."""
-
-    def plot_path(self, name: str) -> Path:
-        return self.data_dir / name
-
-    def link(self, path: Path) -> str:
-        return Path(os.path.relpath(path.resolve(), self.markdown_dir.resolve())).as_posix()
+    goal: str
+    measured: str
+    met: bool | None
+    paper: str | None = None
 
 
 @dataclass(frozen=True)
 class Bench(Generic[R]):
-    """One benchmark of the set: `streamtrain bench <name>`, writing `<name>.json` in its `--out DIR`."""
+    """One benchmark of the set: `streamtrain bench <name>`, writing `<name>.json` (and `<name>.png`) in its --out."""
 
     name: str
-    """The command's name."""
     command: Callable[..., None]
     """The typer command."""
     result: type[R]
-    """What its JSON holds."""
-    render: Callable[[R, RenderContext], str]
-    """Its result → its section of BENCHMARKS.md (tables, plot, targets)."""
+    render: Callable[[R], str]
+    """Its result → its figures in BENCHMARKS.md (tables and targets; the plot's link is appended)."""
+    targets: Callable[[R], list[Target]] | None = None
+    """What it is judged by: in its section (as `render` places them) and on the console after a run."""
+    plot: Callable[[R], Any] | None = None
+    """Its result → a matplotlib figure, saved as `<name>.png` next to the JSON."""
     args: tuple[str, ...] = ()
-    """Extra arguments `bench all` passes."""
+    """Extra arguments `bench all` passes (`quick_args` with `--quick`), and the most seconds it lets it run."""
     quick_args: tuple[str, ...] = ()
-    """Extra arguments `bench all --quick` passes."""
     timeout_s: float = 600.0
-    """Most seconds `bench all` lets it run."""
     about: str = ""
-    """What it measures and how, for a reader of BENCHMARKS.md (Markdown; the benchmark's module docstring)."""
+    """What it measures and how (Markdown: the benchmark's module docstring)."""
     command_line: str = ""
     """How the committed figures are measured (the arguments after `streamtrain bench NAME`), when not `args`."""
 
@@ -218,23 +196,48 @@ class Bench(Generic[R]):
     def json_name(self) -> str:
         return f"{self.name}.json"
 
-    def section(self, path: Path, ctx: RenderContext) -> str:
-        """The Markdown body of the result stored at `path`: its measuring context, then its figures."""
+    def draw(self, result: R, data_dir: Path) -> Path | None:
+        """Its plot of `result` as `data_dir/<name>.png` (None without one, or with nothing measured to draw)."""
+        if self.plot is None:
+            return None
+        try:
+            fig = self.plot(result)
+        except ValueError as exc:  # a plot must never lose the figures
+            logger.warning("%s.png not drawn: %s", self.name, exc)
+            return None
+        fig.tight_layout()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path := data_dir / f"{self.name}.png", dpi=110)
+        pyplot().close(fig)
+        return path
+
+    def section(self, path: Path, markdown_dir: Path) -> str:
+        """The Markdown body of the result stored at `path`: its measuring context, its figures, its plot."""
         result = self.result.load(path)
-        context = result.context.describe() if result.context else "Measuring context not recorded."
-        return context + "\n\n" + self.render(result, ctx)
+        png = self.draw(result, path.parent)
+        return "\n\n".join([result.context.describe() if result.context else "Measuring context not recorded.",
+                            self.render(result), *([f"![{self.name}]({relative(png, markdown_dir)})"] if png else [])])
+
+
+def publish(bench: Bench[R], result: R, out: Path) -> R:
+    """The end of a benchmark's run: its JSON and plot in `out`, then its targets and what it wrote on the console."""
+    from streamtrain.cli_support import console
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = [result.write(out / bench.json_name), bench.draw(result, out)]
+    word = {True: "met", False: "NOT MET", None: "not judged"}
+    for t in bench.targets(result) if bench.targets else []:
+        console.print(f"{word[t.met]:>10}: {t.goal} — {t.measured}", highlight=False, soft_wrap=True)
+    console.print("wrote " + " and ".join(str(p) for p in written if p), highlight=False)
+    return result
 
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    """The root options a benchmark was started with (`streamtrain --config F --set K=V bench ...`).
-
-    A benchmark loads its configuration from them plus its own settings, and starts its services
-    (and `bench all` its benchmarks) with the same options followed by its own `--set` flags.
-    """
+    """The root options a benchmark was started with (`streamtrain --config F --set K=V bench ...`): its
+    configuration is loaded from them plus its own settings, and what it starts gets them followed by its own."""
 
     config_file: str | None = None
-    """The TOML file of `--config`."""
     sets: tuple[str, ...] = ()
     """Each `--set KEY=VALUE`, as given."""
 
@@ -242,9 +245,7 @@ class LaunchOptions:
     def of(cls, ctx: typer.Context) -> LaunchOptions:
         """The options of the command line behind a typer context."""
         opts = ctx.find_root().obj
-        if not isinstance(opts, GlobalOptions):
-            return cls()
-        return cls(opts.config_file, tuple(opts.sets))
+        return cls(opts.config_file, tuple(opts.sets)) if isinstance(opts, GlobalOptions) else cls()
 
     def overrides(self) -> dict[str, Any]:
         """The `--set` flags as dotted setting → value."""
@@ -255,24 +256,28 @@ class LaunchOptions:
         return load_config(self.config_file, overrides={**self.overrides(), **(settings or {})})
 
     def argv(self, settings: Mapping[str, object] | None = None) -> list[str]:
-        """These options as root flags, then one `--set` per setting (lists and dicts as JSON, as
-        `module_command` writes them): what a process that passes root options on (the local stack) takes."""
-        out = ["--config", self.config_file] if self.config_file else []
-        for assignment in self.sets:
-            out += ["--set", assignment]
-        for key, value in (settings or {}).items():
-            text = json.dumps(value) if isinstance(value, list | tuple | dict) else str(value)
-            out += ["--set", f"{key}={text}"]
-        return out
+        """These options as root flags, then one `--set` per setting (lists and dicts as JSON)."""
+        given = [flag for assignment in self.sets for flag in ("--set", assignment)]
+        return [*(["--config", self.config_file] if self.config_file else []), *given, *set_args(settings or {})]
 
     def command(self, module: str, *command: str, settings: Mapping[str, object] | None = None) -> tuple[str, ...]:
-        """`python -m <module> <these options> <settings> <command>`: a service (`producers`, `coordinator`,
-        `trainer`) or the whole command line (`CLI_MODULE`) of this installation."""
+        """`python -m <module> <these options> <settings> <command>`: a service or the whole command line."""
         return module_command(module, *command, global_args=self.argv(), sets=settings)
 
 
 # ---------------------------------------------------------------------------------------------
-# Trends
+# Repeats and trends
+
+
+def interleaved(kinds: Sequence[str], repeats: int, measure: Callable[[str, int], float]) -> dict[str, list[float]]:
+    """Each kind measured `repeats` times (`measure(kind, repeat)`), the kinds one after another in each repeat and
+    in reverse order every other one, so that a shared machine's drift falls on them alike and neighbours take turns
+    going first."""
+    out: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for r in range(repeats):
+        for kind in kinds if r % 2 == 0 else kinds[::-1]:
+            out[kind].append(measure(kind, r))
+    return out
 
 
 def robust_slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -285,9 +290,17 @@ def robust_slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
         return None
     t, y = np.asarray(ts, dtype=np.float64), np.asarray(ys, dtype=np.float64)
     i, j = np.triu_indices(len(t), k=1)
-    dt = t[j] - t[i]
-    keep = dt > 0
-    return float(np.median((y[j] - y[i])[keep] / dt[keep])) if keep.any() else None
+    keep = t[j] - t[i] > 0
+    return float(np.median((y[j] - y[i])[keep] / (t[j] - t[i])[keep])) if keep.any() else None
+
+
+def slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Least-squares slope of ys over ts (units of y per unit of t); None with fewer than 3 points."""
+    if len(ts) < 3 or len(ts) != len(ys):
+        return None
+    mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
+    var = sum((t - mt) ** 2 for t in ts)
+    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var if var else None
 
 
 def median_reached(seconds: Iterable[float | None]) -> float | None:
@@ -298,20 +311,8 @@ def median_reached(seconds: Iterable[float | None]) -> float | None:
     return mid if math.isfinite(mid) else None
 
 
-def slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Least-squares slope of ys over ts (units of y per unit of t); None with fewer than 3 points."""
-    if len(ts) < 3 or len(ts) != len(ys):
-        return None
-    n = len(ts)
-    mt, my = sum(ts) / n, sum(ys) / n
-    var = sum((t - mt) ** 2 for t in ts)
-    if var == 0:
-        return None
-    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var
-
-
 # ---------------------------------------------------------------------------------------------
-# Markdown
+# Markdown, the console and plots
 
 
 def num(value: Any, digits: int = 2) -> str:
@@ -332,6 +333,11 @@ def num(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def figure(value: float | None, spec: str, scale: float = 1.0, missing: str = "—") -> str:
+    """`value` x `scale` formatted with `spec`, or `missing`."""
+    return missing if value is None else format(value * scale, spec)
+
+
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """A Markdown table; strings as they are, anything else through `num`."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -339,76 +345,15 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def verdict(ok: bool | None) -> str:
-    """**met**, **not met**, or — when not measured."""
-    return "—" if ok is None else ("**met**" if ok else "**not met**")
-
-
-def figure(value: float | None, spec: str, scale: float = 1.0, missing: str = "—") -> str:
-    """`value` x `scale` formatted with `spec`, or `missing`."""
-    return missing if value is None else format(value * scale, spec)
-
-
-@dataclass(frozen=True)
-class Target:
-    """One target of a benchmark: what it asks, what was measured, the paper's figure, and whether it was met."""
-
-    goal: str
-    measured: str
-    met: bool | None
-    paper: str | None = None
-
-
 def targets_table(targets: Sequence[Target], title: str = "target") -> str:
     """The targets as a Markdown table (a paper column when any target has a paper figure), then a line for each
     one missed: the target against what was measured."""
     papers = any(t.paper for t in targets)
-    rows = [[t.goal, t.measured, *([t.paper or "—"] if papers else []), verdict(t.met)] for t in targets]
+    verdict = {None: "—", True: "**met**", False: "**not met**"}
+    rows = [[t.goal, t.measured, *([t.paper or "—"] if papers else []), verdict[t.met]] for t in targets]
     missed = [f"- **Missed:** {t.goal} — measured {t.measured}." for t in targets if t.met is False]
     return "\n\n".join([table([title, "measured", *(["paper"] if papers else []), "verdict"], rows),
-                         *(["\n".join(missed)] if missed else [])])
-
-
-def target_lines(targets: Sequence[Target]) -> list[str]:
-    """The targets as console lines: verdict, target, measured."""
-    word = {True: "met", False: "NOT MET", None: "not judged"}
-    return [f"{word[t.met]:>10}: {t.goal} — {t.measured}" for t in targets]
-
-
-# ---------------------------------------------------------------------------------------------
-# Progress and plots
-
-
-@contextlib.contextmanager
-def progress_bars(rows: Sequence[str], total: int, show: str = "", width: int = 9,
-                  **fields: Any) -> Iterator[Callable[..., None]]:
-    """Live progress bars on the console, one per row (each started when first updated).
-
-    Args:
-        rows: the bars' names.
-        total: each bar's length (an update may change it).
-        show: a rich format of the fields shown after each bar (`{task.fields[NAME]}`).
-        width: the names' column width.
-        fields: the fields' starting values.
-
-    Yields:
-        `update(row, completed, total=None, description=None, **fields)`.
-    """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from streamtrain.cli_support import console
-
-    columns = (TextColumn(f"{{task.description:<{width}}}"), BarColumn(), MofNCompleteColumn(), TextColumn(show),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console) as bar:
-        tasks = {row: bar.add_task(row, total=total, start=False, **fields) for row in rows}
-
-        def update(row: str, completed: int, total: int | None = None, description: str | None = None,
-                   **values: Any) -> None:
-            bar.start_task(tasks[row])
-            bar.update(tasks[row], completed=completed, total=total, description=description, **values)
-
-        yield update
+                        *(["\n".join(missed)] if missed else [])])
 
 
 def heldout_score(model: Any, batch: Any) -> tuple[float, float]:
@@ -422,9 +367,6 @@ def heldout_score(model: Any, batch: Any) -> tuple[float, float]:
         return float((logits.argmax(1) == batch.labels).double().mean()), loss
 
 
-# Plots
-
-
 def pyplot() -> Any:
     """matplotlib's pyplot on the file-only Agg backend (benchmarks run without a display)."""
     import matplotlib
@@ -433,12 +375,3 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def save_figure(fig: Any, path: Path) -> Path:
-    """Lay out, write (PNG, 110 dpi) and close a benchmark's figure; returns `path`."""
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    pyplot().close(fig)
-    return path

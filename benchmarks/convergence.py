@@ -20,12 +20,12 @@ first step whose held-out accuracy reaches `target_accuracy`.
 
 from __future__ import annotations
 
-import logging
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -35,27 +35,11 @@ from streamtrain.config import ProducerConfig
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
-from .common import (
-    TIMES,
-    Bench,
-    Record,
-    RenderContext,
-    Result,
-    Target,
-    heldout_score,
-    num,
-    progress_bars,
-    pyplot,
-    save_figure,
-    table,
-    target_lines,
-    targets_table,
-)
+from . import common
+from .common import TIMES, Bench, Record, Result, Target, heldout_score, num, publish, pyplot, table, targets_table
 
-__all__ = ["AGGREGATIONS", "BENCH", "ConvergenceCell", "ConvergenceResult", "ConvergenceSetup", "Curve", "Schedule",
-           "analyse", "convergence_targets", "run_convergence", "schedule_summary", "smoothed"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["AGGREGATIONS", "BENCH", "ConvergenceCell", "ConvergenceResult", "ConvergenceSetup", "Curve", "analyse",
+           "run_convergence", "smoothed"]
 
 #: The cells, in the order they run and are reported.
 AGGREGATIONS = ("sgd", "weighted", "plain")
@@ -73,9 +57,8 @@ class ConvergenceSetup(Record):
     idle_probability: float = 0.2
     """Chance that a device contributes nothing to a step (its stream stalled)."""
     batch_min: int = 16
-    """Smallest global batch drawn for a step (before idle devices drop out)."""
+    """Global batch drawn for a step in [batch_min, batch_max] (before idle devices drop out)."""
     batch_max: int = 96
-    """Largest global batch drawn for a step."""
     classes: int = 8
     features: int = 16
     labels_per_device: int = 2
@@ -98,7 +81,6 @@ class ConvergenceSetup(Record):
     base_batch: int = 64
     seed: int = 0
     quick: bool = False
-    """Whether `--quick` chose the steps and the held-out set (a note for the reader of the JSON)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ConvergenceSetup:
@@ -122,15 +104,6 @@ class ConvergenceSetup(Record):
             lr_scaling=True, base_batch=self.base_batch, seed=self.seed, metrics=False,
         )
 
-    def _producer_config(self, seed: int) -> ProducerConfig:
-        return ProducerConfig.model_validate({
-            "devices": self.world, "seed": seed, "metrics": False,
-            "size": {"kind": "normal", "mean": self.size_mean, "dif": self.size_dif},
-            "synthetic": {"features": self.features, "classes": self.classes,
-                          "labels_per_device": self.labels_per_device, "signal": self.signal,
-                          "task_seed": self.seed},
-        })
-
     def counts(self) -> np.ndarray:
         """(steps, world) samples each device contributes to each step (zeros included)."""
         rng = np.random.default_rng([self.seed, 0xC0])
@@ -148,7 +121,11 @@ class ConvergenceSetup(Record):
         """`[row][device]` → `counts[row][device]` samples of that device's stream drawn with `seed`, in order."""
         from producers.sources import SyntheticSource
 
-        source = SyntheticSource(self._producer_config(seed), self.world)
+        source = SyntheticSource(ProducerConfig.model_validate({
+            "devices": self.world, "seed": seed, "metrics": False,
+            "size": {"kind": "normal", "mean": self.size_mean, "dif": self.size_dif},
+            "synthetic": {"features": self.features, "classes": self.classes, "labels_per_device":
+                          self.labels_per_device, "signal": self.signal, "task_seed": self.seed}}), self.world)
         seq = [0] * self.world
         out = []
         for row in counts:
@@ -176,53 +153,29 @@ class Curve(Record):
     loss: list[float]
 
 
-class ConvergenceCell(Record):
-    """One aggregation's figures."""
+class ConvergenceResult(Result):
+    """What `convergence.json` holds: each cell's curve and how far apart the cells' final parameters are."""
+
+    setup: ConvergenceSetup
+    curves: dict[str, Curve]
+    weighted_vs_sgd_max_param_diff: float
+    plain_vs_sgd_max_param_diff: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ConvergenceCell:
+    """One aggregation's figures from its curve (`analyse`): global samples and steps up to the first step whose
+    smoothed accuracy reaches the target, where it does for good (None: it falls below again), the mean held-out
+    accuracy and loss over the last tenth of the steps, the samples to the target over SGD's."""
 
     aggregation: str
     samples_to_target: int | None
-    """Global samples trained up to the first step whose smoothed accuracy reaches the target."""
     steps_to_target: int | None
     samples_to_stay_at_target: int | None
-    """Where the smoothed accuracy reaches the target for good (None: it falls below it again)."""
     final_accuracy: float
-    """Mean held-out accuracy over the last tenth of the steps."""
-    last_accuracy: float
-    best_smoothed_accuracy: float
     final_heldout_loss: float
-    samples_trained: int
     ratio_to_sgd: float | None
-    stay_ratio_to_sgd: float | None
-
-
-class Schedule(Record):
-    """How uneven the per-rank batches were."""
-
-    global_batch_min: int
-    global_batch_median: float
-    global_batch_max: int
-    per_rank_mean_batch: list[float]
-    idle_rank_steps: int
-    rank_steps: int
-    empty_steps: int
-
-
-class ConvergenceResult(Result):
-    """What `convergence.json` holds."""
-
-    benchmark: Literal["convergence"] = "convergence"
-    target_accuracy: float
-    cells: list[ConvergenceCell]
-    weighted_vs_sgd_max_param_diff: float
-    plain_vs_sgd_max_param_diff: float
-    schedule: Schedule
-    setup: ConvergenceSetup
-    cell_seconds: dict[str, float]
-    seconds: float
-    curves: dict[str, Curve]
-
-    def cell(self, aggregation: str) -> ConvergenceCell | None:
-        return next((c for c in self.cells if c.aggregation == aggregation), None)
 
 
 def smoothed(accuracy: list[float], window: int) -> np.ndarray:
@@ -234,58 +187,26 @@ def smoothed(accuracy: list[float], window: int) -> np.ndarray:
     return (sums[idx] - sums[lo]) / (idx - lo)
 
 
-def analyse(setup: ConvergenceSetup, curves: dict[str, Curve]) -> list[ConvergenceCell]:
-    """One row per cell: samples and steps to the target, final accuracy, ratio to SGD.
-
-    The target is judged on the trailing mean of `setup.smooth_steps` evaluations, so one lucky
-    evaluation does not count as reaching it. `samples_to_stay_at_target` is where the smoothed
-    accuracy reaches the target for good (it never falls below it again before the end).
-    """
-    rows = []
-    reference: dict[str, int | None] = {}
-    for name in AGGREGATIONS:  # sgd first: the others' ratios are to it
-        if name not in curves:
-            continue
+def analyse(setup: ConvergenceSetup, curves: dict[str, Curve]) -> dict[str, ConvergenceCell]:
+    """Each cell's samples and steps to the target (judged on the trailing mean of `setup.smooth_steps` evaluations,
+    so one lucky evaluation does not count), where it stays at it for good, its final accuracy, its ratio to SGD."""
+    rows: dict[str, ConvergenceCell] = {}
+    for name in (n for n in AGGREGATIONS if n in curves):  # sgd first: the others' ratios are to it
         curve = curves[name]
-        smooth = smoothed(curve.accuracy, setup.smooth_steps)
-        above = smooth >= setup.target_accuracy
+        above = smoothed(curve.accuracy, setup.smooth_steps) >= setup.target_accuracy
         hit = int(np.argmax(above)) if above.any() else None
         below = np.nonzero(~above)[0]
         stay = (int(below[-1]) + 1 if len(below) else 0) if above[-1] else None
         samples = int(curve.samples[hit]) if hit is not None else None
-        stay_samples = int(curve.samples[stay]) if stay is not None else None
-        if name == "sgd":
-            reference = {"samples": samples, "stay": stay_samples}
+        ref = rows["sgd"].samples_to_target if "sgd" in rows else (samples if name == "sgd" else None)
         tail = curve.accuracy[-max(1, len(curve.accuracy) // 10):]
-        rows.append(ConvergenceCell(
-            aggregation=name,
-            samples_to_target=samples,
-            steps_to_target=int(curve.step[hit]) if hit is not None else None,
-            samples_to_stay_at_target=stay_samples,
+        rows[name] = ConvergenceCell(
+            aggregation=name, samples_to_target=samples, steps_to_target=int(curve.step[hit]) if hit is not None
+            else None, samples_to_stay_at_target=int(curve.samples[stay]) if stay is not None else None,
             final_accuracy=round(float(np.mean(tail)), 4),
-            last_accuracy=round(float(curve.accuracy[-1]), 4),
-            best_smoothed_accuracy=round(float(smooth.max()), 4),
             final_heldout_loss=round(float(np.mean(curve.loss[-len(tail):])), 4),
-            samples_trained=int(curve.samples[-1]),
-            ratio_to_sgd=_ratio(samples, reference.get("samples")),
-            stay_ratio_to_sgd=_ratio(stay_samples, reference.get("stay")),
-        ))
+            ratio_to_sgd=round(float(samples) / ref, 4) if ref and samples is not None else None)
     return rows
-
-
-def _ratio(got: int | None, ref: int | None) -> float | None:
-    return round(float(got) / ref, 4) if ref and got is not None else None
-
-
-def schedule_summary(setup: ConvergenceSetup) -> Schedule:
-    """Global batch range, per-rank mean batch, idle rank-steps and empty steps of the setup's schedule."""
-    counts = setup.counts()
-    totals = counts.sum(axis=1)
-    return Schedule(global_batch_min=int(totals.min()), global_batch_median=float(np.median(totals)),
-                    global_batch_max=int(totals.max()), per_rank_mean_batch=[round(float(c), 2) for c in
-                                                                             counts.mean(axis=0)],
-                    idle_rank_steps=int((counts == 0).sum()), rank_steps=int(counts.size),
-                    empty_steps=int((totals == 0).sum()))
 
 
 #: `(cell, step, steps, samples so far, held-out accuracy)` — what a progress display receives.
@@ -312,23 +233,17 @@ def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells:
             runner = build_step_runner(config, ctx)
             curve: dict[str, list[float]] = {"step": [], "samples": [], "accuracy": [], "loss": []}
             seen = 0
-            started = time.perf_counter()
             for step, per_device in enumerate(schedule):
                 mine = [s for device in per_device for s in device] if world == 1 else per_device[rank]
-                result = runner.run_step(mine)
-                seen += result.global_samples
-                if heldout is None:
-                    continue
-                accuracy, loss = heldout_score(runner.model.module, heldout)
-                curve["step"].append(step + 1)
-                curve["samples"].append(seen)
-                curve["accuracy"].append(accuracy)
-                curve["loss"].append(loss)
-                messages.put((cell, step + 1, setup.steps, seen, accuracy))
+                seen += runner.run_step(mine).global_samples
+                if heldout is not None:
+                    accuracy, loss = heldout_score(runner.model.module, heldout)
+                    for column, value in zip(curve, (step + 1, seen, accuracy, loss), strict=True):
+                        curve[column].append(value)
+                    messages.put((cell, step + 1, setup.steps, seen, accuracy))
             if rank == 0:
                 params = {k: v.detach().cpu().clone() for k, v in runner.model.module.state_dict().items()}
-                torch.save({"curve": curve, "params": params, "seconds": time.perf_counter() - started},
-                           Path(out) / f"{cell}.pt")
+                torch.save({"curve": curve, "params": params}, Path(out) / f"{cell}.pt")
             torch.distributed.barrier()
     finally:
         destroy_distributed()
@@ -355,41 +270,32 @@ def _spawn(world: int, setup: ConvergenceSetup, cells: list[str], out: Path, pro
     drain()
 
 
-def run_convergence(setup: ConvergenceSetup, out: Path, progress: Progress | None = None,
-                    plot: bool = True) -> ConvergenceResult:
-    """Run the three cells, write `out/convergence.json` (and `convergence.png`) and return the result."""
+def run_convergence(setup: ConvergenceSetup, out: Path, progress: Progress | None = None) -> ConvergenceResult:
+    """Run the three cells, write `out/convergence.json` and `convergence.png`, and return the result."""
     import torch
 
-    out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="st-convergence-") as tmp:
-        work = Path(tmp)
-        _spawn(1, setup, ["sgd"], work, progress)
-        _spawn(setup.world, setup, ["weighted", "plain"], work, progress)
-        loaded = {name: torch.load(work / f"{name}.pt", weights_only=False) for name in AGGREGATIONS}
-    curves = {name: Curve.model_validate(loaded[name]["curve"]) for name in AGGREGATIONS}
+        _spawn(1, setup, ["sgd"], Path(tmp), progress)
+        _spawn(setup.world, setup, ["weighted", "plain"], Path(tmp), progress)
+        loaded = {name: torch.load(Path(tmp) / f"{name}.pt", weights_only=False) for name in AGGREGATIONS}
 
     def max_diff(a: str, b: str) -> float:
         pa, pb = loaded[a]["params"], loaded[b]["params"]
         return max(float((pa[k].double() - pb[k].double()).abs().max()) for k in pa)
 
-    result = ConvergenceResult(
-        target_accuracy=setup.target_accuracy, cells=analyse(setup, curves), schedule=schedule_summary(setup),
-        weighted_vs_sgd_max_param_diff=max_diff("weighted", "sgd"), setup=setup,
+    return publish(BENCH, ConvergenceResult(
+        setup=setup, curves={name: Curve.model_validate(loaded[name]["curve"]) for name in AGGREGATIONS},
+        weighted_vs_sgd_max_param_diff=max_diff("weighted", "sgd"),
         plain_vs_sgd_max_param_diff=max_diff("plain", "sgd"),
-        cell_seconds={name: round(float(loaded[name]["seconds"]), 2) for name in AGGREGATIONS},
-        seconds=round(time.perf_counter() - began, 1), curves=curves)
-    result.write(out / "convergence.json")
-    if plot:
-        plot_convergence(result, out / "convergence.png")
-    return result
+        seconds=round(time.perf_counter() - began, 1)), out)
 
 
 _STYLES = {"sgd": ("black", "-", 3.0), "weighted": ("tab:blue", "--", 1.6), "plain": ("tab:red", "-", 1.4)}
 _LABELS = {"sgd": "single-process SGD", "weighted": "weighted (λ = samples)", "plain": "plain DDP average"}
 
 
-def plot_convergence(result: ConvergenceResult, path: Path) -> Path:
+def plot_convergence(result: ConvergenceResult) -> Any:
     """Held-out accuracy and loss against samples trained, one line per cell, with the target."""
     setup = result.setup
     fig, (acc_ax, loss_ax) = pyplot().subplots(1, 2, figsize=(11, 4))
@@ -399,7 +305,7 @@ def plot_convergence(result: ConvergenceResult, path: Path) -> Path:
         acc_ax.plot(curve.samples, smoothed(curve.accuracy, setup.smooth_steps), style, color=color, lw=width,
                     label=label)
         loss_ax.plot(curve.samples, curve.loss, style, color=color, lw=width, label=label)
-    target = result.target_accuracy
+    target = setup.target_accuracy
     acc_ax.axhline(target, color="grey", lw=0.8, ls=":")
     acc_ax.text(0, target, f" target {target:.2f}", va="bottom", color="grey", fontsize=8)
     acc_ax.set(xlabel="samples trained (global)", ylabel="held-out accuracy",
@@ -409,7 +315,7 @@ def plot_convergence(result: ConvergenceResult, path: Path) -> Path:
     fig.suptitle(f"convergence with uneven batches: {setup.world} gloo ranks, shares {list(setup.shares)}, "
                  f"idle p={setup.idle_probability}, non-IID ({setup.labels_per_device} classes/device)",
                  fontsize=9)
-    return save_figure(fig, path)
+    return fig
 
 
 def _stay(cell: ConvergenceCell) -> str:
@@ -419,7 +325,8 @@ def _stay(cell: ConvergenceCell) -> str:
 
 def convergence_targets(result: ConvergenceResult) -> list[Target]:
     """Weighted aggregation against SGD, and plain averaging's bias."""
-    weighted, plain, sgd = result.cell("weighted"), result.cell("plain"), result.cell("sgd")
+    cells = analyse(result.setup, result.curves)
+    weighted, plain, sgd = cells.get("weighted"), cells.get("plain"), cells.get("sgd")
     ratio = weighted.ratio_to_sgd if weighted else None
     gap = None if plain is None or sgd is None else sgd.final_accuracy - plain.final_accuracy
     return [
@@ -440,44 +347,40 @@ def convergence_targets(result: ConvergenceResult) -> list[Target]:
     ]
 
 
-def render_convergence(result: ConvergenceResult, ctx: RenderContext) -> str:
-    """The `convergence` section of BENCHMARKS.md: targets, the cells, the plot."""
-    png = plot_convergence(result, ctx.plot_path("convergence.png"))
-    setup, sched = result.setup, result.schedule
-    rows = [[c.aggregation, c.samples_to_target, c.steps_to_target,
-             "—" if c.ratio_to_sgd is None else f"{c.ratio_to_sgd:.3f}",
+def render_convergence(result: ConvergenceResult) -> str:
+    """The `convergence` section of BENCHMARKS.md: setup, targets, the cells."""
+    setup, counts = result.setup, result.setup.counts()
+    rows = [[c.aggregation, c.samples_to_target, c.steps_to_target, num(c.ratio_to_sgd, 3),
              "never" if c.samples_to_stay_at_target is None else c.samples_to_stay_at_target,
-             f"{c.final_accuracy:.3f}", f"{c.final_heldout_loss:.3f}"] for c in result.cells]
+             f"{c.final_accuracy:.3f}", f"{c.final_heldout_loss:.3f}"] for c in analyse(setup, result.curves).values()]
     return "\n\n".join([
         f"Setup: {setup.world} gloo ranks on the CPU, {setup.steps} steps, expected per-rank shares "
         f"{num(setup.shares)} of a global batch drawn in [{setup.batch_min}, {setup.batch_max}], each rank "
-        f"idle with probability {setup.idle_probability} ({sched.idle_rank_steps} of {sched.rank_steps} "
-        f"rank-steps idle, {sched.empty_steps} empty steps); non-IID ({setup.labels_per_device} of "
+        f"idle with probability {setup.idle_probability} ({int((counts == 0).sum())} of {counts.size} "
+        f"rank-steps idle, {int((counts.sum(axis=1) == 0).sum())} empty steps); non-IID ({setup.labels_per_device} of "
         f"{setup.classes} classes per device), sizes normal mean {setup.size_mean:g} DIF "
         f"{setup.size_dif:g}, signal {setup.signal:g}. Target: held-out accuracy "
-        f"{result.target_accuracy:.2f} (trailing mean of {setup.smooth_steps} steps); held-out set of "
+        f"{setup.target_accuracy:.2f} (trailing mean of {setup.smooth_steps} steps); held-out set of "
         f"{setup.heldout:,} samples from the same device streams in the same proportions. "
         f"Run time {result.seconds:.0f} s.",
         targets_table(convergence_targets(result)),
         table(["aggregation", "samples to target", "steps", "ratio to SGD", "samples to stay at target",
                "final accuracy", "final held-out loss"], rows),
-        f"![convergence]({ctx.link(png)})",
     ])
 
 
 def convergence_command(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option("--out", help="Directory for the JSON file and PNG plot.", metavar="DIR")
-                   ] = Path("reports/bench"),
-    quick: Annotated[bool, typer.Option(help="Fewer steps and a smaller held-out set (about half the time).")
-                     ] = False,
+    out: common.Out = Path("reports/bench"),
+    quick: common.Quick = False,
     steps: Annotated[int | None, typer.Option(min=1, help="Steps per cell (default 200; 100 with --quick).")] = None,
     target: Annotated[float | None, typer.Option(min=0.01, max=0.99, help="Held-out accuracy to reach.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the stream, the split and the model.")] = 0,
+    seed: common.Seed = 0,
 ) -> None:
     """Weighted vs plain gradient aggregation with uneven batches, against single-process SGD: `sgd` (one process,
     the union of every step), `weighted` (4 gloo ranks, λ = samples) and `plain` (conventional averaging) on the
-    same non-IID stream. Writes DIR/convergence.json and DIR/convergence.png."""
+    same non-IID stream. Writes DIR/convergence.json and DIR/convergence.png (--quick: 100 steps, a held-out set of
+    1,000)."""
     from streamtrain.cli_support import config_from, console
 
     config_from(ctx)
@@ -485,15 +388,13 @@ def convergence_command(
     setup = ConvergenceSetup(seed=seed, steps=steps or (100 if quick else base.steps),
                              heldout=1000 if quick else base.heldout,
                              target_accuracy=target or base.target_accuracy, quick=quick)
-    with progress_bars(AGGREGATIONS, setup.steps, "samples {task.fields[samples]:>6,}  held-out acc "
-                       "{task.fields[acc]:.3f}", samples=0, acc=0.0) as update:
-        result = run_convergence(setup, out, lambda cell, step, _steps, samples, accuracy: update(
-            cell, step, samples=samples, acc=accuracy))
-    for line in target_lines(convergence_targets(result)):
-        console.print(line, highlight=False)
-    console.print(f"wrote {out / 'convergence.json'} and {out / 'convergence.png'} in {result.seconds:.0f} s",
-                  highlight=False)
+    def progress(cell: str, step: int, steps: int, samples: int, accuracy: float) -> None:
+        if step % 25 == 0 or step == steps:
+            console.print(f"{cell:<8} step {step:>4}/{steps}: {samples:>6,} samples, held-out accuracy {accuracy:.3f}",
+                          highlight=False)
+
+    run_convergence(setup, out, progress)
 
 
-BENCH = Bench("convergence", convergence_command, ConvergenceResult, render_convergence, quick_args=("--quick",),
-              timeout_s=600, about=__doc__ or "")
+BENCH = Bench("convergence", convergence_command, ConvergenceResult, render_convergence, convergence_targets,
+              plot_convergence, quick_args=("--quick",), timeout_s=600, about=__doc__ or "")

@@ -3,12 +3,13 @@ and what is read from Kafka and /proc while they run.
 
 - `live_broker`: the broker a benchmark's cells share — a private embedded one (data in a scratch directory),
   or the configured one with a fresh topic prefix (`--external`).
-- `run_stack_cell`: one cell on the whole local stack (`stack.runner.LocalStack`): its own topic prefix and
-  job, the benchmark's root options plus the cell's settings, a backlog pre-produced, stopped at a step, read
-  back from Kafka, its topics deleted once read (`balance`, `realdata`).
-- `Services`: the ordinary `streamtrain produce | coordinate | train` commands as child processes
-  (`stack.procs`), started with the parent's `--config` / `--set` and the benchmark's own settings, for
-  benchmarks that arrange the services themselves (`truncation`, `soak`).
+- `run_stack_cell`: one cell on the whole local stack (`stack.runner.LocalStack`): its own topic prefix and job,
+  the benchmark's root options plus the cell's settings, read back from Kafka, its topics deleted once read
+  (`balance`, `realdata`, `freshness`).
+- `Services`: the ordinary `streamtrain produce | coordinate | train | serve` commands as child processes
+  (`stack.procs`), started with the parent's `--config` / `--set`, the settings they share and their own, for the
+  benchmarks that arrange the services themselves (`truncation`, `soak`), on device streams at a ScaDLES rate
+  preset (`StreamsSetup`).
 - Probes: every device topic's log start and high watermark, the trainers' `StepFeedback` as it arrives, and
   the resident memory of a process tree (/proc, Linux).
 """
@@ -28,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from pydantic import Field
 
 from stack.procs import Child, ChildSet
 from stack.services import ServiceSpec
@@ -37,14 +40,14 @@ from streamtrain.config import KafkaConfig, StreamtrainConfig, parse_assignment
 from streamtrain.kafka import TopicSpec, consume_available, ensure_topics, list_topics, make_admin, make_consumer
 from streamtrain.wire import StepFeedback, WireError, decode
 
-from .common import LaunchOptions
+from .common import LaunchOptions, Record
 
 if TYPE_CHECKING:
     from stack.ledger import RunRecords
     from stack.results import StackReport
     from stack.services import DeviceStream
 
-__all__ = ["CellRun", "FeedbackTail", "LiveBroker", "Services", "StackCell", "delete_topics", "ensure_device_topics",
+__all__ = ["CellRun", "FeedbackTail", "LiveBroker", "Services", "StackCell", "StreamsSetup", "delete_topics",
            "live_broker", "rss_tree", "run_stack_cell", "train_command", "watermarks"]
 
 logger = logging.getLogger(__name__)
@@ -54,33 +57,27 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 @dataclass(frozen=True)
 class LiveBroker:
-    """The broker a benchmark runs on: its Kafka settings and, when embedded, the JVM's pid."""
+    """The broker a benchmark runs on: its Kafka settings and, when embedded, the JVM's pid and heap limit (MiB)."""
 
     kafka: KafkaConfig
     pid: int | None
     embedded: bool
     heap_mb: float | None = None
-    """The embedded broker's Java heap limit (-Xmx) in MiB."""
 
 
 @contextlib.contextmanager
 def live_broker(cfg: StreamtrainConfig, external: bool, tag: str,
                 starting: Callable[[], None] | None = None) -> Iterator[LiveBroker]:
-    """A private embedded broker (in a temporary directory, deleted afterwards), or the configured one with a fresh
-    topic prefix.
-
-    Args:
-        cfg: the configuration (the embedded broker's settings, or the Kafka to use with `external`).
-        external: use the configured Kafka.
-        tag: names the topic prefix and the scratch directory.
-        starting: called just before an embedded broker starts (a progress line: it takes seconds).
+    """A private embedded broker with `cfg.broker`'s settings (in a scratch directory, deleted afterwards; `starting`
+    is called before it starts, which takes seconds), or with `external` the Kafka of `cfg.kafka` under a fresh topic
+    prefix; `tag` names the prefix.
 
     Raises:
         RuntimeError: the embedded broker did not start, or no broker answers at the configured address.
     """
     if external:
-        settings = cfg.kafka.security_settings()
-        if not EmbeddedBroker.answers(cfg.kafka.bootstrap_servers, timeout=10.0, settings=settings):
+        if not EmbeddedBroker.answers(cfg.kafka.bootstrap_servers, timeout=10.0,
+                                      settings=cfg.kafka.security_settings()):
             raise RuntimeError(f"no Kafka broker answers at {cfg.kafka.bootstrap_servers} (kafka.bootstrap_servers)")
         prefix = f"{cfg.kafka.topic_prefix}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         yield LiveBroker(cfg.kafka.model_copy(update={"topic_prefix": prefix}), None, False)
@@ -108,70 +105,55 @@ def live_broker(cfg: StreamtrainConfig, external: bool, tag: str,
 
 @dataclass(frozen=True)
 class StackCell:
-    """What one cell runs: the stack's streams, policy and stopping step, and the settings that make it this cell."""
+    """One run of the whole local stack (`StackOptions` for its streams, policy, backlog, stopping step or duration,
+    replay and serve): its run directory's name, the benchmark's `tag` and the cell's `index` (its topic prefix and
+    job), and the dotted settings on top of the launch options that make it this cell (then `extra_sets`)."""
 
     name: str
-    """Names the cell's run directory (under the benchmark's runs directory)."""
     tag: str
-    """Short prefix of the cell's topic prefix and job (the benchmark's name)."""
     index: int
-    """The cell's place in the schedule (in its topic prefix, job and log lines)."""
-    policy: str
     streams: Sequence[DeviceStream]
     settings: Mapping[str, object]
-    """Dotted settings on top of the launch options (before `extra_sets`)."""
-    backlog: int
-    """Samples pre-produced per device before the trainers start."""
-    until_step: int
+    policy: str | None = None
+    backlog: int = 0
+    until_step: int | None = None
+    duration_s: float | None = None
     seed: int = 0
     replay: bool = False
-    """Replay the configured dataset (`producer.dataset.*`) instead of synthetic streams."""
+    serve: bool = False
+    request_rate: float = 20.0
+    drain_timeout_s: float = 0.0
     start_timeout_s: float = 240.0
     extra_sets: Sequence[str] = ()
-    """`KEY=VALUE` settings applied after the cell's own (the command's `--set`-like escape hatch)."""
 
 
 @dataclass(frozen=True)
 class CellRun:
-    """What a cell's run left: the report `up` writes, the records read back, and what went wrong."""
+    """What a cell's run left: `up`'s report, the records read back (None when they could not be: `error` says
+    why), and what went wrong."""
 
     report: StackReport | None
     records: RunRecords | None
-    """None when the run could not be read back (then `error` says why)."""
     seconds: float
     run_dir: Path
-    backlog_seconds: float | None
     error: str | None
 
 
 def delete_topics(cfg: StreamtrainConfig) -> None:
     """Delete every topic under `cfg`'s topic prefix (disk space only: a failure is logged, never raised)."""
-    from streamtrain.kafka import make_admin
-
     admin = make_admin(cfg.kafka)
     names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(cfg.kafka.topic_prefix + ".")]
-    if names:
-        for fut in admin.delete_topics(names, operation_timeout=30).values():
-            try:
-                fut.result(timeout=30)
-            except Exception as exc:  # disk space only: never fail a benchmark over it
-                logger.warning("could not delete a topic of %s: %s", cfg.kafka.topic_prefix, exc)
+    for fut in admin.delete_topics(names, operation_timeout=30).values() if names else ():
+        try:
+            fut.result(timeout=30)
+        except Exception as exc:  # disk space only: never fail a benchmark over it
+            logger.warning("could not delete a topic of %s: %s", cfg.kafka.topic_prefix, exc)
 
 
 def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOptions = LaunchOptions(),
                    on_step: Callable[[int, str], None] | None = None) -> CellRun:
-    """Run one cell on the broker at `bootstrap` and read it back.
-
-    Args:
-        cell: what to run.
-        bootstrap: the broker (shared by the benchmark's cells).
-        runs: where the cell's run directory (report, series, plots, logs) goes.
-        launch: the root options the services are started with (the cell's settings on top).
-        on_step: called with (step, phase) as the stack runs.
-
-    Returns:
-        The run; `error` set (and `records` None when nothing could be read back) when it failed.
-    """
+    """Run one cell on the broker at `bootstrap` with the launch's root options, its run directory (report, series,
+    plots, logs) in `runs`, calling `on_step(step, phase)` as it goes, and read it back."""
     from stack.runner import LocalStack, StackError, StackOptions
 
     run_id = uuid.uuid4().hex[:6]
@@ -180,20 +162,17 @@ def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOp
                 **dict(parse_assignment(s) for s in cell.extra_sets)}
     run_dir = runs / cell.name
     opts = StackOptions(streams=cell.streams, out=run_dir.resolve(), policy=cell.policy, broker="external",
-                        prometheus=False, drain_timeout_s=0.0, start_timeout_s=cell.start_timeout_s,
+                        prometheus=False, drain_timeout_s=cell.drain_timeout_s, start_timeout_s=cell.start_timeout_s,
                         torch_threads=1, seed=cell.seed, global_args=launch.argv(settings), backlog=cell.backlog,
-                        until_step=cell.until_step, replay=cell.replay)
-
-    def update(snap: Any) -> None:
-        if on_step is not None:
-            on_step(snap.step or 0, snap.phase)
-
-    stack = LocalStack(launch.config(settings), opts, on_update=update, say=lambda line: logger.info("%s", line))
+                        until_step=cell.until_step, duration_s=cell.duration_s, replay=cell.replay, serve=cell.serve,
+                        request_rate=cell.request_rate)
+    stack = LocalStack(launch.config(settings), opts, say=lambda line: logger.info("%s", line),
+                       on_update=lambda snap: on_step(snap.step or 0, snap.phase) if on_step else None)
     began = time.monotonic()
     try:
         report = stack.run()
     except StackError as exc:
-        return CellRun(None, None, round(time.monotonic() - began, 1), run_dir, stack.backlog_seconds, str(exc))
+        return CellRun(None, None, round(time.monotonic() - began, 1), run_dir, str(exc))
     finally:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # the model is not what a benchmark measures
         try:
@@ -201,11 +180,64 @@ def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOp
         except Exception as exc:  # see delete_topics
             logger.warning("topic clean-up of cell %d failed: %s", cell.index, exc)
     error = "; ".join(stack.failures) or (None if stack.records is not None else "no records read back")
-    return CellRun(report, stack.records, round(time.monotonic() - began, 1), run_dir, stack.backlog_seconds, error)
+    return CellRun(report, stack.records, round(time.monotonic() - began, 1), run_dir, error)
 
 
 # ---------------------------------------------------------------------------------------------
 # The services as processes
+
+
+class StreamsSetup(Record):
+    """Device streams at rates drawn from a ScaDLES preset (`rate_preset` with `seed`, which also seeds the data and
+    the model), a coordinator planning them (`planner`, `b_max`, `max_lag_samples` under `bounded`), the ranks' task,
+    and how often the benchmark reads Kafka (`truncation`, `soak`); service logs and checkpoints in `work_dir`."""
+
+    devices: int = 4
+    seed: int = 0
+    rate_preset: str = "S2"
+    planner: str = "scadles"
+    b_max: int = 12
+    max_lag_samples: int = 512
+    size_mean: float = 45.0
+    size_dif: float = 15.0
+    features: int = 16
+    classes: int = 10
+    sample_every_s: float = 0.5
+    start_timeout_s: float = 240.0
+    work_dir: Path | None = Field(default=None, exclude=True)
+
+    def device_ids(self) -> list[str]:
+        return [str(i) for i in range(self.devices)]
+
+    def stream_rates(self) -> list[float]:
+        """Each device's rate in samples/s, drawn once from the preset with `seed` (identical in every run)."""
+        from producers.rates import sample_base_rates
+        from streamtrain.config.producer import RateConfig
+
+        cfg = RateConfig.model_validate({"preset": self.rate_preset})
+        rng = np.random.default_rng(self.seed)
+        return [round(float(r), 1) for r in sample_base_rates(cfg, self.devices, rng)]
+
+    def producer_sets(self, ids: Sequence[str], rates: Sequence[float], seed: int) -> dict[str, object]:
+        """A producer process's settings for the streams `ids` at `rates`."""
+        return {"producer.devices": len(ids), "producer.device_ids": list(ids), "producer.rate.rates": list(rates),
+                "producer.seed": seed, "producer.size.kind": "normal" if self.size_dif > 0 else "fixed",
+                "producer.size.mean": self.size_mean, "producer.size.dif": self.size_dif,
+                "producer.synthetic.features": self.features, "producer.synthetic.classes": self.classes,
+                "producer.duration_seconds": 0, "producer.tick_seconds": 0.01, "producer.metrics": False}
+
+    def trainer_sets(self, **own: object) -> dict[str, object]:
+        """The ranks' settings (CPU, gloo, one thread), with `own` (trainer settings by their short name) on top."""
+        return {f"trainer.{k}": v for k, v in {
+            "device": "cpu", "backend": "gloo", "torch_threads": 1, "num_features": self.features,
+            "num_classes": self.classes, "plan_wait_seconds": 1.0, "data_wait_seconds": 0.5, "metrics": False,
+            **own}.items()}
+
+    def coordinator_sets(self, truncation: str, **own: object) -> dict[str, object]:
+        """The coordinator's settings under `truncation`, with `own` (by their short name) on top."""
+        return {f"coordinator.{k}": v for k, v in {
+            "devices": self.device_ids(), "policy": self.planner, "truncation": truncation, "b_max": self.b_max,
+            "seed": self.seed, **own}.items()}
 
 
 def train_command(devices: Sequence[str], checkpoint_dir: Path) -> tuple[str, ...]:
@@ -216,31 +248,57 @@ def train_command(devices: Sequence[str], checkpoint_dir: Path) -> tuple[str, ..
             str(checkpoint_dir))
 
 
-class Services(ChildSet):
-    """The benchmark's child processes by name, each logging to `log_dir/<name>.log`."""
+#: The package each kind of service runs from (the others from the package of their own name).
+_MODULES = {"producer": "producers", "requests": "serve"}
 
-    def __init__(self, log_dir: Path) -> None:
+
+class Services(ChildSet):
+    """A benchmark's own service processes on one broker's topic prefix and job, each logging to
+    `log_dir/<name>.log`, started with the launch's options, the settings they all share and their own."""
+
+    def __init__(self, kafka: KafkaConfig, job: str, log_dir: Path, launch: LaunchOptions,
+                 devices: Sequence[str]) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        for stale in log_dir.glob("*.log"):  # a reused --out starts with fresh logs
+        for stale in log_dir.glob("*.log"):  # a reused directory starts with fresh logs
             stale.unlink()
         super().__init__(log_dir, [])
+        self.launch = launch
+        self.common: dict[str, object] = {"job": job, "kafka.bootstrap_servers": kafka.bootstrap_servers,
+                                          "kafka.topic_prefix": kafka.topic_prefix, "metrics.port": 0}
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "160", "OMP_NUM_THREADS": "1"}
+        # The device topics first: the trainers need them to exist before they start.
+        ensure_topics(make_admin(kafka), [TopicSpec.from_config(kafka, kafka.topics.device(d)) for d in devices])
 
-    def start(self, name: str, kind: str, argv: Sequence[str]) -> Child:
-        return self.spawn(ServiceSpec(name, kind, tuple(argv), ()), self.env)
-
-    def named(self, name: str) -> Child | None:
-        return next((c for c in self.children if c.name == name), None)
+    def start(self, name: str, kind: str, *command: str, settings: Mapping[str, object]) -> Child:
+        """Start `streamtrain <command>` of the service `kind` as `name`, with the shared settings and `settings`."""
+        argv = self.launch.command(_MODULES.get(kind, kind), *command, settings={**self.common, **settings})
+        return self.spawn(ServiceSpec(name, kind, argv, ()), self.env)
 
     def dead(self) -> list[Child]:
         """Children that exited although nobody stopped them."""
         return [c for c in self.children if not c.running() and not c.stopped_by_us]
 
-    def stop(self, name: str, signum: int = signal.SIGTERM, grace: float = 60.0) -> int | None:
-        child = self.named(name)
-        if child is None:
-            return None
-        return child.stop(signum, grace) if child.running() else child.returncode
+    def check(self, deadline: float | None = None, what: str = "") -> None:
+        """Raise `RuntimeError` when a service died on its own (with its log's tail), or with `what` past `deadline`."""
+        if dead := self.dead():
+            child = dead[0]
+            raise RuntimeError(f"{child.name} exited with status {child.returncode}; last lines of {child.log_path}:\n"
+                               f"{child.log_tail()}")
+        if deadline is not None and time.monotonic() > deadline:
+            raise RuntimeError(what)
+
+    def await_ranks(self, reported: Callable[[], set[str]], devices: Sequence[str], timeout_s: float) -> None:
+        """Wait until the rank of every one of `devices` has reported a step (`reported()`: the devices that have)."""
+        deadline = time.monotonic() + timeout_s
+        while not set(devices) <= reported():
+            self.check(deadline, f"the trainer ranks did not report a step within {timeout_s:.0f} s; see "
+                                 f"{self.log_dir / 'trainers.log'}")
+            time.sleep(0.2)
+
+    def stop(self, name: str, signum: int = signal.SIGTERM, grace: float = 60.0) -> None:
+        """Stop the service `name` with `signum`, killing it after `grace` seconds."""
+        for child in [c for c in self.children if c.name == name and c.running()]:
+            child.stop(signum, grace)
 
     def stop_all(self) -> None:
         """Producers (SIGINT), then trainers, the request load, serve and coordinators (SIGTERM); anything left is
@@ -253,10 +311,6 @@ class Services(ChildSet):
     def pids(self) -> dict[str, int]:
         """Name → pid of every running child."""
         return {c.name: c.pid for c in self.children if c.running() and c.pid is not None}
-
-    def failure(self, child: Child) -> str:
-        return (f"{child.name} exited with status {child.returncode}; last lines of {child.log_path}:\n"
-                f"{child.log_tail()}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,31 +326,18 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _rss(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def rss_tree(pid: int) -> dict[int, int]:
     """Resident memory in bytes of `pid` and every descendant (pid → bytes), from /proc; {} when it is gone."""
     out: dict[int, int] = {}
     stack = [pid]
     while stack:
         p = stack.pop()
-        rss = _rss(p)
-        if rss is None:
+        try:
+            out[p] = int(Path(f"/proc/{p}/statm").read_text().split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
             continue
-        out[p] = rss
         stack += _children(p)
     return out
-
-
-def ensure_device_topics(kafka: KafkaConfig, devices: Sequence[str]) -> None:
-    """Create the device topics up front (the trainers need them to exist before they start)."""
-    admin = make_admin(kafka)
-    ensure_topics(admin, [TopicSpec.from_config(kafka, kafka.topics.device(d)) for d in devices])
 
 
 def watermarks(consumer: Any, kafka: KafkaConfig, devices: Sequence[str], timeout: float = 10.0
@@ -308,11 +349,8 @@ def watermarks(consumer: Any, kafka: KafkaConfig, devices: Sequence[str], timeou
         meta = list_topics(consumer, timeout, topic).topics.get(topic)
         if meta is None or meta.error is not None:
             continue
-        low = high = 0
-        for pid in meta.partitions:
-            lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=timeout)
-            low, high = low + lo, high + hi
-        out[device] = (low, high)
+        marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout) for p in meta.partitions]
+        out[device] = (sum(lo for lo, _ in marks), sum(hi for _, hi in marks))
     return out
 
 
@@ -320,7 +358,6 @@ class FeedbackTail:
     """Every `StepFeedback` of `job` on the feedback topic, from its beginning (the topic may appear later)."""
 
     def __init__(self, kafka: KafkaConfig, job: str) -> None:
-        self.kafka = kafka
         self.job = job
         self.topic = kafka.topics.feedback
         self.consumer = make_consumer(kafka, f"st-bench-feedback-{os.getpid()}-{time.monotonic_ns()}",
@@ -340,22 +377,17 @@ class FeedbackTail:
             return []
         out: list[StepFeedback] = []
         deadline = time.monotonic() + budget_s
-        while time.monotonic() < deadline:
-            msgs = consume_available(self.consumer, 500, 0.05)
-            if not msgs:
-                break
+        while time.monotonic() < deadline and (msgs := consume_available(self.consumer, 500, 0.05)):
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
                     if err.code() != KafkaError._PARTITION_EOF:
                         logger.debug("feedback read: %s", err)
                     continue
-                try:
+                with contextlib.suppress(WireError):
                     fb = decode(msg.value(), msg.headers(), StepFeedback)
-                except WireError:
-                    continue
-                if fb.job == self.job:
-                    out.append(fb)
+                    if fb.job == self.job:
+                        out.append(fb)
         return out
 
     def close(self) -> None:

@@ -8,12 +8,11 @@ gives what the last `bench all` ran.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .common import Bench, Record, RenderContext, table
+from .common import Bench, Record, relative, table
 from .registry import REGISTRY
 
 __all__ = ["BenchRun", "SuiteRuns", "refresh", "render_markdown", "render_runs", "render_sections"]
@@ -80,9 +79,8 @@ def render_sections(data_dirs: Sequence[Path], markdown_dir: Path,
         out["all"] = render_runs(SuiteRuns.load(suite))
     for bench in benches:
         if (path := _found(bench, data_dirs)) is not None:
-            link = Path(os.path.relpath(path.resolve(), markdown_dir.resolve())).as_posix()
-            out[bench.name] = (bench.section(path, RenderContext(path.parent, markdown_dir))
-                               + f"\n\n_Generated from `{link}` by `streamtrain bench report`._")
+            link = f"_Generated from `{relative(path, markdown_dir)}` by `streamtrain bench report`._"
+            out[bench.name] = bench.section(path, markdown_dir) + "\n\n" + link
     return out
 
 
@@ -90,7 +88,7 @@ def render_markdown(data_dirs: Sequence[Path], markdown_dir: Path, benches: Sequ
     """The whole of BENCHMARKS.md: the header, an index, the last `bench all`, then one section per benchmark
     (those without a JSON say so)."""
     sections = render_sections(data_dirs, markdown_dir, benches)
-    shown = ", ".join(f"`{Path(os.path.relpath(d.resolve(), markdown_dir.resolve())).as_posix()}`" for d in data_dirs)
+    shown = ", ".join(f"`{relative(d, markdown_dir)}`" for d in data_dirs)
     index = table(["benchmark", "measures", "the committed figures", "in `bench all` as"], [
         [f"[{b.name}](#{b.name})", (b.about.strip().splitlines() or [""])[0].split(": ", 1)[-1].rstrip("."),
          "`" + " ".join(["streamtrain bench", b.name, b.command_line or " ".join(b.args), "--out docs/bench"]

@@ -12,21 +12,21 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
 
 from streamtrain.config import CoordinatorConfig
 
-from .common import TIMES, Bench, Record, RenderContext, Result, Target, pyplot, save_figure, table, targets_table
+from . import common
+from .common import TIMES, Bench, Record, Result, Target, interleaved, publish, pyplot, table, targets_table
 
 if TYPE_CHECKING:
     from coordinator.policies import Policy
     from coordinator.state import PlanningState
 
-__all__ = ["BENCH", "GRID", "LatencyCell", "SchedulerResult", "measure_scheduler", "references", "render_scheduler",
-           "synthetic_state"]
+__all__ = ["BENCH", "GRID", "LatencyCell", "SchedulerResult", "measure_scheduler", "references", "synthetic_state"]
 
 #: (devices, pending samples per device) of every cell.
 GRID = ((8, 256), (8, 4096), (32, 256), (32, 4096), (128, 256), (128, 4096), (1024, 256), (1024, 4096))
@@ -74,53 +74,46 @@ def synthetic_state(devices: int, pending: int, seed: int = 0) -> PlanningState:
     return PlanningState(step=1, now=10.0, devices=tuple(out), last_step_seconds=0.3)
 
 
-def measure_scheduler(
-    config: CoordinatorConfig,
-    policies: tuple[str, ...] = ("ett-stream", "chronica"),
-    repeats: int = 30,
-    progress: Callable[[str], None] | None = None,
-    reference: bool = False,
-) -> list[LatencyCell]:
-    """Median and p99 plan latency (ms) per policy and (devices, pending per device) cell.
+def measure_scheduler(config: CoordinatorConfig, policies: tuple[str, ...] = ("ett-stream", "chronica"),
+                      repeats: int = 30, progress: Callable[[str], None] | None = None,
+                      reference: bool = False) -> list[LatencyCell]:
+    """Median and p99 plan latency (ms) per policy and (devices, pending per device) cell, the policies interleaved.
 
-    With `reference`, each policy that has one in `references()` is also timed through its plain
-    specification, interleaved with the fast one (same states, same moment), as "<policy>@reference".
+    With `reference`, each policy that has one in `references()` is also timed through its plain specification,
+    as "<policy>@reference".
     """
     from coordinator.policies import plan_step, plan_with
 
     plain = references()
-    cells = []
     names = [p for policy in policies for p in (policy, f"{policy}@reference")
              if p == policy or (reference and policy in plain)]
+    cells = []
     for devices, pending in GRID:
         state = synthetic_state(devices, pending)
         # chronica packs a fixed global batch: about one step's worth of what the fleet buffers.
         cfg = config.model_copy(update={"global_batch": max(devices * 32, 1)})
-        timings: dict[str, list[float]] = {name: [] for name in names}
-        for r in range(repeats):
-            for name in names:
-                t0 = time.perf_counter()
-                if name.endswith("@reference"):
-                    plan_with(replace(state, step=r), cfg, plain[name.removesuffix("@reference")])
-                else:
-                    plan_step(replace(state, step=r), cfg, name)
-                timings[name].append((time.perf_counter() - t0) * 1000.0)
-        for policy in names:
-            times = timings[policy]
-            cell = LatencyCell(policy=policy, devices=devices, pending_per_device=pending,
-                               latency_ms_median=float(np.median(times)),
-                               latency_ms_p99=float(np.percentile(times, 99)))
-            cells.append(cell)
+
+        def timed(name: str, r: int, state: PlanningState = state, cfg: CoordinatorConfig = cfg) -> float:
+            t0 = time.perf_counter()
+            if name.endswith("@reference"):
+                plan_with(replace(state, step=r), cfg, plain[name.removesuffix("@reference")])
+            else:
+                plan_step(replace(state, step=r), cfg, name)
+            return (time.perf_counter() - t0) * 1000.0
+
+        for name, times in interleaved(names, repeats, timed).items():
+            cells.append(LatencyCell(policy=name, devices=devices, pending_per_device=pending,
+                                     latency_ms_median=float(np.median(times)),
+                                     latency_ms_p99=float(np.percentile(times, 99))))
             if progress is not None:
-                progress(f"{policy:10s} {devices:5d} devices x {pending:5d} pending: "
-                         f"median {cell.latency_ms_median:.2f} ms, p99 {cell.latency_ms_p99:.2f} ms")
+                progress(f"{name:10s} {devices:5d} devices x {pending:5d} pending: median "
+                         f"{cells[-1].latency_ms_median:.2f} ms, p99 {cells[-1].latency_ms_p99:.2f} ms")
     return cells
 
 
 def scheduler_command(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option("--out", help="Directory for scheduler.json.", metavar="DIR")] = Path(
-        "bench-out"),
+    out: common.Out = Path("reports/bench"),
     repeats: Annotated[int, typer.Option(min=3, help="Plans timed per cell.")] = 30,
     reference: Annotated[bool, typer.Option(help="Also time the plain specifications of the fast paths (cells "
                                             "named '<policy>@reference').")] = False,
@@ -128,23 +121,26 @@ def scheduler_command(
     """Plan latency (median, p99) of ett-stream and chronica for 8-1024 devices x 256/4096 pending."""
     from streamtrain.cli_support import config_from, console
 
-    cfg = config_from(ctx).coordinator
-    out.mkdir(parents=True, exist_ok=True)
-    cells = measure_scheduler(cfg, repeats=repeats, reference=reference,
+    cells = measure_scheduler(config_from(ctx).coordinator, repeats=repeats, reference=reference,
                               progress=lambda text: console.print(text, highlight=False))
-    SchedulerResult(cells=cells).write(out / "scheduler.json")
-    console.print(f"wrote {out / 'scheduler.json'}", highlight=False)
+    publish(BENCH, SchedulerResult(cells=cells), out)
 
 
-def render_scheduler(result: SchedulerResult, ctx: RenderContext) -> str:
-    """The `scheduler` section of BENCHMARKS.md: targets, every cell, the plot."""
+def _median_at(result: SchedulerResult, devices: int, pending: int) -> float | None:
+    return next((c.latency_ms_median for c in result.cells
+                 if (c.policy, c.devices, c.pending_per_device) == ("ett-stream", devices, pending)), None)
+
+
+def scheduler_targets(result: SchedulerResult) -> list[Target]:
+    """ett-stream's median plan latency at 32 devices x 4096 pending and 1024 x 256."""
+    return [Target(f"≤ {limit:g} ms at {devices} devices {TIMES} {pending} pending", "—" if at is None else
+                   f"{at:.2f} ms", None if at is None else at <= limit, "not reported")
+            for devices, pending, limit in ((32, 4096, 5.0), (1024, 256, 50.0))
+            for at in [_median_at(result, devices, pending)]]
+
+
+def plot_scheduler(result: SchedulerResult) -> Any:
     cells = result.cells
-    rows = [[c.policy, c.devices, c.pending_per_device, c.latency_ms_median, c.latency_ms_p99] for c in cells]
-
-    def median_at(policy: str, devices: int, pending: int) -> float | None:
-        return next((c.latency_ms_median for c in cells
-                     if (c.policy, c.devices, c.pending_per_device) == (policy, devices, pending)), None)
-
     fig, ax = pyplot().subplots(figsize=(6, 3))
     for policy in sorted({c.policy for c in cells}):
         for pending in sorted({c.pending_per_device for c in cells}):
@@ -157,17 +153,16 @@ def render_scheduler(result: SchedulerResult, ctx: RenderContext) -> str:
     ax.set_yscale("log")
     ax.set(xlabel="devices", ylabel="plan latency, median (ms)")
     ax.legend(fontsize=7)
-    png = save_figure(fig, ctx.plot_path("scheduler.png"))
-    a, b = median_at("ett-stream", 32, 4096), median_at("ett-stream", 1024, 256)
-    targets = targets_table([
-        Target(f"≤ 5 ms at 32 devices {TIMES} 4096 pending", "—" if a is None else f"{a:.2f} ms",
-               None if a is None else a <= 5.0, "not reported"),
-        Target(f"≤ 50 ms at 1024 devices {TIMES} 256 pending", "—" if b is None else f"{b:.2f} ms",
-               None if b is None else b <= 50.0, "not reported"),
-    ], "target (ett-stream)")
-    return "\n\n".join([targets, table(["policy", "devices", "pending/device", "median ms", "p99 ms"], rows),
-                        f"![scheduler]({ctx.link(png)})"])
+    return fig
 
 
-BENCH = Bench("scheduler", scheduler_command, SchedulerResult, render_scheduler, quick_args=("--repeats", "5"),
-              timeout_s=300, about=__doc__ or "")
+def render_scheduler(result: SchedulerResult) -> str:
+    """The `scheduler` section of BENCHMARKS.md: targets, every cell."""
+    return "\n\n".join([targets_table(scheduler_targets(result), "target (ett-stream)"),
+                        table(["policy", "devices", "pending/device", "median ms", "p99 ms"],
+                              [[c.policy, c.devices, c.pending_per_device, c.latency_ms_median, c.latency_ms_p99]
+                               for c in result.cells])])
+
+
+BENCH = Bench("scheduler", scheduler_command, SchedulerResult, render_scheduler, scheduler_targets, plot_scheduler,
+              quick_args=("--repeats", "5"), timeout_s=300, about=__doc__ or "")

@@ -1,237 +1,251 @@
-"""The balance benchmark's runs: each cell one `live.run_stack_cell` on one shared broker, read back.
-
-`run_balance` (the synthetic matrix) and `run_realdata` (a dataset replayed) differ in what a cell's streams and
-settings are and in the figures read from it; the schedule, the broker and the progress are `run_schedule`'s.
-"""
+"""`streamtrain bench balance` and `streamtrain bench realdata`: each run one `live.run_stack_cell` on one shared
+broker, read back from Kafka (`figures`, `dataset`), every run timed to its target, the result written."""
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any
 
 import numpy as np
+import typer
 
-from ..common import LaunchOptions
+from streamtrain.config.coordinator import POLICY_NAMES
+
+from ..common import External, LaunchOptions, Out, Seed, WorkDir, figure, problems, publish
 from ..live import CellRun, StackCell, live_broker, run_stack_cell
-from .accuracy import accuracy_curve, summarise_realdata, wall_period_median
-from .analysis import analyse_cell, summarise
-from .render import plot_balance, plot_realdata
-from .results import BalanceResult, CellResult, RealdataResult, RunResult
+from .dataset import accuracy_curve, judge_realdata, wall_period_median
+from .figures import BalanceResult, RealdataResult, Run, analyse_window, judge_balance
 from .setup import (
-    BalanceCell,
-    BalanceRunSetup,
+    DEFAULT_FLEETS,
+    FLEETS,
+    REALDATA_POLICIES,
     BalanceSetup,
-    FleetSetup,
-    RealdataCell,
+    Cell,
     RealdataSetup,
     fleet_label,
-    schedule,
+    parse_fleet,
 )
 
-__all__ = ["CellProgress", "dataset_settings", "run_balance", "run_realdata", "run_schedule"]
+__all__ = ["balance_command", "read_run", "realdata_command", "run_balance", "run_realdata"]
 
-logger = logging.getLogger(__name__)
-
-#: `(cell index, cells, cell label, step, until_step, phase)` — what a progress display receives.
-CellProgress = Callable[[int, int, str, int, int, str], None]
-T = TypeVar("T")
+Curve = list[tuple[float, float]]
 
 
-def run_schedule(setup: FleetSetup, plan: Sequence[tuple[int, Any]], stack_cell: Callable[[int, Any], StackCell],
-                 read: Callable[[CellRun, Any, int, int], T], runs: Path, launch: LaunchOptions,
-                 progress: CellProgress | None = None, bootstrap: str | None = None,
-                 on_result: Callable[[T], None] | None = None) -> list[T]:
-    """Run each (repeat, cell) of `plan` on one broker (embedded unless `bootstrap` names one), in order.
-
-    Args:
-        setup: the workload's setup (its stopping step).
-        plan: (repeat, cell) in running order.
-        stack_cell: (index, cell) → what the stack runs.
-        read: (run, cell, repeat, index) → the cell's result.
-        runs: where each run's directory (report, series, plots, logs) goes.
-        launch: the root options the services are started with.
-        progress: called as cells and steps go by.
-        bootstrap: a broker to use instead of an embedded one.
-        on_result: called with each result as soon as it is known.
-    """
-    until, results = setup.until_step, []
-
-    def say(i: int, cell: Any, step: int, phase: str) -> None:
-        if progress is not None:
-            progress(i, len(plan), cell.label, step, until, phase)
-
-    cfg = launch.config({"kafka.bootstrap_servers": bootstrap} if bootstrap else None)
-    with live_broker(cfg, bootstrap is not None, "balance",
-                     lambda: say(0, plan[0][1], 0, "starting the Kafka broker")) as broker:
-        address = broker.kafka.bootstrap_servers
-        for i, (rep, cell) in enumerate(plan):
-            def on_step(step: int, phase: str, i: int = i, cell: Any = cell) -> None:
-                say(i, cell, step, phase)
-
-            ran = run_stack_cell(stack_cell(i, cell), address, runs, launch, on_step)
-            results.append(read(ran, cell, rep, i))
-            if on_result is not None:
-                on_result(results[-1])
-            say(i + 1, cell, until, "done")
-    return results
-
-
-def _plot(plot: Callable[[Any, Path], Path], result: Any, path: Path) -> None:
-    try:
-        plot(result, path)
-    except (ValueError, RuntimeError) as exc:  # a plot must never lose the figures
-        logger.warning("%s failed: %s", path.name, exc)
-
-
-def balance_cell_result(ran: CellRun, setup: BalanceSetup, cell: BalanceCell, repeat: int) -> CellResult:
-    """A synthetic cell's figures from what it left in Kafka; `error` set (with what could be measured) on failure."""
-    from stack.services import size_kind_for
-
+def read_run(ran: CellRun, cell: Cell, repeat: int, setup: BalanceSetup | RealdataSetup) -> tuple[Run, Curve]:
+    """A run's figures from what it left in Kafka, and its loss curve; `error` set (with what could be measured) on
+    failure. A dataset run's held-out curve too, and its wall period without the evaluations' pauses."""
     identity: dict[str, Any] = {"policy": cell.policy, "slowdowns": cell.slowdowns, "dif": cell.dif, "repeat": repeat,
-                                "size_kind": size_kind_for(setup.size_mean, cell.dif)}
+                                "seconds": ran.seconds, "run_dir": str(ran.run_dir)}
     if ran.records is None or ran.report is None:
-        return CellResult.model_validate({**identity, "error": ran.error})
+        return Run.model_validate({**identity, "error": ran.error}), []
+    records = ran.records
+    smooth = setup.smooth_steps if isinstance(setup, BalanceSetup) else 1
     try:
-        figures = analyse_cell(ran.records.feedback, setup.devices, setup.warmup_steps, setup.steps,
-                               setup.smooth_steps)
+        figures, curve = analyse_window(records.feedback, len(cell.slowdowns), setup.warmup_steps, setup.steps, smooth)
+        if isinstance(setup, RealdataSetup):
+            figures["accuracy"] = accuracy_curve(records.evaluations, records.feedback, setup.smooth_evals,
+                                                 setup.held_out_metric)
+            figures["wall_step_seconds_median"] = wall_period_median(
+                records.feedback, [p.step for p in figures["accuracy"]], setup.warmup_steps, setup.until_step)
     except ValueError as exc:
-        return CellResult.model_validate({**identity, "error": f"{ran.error or ''} analysis: {exc}".strip()})
-    report = ran.report
-    sizes = np.concatenate([recs.sizes[recs.decoded] for recs in ran.records.records.values()] or [np.zeros(0)])
-    return CellResult.model_validate({
-        **identity, **dict(figures), "seconds": ran.seconds, "steps": report.steps,
-        "samples_trained": report.samples_trained,
-        "samples_pending": report.samples_pending,  # the backlog left over by design: not lost
-        "samples_unaccounted": report.samples_unaccounted, "samples_lost": report.samples_unaccounted,
-        "size_mean_measured": float(np.mean(sizes)) if len(sizes) else None,
+        return Run.model_validate({**identity, "error": f"{ran.error or ''} analysis: {exc}".strip()}), []
+    sizes = np.concatenate([r.sizes[r.decoded] for r in records.records.values()] or [np.zeros(0)])
+    missing = isinstance(setup, RealdataSetup) and not figures["accuracy"]
+    return Run.model_validate({
+        **identity, **figures, "samples_unaccounted": ran.report.samples_unaccounted,
         "size_dif_measured": float(np.std(sizes)) if len(sizes) else None,
-        "plan_latency_ms_median": report.plan_latency_ms_median, "backlog_seconds": ran.backlog_seconds,
-        "run_dir": str(ran.run_dir), "error": ran.error,
-    })
+        "error": ran.error or ("no held-out evaluation read back" if missing else None)}), curve
 
 
-def run_balance(setup: BalanceSetup, out: Path, launch: LaunchOptions = LaunchOptions(),
-                progress: CellProgress | None = None, bootstrap: str | None = None,
-                cells: Sequence[BalanceCell] | None = None, on_cell: Callable[[CellResult], None] | None = None,
+def _run_plan(setup: BalanceSetup | RealdataSetup, tag: str, replay: dict[str, object] | None, runs: Path,
+              launch: LaunchOptions, bootstrap: str | None) -> list[tuple[Run, Curve]]:
+    """Run each (round, cell) of the setup's plan on one broker (embedded unless `bootstrap` names one), in order,
+    replaying the dataset of `replay` (its settings) or the setup's synthetic streams; a line for each run."""
+    from streamtrain.cli_support import console
+
+    plan, out = setup.plan(), []
+    cfg = launch.config({"kafka.bootstrap_servers": bootstrap} if bootstrap else None)
+    with live_broker(cfg, bootstrap is not None, tag) as broker:
+        for i, (rep, cell) in enumerate(plan):
+            console.print(f"[{i + 1}/{len(plan)}] round {rep}: {cell.label} ...", highlight=False)
+            ran = run_stack_cell(StackCell(
+                name=f"{i:02d}-{cell.policy}" + ("" if cell.dif is None else f"-dif{cell.dif:g}")
+                + f"-{fleet_label(cell.slowdowns, 'x')}", tag=tag, index=i, streams=setup.streams(cell),
+                settings={**setup.settings_of(cell), **(replay or {})}, policy=cell.policy, replay=replay is not None,
+                backlog=setup.backlog_per_device, until_step=setup.until_step, seed=setup.seed,
+                start_timeout_s=setup.start_timeout_s, extra_sets=setup.extra_sets), broker.kafka.bootstrap_servers,
+                runs, launch)
+            out.append(read_run(ran, cell, rep, setup))
+            run = out[-1][0]
+            console.print(f"  [red]{run.error[:300]}" if run.error else
+                          f"  step {figure(run.step_seconds_median, '.1f', 1e3)} ms, wall "
+                          f"{figure(run.wall_step_seconds_median, '.1f', 1e3)} ms, SE "
+                          f"{figure(run.straggler_effect_median, '.3f')}, {figure(run.samples_per_s, '.1f')} samples/s "
+                          f"({run.seconds or 0:.0f} s)", highlight=False)
+    return out
+
+
+def run_balance(setup: BalanceSetup, out: Path, launch: LaunchOptions = LaunchOptions(), bootstrap: str | None = None,
                 runs: Path | None = None) -> BalanceResult:
-    """Run every synthetic cell `setup.repeats` times and write DIR/balance.json and DIR/balance.png.
+    """Run every synthetic cell `setup.repeats` times (each run's directory in `runs`, default DIR/balance-runs) and
+    write DIR/balance.json and DIR/balance.png."""
+    from . import BALANCE
 
-    Args:
-        setup: the experiment.
-        out: where balance.json and balance.png go.
-        launch: the root options the services are started with.
-        progress: called as cells and steps go by.
-        bootstrap: a broker to use instead of an embedded one.
-        cells: the cells to run (default `setup.cells()`).
-        on_cell: called with each cell's result as soon as it is known.
-        runs: where each cell's run directory goes; default DIR/balance-runs.
-    """
-    from stack.services import DeviceStream, size_kind_for
-
-    out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
-    cells = list(cells) if cells is not None else setup.cells()
-
-    def stack_cell(i: int, cell: BalanceCell) -> StackCell:
-        kind = size_kind_for(setup.size_mean, cell.dif)
-        streams = [DeviceStream(str(d), 1.0, setup.size_mean, cell.dif, kind) for d in range(setup.devices)]
-        return StackCell(name=f"{i:02d}-{cell.policy}-dif{cell.dif:g}-{fleet_label(cell.slowdowns, 'x')}",
-                         tag="balance", index=i, policy=cell.policy, streams=streams, settings=setup.settings_of(cell),
-                         backlog=setup.backlog_per_device, until_step=setup.until_step, seed=setup.seed,
-                         start_timeout_s=setup.start_timeout_s, extra_sets=setup.extra_sets)
-
-    results = run_schedule(setup, [(rep, cell) for rep in range(setup.repeats) for cell in cells], stack_cell,
-                           lambda ran, cell, rep, _i: balance_cell_result(ran, setup, cell, rep),
-                           runs or out / "balance-runs", launch, progress, bootstrap, on_cell)
-    figures = summarise(results, setup)
-    settings = {**setup.settings_of(cells[0]), "trainer.slowdowns": "per cell", **launch.overrides()}
-    result = BalanceResult(
-        setup=BalanceRunSetup.model_validate({**setup.model_dump(), "settings": settings}),
-        target_loss=figures.target_loss, target_loss_rule=figures.target_loss_rule,
-        seconds=round(time.monotonic() - began, 1), cells=figures.cells, targets=figures.targets,
-        runs=[r.model_copy(update={"loss_curve": None}) for r in figures.runs] if figures.runs else None)
-    result.write(out / "balance.json")
-    _plot(plot_balance, result, out / "balance.png")
-    return result
+    judged, targets, rule = judge_balance(_run_plan(setup, "balance", None, runs or out / "balance-runs", launch,
+                                                    bootstrap), setup)
+    settings = {**setup.settings_of(setup.cells()[0]), "trainer.slowdowns": "per cell", **launch.overrides()}
+    return publish(BALANCE, BalanceResult(
+        setup=setup.model_copy(update={"settings": settings}), target_loss=targets, target_loss_rule=rule,
+        seconds=round(time.monotonic() - began, 1), runs=judged), out)
 
 
-def dataset_settings(setup: RealdataSetup, launch: LaunchOptions) -> dict[str, object]:
-    """What replaying `setup.dataset` sets (producers' source, held-out set), checked against the model.
+def run_realdata(setup: RealdataSetup, out: Path, launch: LaunchOptions = LaunchOptions(),
+                 bootstrap: str | None = None, runs: Path | None = None) -> RealdataResult:
+    """Run every dataset cell `setup.repeats` times in rotated order (each run's directory in `runs`, default
+    DIR/realdata-runs) and write DIR/realdata.json and DIR/realdata.png.
 
     Raises:
-        ValueError: the dataset cannot be loaded (its package not installed) or does not fit the model.
+        ValueError: the dataset cannot be replayed with the benchmark's model, or has no held-out split.
     """
     from stack.replay import resolve_replay
+
+    from . import REALDATA
 
     replay = resolve_replay(setup.dataset, launch.config(setup.settings_of(setup.cells()[0])))
     if replay.held_out is None:
         raise ValueError(f"dataset {setup.dataset}: no held-out split to measure {setup.held_out_metric} on")
-    return replay.settings
-
-
-def run_result(ran: CellRun, setup: RealdataSetup, cell: RealdataCell, repeat: int, order: int) -> RunResult:
-    """A dataset run's figures from what it left in Kafka (its window's step figures, its accuracy over time)."""
-    identity: dict[str, Any] = {"policy": cell.policy, "slowdowns": cell.slowdowns, "control": cell.control,
-                                "repeat": repeat, "order": order, "seconds": ran.seconds, "run_dir": str(ran.run_dir)}
-    if ran.records is None or ran.report is None:
-        return RunResult.model_validate({**identity, "error": ran.error})
-    records = ran.records
-    try:
-        figures = analyse_cell(records.feedback, setup.devices, setup.warmup_steps, setup.steps, 1)
-        curve = accuracy_curve(records.evaluations, records.feedback, setup.smooth_evals, setup.held_out_metric)
-        period = wall_period_median(records.feedback, [p.step for p in curve], setup.warmup_steps, setup.until_step)
-    except ValueError as exc:
-        return RunResult.model_validate({**identity, "error": f"{ran.error or ''} analysis: {exc}".strip()})
-    left = [len(records.records[d]) - sum(fb.samples for fb in records.feedback if fb.device_id == d)
-            for d in records.devices if d in records.records]
-    return RunResult.model_validate({
-        **identity, **dict(figures), "loss_curve": None, "wall_period_seconds_median": period, "accuracy": curve,
-        "final_accuracy": curve[-1].accuracy if curve else None, "samples_trained": ran.report.samples_trained,
-        "samples_unaccounted": ran.report.samples_unaccounted, "backlog_left_min": min(left) if left else None,
-        "error": ran.error or (None if curve else "no held-out evaluation read back"),
-    })
-
-
-def run_realdata(setup: RealdataSetup, out: Path, launch: LaunchOptions = LaunchOptions(),
-                 progress: CellProgress | None = None, bootstrap: str | None = None,
-                 on_run: Callable[[RunResult], None] | None = None, runs: Path | None = None) -> RealdataResult:
-    """Run every dataset cell `setup.repeats` times in rotated order, and write DIR/realdata.json and .png.
-
-    Args:
-        setup: the experiment.
-        out: where realdata.json and realdata.png go.
-        launch: the root options the services are started with.
-        progress: called as runs and steps go by.
-        bootstrap: a broker to use instead of an embedded one.
-        on_run: called with each run's result as soon as it is known.
-        runs: where each run's directory goes; default DIR/realdata-runs.
-
-    Raises:
-        ValueError: the dataset cannot be replayed with the benchmark's model.
-    """
-    from stack.services import DeviceStream
-
-    replay = dataset_settings(setup, launch)
-    out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
-    plan = schedule(setup)
-    # Replayed from a backlog: the rate and sizes of a stream do not apply (a sample's size is its length).
-    streams = [DeviceStream(str(d), 1.0, 1.0, 0.0) for d in range(setup.devices)]
+    ran = _run_plan(setup, "realdata", replay.settings, runs or out / "realdata-runs", launch, bootstrap)
+    judged, target, rule = judge_realdata([run for run, _ in ran], setup)
+    settings = {**setup.settings_of(setup.cells()[0]), **replay.settings, "trainer.slowdowns": "per cell",
+                **launch.overrides()}
+    return publish(REALDATA, RealdataResult(
+        setup=setup.model_copy(update={"settings": settings}), target=target, target_rule=rule,
+        seconds=round(time.monotonic() - began, 1), runs=judged), out)
 
-    def stack_cell(i: int, cell: RealdataCell) -> StackCell:
-        return StackCell(name=f"{i:02d}-{cell.policy}-{fleet_label(cell.slowdowns, 'x')}", tag="realdata", index=i,
-                         policy=cell.policy, streams=streams, settings={**setup.settings_of(cell), **replay},
-                         backlog=setup.backlog_per_device, until_step=setup.until_step, seed=setup.seed, replay=True,
-                         start_timeout_s=setup.start_timeout_s, extra_sets=setup.extra_sets)
 
-    results = run_schedule(setup, plan, stack_cell, lambda ran, cell, rep, i: run_result(ran, setup, cell, rep, i),
-                           runs or out / "realdata-runs", launch, progress, bootstrap, on_run)
-    result = summarise_realdata(results, setup, {**setup.settings_of(plan[0][1]), **replay,
-                                                 "trainer.slowdowns": "per cell", **launch.overrides()},
-                                round(time.monotonic() - began, 1))
-    result.write(out / "realdata.json")
-    _plot(plot_realdata, result, out / "realdata.png")
-    return result
+def _fleets(named: Sequence[str], texts: Sequence[str], control: bool, quick: bool) -> tuple[tuple[float, ...], ...]:
+    """The fleets of `--fleet` and `--slowdowns` (default `DEFAULT_FLEETS`, one-slow with --quick), and a control."""
+    if unknown := sorted(set(named) - set(FLEETS)):
+        raise ValueError(f"--fleet {', '.join(unknown)}: no such fleet (have: {', '.join(FLEETS)})")
+    out = [FLEETS[name] for name in named] + [parse_fleet(text) for text in texts]
+    out = out or [FLEETS[name] for name in (("one-slow",) if quick else DEFAULT_FLEETS)]
+    return tuple(out + ([(1.0,) * len(out[0])] if control and (1.0,) * len(out[0]) not in out else []))
+
+
+Policies = Annotated[list[str] | None, typer.Option("--policy", help="Policy to run (repeatable; default: every one "
+                                                    "the benchmark compares).")]
+Steps = Annotated[int | None, typer.Option(min=2, help="Measured steps per run after the warm-up.")]
+Warmup = Annotated[int | None, typer.Option(min=0, help="Warm-up steps left out of the step figures.")]
+GlobalBatch = Annotated[int | None, typer.Option(min=4, help="coordinator.global_batch: samples per step over all "
+                                                 "ranks.")]
+TimeScale = Annotated[float, typer.Option(min=1.0, help="Every rank computes this many times its CPU time (slow-downs "
+                                          "multiply on top), so 4 ranks fit on 2 cores without contending.")]
+
+
+def balance_command(
+    ctx: typer.Context,
+    out: Out = Path("reports/bench"),
+    work_dir: WorkDir = Path("reports/bench-runs"),
+    quick: Annotated[bool, typer.Option(help="static, lbbsp and ett-stream at DIF 0 and 64 on the one-slow fleet, "
+                                        "12 + 8 steps (about 4 minutes).")] = False,
+    policy: Policies = None,
+    fleet: Annotated[list[str] | None, typer.Option("--fleet", help="A named fleet of slow-downs (repeatable): "
+                                                    + ", ".join(f"{k} ({fleet_label(v)})" for k, v in FLEETS.items())
+                                                    + f"; default {' and '.join(DEFAULT_FLEETS)}.")] = None,
+    slowdowns: Annotated[list[str] | None, typer.Option("--slowdowns", help="Per-rank slow-down factors, one list "
+                                                        "per fleet (repeatable; besides --fleet).")] = None,
+    control: Annotated[bool, typer.Option(help="Also run static on equal ranks at the smallest DIF: identical batches "
+                                          "on identical ranks, the oracle's base and the machine's noise floor.")
+                       ] = False,
+    dif: Annotated[str | None, typer.Option(help="DIF values (std of sample sizes), comma-separated (default "
+                                            "0,16,64).")] = None,
+    global_batch: GlobalBatch = None,
+    steps: Steps = None,
+    warmup: Warmup = None,
+    model_window: Annotated[int, typer.Option(min=4, help="coordinator.model_window: feedback records each device's "
+                                              "time model is fitted on.")] = 8,
+    time_scale: TimeScale = 4.0,
+    repeats: Annotated[int, typer.Option(min=1, help="Rounds of the whole matrix (each cell: the median).")] = 1,
+    seed: Seed = 0,
+    external: External = False,
+) -> None:
+    """Every planning policy on the live stack: 4 gloo ranks, emulated fleets of slow-downs, DIF 0/16/64 (24 steps
+    after a warm-up of 10 unless set).
+
+    Per cell: step time, wall period and its split on the critical path, straggler effect, work rate, time to a
+    target loss, over a window under a backlog; per fleet and DIF, ett-stream against the oracle (needs
+    --control), static and chronica. Writes DIR/balance.json and DIR/balance.png; each run goes to WORK_DIR/balance.
+    """
+    from streamtrain.cli_support import EXIT_CONFIG, config_from, die
+
+    cfg = config_from(ctx)
+    try:
+        setup = BalanceSetup(
+            policies=tuple(policy or (("static", "lbbsp", "ett-stream") if quick else POLICY_NAMES)),
+            slowdowns=_fleets(fleet or [], slowdowns or [], control, quick),
+            difs=tuple(float(v) for v in dif.split(",")) if dif else ((0.0, 64.0) if quick else (0.0, 16.0, 64.0)),
+            global_batch=global_batch or 512, time_scale=time_scale, model_window=model_window, repeats=repeats,
+            steps=steps or (12 if quick else 24), warmup_steps=warmup if warmup is not None else (8 if quick else 10),
+            seed=seed, quick=quick)
+    except ValueError as exc:
+        die(f"bench balance: {problems(exc)}", EXIT_CONFIG)
+    result = run_balance(setup, out, LaunchOptions.of(ctx), cfg.kafka.bootstrap_servers if external else None,
+                         work_dir / "balance")
+    if any(r.error for r in result.runs):
+        raise typer.Exit(1)
+
+
+def realdata_command(
+    ctx: typer.Context,
+    out: Out = Path("reports/bench"),
+    work_dir: WorkDir = Path("reports/bench-runs"),
+    quick: Annotated[bool, typer.Option(help="static and ett-stream plus the control, one round, 15 + 3 steps: proves "
+                                        "it works (about 4 minutes), measures little.")] = False,
+    policy: Policies = None,
+    slowdowns: Annotated[str, typer.Option(help="Per-rank slow-down factors (one per rank).")] = "1,1,1,4",
+    dataset: Annotated[str, typer.Option(help="The packaged dataset replayed: plaid (classification, timed to a "
+                                         "held-out accuracy), or the regression problem tecator or covid3month "
+                                         "(timed to a held-out RMSE).")] = "plaid",
+    control: Annotated[bool, typer.Option(help="Run the homogeneous control (ett-stream, every factor 1) each "
+                                          "round: its step time gives the oracle.")] = True,
+    repeats: Annotated[int | None, typer.Option(min=1, help="Rounds of every cell, the order rotated each round "
+                                                "(default 3; 1 with --quick).")] = None,
+    steps: Steps = None,
+    warmup: Warmup = None,
+    global_batch: GlobalBatch = None,
+    eval_every: Annotated[int, typer.Option(min=1, help="trainer.eval_every: steps between held-out "
+                                            "evaluations.")] = 3,
+    target_accuracy: Annotated[float | None, typer.Option(min=0.0, help="A fixed target of the held-out metric "
+                                                          "(accuracy, or RMSE for a regression problem) instead of "
+                                                          "static's at mid-window.")] = None,
+    time_scale: TimeScale = 4.0,
+    seed: Seed = 0,
+    external: External = False,
+) -> None:
+    """Time to a held-out accuracy on real data (PLAID), per policy, with one device four times slower (40 steps
+    after a warm-up of 5, a global batch of 64 unless set); or, with --dataset tecator, to a held-out RMSE.
+
+    Judged: ett-stream reaches static's mid-window accuracy (RMSE) no later than the best other policy and >= 2x
+    sooner than static, and its step time is within 15% of the oracle (the control x n / sum(1/s_i)). Writes
+    DIR/realdata.json and DIR/realdata.png. Example: streamtrain bench realdata --quick --out /tmp/rd
+    """
+    from streamtrain.cli_support import EXIT_CONFIG, config_from, die
+
+    cfg = config_from(ctx)
+    try:
+        setup = RealdataSetup(
+            policies=tuple(policy or (("static", "ett-stream") if quick else REALDATA_POLICIES)),
+            dataset=dataset, slowdowns=parse_fleet(slowdowns), control=control, repeats=repeats or (1 if quick else 3),
+            steps=steps or (15 if quick else 40), warmup_steps=warmup if warmup is not None else (3 if quick else 5),
+            global_batch=global_batch or 64, eval_every=eval_every, target_accuracy=target_accuracy,
+            time_scale=time_scale, seed=seed, quick=quick)
+        result = run_realdata(setup, out, LaunchOptions.of(ctx), cfg.kafka.bootstrap_servers if external else None,
+                              work_dir / "realdata")
+    except ValueError as exc:
+        die(f"bench realdata: {problems(exc)}", EXIT_CONFIG)
+    if any(r.error for r in result.runs):
+        raise typer.Exit(1)

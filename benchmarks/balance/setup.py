@@ -1,8 +1,8 @@
 """What the balance benchmark runs, per workload: the fleets of slow-downs, the window, the data, the settings.
 
-Both workloads share `FleetSetup` (policies, global batch, emulated speed, window, repeats) and its cell
-settings; `BalanceSetup` adds the synthetic matrix (fleets x DIF), `RealdataSetup` a dataset replayed on one
-fleet with its homogeneous control and a held-out evaluation.
+Both workloads share `FleetSetup` (policies, global batch, emulated speed, window, repeats) and its cell settings;
+`BalanceSetup` adds the synthetic matrix (fleets x DIF), `RealdataSetup` a dataset replayed on one fleet with its
+homogeneous control and a held-out evaluation.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, JsonValue, model_validator
 
@@ -18,10 +18,11 @@ from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import Record
 
-__all__ = ["DATASET_METRICS", "DATASET_SETTINGS", "DEFAULT_FLEETS", "FLEETS", "MODEL_SETTINGS", "REALDATA_POLICIES",
-           "BalanceCell", "BalanceRunSetup",
-           "BalanceSetup", "FleetSetup", "RealdataCell", "RealdataRunSetup", "RealdataSetup", "backlog_for",
-           "balanced_share", "fleet_label", "oracle_factor", "parse_fleet", "schedule"]
+if TYPE_CHECKING:
+    from stack.services import DeviceStream
+
+__all__ = ["DATASET_SETTINGS", "DEFAULT_FLEETS", "FLEETS", "REALDATA_POLICIES", "BalanceSetup", "Cell", "FleetSetup",
+           "RealdataSetup", "balanced_share", "fleet_label", "oracle_factor", "parse_fleet"]
 
 #: Named fleets, one slow-down factor per rank (rank r computes factor_r times slower). `--fleet NAME` runs one;
 #: a new pattern is one line here.
@@ -61,14 +62,6 @@ _SHARE_MARGIN = 1.35
 _OVERSHOOT_STEPS = 12
 
 
-def backlog_for(global_batch: int, until_step: int, fleets: Sequence[Sequence[float]]) -> int:
-    """Samples to pre-produce per device so that no device's backlog drains before `until_step` (nor in the steps
-    the ranks may run past it), whichever policy splits `global_batch` samples per step on any of `fleets`: the
-    hungriest device's balanced share, with a margin for a policy that gives it more."""
-    share = min(1.0, _SHARE_MARGIN * max((balanced_share(f) for f in fleets if f and min(f) > 0), default=1.0))
-    return math.ceil(share * global_batch * (until_step + _OVERSHOOT_STEPS))
-
-
 def fleet_label(slowdowns: tuple[float, ...], sep: str = ",") -> str:
     """`1,1,1,4`: a fleet as its factors."""
     return sep.join(f"{f:g}" for f in slowdowns)
@@ -97,6 +90,25 @@ def balanced_share(slowdowns: Sequence[float]) -> float:
     return (1.0 / min(slowdowns)) / sum(1.0 / f for f in slowdowns)
 
 
+@dataclass(frozen=True)
+class Cell:
+    """What one run runs: a policy on a fleet, at a DIF (the synthetic workload) or on the dataset."""
+
+    policy: str
+    slowdowns: tuple[float, ...]
+    dif: float | None = None
+
+    @property
+    def control(self) -> bool:
+        """A fleet of equal ranks: the homogeneous control behind the oracle."""
+        return len(set(self.slowdowns)) == 1
+
+    @property
+    def label(self) -> str:
+        return (f"{self.policy} slow-downs {fleet_label(self.slowdowns)}"
+                + (f" DIF {self.dif:g}" if self.dif is not None else "") + (" (control)" if self.control else ""))
+
+
 class FleetSetup(Record):
     """What both workloads share: policies on emulated fleets, one global batch, a window after a warm-up."""
 
@@ -112,11 +124,10 @@ class FleetSetup(Record):
     steps: int = 30
     """Measured steps after the warm-up."""
     model_window: int = 8
-    """coordinator.model_window: feedback records each device's time model is fitted on (the fit forgets the
-    warm-up's slow first steps)."""
+    """coordinator.model_window: feedback records each device's time model is fitted on."""
     seed: int = 0
     repeats: int = 1
-    """Runs of every cell, one round after another (each cell's figures: the median over its runs)."""
+    """Rounds of every cell (each cell's figures: the median over its runs)."""
     start_timeout_s: float = 240.0
     extra_sets: tuple[str, ...] = ()
     """Further `KEY=VALUE` settings for every cell, as `--set` takes them (after the benchmark's own)."""
@@ -124,7 +135,8 @@ class FleetSetup(Record):
     """Samples pre-produced per device: the hungriest device's balanced share of every step until the ranks stop,
     with margin (filled in). Checked, not assumed: the analysis flags a device that ran out of work."""
     quick: bool = False
-    """Whether `--quick` chose the matrix and the window (a note for the reader of the JSON)."""
+    settings: dict[str, JsonValue] = Field(default_factory=dict)
+    """The settings every cell ran with (filled in by the run)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -136,13 +148,13 @@ class FleetSetup(Record):
 
             fleets = get("slowdowns")
             fleets = fleets if fleets and isinstance(fleets[0], list | tuple) else [fleets]
-            data = {**data, "backlog_per_device": backlog_for(get("global_batch"), get("warmup_steps") + get("steps"),
-                                                              fleets)}
+            share = min(1.0, _SHARE_MARGIN * max((balanced_share(f) for f in fleets if f and min(f) > 0), default=1))
+            until = get("warmup_steps") + get("steps") + _OVERSHOOT_STEPS
+            data = {**data, "backlog_per_device": math.ceil(share * get("global_batch") * until)}
         return data
 
     def _check(self, devices: int) -> None:
-        unknown = sorted(set(self.policies) - set(POLICY_NAMES))
-        if unknown:
+        if unknown := sorted(set(self.policies) - set(POLICY_NAMES)):
             raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICY_NAMES)}")
         if self.global_batch < devices:
             raise ValueError(f"global_batch {self.global_batch} is below the {devices} devices")
@@ -156,31 +168,14 @@ class FleetSetup(Record):
     def cell_settings(self, slowdowns: tuple[float, ...]) -> dict[str, object]:
         """The settings a cell on `slowdowns` runs with, besides its broker, topic prefix and job."""
         return {
-            "coordinator.global_batch": self.global_batch,
-            "coordinator.seed": self.seed,
+            "coordinator.global_batch": self.global_batch, "coordinator.seed": self.seed,
             "coordinator.model_window": self.model_window,
             "trainer.slowdowns": ",".join(f"{self.time_scale * f:g}" for f in slowdowns),
-            "trainer.slowdown_clock": "cpu",
-            "trainer.seed": self.seed,
+            "trainer.slowdown_clock": "cpu", "trainer.seed": self.seed,
             "trainer.base_batch": self.global_batch,  # lr is trainer.lr at the benchmark's global batch
             "trainer.checkpoint_every": 100_000,  # no checkpoint pauses inside the window (one when it stops)
-            "trainer.log_every": 50,
-            "trainer.device": "cpu",
-            "trainer.backend": "gloo",
+            "trainer.log_every": 50, "trainer.device": "cpu", "trainer.backend": "gloo",
         }
-
-
-@dataclass(frozen=True)
-class BalanceCell:
-    """One run of the synthetic matrix."""
-
-    policy: str
-    slowdowns: tuple[float, ...]
-    dif: float
-
-    @property
-    def label(self) -> str:
-        return f"{self.policy} slow-downs {fleet_label(self.slowdowns)} DIF {self.dif:g}"
 
 
 class BalanceSetup(FleetSetup):
@@ -214,11 +209,25 @@ class BalanceSetup(FleetSetup):
         self._check(self.devices)
         return self
 
-    def cells(self) -> list[BalanceCell]:
-        """The matrix, slow-downs outermost, then DIF, then policy (so one DIF's policies run back to back)."""
-        return [BalanceCell(p, s, d) for s in self.slowdowns for d in self.difs for p in self.policies]
+    def cells(self) -> list[Cell]:
+        """The matrix, slow-downs outermost, then DIF, then policy (so one DIF's policies run back to back); a fleet of
+        equal ranks is the control: static at the smallest DIF, identical batches on identical ranks."""
+        return [Cell(p, s, d) for s in self.slowdowns for d in self.difs for p in self.policies
+                if len(set(s)) > 1 or (p == "static" and d == min(self.difs))]
 
-    def settings_of(self, cell: BalanceCell) -> dict[str, object]:
+    def plan(self) -> list[tuple[int, Cell]]:
+        """(round, cell) in running order: the whole matrix, `repeats` times."""
+        return [(rep, cell) for rep in range(self.repeats) for cell in self.cells()]
+
+    def streams(self, cell: Cell) -> list[DeviceStream]:
+        """Each device's stream: sizes of mean `size_mean` and std the cell's DIF (the same seed in every cell)."""
+        from stack.services import DeviceStream, size_kind_for
+
+        dif = cell.dif or 0.0
+        kind = size_kind_for(self.size_mean, dif)
+        return [DeviceStream(str(d), 1.0, self.size_mean, dif, kind) for d in range(self.devices)]
+
+    def settings_of(self, cell: Cell) -> dict[str, object]:
         """A cell's settings (scadles: b_min = an equal share, as ScaDLES gives equal streams)."""
         sets = {**self.cell_settings(cell.slowdowns), "producer.synthetic.task_seed": self.seed}
         if cell.policy == "scadles":
@@ -226,39 +235,13 @@ class BalanceSetup(FleetSetup):
         return sets
 
 
-class BalanceRunSetup(BalanceSetup):
-    """The setup as `balance.json` stores it: with the settings every cell ran with."""
-
-    settings: dict[str, JsonValue] = Field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RealdataCell:
-    """One run of the dataset workload: a policy on a fleet (the control is ett-stream on equal ranks)."""
-
-    policy: str
-    slowdowns: tuple[float, ...]
-
-    @property
-    def control(self) -> bool:
-        return len(set(self.slowdowns)) == 1
-
-    @property
-    def label(self) -> str:
-        return f"{self.policy} slow-downs {fleet_label(self.slowdowns)}" + (" (control)" if self.control else "")
-
-
 class RealdataSetup(FleetSetup):
-    """The dataset workload: PLAID (or a regression problem) from a backlog on one emulated fleet, time to a held-out
+    """The dataset workload: a packaged dataset replayed from a backlog on one emulated fleet, timed to a held-out
     accuracy (or error)."""
 
     dataset: str = "plaid"
     """The packaged dataset replayed (its train split into the device topics, its test split held out): `plaid`
     (classification), or the archive's regression problems `tecator`, `covid3month`."""
-    metric: str | None = None
-    """The held-out metric the runs are timed to; None: the dataset's (`accuracy` for plaid, `rmse` for a regression
-    problem; `held_out_metric`). The runs' `accuracy` points and targets hold it, and a falling one (rmse) reaches
-    its target from above."""
     policies: tuple[str, ...] = REALDATA_POLICIES
     slowdowns: tuple[float, ...] = FLEETS["one-slow"]
     """The heterogeneous fleet: one slow-down factor per rank."""
@@ -270,20 +253,19 @@ class RealdataSetup(FleetSetup):
     eval_every: int = 3
     """trainer.eval_every: steps between held-out evaluations (the time to the target is read at them)."""
     smooth_evals: int = 2
-    """Trailing evaluations averaged before the accuracy is compared with the target."""
+    """Trailing evaluations averaged before the metric is compared with the target."""
     target_accuracy: float | None = Field(default=None, gt=0.0)
-    """A fixed target of `metric`; None: the rule (static's smoothed value at mid-window, median over its runs)."""
+    """A fixed target of the held-out metric; None: static's smoothed value at mid-window, median over its runs."""
     repeats: int = 3
     """Rounds of every cell; each round runs the cells in an order rotated by one, so no policy always runs first."""
 
     @property
     def held_out_metric(self) -> str:
-        """The held-out metric the runs are timed to: `metric`, else the dataset's."""
-        return self.metric or DATASET_METRICS.get(self.dataset, "accuracy")
+        """The held-out metric the runs are timed to: accuracy, or rmse (a falling one, reached from above)."""
+        return DATASET_METRICS.get(self.dataset, "accuracy")
 
     @property
     def lower_is_better(self) -> bool:
-        """Whether the held-out metric falls as the model learns (an error) rather than rises (accuracy)."""
         return self.held_out_metric in LOWER_IS_BETTER
 
     @model_validator(mode="after")
@@ -310,26 +292,24 @@ class RealdataSetup(FleetSetup):
         """The step whose static accuracy is the target (the middle of the measured window)."""
         return self.warmup_steps + self.steps // 2
 
-    def cells(self) -> list[RealdataCell]:
+    def cells(self) -> list[Cell]:
         """One round: each policy on the fleet, then the control."""
-        cells = [RealdataCell(p, self.slowdowns) for p in self.policies]
-        return cells + ([RealdataCell("ett-stream", (1.0,) * self.devices)] if self.control else [])
+        return ([Cell(p, self.slowdowns) for p in self.policies]
+                + ([Cell("ett-stream", (1.0,) * self.devices)] if self.control else []))
 
-    def settings_of(self, cell: RealdataCell) -> dict[str, object]:
+    def plan(self) -> list[tuple[int, Cell]]:
+        """(round, cell) in running order: round r runs the cells rotated by r, so that across rounds each policy runs
+        early and late alike and slow drift of the shared machine falls on every policy."""
+        cells = self.cells()
+        return [(rep, cells[(rep + i) % len(cells)]) for rep in range(self.repeats) for i in range(len(cells))]
+
+    def streams(self, cell: Cell) -> list[DeviceStream]:
+        """Replayed from a backlog: a stream's rate and sizes do not apply (a sample's size is its length)."""
+        from stack.services import DeviceStream
+
+        return [DeviceStream(str(d), 1.0, 1.0, 0.0) for d in range(self.devices)]
+
+    def settings_of(self, cell: Cell) -> dict[str, object]:
         """A cell's settings, besides the dataset's own."""
         return {**DATASET_SETTINGS[self.dataset], **self.cell_settings(cell.slowdowns),
-                "trainer.eval_every": self.eval_every,
-                "producer.seed": self.seed}
-
-
-class RealdataRunSetup(RealdataSetup):
-    """The setup as `realdata.json` stores it: with the settings every cell ran with."""
-
-    settings: dict[str, JsonValue] = Field(default_factory=dict)
-
-
-def schedule(setup: RealdataSetup) -> list[tuple[int, RealdataCell]]:
-    """(round, cell) in running order: round r runs the cells rotated by r, so that across rounds each policy runs
-    early and late alike and slow drift of the shared machine falls on every policy."""
-    cells = setup.cells()
-    return [(rep, cells[(rep + i) % len(cells)]) for rep in range(setup.repeats) for i in range(len(cells))]
+                "trainer.eval_every": self.eval_every, "producer.seed": self.seed}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.convergence import AGGREGATIONS, ConvergenceResult, ConvergenceSetup, run_convergence
+from benchmarks.convergence import AGGREGATIONS, ConvergenceResult, ConvergenceSetup, analyse, run_convergence
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~15-30 s: three process groups start torch
 
@@ -20,7 +20,8 @@ def test_weighted_matches_sgd_and_plain_does_not(tmp_path: Path) -> None:
 
     assert ConvergenceResult.load(tmp_path / "convergence.json") == doc
     assert (tmp_path / "convergence.png").stat().st_size > 1000
-    assert [c.aggregation for c in doc.cells] == list(AGGREGATIONS)
+    cells = analyse(setup, doc.curves)
+    assert list(cells) == list(AGGREGATIONS)
     for name in AGGREGATIONS:
         assert {("sgd", 1), (name, setup.steps)} <= set(seen)
         curve = doc.curves[name]
@@ -30,6 +31,5 @@ def test_weighted_matches_sgd_and_plain_does_not(tmp_path: Path) -> None:
     # The hook's weighting is SGD on the union up to float32 rounding; plain averaging is not.
     assert doc.weighted_vs_sgd_max_param_diff < 1e-5
     assert doc.plain_vs_sgd_max_param_diff > 1e-3
-    weighted, sgd = doc.cell("weighted"), doc.cell("sgd")
-    assert weighted is not None and sgd is not None
+    weighted, sgd = cells["weighted"], cells["sgd"]
     assert weighted.final_accuracy == pytest.approx(sgd.final_accuracy, abs=0.02)

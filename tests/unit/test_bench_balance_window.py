@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.balance.analysis import analyse_cell, combine_repeats, evaluate_targets, oracle_ratios
+from benchmarks.balance.figures import BalanceResult, Run, analyse_window, combine, comparisons
 from benchmarks.balance.render import backlog_text, balance_targets, split_text
-from benchmarks.balance.results import BalanceResult, BalanceRunSetup, CellResult
 from benchmarks.balance.setup import BalanceSetup, balanced_share, oracle_factor
 from streamtrain.wire import StepFeedback
 
@@ -35,8 +34,13 @@ def _run(drain_device: int | None = None, drain_from: int = 99) -> list[StepFeed
     return out
 
 
+def _window(feedback: list[StepFeedback]) -> Run:
+    figures, _ = analyse_window(feedback, devices=2, warmup=2, steps=3)
+    return Run.model_validate({"policy": "static", "slowdowns": (1.0, 4.0), "dif": 0.0, **figures})
+
+
 def test_the_window_splits_the_wall_period_on_the_critical_path_and_its_backlog_held() -> None:
-    cell = analyse_cell(_run(), devices=2, warmup=2, steps=3, smooth=1)
+    cell = _window(_run())
     split = cell.step_period_split_median or {}
     # The slow rank (largest compute) is the critical path: its plan wait, not the fast rank's 20 ms.
     assert cell.plan_wait_seconds_median == pytest.approx(0.0005)
@@ -44,33 +48,28 @@ def test_the_window_splits_the_wall_period_on_the_critical_path_and_its_backlog_
     assert split["data_wait"] == pytest.approx(0.001) and split["hold"] == 0.0
     assert sum(split.values()) == pytest.approx(0.1)  # `other` is what the parts leave of the 100 ms period
     assert cell.backlog_held is True and cell.backlog_drained_steps == []
-    assert cell.buffer_depth_min == {"0": 460, "1": 460}  # the deepest step of the window is its last (4)
-    assert backlog_text(CellResult(policy="static", slowdowns=(1.0, 4.0), dif=0.0, **dict(cell))) == "held"
+    assert backlog_text(cell) == "held"
 
 
 def test_a_device_that_ran_out_of_work_in_the_window_flags_the_cell() -> None:
-    cell = analyse_cell(_run(drain_device=0, drain_from=3), devices=2, warmup=2, steps=3, smooth=1)
+    cell = _window(_run(drain_device=0, drain_from=3))
     assert cell.backlog_held is False and cell.backlog_drained_steps == [3, 4]
-    assert cell.buffer_depth_min is not None and cell.buffer_depth_min["0"] == 0
-    flagged = CellResult(policy="static", slowdowns=(1.0, 4.0), dif=0.0, **dict(cell))
-    assert backlog_text(flagged) == "drained at step 3,4"
+    assert backlog_text(cell) == "drained at step 3,4"
     # A drain after the window says nothing about it.
-    later = analyse_cell(_run(drain_device=0, drain_from=5), devices=2, warmup=2, steps=3, smooth=1)
-    assert later.backlog_held is True
+    assert _window(_run(drain_device=0, drain_from=5)).backlog_held is True
 
 
 def test_repeats_keep_the_split_and_a_drain_in_any_run() -> None:
-    runs = [CellResult(policy="static", slowdowns=(1.0, 4.0), dif=0.0, repeat=r, step_seconds_median=0.1,
-                       step_period_split_median={"compute": c, "plan_wait": w}, plan_wait_seconds_median=w,
-                       backlog_held=held, backlog_drained_steps=[] if held else [12],
-                       buffer_depth_min={"0": depth}, rank_compute_seconds_median={"0": c})
-            for r, (c, w, held, depth) in enumerate([(0.1, 0.001, True, 300), (0.3, 0.003, False, 0),
-                                                    (0.2, 0.002, True, 200)])]
-    (cell,) = combine_repeats(runs)
-    assert cell.plan_wait_seconds_median == pytest.approx(0.002)
-    assert cell.step_period_split_median is not None and cell.step_period_split_median["compute"] == 0.2
-    assert cell.backlog_held is False and cell.backlog_drained_steps == [12] and cell.buffer_depth_min == {"0": 0}
-    assert split_text(cell).startswith("200/")
+    runs = [Run(policy="static", slowdowns=(1.0, 4.0), dif=0.0, repeat=r, step_seconds_median=0.1,
+                step_period_split_median={"compute": c, "plan_wait": w}, plan_wait_seconds_median=w,
+                backlog_held=held, backlog_drained_steps=[] if held else [12],
+                rank_compute_seconds_median={"0": c})
+            for r, (c, w, held) in enumerate([(0.1, 0.001, True), (0.3, 0.003, False), (0.2, 0.002, True)])]
+    ((cell),) = combine(runs)
+    assert cell.fig.plan_wait_seconds_median == pytest.approx(0.002)
+    assert cell.fig.step_period_split_median is not None and cell.fig.step_period_split_median["compute"] == 0.2
+    assert cell.fig.backlog_held is False and cell.fig.backlog_drained_steps == [12]
+    assert split_text(cell.fig).startswith("200/")
 
 
 def test_the_backlog_covers_the_hungriest_device_of_the_hungriest_fleet() -> None:
@@ -83,66 +82,64 @@ def test_the_backlog_covers_the_hungriest_device_of_the_hungriest_fleet() -> Non
 
 
 def _cell(policy: str, slow: tuple[float, ...], dif: float, wall: float, *, reach: float | None = 5.0,
-          plan_wait: float = 0.0005, held: bool = True) -> CellResult:
-    return CellResult(policy=policy, slowdowns=slow, dif=dif, step_seconds_median=wall - 0.02,
-                      wall_step_seconds_median=wall, size_per_s=10_000 / wall, step_size_median=4500.0,
-                      straggler_effect_median=0.05, seconds_to_target_loss=reach, plan_wait_seconds_median=plan_wait,
-                      backlog_held=held)
+          plan_wait: float = 0.0005, held: bool = True, repeat: int = 0) -> Run:
+    return Run(policy=policy, slowdowns=slow, dif=dif, step_seconds_median=wall - 0.02, repeat=repeat,
+               wall_step_seconds_median=wall, size_per_s=10_000 / wall, step_size_median=4500.0,
+               straggler_effect_median=0.05, seconds_to_target=reach, plan_wait_seconds_median=plan_wait,
+               backlog_held=held)
+
+
+def _result(setup: BalanceSetup, runs: list[Run]) -> BalanceResult:
+    return BalanceResult(setup=setup, target_loss={"0": 0.5}, target_loss_rule="rule", seconds=1.0, runs=runs)
 
 
 def test_ett_stream_is_judged_against_the_oracle_static_and_chronica_per_cell() -> None:
     setup = BalanceSetup(policies=("static", "chronica", "ett-stream"), slowdowns=(ONE_SLOW, TWO_SLOW, EQUAL),
                          difs=(0.0, 64.0))
     control = 0.2
-    cells = [_cell("static", EQUAL, 0.0, control)]
+    runs = [_cell("static", EQUAL, 0.0, control)]
     for slow in (ONE_SLOW, TWO_SLOW):
         oracle = control * oracle_factor(slow)
         for dif in setup.difs:
-            cells.append(_cell("static", slow, dif, 0.8))
-            cells.append(_cell("chronica", slow, dif, oracle * 1.2, reach=6.0))
+            runs.append(_cell("static", slow, dif, 0.8))
+            runs.append(_cell("chronica", slow, dif, oracle * 1.2, reach=6.0))
             # At one-slow DIF 64 ett-stream is 12% over the oracle (allowed 10%) and later than chronica.
             late = slow == ONE_SLOW and dif == 64.0
-            cells.append(_cell("ett-stream", slow, dif, oracle * (1.12 if late else 1.03), reach=7.0 if late else 5.0))
-    t = evaluate_targets(cells, setup)
-    assert t.control_wall_seconds == control and len(t.per_cell) == 4
-    by = {(p.slowdowns, p.dif): p for p in t.per_cell}
+            runs.append(_cell("ett-stream", slow, dif, oracle * (1.12 if late else 1.03), reach=7.0 if late else 5.0))
+    by = {(p.slowdowns, p.dif): p for p in comparisons(runs, setup)}
+    assert len(by) == 4
     ok, late = by[(TWO_SLOW, 0.0)], by[(ONE_SLOW, 64.0)]
     assert ok.oracle_wall_seconds == pytest.approx(control * 1.6) and ok.over_oracle == pytest.approx(1.03)
-    assert ok.within_oracle is True and ok.oracle_tolerance == 0.05 and ok.target_no_later_than_chronica is True
-    assert late.within_oracle is False and late.oracle_tolerance == 0.10
+    assert ok.within_oracle is True and ok.tolerance == 0.05 and ok.target_no_later_than_chronica is True
+    assert late.within_oracle is False and late.tolerance == 0.10
     assert late.target_no_later_than_chronica is False and late.chronica_seconds_to_target == 6.0
-    assert t.oracle_met is False and t.target_loss_met is False
-    assert t.wall_speedup_vs_static == pytest.approx(0.8 / (control * oracle_factor(ONE_SLOW) * 1.12))
-    assert t.plan_wait_met is True and t.backlog_held is True
+    assert late.wall_speedup_vs_static == pytest.approx(0.8 / (control * oracle_factor(ONE_SLOW) * 1.12))
+    verdicts = [t.met for t in balance_targets(_result(setup, runs))]
+    assert verdicts == [True, True, False, False, True, None, True, True]  # plan wait, speed-up, oracle, target, ...
+    oracle = balance_targets(_result(setup, runs))[2]
+    assert "not in slow-downs 1,1,1,4 DIF 64: 1.120" in oracle.measured and "the control's 200.0 ms" in oracle.measured
     # A plan wait over 2 ms anywhere, or a drained window anywhere, fails its target.
-    worse = [*cells, _cell("lbbsp", ONE_SLOW, 0.0, 0.3, plan_wait=0.004, held=False)]
-    t2 = evaluate_targets(worse, setup)
-    assert t2.plan_wait_met is False and t2.plan_wait_max_seconds == 0.004 and t2.backlog_held is False
-    assert by[(ONE_SLOW, 0.0)].backlog_held is True and evaluate_targets(worse, setup).per_cell[0].backlog_held is False
-    rows = balance_targets(BalanceResult(setup=BalanceRunSetup.model_validate(setup.model_dump()), cells=cells,
-                                         seconds=1.0, target_loss={"0": 0.5}, target_loss_rule="rule", targets=t))
-    oracle = next(r for r in rows if "oracle" in r.goal)
-    assert oracle.met is False and "not in slow-downs 1,1,1,4 DIF 64: 1.120" in oracle.measured
+    worse = balance_targets(_result(setup, [*runs, _cell("lbbsp", ONE_SLOW, 0.0, 0.3, plan_wait=0.004,
+                                                         held=False)]))
+    assert worse[0].met is False and worse[0].measured == "at most 4.0 ms" and worse[-1].met is False
 
 
 def test_a_run_that_never_reached_the_target_is_later_than_one_that_did() -> None:
     setup = BalanceSetup(policies=("chronica", "ett-stream"), slowdowns=(ONE_SLOW,), difs=(16.0,))
-    never = evaluate_targets([_cell("chronica", ONE_SLOW, 16.0, 0.3, reach=9.0),
-                              _cell("ett-stream", ONE_SLOW, 16.0, 0.3, reach=None)], setup)
-    assert never.per_cell[0].target_no_later_than_chronica is False
-    both = evaluate_targets([_cell("chronica", ONE_SLOW, 16.0, 0.3, reach=None),
-                             _cell("ett-stream", ONE_SLOW, 16.0, 0.3, reach=None)], setup)
-    assert both.per_cell[0].target_no_later_than_chronica is None and both.oracle_met is None  # no control run
+    (never,) = comparisons([_cell("chronica", ONE_SLOW, 16.0, 0.3, reach=9.0),
+                            _cell("ett-stream", ONE_SLOW, 16.0, 0.3, reach=None)], setup)
+    assert never.target_no_later_than_chronica is False
+    (both,) = comparisons([_cell("chronica", ONE_SLOW, 16.0, 0.3, reach=None),
+                           _cell("ett-stream", ONE_SLOW, 16.0, 0.3, reach=None)], setup)
+    assert both.target_no_later_than_chronica is None and both.within_oracle is None  # no control run
 
 
 def test_each_run_is_set_against_the_oracle_of_its_own_repeat() -> None:
     setup = BalanceSetup(policies=("static", "ett-stream"), slowdowns=(ONE_SLOW, EQUAL), difs=(0.0,), repeats=2)
     # The machine slowed down in the second repeat: its control and its ett-stream alike.
-    runs = [_cell("static", EQUAL, 0.0, 0.2).model_copy(update={"repeat": 0}),
-            _cell("ett-stream", ONE_SLOW, 0.0, 0.2 * oracle_factor(ONE_SLOW) * 1.02).model_copy(update={"repeat": 0}),
-            _cell("static", EQUAL, 0.0, 0.3).model_copy(update={"repeat": 1}),
-            _cell("ett-stream", ONE_SLOW, 0.0, 0.3 * oracle_factor(ONE_SLOW) * 1.04).model_copy(update={"repeat": 1})]
-    assert oracle_ratios(runs)[(ONE_SLOW, 0.0)] == pytest.approx([1.02, 1.04])
-    (p,) = evaluate_targets(combine_repeats(runs), setup, runs).per_cell
+    runs = [_cell("static", EQUAL, 0.0, 0.2), _cell("ett-stream", ONE_SLOW, 0.0, 0.2 * oracle_factor(ONE_SLOW) * 1.02),
+            _cell("static", EQUAL, 0.0, 0.3, repeat=1),
+            _cell("ett-stream", ONE_SLOW, 0.0, 0.3 * oracle_factor(ONE_SLOW) * 1.04, repeat=1)]
+    (p,) = comparisons(runs, setup)
     # The cells' medians compare median with median: (0.204 + 0.312) / 2 over the controls' 0.25.
     assert p.over_oracle_runs == pytest.approx([1.02, 1.04]) and p.over_oracle == pytest.approx(1.032)

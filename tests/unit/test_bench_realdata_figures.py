@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.balance.accuracy import (
+from benchmarks.balance import REALDATA
+from benchmarks.balance.dataset import (
+    RealdataFigures,
     accuracy_curve,
-    combine_runs,
-    evaluate_realdata,
-    summarise_realdata,
-    target_accuracy,
+    judge_realdata,
+    realdata_figures,
     wall_period_median,
 )
+from benchmarks.balance.figures import AccuracyPoint, RealdataResult, Run, combine
 from benchmarks.balance.render import render_realdata
-from benchmarks.balance.results import AccuracyPoint, RealdataResult, RunResult
-from benchmarks.balance.setup import RealdataCell, RealdataSetup, oracle_factor, schedule
-from benchmarks.common import RenderContext, problems
+from benchmarks.balance.setup import Cell, RealdataSetup, oracle_factor
+from benchmarks.common import problems
 from streamtrain.wire import Evaluation, StepFeedback
 
 T0 = 1_700_000_000_000  # ms: when step 0 began
@@ -71,45 +71,49 @@ SETUP = RealdataSetup(policies=("static", "lbb", "ett-stream"), warmup_steps=2, 
 
 
 def _run(policy: str, repeat: int, seconds_per_step: float, rise: float = 0.1, period: float | None = None,
-         control: bool = False, error: str | None = None) -> RunResult:
+         control: bool = False, error: str | None = None) -> Run:
     """A run whose accuracy rises `rise` per evaluation (every 2 steps) from 0.1, training `seconds_per_step`."""
     points = [AccuracyPoint(step=s, seconds=s * seconds_per_step, accuracy=min(1.0, 0.1 + rise * s / 2),
                             smoothed=min(1.0, 0.1 + rise * s / 2)) for s in range(2, 11, 2)]
-    return RunResult(policy=policy, slowdowns=(1.0,) * 4 if control else (1.0, 1.0, 1.0, 4.0), control=control,
-                     repeat=repeat, accuracy=[] if error else points, error=error,
-                     wall_period_seconds_median=period or seconds_per_step, step_seconds_median=seconds_per_step,
-                     rank_samples_median={"0": 20.0, "3": 4.0}, samples_unaccounted=0,
-                     final_accuracy=None if error else points[-1].accuracy)
+    return Run(policy=policy, slowdowns=(1.0,) * 4 if control else (1.0, 1.0, 1.0, 4.0), repeat=repeat,
+               accuracy=[] if error else points, error=error, wall_step_seconds_median=period or seconds_per_step,
+               step_seconds_median=seconds_per_step, rank_samples_median={"0": 20.0, "3": 4.0}, samples_unaccounted=0)
+
+
+def _result(runs: list[Run], setup: RealdataSetup = SETUP) -> RealdataResult:
+    judged, target, rule = judge_realdata(runs, setup)
+    return RealdataResult(setup=setup, target=target, target_rule=rule, seconds=60.0, runs=judged)
+
+
+def _figures(runs: list[Run], setup: RealdataSetup = SETUP) -> RealdataFigures:
+    return realdata_figures(_result(runs, setup))
 
 
 def test_target_is_statics_mid_window_accuracy_over_its_runs_and_each_run_is_timed_to_it() -> None:
     runs = [_run("static", r, 0.8, rise) for r, rise in enumerate([0.1, 0.16, 0.05])]
     runs += [_run("ett-stream", r, 0.25) for r in range(3)] + [_run("lbb", r, 0.3) for r in range(3)]
-    target, rule = target_accuracy(runs, SETUP)
+    judged, target, rule = judge_realdata(runs, SETUP)
     assert target == pytest.approx(0.4)  # step 6: 0.4, 0.58, 0.25 -> median 0.4
     assert "after step 6" in rule and "3 runs" in rule
-    assert target_accuracy(runs, SETUP.model_copy(update={"target_accuracy": 0.55}))[0] == 0.55
-
-    result = summarise_realdata(runs, SETUP, {"trainer.model": "seq"}, 60.0)
-    ett = result.find("ett-stream")
-    static = result.find("static")
-    assert ett is not None and static is not None
+    assert judge_realdata(runs, SETUP.model_copy(update={"target_accuracy": 0.55}))[1] == 0.55
+    cells = {c.fig.policy: c for c in combine(judged)}
+    ett, static = cells["ett-stream"].fig, cells["static"]
     assert ett.seconds_to_target == pytest.approx(6 * 0.25) and ett.steps_to_target == 6
     # static's own runs: 4.8 s, 4 steps x 0.8 s (the faster-rising run), never (the slower one) -> median 4.8
-    assert static.seconds_to_target_runs == pytest.approx([4.8, 3.2, None])  # type: ignore[arg-type]
-    assert static.seconds_to_target == pytest.approx(4.8)
-    t = result.targets
-    assert t.best_other_policy == "lbb" and t.no_later_than_best_met is True
-    assert t.speedup_vs_static == pytest.approx(4.8 / 1.5) and t.speedup_met is True
-    assert t.oracle_step_seconds is None and t.oracle_met is None  # no control run
+    assert [r.seconds_to_target for r in static.runs] == pytest.approx([4.8, 3.2, None])  # type: ignore[arg-type]
+    assert static.fig.seconds_to_target == pytest.approx(4.8)
+    t = _figures(runs)
+    assert t.best_other is not None and t.best_other.policy == "lbb" and t.no_later_than_best is True
+    assert t.speedup_vs_static == pytest.approx(4.8 / 1.5)
+    assert t.oracle_step_seconds is None and t.over_oracle is None  # no control run
 
 
 def test_never_reaching_the_target_in_most_runs_is_no_time_and_fails_the_verdicts() -> None:
     runs = [_run("static", r, 0.8) for r in range(3)]
     runs += [_run("ett-stream", r, 0.25, rise=0.05 if r else 0.1) for r in range(3)]  # 2 of 3 never reach 0.4
-    t = summarise_realdata(runs, SETUP, {}, 1.0).targets
-    assert t.ett_stream_seconds_to_target is None
-    assert t.no_later_than_best_met is False and t.speedup_vs_static is None and t.speedup_met is None
+    t = _figures(runs)
+    assert t.ett_stream is not None and t.ett_stream.seconds_to_target is None
+    assert t.no_later_than_best is False and t.speedup_vs_static is None
 
 
 def test_the_oracle_is_the_control_times_n_over_the_summed_speeds() -> None:
@@ -117,17 +121,18 @@ def test_the_oracle_is_the_control_times_n_over_the_summed_speeds() -> None:
     assert 0.2 * oracle_factor((1.0, 1.0)) == pytest.approx(0.2)
     runs = [_run("static", 0, 0.8), _run("ett-stream", 0, 0.3, period=0.27),
             _run("ett-stream", 0, 0.2, period=0.2, control=True)]
-    policies = combine_runs(runs)
-    assert [(p.policy, p.control) for p in policies] == [("static", False), ("ett-stream", False), ("ett-stream", True)]
-    t = evaluate_realdata(policies, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0))
+    assert [(c.fig.policy, c.control) for c in combine(runs)] == [("static", False), ("ett-stream", False),
+                                                                  ("ett-stream", True)]
+    t = _figures(runs)
     assert t.oracle_step_seconds == pytest.approx(0.2 * 4 / 3.25)
-    assert t.over_oracle == pytest.approx(0.27 / (0.2 * 4 / 3.25)) and t.oracle_met is True
-    slow = combine_runs([*runs[:1], _run("ett-stream", 0, 0.3, period=0.29 * 1.2), runs[2]])
-    assert evaluate_realdata(slow, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0)).oracle_met is False
+    assert t.over_oracle == pytest.approx(0.27 / (0.2 * 4 / 3.25)) and t.oracle_is_bound is True
+    slow = _figures([*runs[:1], _run("ett-stream", 0, 0.3, period=0.29 * 1.2), runs[2]])
+    assert slow.over_oracle is not None and slow.over_oracle > 1.15
     # A control slower than the heterogeneous fleet was slowed by something else: its oracle is not judged.
-    loaded = combine_runs([*runs[:2], _run("ett-stream", 0, 0.4, period=0.4, control=True)])
-    t = evaluate_realdata(loaded, 0.4, "fixed", (1.0, 1.0, 1.0, 4.0))
-    assert t.oracle_is_bound is False and t.oracle_met is None and t.over_oracle is not None
+    loaded = _result([*runs[:2], _run("ett-stream", 0, 0.4, period=0.4, control=True)])
+    assert realdata_figures(loaded).oracle_is_bound is False
+    oracle = REALDATA.targets(loaded)[2]  # type: ignore[misc]
+    assert oracle.met is None and "bounds nothing" in oracle.measured
 
 
 def test_the_oracle_time_to_the_target_bounds_the_speedup_over_static() -> None:
@@ -135,34 +140,33 @@ def test_the_oracle_time_to_the_target_bounds_the_speedup_over_static() -> None:
     # equal-rank control at 0.2 s. A perfect split of 1,1,1,4 paces 0.2 x 4 / 3.25 s a step over static's 6 steps.
     runs = [_run("static", r, 0.8) for r in range(3)] + [_run("ett-stream", r, 0.3) for r in range(3)]
     runs += [_run("ett-stream", r, 0.2 + 0.01 * r, control=True) for r in range(3)]
-    t = summarise_realdata(runs, SETUP, {}, 1.0).targets
+    t = _figures(runs)
     pace = 0.21 * 4 / 3.25  # the control's median pace to its target
     assert t.oracle_seconds_to_target == pytest.approx(pace * 6)
     assert t.oracle_speedup_vs_static == pytest.approx(0.8 * 6 / (pace * 6))
-    assert t.ett_stream_over_oracle_to_target == pytest.approx(0.3 / pace)
-    # The bound is met by no policy faster than the oracle: ett-stream's speed-up stays under it.
+    assert t.pace_over_oracle == pytest.approx(0.3 / pace)
+    # No policy is faster than the oracle: ett-stream's speed-up stays under its bound.
     assert t.speedup_vs_static is not None and t.speedup_vs_static < t.oracle_speedup_vs_static
     # Without a control there is no oracle to bound anything.
-    alone = summarise_realdata(runs[:6], SETUP, {}, 1.0).targets
+    alone = _figures(runs[:6])
     assert alone.oracle_seconds_to_target is None and alone.oracle_speedup_vs_static is None
 
 
 def test_a_failed_run_is_counted_apart_and_a_cell_of_failures_is_an_error() -> None:
     runs = [_run("static", 0, 0.8), _run("static", 1, 0.8, error="boom"), _run("lbb", 0, 0.3, error="no ranks")]
-    cells = {p.policy: p for p in combine_runs(runs)}
-    assert cells["static"].runs == 2 and cells["static"].failed_runs == 1
-    assert cells["static"].seconds_to_target_runs == [None]  # not yet judged against a target
-    assert cells["lbb"].error == "no ranks" and cells["lbb"].seconds_to_target is None
+    cells = {c.fig.policy: c for c in combine(runs)}
+    assert len(cells["static"].runs) == 2 and len(cells["static"].ok) == 1
+    assert cells["lbb"].fig.error == "no ranks" and cells["lbb"].fig.seconds_to_target is None
 
 
 def test_rounds_rotate_the_order_so_every_cell_runs_first_once() -> None:
     setup = RealdataSetup(policies=("static", "ett-stream"), repeats=3)
-    plan = schedule(setup)
+    plan = setup.plan()
     assert [c.policy + ("/c" if c.control else "") for _, c in plan] == [
         "static", "ett-stream", "ett-stream/c", "ett-stream", "ett-stream/c", "static", "ett-stream/c", "static",
         "ett-stream"]
     assert [r for r, _ in plan] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-    assert RealdataCell("ett-stream", (1.0,) * 4).control and not RealdataCell("static", (1.0, 4.0)).control
+    assert Cell("ett-stream", (1.0,) * 4).control and not Cell("static", (1.0, 4.0)).control
     # The backlog outlasts the window whoever plans it: above the largest share any policy gives one device.
     assert setup.backlog_per_device > 0.4 * setup.global_batch * setup.until_step
 
@@ -180,13 +184,12 @@ def test_setup_refuses_what_it_cannot_judge() -> None:
 def test_result_round_trips_and_renders_its_section(tmp_path: Path) -> None:
     runs = [_run("static", r, 0.8) for r in range(3)] + [_run("ett-stream", r, 0.25) for r in range(3)]
     runs += [_run("ett-stream", r, 0.2, control=True) for r in range(3)]
-    result = summarise_realdata(runs, SETUP, {"trainer.model": "seq"}, 600.0)
+    result = _result(runs, SETUP.model_copy(update={"settings": {"trainer.model": "seq"}}))
     loaded = RealdataResult.load(result.write(tmp_path / "realdata.json"))
     assert loaded == result
-    text = render_realdata(loaded, RenderContext(tmp_path, tmp_path))
-    assert (tmp_path / "realdata.png").stat().st_size > 0
-    assert "![realdata](realdata.png)" in text and "`trainer.model=seq`" in text
-    assert "ett-stream (control, 1,1,1,1)" in text and "**met**" in text
+    text = render_realdata(loaded)
+    assert REALDATA.draw(loaded, tmp_path) == tmp_path / "realdata.png"
+    assert "`trainer.model=seq`" in text and "ett-stream (control, 1,1,1,1)" in text and "**met**" in text
     # 6 steps at 0.2 x 4 / 3.25 s against static's 6 at 0.8 s
     assert "a perfect split from step 0 would take 1.5 s = 3.25\N{MULTIPLICATION SIGN}" in text
 
@@ -212,16 +215,14 @@ def test_the_regression_workload_is_timed_to_a_falling_held_out_rmse() -> None:
     assert [(p.step, p.accuracy) for p in curve] == [(2, 11.0), (4, 6.0)]
     assert accuracy_curve(evaluations, feedback, smooth=1) == []  # no accuracy in a regression run's evaluations
 
-    def falling(policy: str, seconds_per_step: float) -> RunResult:
+    def falling(policy: str, seconds_per_step: float) -> Run:
         points = [AccuracyPoint(step=s, seconds=s * seconds_per_step, accuracy=12.0 - s, smoothed=12.0 - s)
                   for s in range(2, 11, 2)]
-        return RunResult(policy=policy, slowdowns=(1.0, 1.0, 1.0, 4.0), repeat=0, accuracy=points,
-                         wall_period_seconds_median=seconds_per_step, step_seconds_median=seconds_per_step,
-                         samples_unaccounted=0, final_accuracy=points[-1].accuracy)
+        return Run(policy=policy, slowdowns=(1.0, 1.0, 1.0, 4.0), accuracy=points,
+                   wall_step_seconds_median=seconds_per_step, step_seconds_median=seconds_per_step)
 
-    result = summarise_realdata([falling("static", 0.8), falling("ett-stream", 0.3)], setup, {}, 1.0)
-    assert result.targets.target_accuracy == pytest.approx(6.0)  # static's RMSE after step 6, reached from above
-    ett = result.find("ett-stream")
-    assert ett is not None and ett.steps_to_target == 6 and ett.seconds_to_target == pytest.approx(1.8)
+    judged, target, _ = judge_realdata([falling("static", 0.8), falling("ett-stream", 0.3)], setup)
+    assert target == pytest.approx(6.0)  # static's RMSE after step 6, reached from above
+    assert judged[1].steps_to_target == 6 and judged[1].seconds_to_target == pytest.approx(1.8)
     with pytest.raises(ValidationError, match="bench realdata replays"):
         RealdataSetup(dataset="mnist")

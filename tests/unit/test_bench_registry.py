@@ -9,20 +9,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from benchmarks.cli import register, with_context
-from benchmarks.common import Bench, LaunchOptions, RenderContext
-from benchmarks.convergence import (
-    ConvergenceResult,
-    ConvergenceSetup,
-    Curve,
-    analyse,
-    render_convergence,
-    schedule_summary,
-    smoothed,
-)
+from benchmarks.cli import choose, register, with_context
+from benchmarks.common import Bench, LaunchOptions, interleaved
+from benchmarks.convergence import BENCH as CONVERGENCE
+from benchmarks.convergence import ConvergenceResult, ConvergenceSetup, Curve, analyse, smoothed
 from benchmarks.registry import REGISTRY, bench_named
 from benchmarks.report import BenchRun, SuiteRuns, render_markdown, render_sections
-from benchmarks.suite import choose
 from streamtrain_cli import app, bench_app
 
 
@@ -33,11 +25,11 @@ def _fake_bench(tmp: Path) -> Bench[ConvergenceResult]:
         setup = ConvergenceSetup(steps=4, smooth_steps=1)
         curves = {name: _curve([0.2, 0.5, 0.9, 0.9]) for name in ("sgd", "weighted", "plain")}
         out.mkdir(parents=True, exist_ok=True)
-        ConvergenceResult(target_accuracy=0.85, cells=analyse(setup, curves), weighted_vs_sgd_max_param_diff=1e-7,
-                          plain_vs_sgd_max_param_diff=0.3, schedule=schedule_summary(setup), setup=setup,
-                          cell_seconds={}, seconds=1.0, curves=curves).write(out / "convergence.json")
+        ConvergenceResult(setup=setup, curves=curves, weighted_vs_sgd_max_param_diff=1e-7,
+                          plain_vs_sgd_max_param_diff=0.3, seconds=1.0).write(out / "convergence.json")
 
-    return Bench("convergence", command, ConvergenceResult, render_convergence, about="`x`: what it measures.")
+    return Bench("convergence", command, ConvergenceResult, CONVERGENCE.render, CONVERGENCE.targets,
+                 CONVERGENCE.plot, about="`x`: what it measures.")
 
 
 def test_bench_records_the_context_its_figures_were_measured_in(tmp_path: Path) -> None:
@@ -48,13 +40,13 @@ def test_bench_records_the_context_its_figures_were_measured_in(tmp_path: Path) 
     assert context is not None and context.cores and context.load_start and context.load_end
     assert context.command.startswith("streamtrain ") and context.seconds is not None and context.seconds >= 0
     assert context.commit is None or len(context.commit.removesuffix("+dirty")) == 12
-    body = bench.section(tmp_path / "data" / "convergence.json", RenderContext(tmp_path / "data", tmp_path))
+    body = bench.section(tmp_path / "data" / "convergence.json", tmp_path)
     assert body.startswith("Measured ") and f"Command: `{context.command}`" in body
+    assert body.endswith("![convergence](data/convergence.png)")
     # A file from before contexts were recorded still renders, and says so.
     bare = result.model_copy(update={"context": None})
     bare.write(tmp_path / "old.json")
-    assert bench.section(tmp_path / "old.json", RenderContext(tmp_path, tmp_path)).startswith(
-        "Measuring context not recorded.")
+    assert bench.section(tmp_path / "old.json", tmp_path).startswith("Measuring context not recorded.")
 
 
 def test_every_benchmark_of_the_registry_is_a_bench_command() -> None:
@@ -108,13 +100,21 @@ def test_analysis_judges_the_target_on_the_smoothed_curve() -> None:
         "weighted": _curve([0.1, 0.4, 0.6, 0.6, 0.7, 0.7]),
         "plain": _curve([0.9, 0.1, 0.9, 0.6, 0.2, 0.2]),     # smoothed: .9 .5 .5 .75 .4 .2 -> hit at 1, never stays
     }
-    rows = {r.aggregation: r for r in analyse(setup, curves)}
+    rows = analyse(setup, curves)
+    assert list(rows) == ["sgd", "weighted", "plain"]
     assert rows["sgd"].samples_to_target == 30 and rows["sgd"].steps_to_target == 3
     assert rows["sgd"].samples_to_stay_at_target == 30
     assert rows["weighted"].ratio_to_sgd == 1.0
     assert rows["plain"].samples_to_target == 10 and rows["plain"].ratio_to_sgd == pytest.approx(1 / 3, 1e-3)
-    assert rows["plain"].samples_to_stay_at_target is None and rows["plain"].stay_ratio_to_sgd is None
+    assert rows["plain"].samples_to_stay_at_target is None
     assert smoothed([1.0, 0.0, 1.0], 2).tolist() == [1.0, 0.5, 0.5]
+
+
+def test_repeats_alternate_so_drift_falls_on_every_kind_alike() -> None:
+    order: list[tuple[str, int]] = []
+    runs = interleaved(["a", "b", "c"], 3, lambda kind, r: order.append((kind, r)) or float(r))
+    assert [k for k, _ in order] == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
+    assert runs == {"a": [0.0, 1.0, 2.0], "b": [0.0, 1.0, 2.0], "c": [0.0, 1.0, 2.0]}
 
 
 def test_setup_rejects_inconsistent_splits() -> None:

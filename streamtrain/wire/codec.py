@@ -47,6 +47,7 @@ from .layout import (
 )
 from .legacy import SCHEMA_HEADER, previous_writer
 from .records import Assignment, DeadLetter, Evaluation, ModelVersion, Prediction, Record, Sample, StepFeedback
+from .sample_writer import sample_body
 
 __all__ = [
     "SCHEMA_HEADER",
@@ -90,10 +91,16 @@ def encode(record: Record) -> tuple[bytes, HeaderList]:
     other records have none.
     """
     schema = load_schema(record.SCHEMA)
+    if isinstance(record, Sample):
+        headers: HeaderList = [(SIZE_HEADER, str(record.size).encode())]
+        body = sample_body(schema.parsed, record)  # the producers' hot path; None: fastavro writes it
+        if body is not None:
+            return schema.prefix + body, headers
+    else:
+        headers = []
     buf = io.BytesIO()
     buf.write(schema.prefix)
     fastavro.schemaless_writer(buf, schema.parsed, record.to_dict())
-    headers: HeaderList = [(SIZE_HEADER, str(record.size).encode())] if isinstance(record, Sample) else []
     return buf.getvalue(), headers
 
 

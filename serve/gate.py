@@ -67,7 +67,7 @@ def misfit(spec: ModelSpec, config: StreamtrainConfig) -> str | None:
                 f"(size, {trainer.num_features}) (trainer.num_features)")
     if spec.objective != trainer.objective:
         return f"model.json model.objective is {spec.objective!r}, not {trainer.objective!r} (trainer.objective)"
-    if spec.num_classes != trainer.num_classes:
+    if spec.objective == "classification" and spec.num_classes != trainer.num_classes:
         return (f"model.json model.settings.num_classes is {spec.num_classes}, not {trainer.num_classes} "
                 "(trainer.num_classes)")
     return None

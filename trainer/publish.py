@@ -159,7 +159,8 @@ class VersionPublisher:
         version = self._next
         offsets = {device: offset for device, offset, _ in lineage}
         spec = spec_for(self.config.trainer, job=self.config.job, version=version, step=step,
-                        class_names=self.config.producer.dataset.class_names, offsets=offsets, metrics=metrics)
+                        class_names=self.config.producer.dataset.class_names, offsets=offsets, metrics=metrics,
+                        tag_names=self.config.producer.dataset.target_columns)
         try:
             path = write_version(self.directory, spec, model.state_dict(), keep=self.settings.keep)
         except (OSError, VersionError) as exc:

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from streamtrain.wire import Sample
 
-from .base import SERIES_TOO_SHORT, Objective, Predictions, Ratio, TargetProblem
+from .base import SERIES_TOO_SHORT, Objective, Ratio, TargetProblem
 from .regression import ERROR_RATIOS, error_sums
 
 __all__ = ["Forecast", "last_value_and_scale"]
@@ -100,5 +100,5 @@ class Forecast(Objective):
             **error_sums(self.forecast(outputs, batch), last.unsqueeze(1).expand_as(truth), truth),
         }
 
-    def predict(self, outputs: torch.Tensor, batch: Any) -> Predictions:
-        return Predictions(self.name, {"values": self.forecast(outputs.detach(), batch).cpu().numpy()})
+    def predicted(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        return self.forecast(outputs, batch)

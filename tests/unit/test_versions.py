@@ -77,6 +77,58 @@ def test_predict_names_the_sample_of_the_wrong_shape(tmp_path: Path) -> None:
         load_model(tmp_path).predict([np.zeros((5, 4)), np.zeros((5, 3))])
 
 
+def test_predict_refuses_what_serve_refuses_naming_the_sample_and_the_reason(tmp_path: Path) -> None:
+    write_version(tmp_path, _spec(1), _trained(steps=5).state_dict())
+    model = load_model(tmp_path)
+    good = np.ones((6, 4), np.float32)
+    poisoned = good.copy()
+    poisoned[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"^sample 1: payload holds NaN or infinity \(invalid-sample\)"):
+        model.predict([good, poisoned, good])
+    with pytest.raises(ValueError, match=r"^sample 0: .*size 0 < 1 \(invalid-sample\)"):
+        model.predict([np.zeros((0, 4), np.float32)])
+    with pytest.raises(ValueError, match=r"^sample 0: .*infinity \(invalid-sample\)"):
+        model.predict(np.full((3, 4), np.inf))
+    assert np.isfinite(model.predict([good, good]).probabilities).all()
+    sample = streamtrain.versions.predictor.Sample.from_array("d", 0, poisoned)
+    assert model.problem(sample) == ("invalid-sample", "payload holds NaN or infinity")  # serve's rule, the same
+
+
+def test_a_version_is_found_by_number_or_refused_never_swapped_for_another(tmp_path: Path) -> None:
+    model = build_model(CFG)
+    for version in (51, 52, 55):
+        write_version(tmp_path, _spec(version), model.state_dict())
+    assert load_model(tmp_path, version="52").version == 52  # a number given as text
+    with pytest.raises(VersionError, match=r"no version 3 \(there are 51, 52, 55\)"):
+        load_model(tmp_path, version=3)
+    single = tmp_path / "v000055"  # a version's own directory (`up`'s <out>/model is one)
+    assert load_model(single, version=55).version == 55 and load_model(single).version == 55
+    for asked in (3, "3"):
+        with pytest.raises(VersionError, match=r"v000055 is version 55 .*not version 3: .*model directory"):
+            load_model(single, version=asked)
+    with pytest.raises(VersionError, match=r"version 'newest': give 'latest' or a version number"):
+        load_model(tmp_path, version="newest")
+    assert load_model(single / "model.json").version == 55  # the file of a version names its directory
+    assert load_model(single / "model.safetensors").version == 55
+
+
+def test_a_model_without_classes_has_none(tmp_path: Path) -> None:
+    cfg = CFG.model_copy(update={"objective": "regression", "target_width": 2})
+    spec = spec_for(cfg, job="job", version=1, step=1, class_names=NAMES, offsets={}, metrics={})
+    path = write_version(tmp_path, spec, build_model(cfg).state_dict())
+    doc = json.loads((path / "model.json").read_text())
+    assert doc["classes"] == {"count": 0, "names": None} and "tags" not in doc
+    loaded = load_model(tmp_path)
+    assert loaded.classes is None and loaded.predict([np.ones((5, 4))]).labels is None
+    tagged = CFG.model_copy(update={"objective": "multilabel", "num_tags": 2})
+    spec = spec_for(tagged, job="job", version=2, step=1, class_names=None, offsets={}, metrics={},
+                    tag_names=("door", "window"))
+    doc = json.loads(write_version(tmp_path, spec, build_model(tagged).state_dict()).joinpath("model.json").read_text())
+    assert doc["classes"]["count"] == 0 and doc["tags"] == {"count": 2, "names": ["door", "window"]}
+    assert load_model(tmp_path).tags == ("door", "window") and load_model(tmp_path).classes is None
+    assert load_model(tmp_path, version=1).tags is None
+
+
 def test_versions_are_numbered_kept_to_k_and_read_by_number(tmp_path: Path) -> None:
     model = build_model(CFG)
     for version in range(1, 6):

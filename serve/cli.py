@@ -93,16 +93,22 @@ def export(
     out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="The file to write (default: "
                                              "model.pt2, model.pt or model.onnx in the current directory).")] = None,
     version: Annotated[str, typer.Option(help="'latest' or a version number (in a model directory).")] = "latest",
-    fmt: Annotated[str, typer.Option("--format", help="export (torch.export, .pt2: torch.export.load(f).module()), "
-                                     "torchscript (.pt: torch.jit.load) or onnx (needs the onnx package).")]
+    fmt: Annotated[str, typer.Option("--format", help="export (the default: torch.export, .pt2, run with "
+                                     "torch.export.load(f).module()), torchscript (.pt: torch.jit.load) or onnx "
+                                     "(.onnx: onnxruntime or onnx.reference; needs the onnx package).")]
     = "export",
 ) -> None:
-    """Export a model version to a graph that runs without streamtrain: inputs `values` (total frames,
-    num_features) and `lengths` (samples,) int64, output the model's (samples, outputs). The graph is checked
-    against the model on batches of other sizes; a model it cannot be exported faithfully says why (exit 1)."""
+    """Export a model version to a graph that runs without streamtrain.
+
+    Inputs: `values` (total frames, num_features) in the model's dtype, the samples back to back, and `lengths`
+    (samples,) int64. Output: what load_model(...).predict answers, one row per sample (class probabilities,
+    tag probabilities, or values in the target's units); the graph bounds samples above trainer.max_input_abs
+    itself. Before it is written, the graph (for ONNX, the file itself, run by onnx.reference) is checked
+    against predict on batches of other sizes; one that disagrees is not written, and a model that cannot be
+    exported faithfully says why (exit 1)."""
     from streamtrain.cli_support import EXIT_CONFIG, console, die
     from streamtrain.versions import VersionError, load_model
-    from streamtrain.versions.export import SUFFIXES, export_model
+    from streamtrain.versions.export import EXPORTED_OUTPUT, SUFFIXES, export_model
 
     if fmt not in SUFFIXES:
         die(f"--format {fmt!r}: choose {', '.join(SUFFIXES)}", EXIT_CONFIG)
@@ -112,6 +118,8 @@ def export(
         export_model(predictor, target, fmt)  # type: ignore[arg-type]
     except VersionError as exc:
         die(str(exc))
-    console.print(f"version {predictor.version} (step {predictor.spec.step}) exported to {target}: inputs values "
-                  f"(frames, {predictor.spec.num_features}) {predictor.spec.settings.get('precision')} and lengths "
-                  "(samples,) int64", highlight=False)
+    output = EXPORTED_OUTPUT.get(predictor.spec.objective, "your objective's predicted values")
+    console.print(f"version {predictor.version} (step {predictor.spec.step}) exported to {target} and checked "
+                  f"against predict: inputs values (frames, {predictor.spec.num_features}) "
+                  f"{predictor.spec.settings.get('precision')} and lengths (samples,) int64; output {output}",
+                  highlight=False)

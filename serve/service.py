@@ -44,7 +44,7 @@ from streamtrain.versions.freshness import ProducedHistogram
 from streamtrain.wire import ModelVersion, Prediction, WireError, decode, encode, now_ms
 
 from .answers import answer_batch
-from .gate import judge, misfit
+from .gate import GateVerdict, judge, misfit
 from .metrics import ServeMetrics
 
 __all__ = ["ModelServer"]
@@ -82,6 +82,8 @@ class ModelServer:
         self.pending = ProducedHistogram()
         """Samples trained by announced versions that no served version has answered with yet (freshness)."""
         self._first_answer_due = False
+        self._gate_refusals: dict[tuple[str | None, int | None, float | None], int] = {}
+        """The figure (metric, step measured, value) the last gate refusal was on, and the first version it refused."""
         self.running = True
         self.port: int | None = None
         self.answered = 0
@@ -186,7 +188,7 @@ class ModelServer:
             return self._reject("misfit", record, f"it does not fit serve's settings: {problem}", catching_up)
         verdict = judge(predictor.spec.metrics, live.predictor.spec.metrics if live else None, self.settings)
         if not verdict.passed:
-            return self._reject("gate", record, f"the promotion gate refused it: {verdict.reason}", catching_up)
+            return self._refuse_by_gate(record, verdict, catching_up)
         self.live = LiveVersion(predictor, record, time.monotonic())
         self._first_answer_due = True
         self.metrics.version.set(record.version)
@@ -195,6 +197,17 @@ class ModelServer:
         logger.info("serve: version %d (step %d) takes over from %s: %s", record.version, record.step,
                     f"version {live.predictor.version}" if live else "none", verdict.reason)
         return True
+
+    def _refuse_by_gate(self, record: ModelVersion, verdict: GateVerdict, quiet: bool) -> bool:
+        """Refuse a version the gate refused; one refused on the very figure an earlier one was (the same held-out
+        evaluation, carried by every version until the next) is said so, once more quietly."""
+        figure = (verdict.metric, verdict.measured_step, verdict.candidate)
+        earlier = self._gate_refusals.get(figure)
+        self._gate_refusals = {figure: earlier if earlier is not None else record.version}
+        if earlier is None:
+            return self._reject("gate", record, f"the promotion gate refused it: {verdict.reason}", quiet)
+        return self._reject("gate", record, f"the promotion gate refused it on the same figure that refused version "
+                            f"{earlier}: {verdict.reason}", True)
 
     def _reject(self, reason: str, record: ModelVersion, why: str, quiet: bool) -> bool:
         self.metrics.reject(reason)

@@ -33,6 +33,11 @@ class ServeConfig(BaseModel):
     by a few points between versions; a tighter gate holds the live version (and the freshness of what is
     served) until training beats it again."""
 
+    min_samples: int = Field(default=100, ge=0, le=100_000_000)
+    """Fewest samples a gate metric must be measured on, in both versions (`heldout_samples`,
+    `prequential_samples`), for it to decide; a metric over fewer is passed over for the next one. A few dozen
+    samples move an accuracy by more than the tolerance by chance alone. 0: any count."""
+
     unmeasured: Literal["accept", "reject"] = "accept"
     """A version the gate cannot compare (it and the live version share no gate metric: no held-out set, say):
     `accept` serves it (and says so), `reject` keeps the live version."""

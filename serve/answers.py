@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from confluent_kafka import Message
 from streamtrain.versions import Predictor
 from streamtrain.wire import Prediction, Sample, WireError, decode, now_ms
 
-__all__ = ["MODEL_ERROR", "Answered", "answer_batch"]
+__all__ = ["MODEL_ERROR", "Answered", "RefusalTally", "answer_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,3 +101,44 @@ def _predict(predictor: Predictor, samples: Sequence[Sample]) -> list[dict[str, 
                            samples[0].device_id, samples[0].seq, type(exc).__name__, exc)
             return [(MODEL_ERROR, f"{type(exc).__name__}: {exc}")]
     return [row for sample in samples for row in _predict(predictor, [sample])]
+
+
+class RefusalTally:
+    """Requests answered with an error reason, told in the log at most once every `every_seconds`: a client whose
+    every request is refused (the wrong shape, say) shows up in serve's log, with the reasons counted, not only in
+    the prediction records it may never read.
+
+    Args:
+        every_seconds: The least time between two reports.
+    """
+
+    def __init__(self, every_seconds: float = 10.0) -> None:
+        self.every_seconds = every_seconds
+        self._counts: Counter[str] = Counter()
+        self._example: dict[str, str] = {}
+        self._answered = 0
+        self._since = time.monotonic()
+
+    def count(self, predictions: Sequence[Prediction]) -> None:
+        """Count a batch's answers, the refused ones by reason (one detail kept per reason)."""
+        self._answered += len(predictions)
+        for prediction in predictions:
+            if prediction.error is not None:
+                self._counts[prediction.error] += 1
+                self._example.setdefault(prediction.error, prediction.error_detail or "")
+
+    def report(self, now: float | None = None, force: bool = False) -> str | None:
+        """What to log, when requests were refused and `every_seconds` have passed (or `force`); then start over."""
+        now = time.monotonic() if now is None else now
+        if not self._counts or (not force and now - self._since < self.every_seconds):
+            return None
+        refused = sum(self._counts.values())
+        reasons = ", ".join(f"{reason} {n} (e.g. {self._example[reason]})" for reason, n in
+                            self._counts.most_common())
+        message = (f"serve: {refused} of {self._answered} requests in the last {now - self._since:.0f} s answered "
+                   f"with an error instead of a prediction: {reasons}")
+        self._counts.clear()
+        self._example.clear()
+        self._answered = 0
+        self._since = now
+        return message

@@ -62,8 +62,12 @@ def request(
     duration: Annotated[float | None, typer.Option(min=0.0, help="Stop after this many seconds.")] = None,
     count: Annotated[int | None, typer.Option(min=1, help="Stop after this many requests.")] = None,
 ) -> None:
-    """Send requests to <prefix>.requests at a steady rate: the held-out set's samples (trainer.eval_packaged /
-    trainer.eval_path), cycled, or the synthetic task's. Runs until Ctrl-C, --duration or --count."""
+    """Send requests to <prefix>.requests at a steady rate, until Ctrl-C, --duration or --count.
+
+    The samples, cycled: the held-out set (trainer.eval_packaged / trainer.eval_path), else the data the
+    configuration replays (producer.dataset.packaged: its test split; producer.dataset.path), else the synthetic
+    task's (trainer.num_features). Give the --config the run used. When versions.dir holds a version and the
+    samples do not fit it, nothing is sent and the error names the settings (exit 2)."""
     import signal
     import threading
 

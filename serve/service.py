@@ -43,7 +43,7 @@ from streamtrain.versions import Predictor, VersionError, load_model
 from streamtrain.versions.freshness import ProducedHistogram
 from streamtrain.wire import ModelVersion, Prediction, WireError, decode, encode, now_ms
 
-from .answers import answer_batch
+from .answers import RefusalTally, answer_batch
 from .gate import GateVerdict, judge, misfit
 from .metrics import ServeMetrics
 
@@ -87,6 +87,8 @@ class ModelServer:
         self.running = True
         self.port: int | None = None
         self.answered = 0
+        self.refusals = RefusalTally()
+        """Requests answered with an error, told in the log at most every 10 s."""
         self._failed_deliveries = 0
         if self.settings.torch_threads:
             torch.set_num_threads(self.settings.torch_threads)
@@ -135,6 +137,9 @@ class ModelServer:
 
     def close(self) -> None:
         """Deliver what is in flight, leave the group, close the clients (idempotent)."""
+        refused = self.refusals.report(force=True)
+        if refused is not None:
+            logger.warning("%s", refused)
         left = self.producer.flush(30)
         if left:
             logger.error("%d predictions not delivered at shutdown: their requests stay uncommitted", left)
@@ -258,6 +263,10 @@ class ModelServer:
                 self.metrics.latency.observe(max(0.0, (prediction.answered_at - prediction.request_produced_at)
                                                  / 1000.0))
         self.answered += len(answered.predictions)
+        self.refusals.count(answered.predictions)
+        refused = self.refusals.report()
+        if refused is not None:
+            logger.warning("%s", refused)
         served = [p for p in answered.predictions if p.error is None]
         if self._first_answer_due and served:
             self.metrics.observe_freshness(self.pending.counts(), self.pending.resolution_ms, served[0].answered_at)

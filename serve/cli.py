@@ -31,7 +31,9 @@ def serve(
     committed only once its prediction is delivered. A version worse than the live one by more than
     serve.tolerance on its held-out metric, one whose files are missing or corrupt, or one whose model.json does
     not fit this configuration (trainer.num_features, trainer.objective, ...) is not served: the log says why.
-    SIGTERM finishes the batch in hand and exits 0.
+    Give the --config the trainers used and kafka.bootstrap_servers (the address `up` prints): requests must
+    fit the model. Kafka away longer than serve.broker_timeout_seconds (60): exit 1, for a supervisor to restart
+    it. SIGTERM finishes the batch in hand and exits 0.
     """
     import signal
 
@@ -39,6 +41,7 @@ def serve(
 
     from streamtrain.cli_support import config_from, console, die
 
+    from .broker import BrokerGone
     from .service import ModelServer
 
     cfg = config_from(ctx, {"metrics.port": port, "serve.tolerance": tolerance})
@@ -54,6 +57,8 @@ def serve(
     except (KafkaException, TimeoutError) as exc:
         server.close()
         die(f"Kafka at {cfg.kafka.bootstrap_servers}: {exc}")
+    except BrokerGone as exc:
+        die(str(exc))  # closed by run(); exit 1, for the supervisor to restart
 
 
 def request(

@@ -44,6 +44,7 @@ from streamtrain.versions.freshness import ProducedHistogram
 from streamtrain.wire import ModelVersion, Prediction, WireError, decode, encode, now_ms
 
 from .answers import RefusalTally, answer_batch
+from .broker import PROBE_EVERY_S, BrokerWatch, quiet_connection_failures
 from .gate import GateVerdict, judge, misfit
 from .metrics import ServeMetrics
 
@@ -92,9 +93,12 @@ class ModelServer:
         self._failed_deliveries = 0
         if self.settings.torch_threads:
             torch.set_num_threads(self.settings.torch_threads)
-        self.producer = make_producer(config.kafka, **{"linger.ms": 0})
-        self.requests = make_consumer(config.kafka, config.serve_group_id)
-        self.models = make_consumer(config.kafka, f"{config.serve_group_id}.models")
+        self.broker = BrokerWatch(config.kafka.bootstrap_servers, self.settings.broker_timeout_seconds)
+        quiet_connection_failures()  # the watch tells an outage once, not librdkafka at every reconnect
+        watched = {"error_cb": self.broker.on_error}
+        self.producer = make_producer(config.kafka, **{"linger.ms": 0}, **watched)
+        self.requests = make_consumer(config.kafka, config.serve_group_id, **watched)
+        self.models = make_consumer(config.kafka, f"{config.serve_group_id}.models", **watched)
         self._subscribed = False
 
     # ---- life cycle ---------------------------------------------------------------------------------
@@ -124,6 +128,7 @@ class ModelServer:
         """Answer requests until `stop`."""
         try:
             while self.running:
+                self.broker.check(self._broker_answers)
                 self._poll_models(0.0 if self.live is not None else 0.2)
                 if self.live is None:
                     continue
@@ -144,8 +149,17 @@ class ModelServer:
         if left:
             logger.error("%d predictions not delivered at shutdown: their requests stay uncommitted", left)
         for consumer in (self.requests, self.models):
-            with contextlib.suppress(RuntimeError):  # closed already
+            with contextlib.suppress(RuntimeError, KafkaException):  # closed already, or Kafka is gone
                 consumer.close()
+        quiet_connection_failures(False)
+
+    def _broker_answers(self) -> bool:
+        """Whether a broker answers a metadata request now."""
+        try:
+            self.producer.list_topics(self.topics.requests, timeout=1.0)
+        except KafkaException:
+            return False
+        return True
 
     # ---- versions -----------------------------------------------------------------------------------
 
@@ -281,9 +295,12 @@ class ModelServer:
             produce(self.producer, self.topics.predictions, value, headers, self._delivered,
                     f"{prediction.request_partition}:{prediction.request_offset}".encode())
         began = now_ms()
-        while self.producer.flush(DELIVERY_WARN_S):
-            logger.warning("serve: predictions not delivered after %.0f s; still waiting (Kafka away?)",
-                           (now_ms() - began) / 1000.0)
+        while self.producer.flush(PROBE_EVERY_S):
+            self.broker.check(self._broker_answers)  # gives up after serve.broker_timeout_seconds
+            if self.broker.down_since is None and now_ms() - began > DELIVERY_WARN_S * 1000:
+                logger.warning("serve: predictions not delivered after %.0f s; still waiting",
+                               (now_ms() - began) / 1000.0)
+                began = now_ms()
         if self._failed_deliveries != failed_before:
             # The idempotent producer gave up on some (delivery.timeout.ms): stop rather than commit past them.
             raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "predictions could not be delivered; their "

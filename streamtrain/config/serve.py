@@ -60,6 +60,13 @@ class ServeConfig(BaseModel):
     """Intra-op CPU threads of serve's forward passes (0 keeps torch's default). One: a request batch is small,
     and serve shares the host's cores with the trainers."""
 
+    broker_timeout_seconds: float = Field(default=60.0, ge=0, le=86_400)
+    """How long serve waits for an unreachable Kafka before it exits with status 1 (0: it waits for good). While
+    Kafka is away nothing can be answered (requests wait in Kafka; none is lost, as a request's offset is
+    committed only once its prediction is delivered) and serve logs the outage every 30 s instead of librdkafka's
+    every reconnect. Exiting hands the outage to what supervises serve: compose's `restart: unless-stopped`,
+    systemd or Kubernetes restart it, and the restart shows the outage."""
+
     request_rate: float = Field(default=20.0, gt=0, le=100_000)
     """`streamtrain request` (the load generator): requests per second it sends."""
 

@@ -20,14 +20,16 @@ import numpy as np
 from streamtrain.cli_support import module_command
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import read_to_end
-from streamtrain.versions import VersionError, read_version, version_dirs
+from streamtrain.objectives import BUILTIN
+from streamtrain.versions import ModelSpec, VersionError, read_version, version_dirs
 from streamtrain.versions.freshness import measure_freshness
 from streamtrain.wire import ModelVersion, Prediction, WireError, decode
 
 from .results import ModelOutFigures
 from .services import ServiceSpec
 
-__all__ = ["LOAD_SNIPPET", "forget_versions", "keep_final_model", "model_out_figures", "request_spec", "serve_spec"]
+__all__ = ["LOAD_SNIPPET", "forget_versions", "headline_figures", "keep_final_model", "model_out_figures",
+           "request_spec", "serve_spec"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,11 +83,20 @@ def keep_final_model(versions: Path, model: Path, say: Callable[[str], None]) ->
         staging.rename(model)
     else:
         shutil.copytree(source, model)
-    accuracy = spec.metrics.get("heldout_accuracy")
-    figure = f", held-out accuracy {accuracy:.3f}" if accuracy is not None else ""
-    say(f"model: version {number} (step {spec.step}{figure}) kept in {model}; load it with\n  "
+    say(f"model: version {number} (step {spec.step}{headline_figures(spec)}) kept in {model}; load it with\n  "
         + LOAD_SNIPPET.format(model=model))
     return model
+
+
+def headline_figures(spec: ModelSpec) -> str:
+    """", held-out rmse 2.31, test-then-train rmse 2.6": the version's figures of its objective's headline metric
+    (accuracy, rmse, f1_mean, mae; loss for an objective of your own), those it has."""
+    builtin = BUILTIN.get(spec.objective)
+    metric = builtin.headline if builtin is not None else "loss"
+    shown = [f"{label} {metric} {spec.metrics[key]:.4g}"
+             for label, key in (("held-out", f"heldout_{metric}"), ("test-then-train", f"prequential_{metric}"))
+             if key in spec.metrics]
+    return "".join(f", {s}" for s in shown)
 
 
 def _describe(model: Path) -> str:

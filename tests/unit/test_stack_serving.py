@@ -40,3 +40,14 @@ def test_a_run_without_versions_keeps_no_model_and_says_so(tmp_path: Path) -> No
     said: list[str] = []
     assert keep_final_model(tmp_path / "versions", tmp_path / "model", said.append) is None
     assert "no model version was published" in said[0] and not (tmp_path / "model").exists()
+
+
+def test_the_kept_models_line_shows_its_objectives_headline_figures(tmp_path: Path) -> None:
+    said: list[str] = []
+    regression = CFG.model_copy(update={"objective": "regression"})
+    write_version(tmp_path / "versions", spec_for(regression, job="j", version=3, step=30, class_names=None, offsets={},
+                                                  metrics={"heldout_rmse": 2.314, "heldout_baseline_rmse": 12.9,
+                                                           "prequential_rmse": 2.6, "prequential_samples": 300.0}),
+                  build_model(regression).state_dict())
+    keep_final_model(tmp_path / "versions", tmp_path / "model", said.append)
+    assert said[-1].startswith("model: version 3 (step 30, held-out rmse 2.314, test-then-train rmse 2.6) kept in")

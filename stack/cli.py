@@ -309,7 +309,8 @@ def _summarise(report: StackReport | None, failures: list[str], out: Path) -> No
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     out_figures = report.model_out
     for key in ("versions_published", "versions_served", "requests_answered", "freshness_seconds_median",
-                "freshness_seconds_p99"):
+                "freshness_seconds_p99", "freshness_line_rate_seconds_median", "freshness_line_rate_seconds_p99",
+                "freshness_backlog_seconds_median", "freshness_backlog_seconds_p99"):
         value = getattr(out_figures, key) if out_figures is not None else None
         if value is not None:  # the serving figures: with --serve only
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))

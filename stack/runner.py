@@ -365,7 +365,7 @@ class LocalStack:
         report = back.report
         if report is not None:
             try:
-                figures = model_out_figures(cfg, self.out / "model", serving=self.opts.serve)
+                figures = model_out_figures(cfg, self.out / "model", serving=self.opts.serve, series=back.series)
             except (KafkaException, TimeoutError) as exc:
                 self.failures.append(f"could not read the model versions and predictions back: {exc}")
             else:

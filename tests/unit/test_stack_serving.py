@@ -51,3 +51,15 @@ def test_the_kept_models_line_shows_its_objectives_headline_figures(tmp_path: Pa
                   build_model(regression).state_dict())
     keep_final_model(tmp_path / "versions", tmp_path / "model", said.append)
     assert said[-1].startswith("model: version 3 (step 30, held-out rmse 2.314, test-then-train rmse 2.6) kept in")
+
+
+def test_a_device_has_a_backlog_while_seconds_of_its_stream_wait() -> None:
+    from stack.serving import backlog_from_series
+
+    # Device 0 produces 9/s (25x in a burst); its lag is what its steps saw: a few records, then hundreds.
+    series = {"t0_ms": 1_000_000, "rates": {"devices": {"0": {"produced_per_s": [9.0] * 20 + [225.0] * 6}}},
+              "devices": {"0": {"t": [1.0, 5.0, 21.0, 24.0, 30.0, 31.0], "lag": [2, 11, 3, 540, 800, 12]}}}
+    had = backlog_from_series(series)
+    assert [had("0", 1_000_000 + s * 1000) for s in (0.5, 4.0, 20.0, 22.0, 29.0, 30.5)] == [
+        False, False, False, True, True, False]
+    assert not had("1", 1_023_000)  # a device the series does not know: no backlog known

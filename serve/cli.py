@@ -29,8 +29,10 @@ def serve(
     Versions are announced on <prefix>.models by the trainers (versions.dir). Each prediction goes to
     <prefix>.predictions naming the version that made it and the request's offset; a request's offset is
     committed only once its prediction is delivered. A version worse than the live one by more than
-    serve.tolerance on its held-out metric, one whose files are missing or corrupt, or one whose model.json does
-    not fit this configuration (trainer.num_features, trainer.objective, ...) is not served: the log says why.
+    serve.tolerance on the first of serve.gate_metrics that tells them apart (over serve.min_samples samples
+    each; a held-out figure from a newer evaluation), one whose files are missing or corrupt, or one whose
+    model.json does not fit this configuration (trainer.num_features, trainer.objective, ...) is not served:
+    the log says why, with each figure's step and samples.
     Give the --config the trainers used and kafka.bootstrap_servers (the address `up` prints): requests must
     fit the model. Kafka away longer than serve.broker_timeout_seconds (60): exit 1, for a supervisor to restart
     it. SIGTERM finishes the batch in hand and exits 0.

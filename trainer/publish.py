@@ -12,7 +12,8 @@ still carries figures, over enough samples to tell two versions apart.
 A version is due when `versions.publish_every_seconds` have passed on some rank: the rank says so on the step's
 weight all-reduce (the same ride the stop flag takes), so every rank learns from the same sum that this step
 publishes, with no collective of its own. Publishing is then one collective: an
-all-gather of each rank's (device, lowest unprocessed offset, samples trained since the last version), after
+all-gather of each rank's (device, lowest unprocessed offset, samples trained since the last version, its
+window's test-then-train sums), after
 which rank 0 alone writes the version atomically (`streamtrain.versions.write_version`), keeps the newest
 `versions.keep`, and announces it on `<prefix>.models`. The announcement follows the rename: whoever reads it
 finds the files in place.

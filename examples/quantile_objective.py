@@ -12,7 +12,8 @@ It shows the whole contract (see the objectives guide):
   and any set of devices are exact;
 - `target_problem(sample)`: why a sample cannot be trained (no scalar target): it is dead-lettered with that
   reason before it reaches the loss;
-- `predict(outputs, batch)`: what a served model answers.
+- `predicted(outputs, batch)`: the quantiles in the target's units, what a loaded or served model answers as
+  `values` (torch operations only, so an exported graph answers them too).
 
 Train with it (the samples need a float target of one value: e.g. the archive's Tecator_TRAIN.ts):
 
@@ -27,7 +28,7 @@ from typing import Any
 
 import torch
 
-from streamtrain.objectives import Objective, Predictions, Ratio, TargetProblem
+from streamtrain.objectives import Objective, Ratio, TargetProblem
 from streamtrain.wire import Sample
 
 __all__ = ["QUANTILES", "Quantiles"]
@@ -78,5 +79,5 @@ class Quantiles(Objective):
             "covered": ((low <= truth) & (truth <= high)).sum().to(outputs.dtype),
         }
 
-    def predict(self, outputs: torch.Tensor, batch: Any) -> Predictions:
-        return Predictions(self.name, {"quantiles": self._quantiles(outputs.detach()).cpu().numpy()})
+    def predicted(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        return self._quantiles(outputs)  # a prediction's `values`: the three quantiles, in the target's units

@@ -4,38 +4,31 @@ A request is a `Sample` on the same wire as the device topics. What cannot be an
 prediction record, with an error reason and no output, so every request offset has exactly one answer and a
 client waiting on it learns why: `corrupt`, `invalid-sample` (and the other wire reasons),
 `wrong-shape` (not (size, num_features)), `dtype-not-accepted` / `dtype-overflow` (the payload rule of the
-version's settings), `model-error` (the collate function or the model raised on it). A batch the model
-cannot take whole is answered sample by sample, so one bad request costs only its own answer.
+version's settings) — the rule `load_model(...).predict` refuses a sample by too (`Predictor.problem`) —
+and `model-error` (the collate function or the model raised on it). A batch the model cannot take whole is
+answered sample by sample, so one bad request costs only its own answer.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from confluent_kafka import Message
 
-from streamtrain.models.batching import payload_problem
 from streamtrain.versions import Predictor
 from streamtrain.wire import Prediction, Sample, WireError, decode, now_ms
 
-__all__ = ["MODEL_ERROR", "WRONG_SHAPE", "Answered", "answer_batch", "request_problem"]
+__all__ = ["MODEL_ERROR", "Answered", "RefusalTally", "answer_batch"]
 
 logger = logging.getLogger(__name__)
 
-WRONG_SHAPE = "wrong-shape"
 MODEL_ERROR = "model-error"
-
-
-def request_problem(sample: Sample, predictor: Predictor) -> tuple[str, str] | None:
-    """Why the version cannot answer `sample`, as (reason, detail), or None when it can try."""
-    config = predictor.config
-    if config.collate is None and (len(sample.shape) != 2 or sample.shape[1] != config.num_features):
-        return WRONG_SHAPE, f"shape {list(sample.shape)} is not (size, {config.num_features})"
-    return payload_problem(sample, config)
 
 
 @dataclass(frozen=True)
@@ -68,7 +61,7 @@ def answer_batch(job: str, predictor: Predictor, messages: Sequence[Message]) ->
         except WireError as exc:
             out[i] = _refused(job, msg, exc.reason, str(exc), None)
             continue
-        problem = request_problem(sample, predictor)
+        problem = predictor.problem(sample, wire_checked=True)  # decode checked the wire's rule
         if problem is not None:
             out[i] = _refused(job, msg, *problem, sample.produced_at)
         else:
@@ -89,16 +82,63 @@ def answer_batch(job: str, predictor: Predictor, messages: Sequence[Message]) ->
     return Answered([p for p in out if p is not None], forward)
 
 
+def _record_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A `Predictions` row as a `Prediction` record's output fields (values flattened, a forecast's time-major)."""
+    return {"label": row["label"], "label_name": row["label_name"], "probabilities": tuple(row["probabilities"]),
+            "values": tuple(float(v) for v in np.ravel(row["values"])), "tags": tuple(row["tags"])}
+
+
 def _predict(predictor: Predictor, samples: Sequence[Sample]) -> list[dict[str, Any] | tuple[str, str]]:
     """Each sample's output fields, or (reason, detail) for one the model could not take."""
     if not samples:
         return []
     try:
         result = predictor.predict_samples(samples)
-        return [result.row(i) for i in range(len(samples))]
+        return [_record_fields(row) for row in result.rows()]
     except Exception as exc:  # a plug-in may raise anything: it must cost only the requests it failed on
         if len(samples) == 1:
             logger.warning("version %d could not answer request %s#%s: %s: %s", predictor.version,
                            samples[0].device_id, samples[0].seq, type(exc).__name__, exc)
             return [(MODEL_ERROR, f"{type(exc).__name__}: {exc}")]
     return [row for sample in samples for row in _predict(predictor, [sample])]
+
+
+class RefusalTally:
+    """Requests answered with an error reason, told in the log at most once every `every_seconds`: a client whose
+    every request is refused (the wrong shape, say) shows up in serve's log, with the reasons counted, not only in
+    the prediction records it may never read.
+
+    Args:
+        every_seconds: The least time between two reports.
+    """
+
+    def __init__(self, every_seconds: float = 10.0) -> None:
+        self.every_seconds = every_seconds
+        self._counts: Counter[str] = Counter()
+        self._example: dict[str, str] = {}
+        self._answered = 0
+        self._since = time.monotonic()
+
+    def count(self, predictions: Sequence[Prediction]) -> None:
+        """Count a batch's answers, the refused ones by reason (one detail kept per reason)."""
+        self._answered += len(predictions)
+        for prediction in predictions:
+            if prediction.error is not None:
+                self._counts[prediction.error] += 1
+                self._example.setdefault(prediction.error, prediction.error_detail or "")
+
+    def report(self, now: float | None = None, force: bool = False) -> str | None:
+        """What to log, when requests were refused and `every_seconds` have passed (or `force`); then start over."""
+        now = time.monotonic() if now is None else now
+        if not self._counts or (not force and now - self._since < self.every_seconds):
+            return None
+        refused = sum(self._counts.values())
+        reasons = ", ".join(f"{reason} {n} (e.g. {self._example[reason]})" for reason, n in
+                            self._counts.most_common())
+        message = (f"serve: {refused} of {self._answered} requests in the last {now - self._since:.0f} s answered "
+                   f"with an error instead of a prediction: {reasons}")
+        self._counts.clear()
+        self._example.clear()
+        self._answered = 0
+        self._since = now
+        return message

@@ -29,9 +29,13 @@ def serve(
     Versions are announced on <prefix>.models by the trainers (versions.dir). Each prediction goes to
     <prefix>.predictions naming the version that made it and the request's offset; a request's offset is
     committed only once its prediction is delivered. A version worse than the live one by more than
-    serve.tolerance on its held-out metric, one whose files are missing or corrupt, or one whose model.json does
-    not fit this configuration (trainer.num_features, trainer.objective, ...) is not served: the log says why.
-    SIGTERM finishes the batch in hand and exits 0.
+    serve.tolerance on the first of serve.gate_metrics that tells them apart (over serve.min_samples samples
+    each; a held-out figure from a newer evaluation), one whose files are missing or corrupt, or one whose
+    model.json does not fit this configuration (trainer.num_features, trainer.objective, ...) is not served:
+    the log says why, with each figure's step and samples.
+    Give the --config the trainers used and kafka.bootstrap_servers (the address `up` prints): requests must
+    fit the model. Kafka away longer than serve.broker_timeout_seconds (60): exit 1, for a supervisor to restart
+    it. SIGTERM finishes the batch in hand and exits 0.
     """
     import signal
 
@@ -39,6 +43,7 @@ def serve(
 
     from streamtrain.cli_support import config_from, console, die
 
+    from .broker import BrokerGone
     from .service import ModelServer
 
     cfg = config_from(ctx, {"metrics.port": port, "serve.tolerance": tolerance})
@@ -54,6 +59,8 @@ def serve(
     except (KafkaException, TimeoutError) as exc:
         server.close()
         die(f"Kafka at {cfg.kafka.bootstrap_servers}: {exc}")
+    except BrokerGone as exc:
+        die(str(exc))  # closed by run(); exit 1, for the supervisor to restart
 
 
 def request(
@@ -62,8 +69,12 @@ def request(
     duration: Annotated[float | None, typer.Option(min=0.0, help="Stop after this many seconds.")] = None,
     count: Annotated[int | None, typer.Option(min=1, help="Stop after this many requests.")] = None,
 ) -> None:
-    """Send requests to <prefix>.requests at a steady rate: the held-out set's samples (trainer.eval_packaged /
-    trainer.eval_path), cycled, or the synthetic task's. Runs until Ctrl-C, --duration or --count."""
+    """Send requests to <prefix>.requests at a steady rate, until Ctrl-C, --duration or --count.
+
+    The samples, cycled: the held-out set (trainer.eval_packaged / trainer.eval_path), else the data the
+    configuration replays (producer.dataset.packaged: its test split; producer.dataset.path), else the synthetic
+    task's (trainer.num_features). Give the --config the run used. When versions.dir holds a version and the
+    samples do not fit it, nothing is sent and the error names the settings (exit 2)."""
     import signal
     import threading
 
@@ -93,16 +104,22 @@ def export(
     out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="The file to write (default: "
                                              "model.pt2, model.pt or model.onnx in the current directory).")] = None,
     version: Annotated[str, typer.Option(help="'latest' or a version number (in a model directory).")] = "latest",
-    fmt: Annotated[str, typer.Option("--format", help="export (torch.export, .pt2: torch.export.load(f).module()), "
-                                     "torchscript (.pt: torch.jit.load) or onnx (needs the onnx package).")]
+    fmt: Annotated[str, typer.Option("--format", help="export (the default: torch.export, .pt2, run with "
+                                     "torch.export.load(f).module()), torchscript (.pt: torch.jit.load) or onnx "
+                                     "(.onnx: onnxruntime or onnx.reference; needs the onnx package).")]
     = "export",
 ) -> None:
-    """Export a model version to a graph that runs without streamtrain: inputs `values` (total frames,
-    num_features) and `lengths` (samples,) int64, output the model's (samples, outputs). The graph is checked
-    against the model on batches of other sizes; a model it cannot be exported faithfully says why (exit 1)."""
+    """Export a model version to a graph that runs without streamtrain.
+
+    Inputs: `values` (total frames, num_features) in the model's dtype, the samples back to back, and `lengths`
+    (samples,) int64. Output: what load_model(...).predict answers, one row per sample (class probabilities,
+    tag probabilities, or values in the target's units); the graph bounds samples above trainer.max_input_abs
+    itself. Before it is written, the graph (for ONNX, the file itself, run by onnx.reference) is checked
+    against predict on batches of other sizes; one that disagrees is not written, and a model that cannot be
+    exported faithfully says why (exit 1)."""
     from streamtrain.cli_support import EXIT_CONFIG, console, die
     from streamtrain.versions import VersionError, load_model
-    from streamtrain.versions.export import SUFFIXES, export_model
+    from streamtrain.versions.export import EXPORTED_OUTPUT, SUFFIXES, export_model
 
     if fmt not in SUFFIXES:
         die(f"--format {fmt!r}: choose {', '.join(SUFFIXES)}", EXIT_CONFIG)
@@ -112,6 +129,8 @@ def export(
         export_model(predictor, target, fmt)  # type: ignore[arg-type]
     except VersionError as exc:
         die(str(exc))
-    console.print(f"version {predictor.version} (step {predictor.spec.step}) exported to {target}: inputs values "
-                  f"(frames, {predictor.spec.num_features}) {predictor.spec.settings.get('precision')} and lengths "
-                  "(samples,) int64", highlight=False)
+    output = EXPORTED_OUTPUT.get(predictor.spec.objective, "your objective's predicted values")
+    console.print(f"version {predictor.version} (step {predictor.spec.step}) exported to {target} and checked "
+                  f"against predict: inputs values (frames, {predictor.spec.num_features}) "
+                  f"{predictor.spec.settings.get('precision')} and lengths (samples,) int64; output {output}",
+                  highlight=False)

@@ -2,6 +2,11 @@
 
 Both are pure functions of (the version's model.json, the live version's, the settings): the service, its
 tests and a reader of the logs reach the same verdict from the same figures.
+
+A metric decides only when it tells the two versions apart: both carry it, each measured on at least
+`serve.min_samples` samples, and, for a held-out metric, the new version's evaluation is newer than the live
+one's (with `versions.evaluate` off a version carries the latest evaluation, so consecutive versions often
+share one: comparing it with itself says nothing). The verdict names each figure's step and sample count.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from streamtrain.config import StreamtrainConfig
 from streamtrain.config.serve import ServeConfig
 from streamtrain.versions import ModelSpec
 
-__all__ = ["GateVerdict", "judge", "lower_is_better", "misfit"]
+__all__ = ["GateVerdict", "judge", "lower_is_better", "measured", "misfit"]
 
 
 def lower_is_better(metric: str) -> bool:
@@ -32,29 +37,71 @@ class GateVerdict:
     candidate: float | None
     live: float | None
     reason: str
-    """For a person: what was compared and how it came out."""
+    """For a person: what was compared, measured when and on how many samples, and how it came out."""
+    measured_step: int | None = None
+    """The step the candidate's deciding figure was measured at (its held-out evaluation's, or the end of its
+    test-then-train window)."""
+
+
+def _source(metric: str) -> str:
+    """`heldout` or `prequential`: the figures a metric comes from (its step and samples are `<source>_step`,
+    `<source>_samples`)."""
+    return metric.split("_", 1)[0]
+
+
+def measured(metric: str, metrics: Mapping[str, float]) -> tuple[int | None, int | None]:
+    """(the step `metric` was measured at, the samples it is over), where the version says."""
+    source = _source(metric)
+    step, samples = metrics.get(f"{source}_step"), metrics.get(f"{source}_samples")
+    return (int(step) if step is not None else None, int(samples) if samples is not None else None)
+
+
+def _describe(value: float, step: int | None, samples: int | None) -> str:
+    where = ", ".join(part for part in (f"step {step}" if step is not None else "",
+                                        f"{samples} samples" if samples is not None else "") if part)
+    return f"{value:.4f}" + (f" ({where})" if where else "")
+
+
+def _passed_over(metric: str, candidate: Mapping[str, float], live: Mapping[str, float],
+                 settings: ServeConfig) -> str | None:
+    """Why `metric` cannot tell the two versions apart (None: it can decide)."""
+    (new_step, new_n), (old_step, old_n) = measured(metric, candidate), measured(metric, live)
+    fewest = min((n for n in (new_n, old_n) if n is not None), default=None)
+    if fewest is not None and fewest < settings.min_samples:
+        return f"{metric} is over {fewest} samples, fewer than serve.min_samples={settings.min_samples}"
+    if _source(metric) == "heldout" and new_step is not None and old_step is not None and new_step <= old_step:
+        return f"{metric} is the live version's own evaluation (step {old_step}), not a newer one"
+    return None
 
 
 def judge(candidate: Mapping[str, float], live: Mapping[str, float] | None, settings: ServeConfig) -> GateVerdict:
     """Whether a version with metrics `candidate` may replace the live one (metrics `live`; None: nothing is live).
 
-    The first of `serve.gate_metrics` both carry decides: the candidate passes unless it is worse than the live
-    version by more than `serve.tolerance`. With no metric in common, `serve.unmeasured` decides.
+    The first of `serve.gate_metrics` that tells the two apart (see the module doc) decides: the candidate passes
+    unless it is worse than the live version by more than `serve.tolerance`. With none, `serve.unmeasured` decides.
     """
     if live is None:
         return GateVerdict(True, None, None, None, "no version is live yet")
+    skipped: list[str] = []
     for metric in settings.gate_metrics:
-        if metric in candidate and metric in live:
-            new, old = candidate[metric], live[metric]
-            worse_by = new - old if lower_is_better(metric) else old - new
-            passed = worse_by <= settings.tolerance
-            verdict = "within" if passed else "beyond"
-            return GateVerdict(passed, metric, new, old, f"{metric} {new:.4f} vs live {old:.4f}: "
-                               f"{'worse' if worse_by > 0 else 'no worse'} by {max(worse_by, 0.0):.4f}, {verdict} "
-                               f"the tolerance {settings.tolerance:g} (serve.tolerance)")
+        if metric not in candidate or metric not in live:
+            continue
+        why = _passed_over(metric, candidate, live, settings)
+        if why is not None:
+            skipped.append(why)
+            continue
+        new, old = candidate[metric], live[metric]
+        worse_by = new - old if lower_is_better(metric) else old - new
+        passed = worse_by <= settings.tolerance
+        step, samples = measured(metric, candidate)
+        reason = (f"{metric} {_describe(new, step, samples)} vs live {_describe(old, *measured(metric, live))}: "
+                  f"{'worse' if worse_by > 0 else 'no worse'} by {max(worse_by, 0.0):.4f}, "
+                  f"{'within' if passed else 'beyond'} the tolerance {settings.tolerance:g} (serve.tolerance)")
+        return GateVerdict(passed, metric, new, old, reason, step)
     passed = settings.unmeasured == "accept"
-    return GateVerdict(passed, None, None, None, f"no metric of serve.gate_metrics ({', '.join(settings.gate_metrics)})"
-                       f" on both versions: {'accepted' if passed else 'rejected'} (serve.unmeasured)")
+    why = "; ".join(skipped) if skipped else f"no metric of serve.gate_metrics ({', '.join(settings.gate_metrics)}) " \
+                                             "on both versions"
+    return GateVerdict(passed, None, None, None, f"{why}: {'accepted' if passed else 'rejected'} (serve.unmeasured)")
 
 
 def misfit(spec: ModelSpec, config: StreamtrainConfig) -> str | None:
@@ -67,7 +114,7 @@ def misfit(spec: ModelSpec, config: StreamtrainConfig) -> str | None:
                 f"(size, {trainer.num_features}) (trainer.num_features)")
     if spec.objective != trainer.objective:
         return f"model.json model.objective is {spec.objective!r}, not {trainer.objective!r} (trainer.objective)"
-    if spec.num_classes != trainer.num_classes:
+    if spec.objective == "classification" and spec.num_classes != trainer.num_classes:
         return (f"model.json model.settings.num_classes is {spec.num_classes}, not {trainer.num_classes} "
                 "(trainer.num_classes)")
     return None

@@ -43,8 +43,9 @@ from streamtrain.versions import Predictor, VersionError, load_model
 from streamtrain.versions.freshness import ProducedHistogram
 from streamtrain.wire import ModelVersion, Prediction, WireError, decode, encode, now_ms
 
-from .answers import answer_batch
-from .gate import judge, misfit
+from .answers import RefusalTally, answer_batch
+from .broker import PROBE_EVERY_S, BrokerWatch, quiet_connection_failures
+from .gate import GateVerdict, judge, misfit
 from .metrics import ServeMetrics
 
 __all__ = ["ModelServer"]
@@ -82,15 +83,22 @@ class ModelServer:
         self.pending = ProducedHistogram()
         """Samples trained by announced versions that no served version has answered with yet (freshness)."""
         self._first_answer_due = False
+        self._gate_refusals: dict[tuple[str | None, int | None, float | None], int] = {}
+        """The figure (metric, step measured, value) the last gate refusal was on, and the first version it refused."""
         self.running = True
         self.port: int | None = None
         self.answered = 0
+        self.refusals = RefusalTally()
+        """Requests answered with an error, told in the log at most every 10 s."""
         self._failed_deliveries = 0
         if self.settings.torch_threads:
             torch.set_num_threads(self.settings.torch_threads)
-        self.producer = make_producer(config.kafka, **{"linger.ms": 0})
-        self.requests = make_consumer(config.kafka, config.serve_group_id)
-        self.models = make_consumer(config.kafka, f"{config.serve_group_id}.models")
+        self.broker = BrokerWatch(config.kafka.bootstrap_servers, self.settings.broker_timeout_seconds)
+        quiet_connection_failures()  # the watch tells an outage once, not librdkafka at every reconnect
+        watched = {"error_cb": self.broker.on_error}
+        self.producer = make_producer(config.kafka, **{"linger.ms": 0}, **watched)
+        self.requests = make_consumer(config.kafka, config.serve_group_id, **watched)
+        self.models = make_consumer(config.kafka, f"{config.serve_group_id}.models", **watched)
         self._subscribed = False
 
     # ---- life cycle ---------------------------------------------------------------------------------
@@ -120,6 +128,7 @@ class ModelServer:
         """Answer requests until `stop`."""
         try:
             while self.running:
+                self.broker.check(self._broker_answers)
                 self._poll_models(0.0 if self.live is not None else 0.2)
                 if self.live is None:
                     continue
@@ -133,12 +142,24 @@ class ModelServer:
 
     def close(self) -> None:
         """Deliver what is in flight, leave the group, close the clients (idempotent)."""
+        refused = self.refusals.report(force=True)
+        if refused is not None:
+            logger.warning("%s", refused)
         left = self.producer.flush(30)
         if left:
             logger.error("%d predictions not delivered at shutdown: their requests stay uncommitted", left)
         for consumer in (self.requests, self.models):
-            with contextlib.suppress(RuntimeError):  # closed already
+            with contextlib.suppress(RuntimeError, KafkaException):  # closed already, or Kafka is gone
                 consumer.close()
+        quiet_connection_failures(False)
+
+    def _broker_answers(self) -> bool:
+        """Whether a broker answers a metadata request now."""
+        try:
+            self.producer.list_topics(self.topics.requests, timeout=1.0)
+        except KafkaException:
+            return False
+        return True
 
     # ---- versions -----------------------------------------------------------------------------------
 
@@ -186,7 +207,7 @@ class ModelServer:
             return self._reject("misfit", record, f"it does not fit serve's settings: {problem}", catching_up)
         verdict = judge(predictor.spec.metrics, live.predictor.spec.metrics if live else None, self.settings)
         if not verdict.passed:
-            return self._reject("gate", record, f"the promotion gate refused it: {verdict.reason}", catching_up)
+            return self._refuse_by_gate(record, verdict, catching_up)
         self.live = LiveVersion(predictor, record, time.monotonic())
         self._first_answer_due = True
         self.metrics.version.set(record.version)
@@ -195,6 +216,17 @@ class ModelServer:
         logger.info("serve: version %d (step %d) takes over from %s: %s", record.version, record.step,
                     f"version {live.predictor.version}" if live else "none", verdict.reason)
         return True
+
+    def _refuse_by_gate(self, record: ModelVersion, verdict: GateVerdict, quiet: bool) -> bool:
+        """Refuse a version the gate refused; one refused on the very figure an earlier one was (the same held-out
+        evaluation, carried by every version until the next) is said so, once more quietly."""
+        figure = (verdict.metric, verdict.measured_step, verdict.candidate)
+        earlier = self._gate_refusals.get(figure)
+        self._gate_refusals = {figure: earlier if earlier is not None else record.version}
+        if earlier is None:
+            return self._reject("gate", record, f"the promotion gate refused it: {verdict.reason}", quiet)
+        return self._reject("gate", record, f"the promotion gate refused it on the same figure that refused version "
+                            f"{earlier}: {verdict.reason}", True)
 
     def _reject(self, reason: str, record: ModelVersion, why: str, quiet: bool) -> bool:
         self.metrics.reject(reason)
@@ -245,6 +277,10 @@ class ModelServer:
                 self.metrics.latency.observe(max(0.0, (prediction.answered_at - prediction.request_produced_at)
                                                  / 1000.0))
         self.answered += len(answered.predictions)
+        self.refusals.count(answered.predictions)
+        refused = self.refusals.report()
+        if refused is not None:
+            logger.warning("%s", refused)
         served = [p for p in answered.predictions if p.error is None]
         if self._first_answer_due and served:
             self.metrics.observe_freshness(self.pending.counts(), self.pending.resolution_ms, served[0].answered_at)
@@ -259,9 +295,12 @@ class ModelServer:
             produce(self.producer, self.topics.predictions, value, headers, self._delivered,
                     f"{prediction.request_partition}:{prediction.request_offset}".encode())
         began = now_ms()
-        while self.producer.flush(DELIVERY_WARN_S):
-            logger.warning("serve: predictions not delivered after %.0f s; still waiting (Kafka away?)",
-                           (now_ms() - began) / 1000.0)
+        while self.producer.flush(PROBE_EVERY_S):
+            self.broker.check(self._broker_answers)  # gives up after serve.broker_timeout_seconds
+            if self.broker.down_since is None and now_ms() - began > DELIVERY_WARN_S * 1000:
+                logger.warning("serve: predictions not delivered after %.0f s; still waiting",
+                               (now_ms() - began) / 1000.0)
+                began = now_ms()
         if self._failed_deliveries != failed_before:
             # The idempotent producer gave up on some (delivery.timeout.ms): stop rather than commit past them.
             raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "predictions could not be delivered; their "

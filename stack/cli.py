@@ -53,7 +53,10 @@ _PARAGRAPHS = (
     "final one when they stop; the run's final model is kept in DIR/model (streamtrain.load_model('DIR/model')). "
     "With --serve, `streamtrain serve` answers requests sent at --request-rate (the held-out set's samples) with "
     "the newest version that passed its promotion gate, and the report adds freshness (model_out): from a sample's "
-    "production to serve's first answer by a version that trained it, median and p99 over every trained sample.",
+    "production to serve's first answer by a version that trained it, median and p99 over every trained sample, "
+    "and apart for the samples produced at line rate and those produced while their device had a backlog. To "
+    "serve from another terminal or send your own requests, use the broker address `up` prints (or fix it with "
+    "--set broker.port=9092) and the same --config.",
     "Examples:\n\n"
     "  streamtrain up --duration 60\n\n"
     "  streamtrain up --steps 200 --policy static --out reports/static\n\n"
@@ -151,7 +154,8 @@ def up(
         "DIR/external/device-<id>.env (streamtrain.DeviceProducer reads its settings from the environment).")]
     = None,
     serve: Annotated[bool, typer.Option(help="Also run `streamtrain serve` with a request load, and report "
-                                        "freshness (median and p99) and what serve answered.")] = False,
+                                        "freshness (median and p99, overall, at line rate and during backlogs) "
+                                        "and what serve answered.")] = False,
     request_rate: Annotated[float, typer.Option(min=0.1, help="Requests per second sent to serve (--serve).")]
     = 20.0,
     bridge: Annotated[Path | None, typer.Option(
@@ -309,7 +313,8 @@ def _summarise(report: StackReport | None, failures: list[str], out: Path) -> No
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     out_figures = report.model_out
     for key in ("versions_published", "versions_served", "requests_answered", "freshness_seconds_median",
-                "freshness_seconds_p99"):
+                "freshness_seconds_p99", "freshness_line_rate_seconds_median", "freshness_line_rate_seconds_p99",
+                "freshness_backlog_seconds_median", "freshness_backlog_seconds_p99"):
         value = getattr(out_figures, key) if out_figures is not None else None
         if value is not None:  # the serving figures: with --serve only
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))

@@ -56,15 +56,16 @@ def parse_external(text: str | None, devices: Sequence[str]) -> tuple[str, ...]:
     return tuple(d for d in devices if d in named)  # in rank order, each once
 
 
-def broker_port(cfg: BrokerConfig) -> int:
-    """The client port of the run's embedded broker when devices are fed from outside.
+def broker_port(cfg: BrokerConfig, external: bool = True) -> int:
+    """The client port of the run's embedded broker.
 
-    `broker.port` when set; else Kafka's usual 9092 when it is free, so a client with default settings finds
-    the run; else 0 (any free port, printed with the instructions).
+    `broker.port` when set, always (a port the user chose is where their clients look); else, when devices are
+    fed from outside (`external`), Kafka's usual 9092 when it is free, so a client with default settings finds
+    the run; else 0 (any free port, printed when the broker starts).
     """
     if cfg.port:
         return cfg.port
-    return KAFKA_PORT if is_free(cfg.host, KAFKA_PORT) else 0
+    return KAFKA_PORT if external and is_free(cfg.host, KAFKA_PORT) else 0
 
 
 def open_external_devices(kafka: KafkaConfig, devices: Sequence[str], out: Path,

@@ -252,6 +252,17 @@ class ModelOutFigures(Record):
     """Its training side: from produced_at to the announcement of the version that first trained the sample."""
     freshness_unserved_samples: int | None = None
     """Trained by versions after the last one serve answered with: not measured."""
+    freshness_line_rate_samples: int | None = None
+    """Of the measured samples, those produced while their device had no backlog (`stack.serving.BACKLOG_SECONDS`
+    of its stream waiting untrained)..."""
+    freshness_line_rate_seconds_median: float | None = None
+    """...and their freshness: what a stream that keeps up gets."""
+    freshness_line_rate_seconds_p99: float | None = None
+    freshness_backlog_samples: int | None = None
+    """Those produced while their device had a backlog (a burst): they wait their turn to be trained..."""
+    freshness_backlog_seconds_median: float | None = None
+    """...which dominates their freshness."""
+    freshness_backlog_seconds_p99: float | None = None
 
 
 class SourcePartitionFates(Record):

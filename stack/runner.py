@@ -176,7 +176,7 @@ class LocalStack:
     def _start_broker(self) -> None:
         kafka = existing_kafka(self.cfg, self.opts.broker, self.identities is not None, self.started_at, self.say)
         if kafka is None:
-            port = broker_port(self.cfg.broker) if self.opts.external else 0  # where the user's clients look
+            port = broker_port(self.cfg.broker, bool(self.opts.external))  # where the user's clients look
             self.broker = embedded_broker(self.cfg, self.out, self.identities, port)  # stopped by _stop_all
             kafka = start_embedded(self.broker, self.cfg, self.devices, self.identities, self.say)
         self.kafka = kafka
@@ -365,7 +365,7 @@ class LocalStack:
         report = back.report
         if report is not None:
             try:
-                figures = model_out_figures(cfg, self.out / "model", serving=self.opts.serve)
+                figures = model_out_figures(cfg, self.out / "model", serving=self.opts.serve, series=back.series)
             except (KafkaException, TimeoutError) as exc:
                 self.failures.append(f"could not read the model versions and predictions back: {exc}")
             else:

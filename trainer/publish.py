@@ -1,14 +1,19 @@
 """Model versions out of a training group: when to publish, what each rank contributes, what rank 0 writes.
 
 Every rank keeps a count of the samples it trained since the last version, by produced_at
-(`ProducedHistogram`), and the objective's test-then-train metric sums of them (each scored by the forward pass
-before the step trained it): summed over the ranks, the version's prequential metrics (`prequential_accuracy`
-for classification, `prequential_rmse` for regression, ...), figures of its own at no extra cost.
+(`ProducedHistogram`: the version's lineage), and the objective's test-then-train metric sums of its last
+`trainer.prequential_window` steps that trained (each sample scored by the forward pass before the step trained
+it; the version's weights have trained them all): summed over the ranks, the version's prequential metrics
+(`prequential_accuracy` for classification, `prequential_rmse` for regression, ...) with `prequential_samples`
+and `prequential_step`, at no extra cost. A window rather than the samples since the last version: a version
+published a step or two after the one before it (the run's final one, often after a step that trained nothing)
+still carries figures, over enough samples to tell two versions apart.
 
 A version is due when `versions.publish_every_seconds` have passed on some rank: the rank says so on the step's
 weight all-reduce (the same ride the stop flag takes), so every rank learns from the same sum that this step
 publishes, with no collective of its own. Publishing is then one collective: an
-all-gather of each rank's (device, lowest unprocessed offset, samples trained since the last version), after
+all-gather of each rank's (device, lowest unprocessed offset, samples trained since the last version, its
+window's test-then-train sums), after
 which rank 0 alone writes the version atomically (`streamtrain.versions.write_version`), keeps the newest
 `versions.keep`, and announces it on `<prefix>.models`. The announcement follows the rename: whoever reads it
 finds the files in place.
@@ -26,7 +31,7 @@ from torch import nn
 
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import produce
-from streamtrain.objectives import Objective, add_sums, build_objective
+from streamtrain.objectives import Objective, SumWindow, add_sums, build_objective
 from streamtrain.versions import VersionError, next_version, spec_for, write_version
 from streamtrain.versions.freshness import ProducedHistogram
 from streamtrain.wire import DeviceLineage, ModelVersion, ProducedCount, Sample, encode
@@ -35,12 +40,12 @@ from .distributed import DistContext
 from .evaluation import HeldOutResult
 from .metrics import TrainerMetrics
 
-__all__ = ["VersionPublisher", "heldout_metrics"]
+__all__ = ["VersionPublisher", "heldout_metrics", "prequential_metrics"]
 
 logger = logging.getLogger(__name__)
 
 #: What each rank contributes to a version: (device, lowest unprocessed offset, resolution ms, [(ms, count)],
-#: the test-then-train metric sums of the samples trained since the last version).
+#: the test-then-train metric sums of its last `trainer.prequential_window` steps that trained).
 Contribution = tuple[str, int, int, list[tuple[int, int]], dict[str, float]]
 
 
@@ -52,6 +57,16 @@ def heldout_metrics(result: HeldOutResult | None) -> dict[str, float]:
         return {}
     return {**{f"heldout_{k}": v for k, v in result.metrics.items()}, "heldout_loss": result.loss,
             "heldout_samples": float(result.samples), "heldout_step": float(result.step)}
+
+
+def prequential_metrics(objective: Objective, sums: Mapping[str, float], step: int) -> dict[str, float]:
+    """A version's test-then-train figures from the ranks' summed window sums: the objective's metrics as
+    `prequential_<metric>`, with the samples they are over and the step the window ends at (none trained: none)."""
+    seen = sums.get("count", 0.0)
+    if not seen:
+        return {}
+    return {**{f"prequential_{k}": v for k, v in objective.summarise(sums).items()}, "prequential_samples": seen,
+            "prequential_step": float(step)}
 
 
 class VersionPublisher:
@@ -76,8 +91,8 @@ class VersionPublisher:
         self.topic = config.kafka.topics.models
         self.trained = ProducedHistogram()
         self.objective = objective if objective is not None else build_objective(config.trainer)
-        self._scored: dict[str, float] = {}
-        """Test-then-train metric sums of the samples trained since the last version."""
+        self._scored = SumWindow(config.trainer.prequential_window)
+        """Test-then-train metric sums of this rank's last `trainer.prequential_window` steps that trained."""
         self.published_step: int | None = None
         self._last = time.monotonic()
         self._carry: dict[str, ProducedHistogram] = {}
@@ -100,7 +115,7 @@ class VersionPublisher:
         if self.enabled:
             for sample in samples:
                 self.trained.add(sample.produced_at)
-            add_sums(self._scored, scored)
+            self._scored.add(scored)
 
     def publish(self, step: int, model: nn.Module, device_id: str, offset: int,
                 metrics: Mapping[str, float]) -> int | None:
@@ -121,14 +136,13 @@ class VersionPublisher:
             return None
         started = time.perf_counter()
         mine: Contribution = (device_id, offset, self.trained.resolution_ms,
-                              [(c.produced_at, c.count) for c in self.trained.counts()], dict(self._scored))
+                              [(c.produced_at, c.count) for c in self.trained.counts()], self._scored.recent)
         gathered: list[Contribution | None] = [None] * self.ctx.world_size
         if dist.is_initialized() and self.ctx.world_size > 1:
             dist.all_gather_object(gathered, mine)
         else:
             gathered = [mine]
         self.trained.clear()
-        self._scored = {}
         self._last = time.monotonic()
         self.published_step = step
         if not self.ctx.is_main:
@@ -138,9 +152,7 @@ class VersionPublisher:
         summed: dict[str, float] = {}
         for contribution in contributions:
             add_sums(summed, contribution[4])
-        seen = summed.get("count", 0.0)
-        scored = {f"prequential_{k}": v for k, v in self.objective.summarise(summed).items()} if seen else {}
-        figures = {**metrics, **scored, **({"prequential_samples": seen} if seen else {})}
+        figures = {**metrics, **prequential_metrics(self.objective, summed, step)}
         written = self._write(step, model, lineage, figures)
         self.metrics.version_seconds.set(time.perf_counter() - started)
         return written
@@ -159,7 +171,8 @@ class VersionPublisher:
         version = self._next
         offsets = {device: offset for device, offset, _ in lineage}
         spec = spec_for(self.config.trainer, job=self.config.job, version=version, step=step,
-                        class_names=self.config.producer.dataset.class_names, offsets=offsets, metrics=metrics)
+                        class_names=self.config.producer.dataset.class_names, offsets=offsets, metrics=metrics,
+                        tag_names=self.config.producer.dataset.target_columns)
         try:
             path = write_version(self.directory, spec, model.state_dict(), keep=self.settings.keep)
         except (OSError, VersionError) as exc:

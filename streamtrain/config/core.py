@@ -195,7 +195,9 @@ class BrokerConfig(_Section):
     """Address the broker listens on and advertises."""
 
     port: int = Field(default=0, ge=0, le=65535)
-    """Client port; 0 picks a free one (and keeps it across restarts of the same data directory)."""
+    """Client port, of `streamtrain broker` and of the broker `streamtrain up` starts for its run; 0 picks a free
+    one (and keeps it across restarts of the same data directory; `up --external-devices` takes Kafka's usual
+    9092 when it is free)."""
 
     controller_port: int = Field(default=0, ge=0, le=65535)
     """KRaft controller port; 0 picks a free one (on a multi-node cluster: this node's port in quorum_voters)."""

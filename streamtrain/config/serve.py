@@ -33,6 +33,11 @@ class ServeConfig(BaseModel):
     by a few points between versions; a tighter gate holds the live version (and the freshness of what is
     served) until training beats it again."""
 
+    min_samples: int = Field(default=100, ge=0, le=100_000_000)
+    """Fewest samples a gate metric must be measured on, in both versions (`heldout_samples`,
+    `prequential_samples`), for it to decide; a metric over fewer is passed over for the next one. A few dozen
+    samples move an accuracy by more than the tolerance by chance alone. 0: any count."""
+
     unmeasured: Literal["accept", "reject"] = "accept"
     """A version the gate cannot compare (it and the live version share no gate metric: no held-out set, say):
     `accept` serves it (and says so), `reject` keeps the live version."""
@@ -54,6 +59,13 @@ class ServeConfig(BaseModel):
     torch_threads: int = Field(default=1, ge=0, le=1024)
     """Intra-op CPU threads of serve's forward passes (0 keeps torch's default). One: a request batch is small,
     and serve shares the host's cores with the trainers."""
+
+    broker_timeout_seconds: float = Field(default=60.0, ge=0, le=86_400)
+    """How long serve waits for an unreachable Kafka before it exits with status 1 (0: it waits for good). While
+    Kafka is away nothing can be answered (requests wait in Kafka; none is lost, as a request's offset is
+    committed only once its prediction is delivered) and serve logs the outage every 30 s instead of librdkafka's
+    every reconnect. Exiting hands the outage to what supervises serve: compose's `restart: unless-stopped`,
+    systemd or Kubernetes restart it, and the restart shows the outage."""
 
     request_rate: float = Field(default=20.0, gt=0, le=100_000)
     """`streamtrain request` (the load generator): requests per second it sends."""

@@ -30,8 +30,9 @@ class VersionsConfig(BaseModel):
     version `serve` is loading is not deleted under it)."""
 
     evaluate: bool = False
-    """Evaluate each version on the held-out set (when one is configured) before it is written, so its held-out
-    figures are its own weights'. Off (the default: a full evaluation per version costs about as much training
-    time as a version interval on a small CPU), a version carries the latest evaluation's figures, with the step
-    they were measured at (`heldout_step`, every `trainer.eval_every` steps and at the end), and always its own
-    prequential accuracy: its samples scored by the forward pass before the step that trained them."""
+    """On: evaluate each version on the held-out set (when one is configured) before it is written, so its
+    held-out figures are its own weights'. Off (the default; a full evaluation per version costs about as much
+    training time as a version interval on a small CPU): a version carries the latest evaluation's figures, with
+    the step they were measured at (`heldout_step`: every `trainer.eval_every` steps and at the end). Either way
+    every version carries test-then-train figures (`prequential_*`) over the last `trainer.prequential_window`
+    steps, each sample scored by the forward pass before the step that trained it."""

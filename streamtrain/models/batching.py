@@ -246,8 +246,11 @@ def pack_samples(
     for sample in samples:
         if len(sample.shape) != 2 or sample.shape[1] != num_features:
             raise ValueError(f"sample seq={sample.seq}: shape {list(sample.shape)} is not (size, {num_features})")
-        if sample.size <= horizon:
-            raise ValueError(f"sample seq={sample.seq}: {sample.size} frames leave none to forecast {horizon} from")
+        if sample.size < 1:
+            raise ValueError(f"sample seq={sample.seq}: no frames (size {sample.size}): a sample needs at least one")
+        if horizon and sample.size <= horizon:
+            raise ValueError(f"sample seq={sample.seq}: {sample.size} frames leave none to forecast trainer.horizon="
+                             f"{horizon} from")
         frames.append(sample.array())
     np_dtype = torch.empty((), dtype=dtype).numpy().dtype
     # One concatenate into a fresh buffer: the only copy of the payload on the way to the tensor.

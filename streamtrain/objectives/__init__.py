@@ -9,7 +9,7 @@ dotted path (`build_objective`).
 A prediction, e.g. in a served model (the samples need no label or target; a forecast's whole series is its
 input):
 
-    predictions = predict_samples(model, samples, config)     # Predictions; .rows() is JSON-ready
+    predictions = predict_samples(model, samples, config)     # Predictions (.labels, .values, ...); .rows()
 """
 
 from .base import (
@@ -18,7 +18,6 @@ from .base import (
     TARGET_RANGE,
     TARGET_WIDTH,
     Objective,
-    Predictions,
     Ratio,
     TargetProblem,
     add_sums,
@@ -27,6 +26,7 @@ from .classification import Classification
 from .forecast import Forecast
 from .multilabel import Multilabel
 from .predicting import predict_samples
+from .predictions import Predictions
 from .registry import BUILTIN, build_objective
 from .regression import Regression
 from .window import SumWindow

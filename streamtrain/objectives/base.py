@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,8 @@ import torch
 
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
+
+from .predictions import Predictions
 
 __all__ = ["MISSING_TARGET", "SERIES_TOO_SHORT", "TARGET_RANGE", "TARGET_WIDTH", "UNTRAINABLE", "Objective",
            "Predictions", "Ratio", "TargetProblem", "add_sums"]
@@ -75,32 +77,6 @@ def add_sums(into: dict[str, float], more: Mapping[str, float]) -> dict[str, flo
     for key, value in more.items():
         into[key] = into.get(key, 0.0) + float(value)
     return into
-
-
-@dataclass(frozen=True)
-class Predictions:
-    """What a model says about a batch, in the objective's terms.
-
-    Attributes:
-        kind: The objective that made them (`classification`, `regression`, `multilabel`, `forecast`, or yours).
-        fields: Named arrays whose first axis is the sample: `classes` and `probabilities` (classification),
-            `values` (regression: (N, target_width); forecast: (N, horizon, num_features)), `probabilities` and
-            `tags` (multi-label: (N, num_tags) each).
-    """
-
-    kind: str
-    fields: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(next(iter(self.fields.values()))) if self.fields else 0
-
-    def rows(self) -> list[dict[str, Any]]:
-        """One JSON-ready dict per sample (lists and numbers), e.g. `{"class": 2, "probabilities": [...]}`."""
-        return [{name: _plain(values[i]) for name, values in self.fields.items()} for i in range(len(self))]
-
-
-def _plain(value: np.ndarray) -> Any:
-    return value.tolist() if isinstance(value, np.ndarray) else value.item() if hasattr(value, "item") else value
 
 
 class Objective:
@@ -177,9 +153,16 @@ class Objective:
                 out[ratio.name] = value
         return out
 
+    def predicted(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        """The model's `outputs` (N, output_width) as the array a prediction is made of, in torch operations only
+        (an exported graph ends with them): class or tag probabilities, values in the target's units. The
+        default: the outputs as they are."""
+        return outputs
+
     def predict(self, outputs: torch.Tensor, batch: Any) -> Predictions:
-        """The model's `outputs` as predictions in the objective's terms (see `Predictions`)."""
-        return Predictions(self.name, {"outputs": outputs.detach().cpu().numpy()})
+        """The model's `outputs` as predictions in the objective's terms (see `Predictions`); the default: `values`,
+        the `predicted` array."""
+        return Predictions(self.name, values=self.predicted(outputs.detach(), batch).cpu().numpy())
 
     # ---- the baseline ----------------------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -59,10 +60,14 @@ class Classification(Objective):
             "baseline_correct": (labels == majority).sum().to(outputs.dtype),
         }
 
+    def predicted(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        return torch.softmax(outputs, dim=1)
+
     def predict(self, outputs: torch.Tensor, batch: Any) -> Predictions:
-        probabilities = torch.softmax(outputs.detach().float(), dim=1).cpu()
-        return Predictions(self.name, {"classes": probabilities.argmax(dim=1).numpy(),
-                                       "probabilities": probabilities.numpy()})
+        # float64: each row sums to 1 to the last digit a reader checks
+        probabilities = self.predicted(outputs.detach().to(torch.float64), batch).cpu().numpy()
+        labels = probabilities.argmax(axis=1) if len(probabilities) else np.zeros(0, dtype=np.int64)
+        return Predictions(self.name, labels=labels.astype(np.int64), probabilities=probabilities).named(None)
 
     def baseline_size(self) -> int:
         return self.config.num_classes

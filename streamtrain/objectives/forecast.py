@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from streamtrain.wire import Sample
 
-from .base import SERIES_TOO_SHORT, Objective, Predictions, Ratio, TargetProblem
+from .base import SERIES_TOO_SHORT, Objective, Ratio, TargetProblem
 from .regression import ERROR_RATIOS, error_sums
 
 __all__ = ["Forecast", "last_value_and_scale"]
@@ -37,9 +37,12 @@ def last_value_and_scale(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     values, seg, lengths = batch.values, batch.segment_ids, batch.lengths
     n, width = lengths.shape[0], values.shape[1]
     last = values[batch.cu_seqlens[1:] - 1] if n else values.new_zeros(0, width)
-    same = seg[1:] == seg[:-1]
-    steps = (values[1:] - values[:-1]).abs() * same.unsqueeze(1).to(values.dtype)
-    summed = values.new_zeros(n, width).index_add_(0, seg[1:], steps)
+    # Each frame's step from the one before it, zero at a series' first frame. Rolled rather than sliced ([1:]
+    # against [:-1]): tensors of the batch's own length, so an exported graph takes batches of any size.
+    rows = torch.arange(values.shape[0], device=values.device)
+    same = (seg == seg.roll(1, 0)) & (rows > 0)
+    steps = (values - values.roll(1, 0)).abs() * same.unsqueeze(1).to(values.dtype)
+    summed = values.new_zeros(n, width).index_add_(0, seg, steps)
     mean_step = summed / (lengths - 1).clamp_min(1).unsqueeze(1).to(values.dtype)
     level = values.new_zeros(n, width).index_add_(0, seg, values.abs()) / lengths.clamp_min(1).unsqueeze(1).to(
         values.dtype)
@@ -100,5 +103,5 @@ class Forecast(Objective):
             **error_sums(self.forecast(outputs, batch), last.unsqueeze(1).expand_as(truth), truth),
         }
 
-    def predict(self, outputs: torch.Tensor, batch: Any) -> Predictions:
-        return Predictions(self.name, {"values": self.forecast(outputs.detach(), batch).cpu().numpy()})
+    def predicted(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        return self.forecast(outputs, batch)

@@ -103,10 +103,12 @@ class Multilabel(Objective):
                 out[f"{prefix}f1_mean"] = float(np.mean(scores))
         return out
 
+    def predicted(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        return torch.sigmoid(outputs)
+
     def predict(self, outputs: torch.Tensor, batch: Any) -> Predictions:
-        probabilities = torch.sigmoid(outputs.detach().float()).cpu()
-        return Predictions(self.name, {"probabilities": probabilities.numpy(),
-                                       "tags": (probabilities >= self.config.tag_threshold).numpy()})
+        probabilities = self.predicted(outputs.detach().to(torch.float64), batch).cpu().numpy()
+        return Predictions(self.name, probabilities=probabilities, tags=probabilities >= self.config.tag_threshold)
 
     def baseline_size(self) -> int:
         return 1 + self.config.num_tags  # the count, then how often each tag was present

@@ -34,8 +34,9 @@ def predict_samples(model: nn.Module, samples: Sequence[Sample], config: Trainer
         objective: The objective (default: the one `config.objective` names).
 
     Returns:
-        `Predictions`: arrays by name, first axis the sample (`classes` and `probabilities`; `values`;
-        `probabilities` and `tags`; a forecast's `values` (N, horizon, num_features)); `.rows()` is JSON-ready.
+        `Predictions` (`labels` and `probabilities`; `values`; `probabilities` and `tags`; a forecast's `values`
+        (N, horizon, num_features)); `.rows()` is JSON-ready. Classes are named by their numbers (a loaded
+        model names them: `load_model`).
 
     Raises:
         SetupError: `config.objective` or `config.collate` cannot be built.

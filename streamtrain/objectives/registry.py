@@ -67,6 +67,10 @@ class _Adapted(Objective):
         own = getattr(self.inner, "summarise", None)
         return dict(own(sums)) if own is not None else super().summarise(sums)
 
+    def predicted(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        own = getattr(self.inner, "predicted", None)
+        return own(outputs, batch) if own is not None else outputs
+
     def predict(self, outputs: torch.Tensor, batch: Any) -> Predictions:
         own = getattr(self.inner, "predict", None)
         predictions: Predictions = own(outputs, batch) if own is not None else super().predict(outputs, batch)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from streamtrain.wire import Sample
 
-from .base import MISSING_TARGET, TARGET_WIDTH, Objective, Predictions, Ratio, TargetProblem
+from .base import MISSING_TARGET, TARGET_WIDTH, Objective, Ratio, TargetProblem
 
 __all__ = ["Regression", "error_sums", "float_target_problem"]
 
@@ -96,8 +96,8 @@ class Regression(Objective):
             **error_sums(self._values(outputs), mean.expand_as(truth), truth),
         }
 
-    def predict(self, outputs: torch.Tensor, batch: Any) -> Predictions:
-        return Predictions(self.name, {"values": self._values(outputs.detach()).cpu().numpy()})
+    def predicted(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        return self._values(outputs)
 
     def baseline_size(self) -> int:
         return 1 + self.config.target_width  # the count, then the sum of each target value

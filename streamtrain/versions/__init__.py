@@ -1,13 +1,14 @@
 """Model versions: written atomically while training, announced on Kafka, loaded to predict and served.
 
 `store` writes and reads the model directory (safetensors weights beside a model.json, `spec`), `predictor`
-rebuilds a version (`load_model`), `outputs` turns a model's outputs into predictions by objective, `export`
-writes a TorchScript graph, `freshness` measures how soon a served model has trained a produced sample.
+rebuilds a version (`load_model`) and predicts through its objective (`streamtrain.objectives.Predictions`),
+`export` writes a graph that runs without streamtrain, `freshness` measures how soon a served model has trained
+a produced sample.
 """
 
+from ..objectives import Predictions
 from .errors import VersionError
-from .outputs import OutputTransform, Predictions, classify, output_transform
-from .predictor import Predictor, load_model
+from .predictor import WRONG_SHAPE, Predictor, load_model, sample_problem
 from .spec import FORMAT, MODEL_SETTINGS, SPEC_FILE, WEIGHTS_FILE, ModelSpec, spec_for
 from .store import (
     latest_version,
@@ -25,19 +26,18 @@ __all__ = [
     "MODEL_SETTINGS",
     "SPEC_FILE",
     "WEIGHTS_FILE",
+    "WRONG_SHAPE",
     "ModelSpec",
-    "OutputTransform",
     "Predictions",
     "Predictor",
     "VersionError",
-    "classify",
     "latest_version",
     "load_model",
     "next_version",
-    "output_transform",
     "prune_versions",
     "read_version",
     "resolve_version",
+    "sample_problem",
     "spec_for",
     "version_dirs",
     "version_name",

@@ -1,17 +1,22 @@
 """`streamtrain export`: a model version as a graph that runs without streamtrain (torch.export, TorchScript, ONNX).
 
-What the graph takes: the packed batch's two defining tensors, `values` (total_frames, num_features) in the
-model's dtype and `lengths` (num_samples,) int64 — sample i is rows sum(lengths[:i]) .. + lengths[i] — and it
-returns the model's outputs (num_samples, outputs), the logits of a classifier. The graph rebuilds the rest of
-the batch (segment ids, cumulative lengths) itself. The default packing's other step, scaling a sample whose
-largest |value| exceeds `max_input_abs` down to it, stays with the caller (a no-op for well-scaled data).
+What the graph takes: the samples packed back to back, `values` (total_frames, num_features) in the model's
+dtype, and `lengths` (num_samples,) int64 — sample i is rows sum(lengths[:i]) .. + lengths[i]. What it returns:
+what `load_model(...).predict` answers, one row per sample — a classifier's class `probabilities` (argmax: the
+label), a multi-label model's tag probabilities, a regression's `values` in the target's own units, a forecast's
+`values` (N, horizon, num_features), an objective of your own's `predicted` array. The graph does everything
+`predict` does between the two: it scales a sample whose largest |value| exceeds `trainer.max_input_abs` down to
+it (the default packing's bound), rebuilds the rest of the batch (segment ids, cumulative lengths), runs the
+model and turns its outputs into the objective's terms (`Objective.predicted`).
 
 Formats: `export` (the default: `torch.export` with both sizes dynamic, a `.pt2` file loaded with
 `torch.export.load(path).module()`), `torchscript` (a trace, `torch.jit.load`; deprecated by torch but still
-read everywhere), `onnx` (needs the `onnx` package). Every graph is checked on batches of other sizes and
-lengths against the model itself: a model whose computation depends on Python decisions about the batch's shape
-(a trace records one branch) fails that check, and export says so instead of writing a graph that is right only
-for the probe.
+read everywhere), `onnx` (needs the `onnx` package; the file runs under onnxruntime or `onnx.reference`). Every
+graph is checked against `predict` on batches of other sizes and lengths than the trace's, one sample of each
+above `max_input_abs`: a model whose computation depends on Python decisions about the batch's shape (a trace
+records one branch) fails that check, and export says so instead of writing a graph that is right only for the
+probe. The ONNX file is checked as written, run by `onnx.reference.ReferenceEvaluator`, and kept only if it
+agrees.
 `length_buckets` is set to 0 in the graph: it pads the packed axis so eager CPU kernels are reused, and padding
 changes no output (the check would catch one it did change).
 """
@@ -19,21 +24,28 @@ changes no output (the check would catch one it did change).
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import nn
 from torch.export import Dim
 
-from ..models.batching import PackedBatch, collate_packed
+from ..models.batching import PackedBatch, model_dtype
 from ..models.errors import SetupError
-from ..models.plugins import build_model, probe_samples
+from ..models.plugins import build_model
+from ..objectives import Objective
+from ..wire import Sample
 from .errors import VersionError
-from .predictor import Predictor
+from .onnx_ops import onnx_symbolics
+from .predictor import PREDICT_DEVICE, Predictor
 
-__all__ = ["SUFFIXES", "ExportFormat", "PackedGraph", "export_model"]
+__all__ = ["CHECK_SIZES", "EXPORTED_OUTPUT", "SUFFIXES", "ExportFormat", "PackedGraph", "export_model", "graph_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,24 +54,52 @@ ExportFormat = Literal["export", "torchscript", "onnx"]
 #: The file suffix of each format.
 SUFFIXES: dict[str, str] = {"export": ".pt2", "torchscript": ".pt", "onnx": ".onnx"}
 
-#: Probe batches (sample sizes) the exported graph is checked on: other counts and lengths than the trace's.
+#: What the graph returns, by objective (for a person).
+EXPORTED_OUTPUT: dict[str, str] = {
+    "classification": "(samples, classes) class probabilities (argmax: the label)",
+    "multilabel": "(samples, tags) tag probabilities",
+    "regression": "(samples, target_width) values in the target's units",
+    "forecast": "(samples, horizon, num_features) the next values of each series",
+}
+
+#: Batches (sample sizes) the exported graph is checked on: other counts and lengths than the trace's.
 CHECK_SIZES: tuple[tuple[int, ...], ...] = ((1,), (7, 120, 3, 64, 19), (300, 2))
+
+#: Sizes of the batch the graph is traced with.
+TRACE_SIZES = (5, 9, 30)
+
+#: How close the graph's answers must be to `predict`'s (float32 kernels differ in summation order).
+RTOL, ATOL = 1e-4, 1e-5
 
 
 class PackedGraph(nn.Module):
-    """`(values, lengths) -> outputs` around a model that takes a `PackedBatch`."""
+    """`(values, lengths) -> predictions` around a model that takes a `PackedBatch` (see the module doc)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, objective: Objective, max_input_abs: float) -> None:
         super().__init__()
         self.model = model
+        self.objective = objective
+        self.max_input_abs = max_input_abs
 
     def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         count = lengths.shape[0]
         # output_size: the frames are the values' rows, a size the graph knows (not one read from the data).
         segment_ids = torch.repeat_interleave(torch.arange(count, device=values.device), lengths,
                                               output_size=values.shape[0])
+        if self.max_input_abs > 0:
+            values = _bounded(values, segment_ids, count, self.max_input_abs)
         cu_seqlens = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
-        return self.model(PackedBatch(values, segment_ids, cu_seqlens, lengths, lengths.new_zeros(count)))
+        batch = PackedBatch(values, segment_ids, cu_seqlens, lengths, lengths.new_zeros(count))
+        return self.objective.predicted(self.model(batch), batch)
+
+
+def _bounded(values: torch.Tensor, segment_ids: torch.Tensor, count: int, max_abs: float) -> torch.Tensor:
+    """The default packing's bound in torch operations: each sample whose largest |value| exceeds `max_abs`
+    scaled down to reach it (`streamtrain.models.batching`, which does it in numpy)."""
+    row_max = values.abs().amax(dim=1)
+    sample_max = values.new_zeros(count).scatter_reduce(0, segment_ids, row_max, "amax", include_self=True)
+    factor = torch.where(sample_max > max_abs, max_abs / sample_max.clamp_min(max_abs), torch.ones_like(sample_max))
+    return values * factor[segment_ids].unsqueeze(1)
 
 
 def _refuse(predictor: Predictor, why: str) -> VersionError:
@@ -67,8 +107,8 @@ def _refuse(predictor: Predictor, why: str) -> VersionError:
                         f"{why}")
 
 
-def _graph(predictor: Predictor) -> tuple[PackedGraph, nn.Module]:
-    """The graph module to trace (settings for export) and the model it must agree with."""
+def _graph(predictor: Predictor) -> PackedGraph:
+    """The graph module to capture: the version's weights in a model built for export (no length buckets)."""
     if predictor.config.collate is not None:
         raise _refuse(predictor, f"its batches come from trainer.collate {predictor.config.collate!r}, a plug-in "
                       "whose batch is not the packed (values, lengths) an exported graph takes")
@@ -78,11 +118,66 @@ def _graph(predictor: Predictor) -> tuple[PackedGraph, nn.Module]:
     except SetupError as exc:
         raise _refuse(predictor, str(exc)) from None
     model.load_state_dict(predictor.model.state_dict())
-    return PackedGraph(model.eval()), predictor.model
+    return PackedGraph(model.eval(), predictor.objective, config.max_input_abs).eval()
+
+
+def graph_inputs(arrays: Sequence[np.ndarray], dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """An exported graph's inputs for `arrays` (each (size, num_features)): `values` and `lengths`.
+
+    Args:
+        arrays: The samples.
+        dtype: The model's dtype (`trainer.precision`; model.json's `features.dtype`).
+    """
+    lengths = torch.tensor([len(a) for a in arrays], dtype=torch.int64)
+    values = torch.from_numpy(np.concatenate([np.asarray(a, dtype=np.float64) for a in arrays])).to(dtype)
+    return values, lengths
+
+
+def _check_arrays(predictor: Predictor, sizes: Sequence[int], seed: int) -> list[np.ndarray]:
+    """Samples of `sizes` (at least the objective's shortest), one scaled above `max_input_abs` when it is set."""
+    rng = np.random.default_rng(seed)
+    shortest = predictor.objective.min_size()
+    arrays = [rng.standard_normal((max(n, shortest), predictor.spec.num_features)) for n in sizes]
+    bound = predictor.config.max_input_abs
+    if bound > 0:
+        arrays[len(arrays) // 2] *= 10 * bound  # the graph must bound it as `predict` does
+    return arrays
+
+
+def _answers(predictor: Predictor, arrays: Sequence[np.ndarray]) -> torch.Tensor:
+    """What `predict` answers for `arrays`, as the one array the graph returns."""
+    samples = [Sample.from_array(PREDICT_DEVICE, i, a.astype(np.float32)) for i, a in enumerate(arrays)]
+    outputs, batch = predictor._outputs(samples)
+    return predictor.objective.predicted(outputs, batch)
+
+
+Runner = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _check(predictor: Predictor, run: Runner, what: str) -> None:
+    """Refuse the graph unless `run` answers every check batch as `predict` does."""
+    dtype = model_dtype(predictor.config)
+    for seed, sizes in enumerate(CHECK_SIZES):
+        arrays = _check_arrays(predictor, sizes, seed)
+        values, lengths = graph_inputs([a.astype(np.float32) for a in arrays], dtype)
+        try:
+            got = run(values, lengths)
+        except Exception as exc:  # a graph may fail on another shape in any way: say how
+            raise _refuse(predictor, f"{what} fails on a batch of {len(sizes)} samples of sizes {list(sizes)} "
+                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): its "
+                          "computation depends on the shape of the batch it was traced with") from None
+        want = _answers(predictor, arrays)
+        if got.shape != want.shape or not torch.allclose(got.to(want.dtype), want, rtol=RTOL, atol=ATOL):
+            worst = (got.to(want.dtype) - want).abs().max().item() if got.shape == want.shape else None
+            differs = (f"by up to {worst:.3g}" if worst is not None
+                       else f"in shape ({list(got.shape)} vs {list(want.shape)})")
+            raise _refuse(predictor, f"{what} answers a batch of sizes {list(sizes)} differently from predict "
+                          f"({differs}): an operator the format renders differently, or a Python decision on the "
+                          "traced batch's shape recorded as a constant")
 
 
 def export_model(predictor: Predictor, out: Path, fmt: ExportFormat = "export") -> Path:
-    """Export `predictor`'s model to `out` and check the graph against the model.
+    """Export `predictor`'s model to `out`, checked against `predict` before it is written (see the module doc).
 
     Args:
         predictor: A loaded version (`load_model`).
@@ -93,62 +188,76 @@ def export_model(predictor: Predictor, out: Path, fmt: ExportFormat = "export") 
         `out`.
 
     Raises:
-        VersionError: the model cannot be exported, or its graph does not agree with it; the message says why.
+        VersionError: the model cannot be exported, or its graph does not agree with `predict` (nothing is
+            written); the message says why.
     """
-    graph, reference = _graph(predictor)
-    probe = collate_packed(probe_samples(predictor.config, (5, 9, 30)), predictor.config)
-    args = (probe.values, probe.lengths)
+    graph = _graph(predictor)
+    dtype = model_dtype(predictor.config)
+    args = graph_inputs(_check_arrays(predictor, TRACE_SIZES, seed=99), dtype)
     out.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the tracer's warnings about Python values: the check below decides
-        try:
-            if fmt == "torchscript":
-                traced = torch.jit.trace(graph, args, check_trace=False)
-                runnable: nn.Module = traced
-            else:
-                program = torch.export.export(graph, args, dynamic_shapes={"values": {0: Dim("frames")},
-                                                                           "lengths": {0: Dim("samples")}})
-                runnable = program.module()
-        except Exception as exc:  # a model may fail tracing in any way: say how
-            raise _refuse(predictor, f"capturing its graph failed ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
-        _check(predictor, runnable, reference)
         if fmt == "onnx":
-            _onnx(predictor, graph, probe, out)
-        elif fmt == "torchscript":
-            torch.jit.save(traced, str(out))
+            _onnx(predictor, graph, args, out)
         else:
-            torch.export.save(program, str(out))
+            _torch(predictor, graph, args, out, fmt)
     logger.info("exported version %d to %s (%s)", predictor.version, out, fmt)
     return out
 
 
-def _check(predictor: Predictor, runnable: nn.Module, reference: nn.Module) -> None:
-    for sizes in CHECK_SIZES:
-        batch = collate_packed(probe_samples(predictor.config, sizes), predictor.config)
-        try:
-            got = runnable(batch.values, batch.lengths)
-        except Exception as exc:
-            raise _refuse(predictor, f"its graph fails on a batch of {len(sizes)} samples of sizes "
-                          f"{list(sizes)} ({type(exc).__name__}: {str(exc).splitlines()[0]}): its computation "
-                          "depends on the shape of the batch it was traced with") from None
-        want = reference(batch)
-        if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
-            raise _refuse(predictor, f"its graph answers a batch of sizes {list(sizes)} differently from the "
-                          "model (a Python decision on the traced batch's shape was recorded as a constant)")
-
-
-def _onnx(predictor: Predictor, graph: PackedGraph, probe: PackedBatch, out: Path) -> None:
+def _torch(predictor: Predictor, graph: PackedGraph, args: tuple[torch.Tensor, torch.Tensor], out: Path,
+           fmt: ExportFormat) -> None:
     try:
-        import onnx  # noqa: F401  (torch.onnx writes the file through it)
+        if fmt == "torchscript":
+            traced = torch.jit.trace(graph, args, check_trace=False)
+            _check(predictor, traced, "its TorchScript graph")
+            torch.jit.save(traced, str(out))
+            return
+        program = torch.export.export(graph, args, dynamic_shapes={"values": {0: Dim("frames")},
+                                                                   "lengths": {0: Dim("samples")}})
+    except VersionError:
+        raise
+    except Exception as exc:  # a model may fail tracing in any way: say how
+        raise _refuse(predictor, f"capturing its graph failed ({type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    _check(predictor, program.module(), "its torch.export graph")
+    torch.export.save(program, str(out))
+
+
+def _onnx(predictor: Predictor, graph: PackedGraph, args: tuple[torch.Tensor, torch.Tensor], out: Path) -> None:
+    """Write the ONNX file beside `out`, run it with onnx's reference evaluator on the check batches, and move it
+    into place only when it agrees with `predict`."""
+    try:
+        import onnx
+        from onnx.reference import ReferenceEvaluator
     except ImportError:
         raise _refuse(predictor, "ONNX export needs the onnx package (pip install 'streamtrain[onnx]'); "
-                      "--format torchscript needs nothing more") from None
+                      "--format export or torchscript need nothing more") from None
+    handle, scratch = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(handle)
     try:
-        torch.onnx.export(graph, (probe.values, probe.lengths), str(out), dynamo=False,
-                          input_names=["values", "lengths"], output_names=["outputs"],
-                          dynamic_axes={"values": {0: "frames"}, "lengths": {0: "samples"},
-                                        "outputs": {0: "samples"}})
-    except Exception as exc:  # the exporter's errors name the operator it has no ONNX form for
-        raise _refuse(predictor, f"the ONNX exporter refused it ({type(exc).__name__}: "
-                      f"{str(exc).splitlines()[0]}); --format torchscript may still work") from None
+        try:
+            with onnx_symbolics() as opset:
+                torch.onnx.export(graph, args, scratch, dynamo=False, opset_version=opset,
+                                  input_names=["values", "lengths"],
+                                  output_names=["predictions"],
+                                  dynamic_axes={"values": {0: "frames"}, "lengths": {0: "samples"},
+                                                "predictions": {0: "samples"}})
+            evaluator: Any = ReferenceEvaluator(onnx.load(scratch))
+        except Exception as exc:  # the exporter's errors name the operator it has no ONNX form for
+            raise _refuse(predictor, f"the ONNX exporter refused it ({type(exc).__name__}: "
+                          f"{_first_line(exc)}); --format export or torchscript may still work") from None
+
+        def run(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            got = evaluator.run(None, {"values": values.numpy(), "lengths": lengths.numpy()})[0]
+            return torch.from_numpy(np.asarray(got))
+
+        _check(predictor, run, "its ONNX graph (run by onnx.reference)")
+        os.replace(scratch, out)
+    finally:
+        Path(scratch).unlink(missing_ok=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

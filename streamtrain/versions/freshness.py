@@ -8,21 +8,23 @@ forward, so that is the first version answered with at or after the one that tra
 What makes this measurable without reading every sample back: each `ModelVersion` announcement carries, per
 device, the samples it trained first, counted by produced_at at a resolution of 10 ms (`ProducedHistogram`);
 each `Prediction` carries the version that made it and when. `serve` turns the two into its live metric, and
-`up`'s report and `bench freshness` into a median and a p99 over every sample, with `measure_freshness`.
+`up`'s report and `bench freshness` into a median and a p99 over every sample, with `measure_freshness`; told
+which samples were produced while their device had a backlog (a burst), it gives the two parts apart too: a
+stream that keeps up gets the line-rate figure, a burst's samples wait their turn to be trained.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..wire import ModelVersion, ProducedCount
 
-__all__ = ["DEFAULT_RESOLUTION_MS", "FreshnessSummary", "ProducedHistogram", "ages_seconds", "measure_freshness",
-           "weighted_quantile"]
+__all__ = ["DEFAULT_RESOLUTION_MS", "BacklogAt", "FreshnessSummary", "ProducedHistogram", "ages_seconds",
+           "measure_freshness", "weighted_quantile"]
 
 #: Resolution of produced_at in a version's lineage: well below the seconds freshness is measured in.
 DEFAULT_RESOLUTION_MS = 10
@@ -100,7 +102,8 @@ def weighted_quantile(values: Sequence[float], weights: Sequence[int], q: float)
 
 @dataclass(frozen=True)
 class FreshnessSummary:
-    """Freshness over every trained sample of a run."""
+    """Freshness over every trained sample of a run; split, when told which samples arrived during a backlog, into
+    those produced at line rate and those that waited in one."""
 
     samples: int
     """Samples whose freshness was measured (trained, and a version with them answered a request)."""
@@ -113,45 +116,83 @@ class FreshnessSummary:
     published_median_seconds: float | None = None
     """The training side of it: from produced_at to the announcement of the version that first trained the sample
     (the rest is serve's: reading the announcement, loading the version, the gate, the next request)."""
+    line_rate: tuple[int, float | None, float | None] | None = None
+    """(samples, median, p99) of the samples produced while their device had no backlog (None: not split)."""
+    backlog: tuple[int, float | None, float | None] | None = None
+    """The same of the samples produced while their device had a backlog: their wait to be trained dominates."""
 
     def to_dict(self) -> dict[str, float | int | None]:
-        return {"freshness_samples": self.samples, "freshness_seconds_median": self.median_seconds,
-                "freshness_seconds_p99": self.p99_seconds, "freshness_unserved_samples": self.unserved,
-                "freshness_published_seconds_median": self.published_median_seconds,
-                "versions_published": self.versions_published, "versions_served": self.versions_served}
+        out: dict[str, float | int | None] = {
+            "freshness_samples": self.samples, "freshness_seconds_median": self.median_seconds,
+            "freshness_seconds_p99": self.p99_seconds, "freshness_unserved_samples": self.unserved,
+            "freshness_published_seconds_median": self.published_median_seconds,
+            "versions_published": self.versions_published, "versions_served": self.versions_served}
+        for name, part in (("line_rate", self.line_rate), ("backlog", self.backlog)):
+            if part is not None:
+                out |= {f"freshness_{name}_samples": part[0], f"freshness_{name}_seconds_median": part[1],
+                        f"freshness_{name}_seconds_p99": part[2]}
+        return out
 
 
-def measure_freshness(versions: Iterable[ModelVersion], first_answers: Mapping[int, int]) -> FreshnessSummary:
+#: Whether a device had a backlog when it produced a sample: (device, produced_at ms) -> bool.
+BacklogAt = Callable[[str, int], bool]
+
+
+class _Ages:
+    """Ages in seconds, each counted n times."""
+
+    def __init__(self) -> None:
+        self.ages: list[float] = []
+        self.weights: list[int] = []
+
+    def add(self, counts: Iterable[ProducedCount], resolution_ms: int, at_ms: int) -> None:
+        for age, n in ages_seconds(counts, resolution_ms, at_ms):
+            self.ages.append(age)
+            self.weights.append(n)
+
+    def summary(self) -> tuple[int, float | None, float | None]:
+        return (int(sum(self.weights)), weighted_quantile(self.ages, self.weights, 0.5),
+                weighted_quantile(self.ages, self.weights, 0.99))
+
+
+def measure_freshness(versions: Iterable[ModelVersion], first_answers: Mapping[int, int],
+                      backlog: BacklogAt | None = None) -> FreshnessSummary:
     """Freshness of every sample the versions trained.
 
     Args:
         versions: The announced versions of one job (any order; a version announced twice counts once).
         first_answers: Version number -> the earliest `answered_at` (ms) of a prediction it made.
+        backlog: Whether a sample's device had a backlog when it was produced; given, the summary is also split
+            into the samples produced at line rate and those produced during a backlog.
 
     Returns:
-        The median and p99 over samples, and how many were never served.
+        The median and p99 over samples (and per part), and how many were never served.
     """
     unique = {v.version: v for v in versions}
-    pending = ProducedHistogram()
-    ages: list[float] = []
-    weights: list[int] = []
-    published: list[float] = []
-    published_weights: list[int] = []
+    pending = {False: ProducedHistogram(), True: ProducedHistogram()}  # by: produced during a backlog
+    served = {False: _Ages(), True: _Ages()}
+    published = _Ages()
     for number in sorted(unique):
         version = unique[number]
         for device in version.lineage:
-            pending.add_counts(device.new_samples, version.produced_at_resolution_ms)
-            for age, n in ages_seconds(device.new_samples, version.produced_at_resolution_ms, version.created_at):
-                published.append(age)
-                published_weights.append(n)
+            resolution = version.produced_at_resolution_ms
+            for count in device.new_samples:
+                waited = backlog is not None and backlog(device.device_id, count.produced_at)
+                pending[waited].add_counts([count], resolution)
+            published.add(device.new_samples, resolution, version.created_at)
         answered = first_answers.get(number)
-        if answered is not None and len(pending):
-            for age, n in ages_seconds(pending.counts(), pending.resolution_ms, answered):
-                ages.append(age)
-                weights.append(n)
-            pending.clear()
-    return FreshnessSummary(samples=int(sum(weights)), median_seconds=weighted_quantile(ages, weights, 0.5),
-                            p99_seconds=weighted_quantile(ages, weights, 0.99), unserved=len(pending),
-                            versions_published=len(unique),
+        if answered is not None:
+            for waited, histogram in pending.items():
+                served[waited].add(histogram.counts(), histogram.resolution_ms, answered)
+                histogram.clear()
+    everything = _Ages()
+    for part in served.values():
+        everything.ages += part.ages
+        everything.weights += part.weights
+    samples, median, p99 = everything.summary()
+    return FreshnessSummary(samples=samples, median_seconds=median, p99_seconds=p99,
+                            unserved=sum(len(h) for h in pending.values()), versions_published=len(unique),
                             versions_served=sum(1 for n in unique if n in first_answers),
-                            published_median_seconds=weighted_quantile(published, published_weights, 0.5))
+                            published_median_seconds=published.summary()[1],
+                            line_rate=served[False].summary() if backlog is not None else None,
+                            backlog=served[True].summary() if backlog is not None else None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -50,7 +50,9 @@ class ModelSpec:
         version: Its number in the model directory.
         step: The weights are those after this many training steps.
         settings: The `trainer.*` settings of `MODEL_SETTINGS` (JSON values).
-        class_names: Class i's name, for each class (None: the classes are their numbers).
+        class_names: A classifier's class i's name, for each class (None: the classes are their numbers, or the
+            objective has no classes).
+        tag_names: A multi-label model's tag i's name, for each tag (None: not known).
         offsets: Per device, the offset below which every record was trained (or truncated, or dead-lettered).
         metrics: Figures at `step` (heldout_accuracy, heldout_loss, heldout_step, ...).
         weights_sha256: SHA-256 of the weights file, so a torn or replaced file is told from the one written.
@@ -63,6 +65,7 @@ class ModelSpec:
     step: int
     settings: dict[str, Any]
     class_names: tuple[str, ...] | None = None
+    tag_names: tuple[str, ...] | None = None
     offsets: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     weights_sha256: str = ""
@@ -79,7 +82,15 @@ class ModelSpec:
 
     @property
     def num_classes(self) -> int:
-        return int(self.settings["num_classes"])
+        """The classes of a classifier; 0 for every other objective (its `num_classes` setting is unused)."""
+        return int(self.settings["num_classes"]) if self.objective == "classification" else 0
+
+    @property
+    def classes(self) -> tuple[str, ...] | None:
+        """A classifier's class names in label order (numbers as text when unnamed); None for other objectives."""
+        if self.objective != "classification":
+            return None
+        return self.class_names if self.class_names is not None else tuple(str(i) for i in range(self.num_classes))
 
     def trainer_config(self) -> TrainerConfig:
         """The settings as the `TrainerConfig` the model factory and the collate function are given.
@@ -108,6 +119,9 @@ class ModelSpec:
                          "accepted_dtypes": self.settings.get("accepted_dtypes")},
             "classes": {"count": self.num_classes,
                         "names": list(self.class_names) if self.class_names is not None else None},
+            **({"tags": {"count": int(self.settings.get("num_tags", 0)),
+                         "names": list(self.tag_names) if self.tag_names is not None else None}}
+               if self.objective == "multilabel" else {}),
             "weights": {"file": WEIGHTS_FILE, "sha256": self.weights_sha256},
             "lineage": {"step": self.step, "offsets": dict(self.offsets)},
             "metrics": dict(self.metrics),
@@ -130,15 +144,19 @@ class ModelSpec:
         if missing:
             raise VersionError(f"{SPEC_FILE}: model.settings lacks {', '.join(missing)}")
         names = _field(doc, "classes.names", (list, type(None)))
-        if names is not None and len(names) != int(settings["num_classes"]):
+        if settings.get("objective", "classification") != "classification":
+            names = None  # no classes (a version of an earlier build may have named them)
+        elif names is not None and len(names) != int(settings["num_classes"]):
             raise VersionError(f"{SPEC_FILE}: classes.names has {len(names)} names for "
                                f"{settings['num_classes']} classes (model.settings.num_classes)")
+        tags = _field(doc, "tags.names", (list, type(None))) if "tags" in doc else None
         offsets = _field(doc, "lineage.offsets", dict)
         metrics = _field(doc, "metrics", dict)
         try:
             return cls(job=str(_field(doc, "job", str)), version=int(_field(doc, "version", int)),
                        step=int(_field(doc, "step", int)), settings=dict(settings),
                        class_names=tuple(str(n) for n in names) if names is not None else None,
+                       tag_names=tuple(str(n) for n in tags) if tags is not None else None,
                        offsets={str(k): int(v) for k, v in offsets.items()},
                        metrics={str(k): float(v) for k, v in metrics.items()},
                        weights_sha256=str(_field(doc, "weights.sha256", str)),
@@ -163,8 +181,9 @@ def _field(doc: Mapping[str, Any], dotted: str, kind: type | tuple[type, ...]) -
     return value
 
 
-def spec_for(config: TrainerConfig, *, job: str, version: int, step: int, class_names: tuple[str, ...] | None,
-             offsets: Mapping[str, int], metrics: Mapping[str, float]) -> ModelSpec:
+def spec_for(config: TrainerConfig, *, job: str, version: int, step: int, class_names: Sequence[str] | None,
+             offsets: Mapping[str, int], metrics: Mapping[str, float],
+             tag_names: Sequence[str] | None = None) -> ModelSpec:
     """The spec of a version trained with `config` (the weights' checksum is filled in when they are written).
 
     Args:
@@ -172,13 +191,18 @@ def spec_for(config: TrainerConfig, *, job: str, version: int, step: int, class_
         job: The training job.
         version: The version's number.
         step: Steps the weights have trained.
-        class_names: `producer.dataset.class_names` (None: classes are their numbers).
+        class_names: `producer.dataset.class_names` (None: classes are their numbers); kept for a classifier only.
         offsets: Per device, the offset below which every record is in the lineage.
         metrics: Its figures at `step`.
+        tag_names: `producer.dataset.target_columns`; kept for a multi-label model when there is one per tag.
     """
     dumped = config.model_dump(mode="json")
+    classifier = config.objective == "classification"
+    tags = tuple(tag_names) if config.objective == "multilabel" and tag_names else None
     return ModelSpec(job=job, version=version, step=step, settings={k: dumped[k] for k in MODEL_SETTINGS},
-                     class_names=tuple(class_names) if class_names else None, offsets=dict(offsets),
+                     class_names=tuple(class_names) if class_names and classifier else None,
+                     tag_names=tags if tags is not None and len(tags) == config.num_tags else None,
+                     offsets=dict(offsets),
                      metrics=dict(metrics), created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
                      software={"streamtrain": __version__, "torch": torch.__version__,
                                "python": platform.python_version()})

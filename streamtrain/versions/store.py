@@ -148,33 +148,59 @@ def prune_versions(root: Path, keep: int) -> list[int]:
     return [n for n, _ in gone]
 
 
+def _version_number(version: int | str) -> int | None:
+    """`version` as a number (None: "latest")."""
+    if version == "latest":
+        return None
+    try:
+        if isinstance(version, bool):
+            raise ValueError
+        return int(version)
+    except (TypeError, ValueError):
+        raise VersionError(f"version {version!r}: give 'latest' or a version number") from None
+
+
 def resolve_version(path: Path, version: int | str = "latest") -> Path:
-    """The directory of one version: `path` itself when it holds a model.json, else `path`'s version `version`.
+    """The directory of one version: `path` itself when it is a version (its directory, or a file in it), else
+    `path`'s version `version`.
 
     Args:
-        path: A version's directory, or a model directory of versions.
-        version: "latest" or a version number (ignored when `path` is a version's directory).
+        path: A version's directory or its model.json (or model.safetensors), or a model directory of versions.
+        version: "latest" or a version number; a version's own directory holds that version only.
 
     Raises:
         VersionError: `path` does not exist, holds no version, or not that one.
     """
+    number = _version_number(version)
+    if path.is_file() and path.name in (SPEC_FILE, WEIGHTS_FILE):
+        path = path.parent
     if (path / SPEC_FILE).is_file():
+        if number is not None:
+            _check_own_version(path, number)
         return path
     if not path.exists():
         raise VersionError(f"{path}: no such file or directory")
     found = dict(version_dirs(path))
     if not found:
-        raise VersionError(f"{path}: neither a model version (no {SPEC_FILE}) nor a model directory (no v000001/, "
-                           "...)")
-    if version == "latest":
+        raise VersionError(f"{path}: neither a model version (a directory holding {SPEC_FILE} and {WEIGHTS_FILE}) "
+                           "nor a model directory (holding v000001/, ...: versions.dir)")
+    if number is None:
         return found[max(found)]
-    try:
-        number = int(version)
-    except ValueError:
-        raise VersionError(f"version {version!r}: give 'latest' or a number") from None
     if number not in found:
         raise VersionError(f"{path}: no version {number} (there are {', '.join(map(str, sorted(found)))})")
     return found[number]
+
+
+def _check_own_version(directory: Path, number: int) -> None:
+    """Refuse to read version `number` from a version's directory that is another version."""
+    try:
+        own = json.loads((directory / SPEC_FILE).read_text()).get("version")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return  # read_version names what is wrong with the file
+    if own != number:
+        raise VersionError(f"{directory} is version {own} (a version's own directory), not version {number}: to "
+                           "pick a version by number, give the model directory that holds them (versions.dir, "
+                           "e.g. <out>/versions of streamtrain up)")
 
 
 def read_version(directory: Path) -> tuple[ModelSpec, dict[str, torch.Tensor]]:

@@ -57,7 +57,7 @@ def test_the_quantile_objective_learns_its_quantiles(monkeypatch: pytest.MonkeyP
         add_sums(sums, {k: float(v) for k, v in objective.metric_sums(model(batch), batch).items()})
     metrics = objective.summarise(sums)
     assert 0.65 < metrics["coverage"] < 0.95, metrics
-    assert objective.predict(model(batch), batch).fields["quantiles"].shape == (500, 3)
+    assert objective.predict(model(batch), batch).values.shape == (500, 3)
 
 
 def test_a_rank_trains_the_example_objective_from_its_stream(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:

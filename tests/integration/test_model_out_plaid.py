@@ -55,3 +55,5 @@ def test_the_docs_snippet_predicts_plaid_with_the_accuracy_up_printed(broker: ob
     assert int(version) == spec["version"] and int(step) == spec["step"] == spec["metrics"]["heldout_step"]
     assert float(accuracy) == pytest.approx(printed, abs=1e-12)
     assert spec["metrics"]["heldout_samples"] == report["heldout_samples"]
+    # The final version carries its test-then-train figures too, not only the held-out ones.
+    assert spec["metrics"]["prequential_samples"] > 0 and 0 <= spec["metrics"]["prequential_accuracy"] <= 1

@@ -28,13 +28,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = "served"
 DEVICES = ("d0", "d1")
 MODEL = {"trainer.num_features": 4, "trainer.num_classes": 3, "trainer.hidden_size": 16, "trainer.num_layers": 1}
-GATE = ServeConfig(tolerance=0.05)
+GATE = ServeConfig(tolerance=0.05, min_samples=20)
 
 
 def _common(kafka: KafkaConfig, tmp: Path) -> dict[str, object]:
     return {"job": JOB, "kafka.bootstrap_servers": kafka.bootstrap_servers, "kafka.topic_prefix": kafka.topic_prefix,
             "versions.dir": str(tmp / "versions"), "trainer.eval_path": str(tmp / "held-out.npz"), "metrics.port": 0,
-            "serve.tolerance": GATE.tolerance, **MODEL}
+            "serve.tolerance": GATE.tolerance, "serve.min_samples": GATE.min_samples, **MODEL}
 
 
 def _spawn(tmp: Path, name: str, module: str, *argv: str, sets: dict[str, object]) -> subprocess.Popen[bytes]:
@@ -167,6 +167,9 @@ def test_serve_switches_versions_obeys_the_gate_and_answers_each_request_once(ka
     assert "version 1001 (step 1) not served, its files cannot be read" in log
     assert "version 1002 (step 1) not served, it does not fit serve's settings: model.json " \
            "model.settings.num_features is 5" in log
+    # Every version the trainers wrote carries its test-then-train figures, the run's final one included.
+    trained = [announced[n] for n in sorted(set(announced) - bad)]
+    assert all(v.metrics.get("prequential_samples", 0) > 0 and "prequential_accuracy" in v.metrics for v in trained)
     # Each version that took over passed the gate against the one before it.
     order = [a.version for a in sorted(served, key=lambda a: a.request_offset)]
     assert order == sorted(order)  # a switch only ever moves forward

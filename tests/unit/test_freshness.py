@@ -50,3 +50,12 @@ def test_weighted_quantiles() -> None:
     assert weighted_quantile([3.0, 1.0, 2.0], [1, 1, 98], 0.5) == 2.0
     assert weighted_quantile([3.0, 1.0, 2.0], [1, 1, 98], 0.995) == 3.0
     assert weighted_quantile([], [], 0.5) is None
+
+
+def test_freshness_splits_into_line_rate_and_backlog_samples() -> None:
+    versions = [_version(1, ("0", 1000, 5), ("1", 1000, 2)), _version(2, ("0", 1500, 4))]
+    # Device 1 was in a burst's backlog when its samples were produced; device 0 kept up.
+    summary = measure_freshness(versions, {1: 2005, 2: 7505}, backlog=lambda device, _ms: device == "1")
+    assert summary.line_rate == (9, pytest.approx(1.0), pytest.approx(6.0))
+    assert summary.backlog == (2, pytest.approx(1.0), pytest.approx(1.0))
+    assert summary.samples == 11 and measure_freshness(versions, {1: 2005}).line_rate is None

@@ -99,7 +99,7 @@ def test_regression_errors_are_in_target_units_and_its_baseline_is_the_running_m
     samples = [Sample.from_array("d", i, np.zeros((2, 2), np.float32), target=t) for i, t in enumerate([6.0, 14.0])]
     batch = collate_packed(samples, config)
     outputs = torch.tensor([[-1.0], [0.0]], dtype=torch.float64)  # standard units: predicts 6 and 10
-    assert objective.predict(outputs, batch).fields["values"].tolist() == [[6.0], [10.0]]
+    assert objective.predict(outputs, batch).values.tolist() == [[6.0], [10.0]]
     sums = {k: float(v) for k, v in objective.metric_sums(outputs, batch).items()}
     metrics = objective.summarise(sums)
     assert metrics["mae"] == 2.0 and metrics["rmse"] == pytest.approx(math.sqrt(8.0))
@@ -127,8 +127,8 @@ def test_multilabel_f1_per_tag_mean_and_micro() -> None:
     assert metrics["f1_micro"] == pytest.approx(2 * 3 / (2 * 3 + 1 + 1))
     assert metrics["baseline_f1_mean"] == 0.0  # nothing seen: every tag predicted absent
     prediction = objective.predict(outputs, batch)
-    assert prediction.fields["tags"].tolist() == said.bool().tolist()
-    assert prediction.rows()[0]["tags"] == [True, False, False]
+    assert prediction.tags.tolist() == said.bool().tolist()
+    assert prediction.rows()[0]["tags"] == [0] and prediction.rows()[2]["tags"] == [1, 2]  # the tags present
 
 
 def test_forecast_holds_the_horizon_back_and_scores_against_the_last_value() -> None:
@@ -144,9 +144,9 @@ def test_forecast_holds_the_horizon_back_and_scores_against_the_last_value() -> 
     # An output of 0 is the last value: 3 for the first series (errors 1, 2), 5 for the second (errors 2, 4).
     assert metrics["mae"] == metrics["baseline_mae"] == pytest.approx(9 / 4)
     steps = torch.tensor([[1.0, 2.0], [0.0, 0.0]])  # one mean step (1) per step ahead: the ramp exactly
-    assert objective.predict(steps, batch).fields["values"][0, :, 0].tolist() == pytest.approx([4.0, 5.0], abs=1e-2)
+    assert objective.predict(steps, batch).values[0, :, 0].tolist() == pytest.approx([4.0, 5.0], abs=1e-2)
     whole = collate_for_prediction(samples[:1], config)  # serving: the whole series in, its next values out
-    assert whole.lengths.tolist() == [6] and objective.predict(steps[:1], whole).fields["values"].shape == (1, 2, 1)
+    assert whole.lengths.tolist() == [6] and objective.predict(steps[:1], whole).values.shape == (1, 2, 1)
 
 
 @pytest.mark.parametrize(("name", "change", "reason"), [
@@ -184,7 +184,7 @@ def test_an_objective_of_ones_own_by_dotted_path() -> None:
     check_plugins(build_model(duck.config), build_collate(duck.config), duck.config)
     batch = pack_samples(synthetic_samples([3, 4], 2, 3), 2, dtype=torch.float64)
     assert duck.summarise({"count": 2.0, "loss_sum": 3.0}) == {"loss": 1.5}
-    assert duck.predict(torch.zeros(2, 3), batch).fields["outputs"].shape == (2, 3)
+    assert duck.predict(torch.zeros(2, 3), batch).values.shape == (2, 3)  # an objective's own: its raw outputs
 
 
 @pytest.mark.parametrize(("path", "words"), [
@@ -228,14 +228,14 @@ def test_predictions_need_no_target_and_come_in_the_objectives_terms(name: str, 
     model.train()
     bare = [Sample.from_array("d", i, np.ones((n, 2), np.float32)) for i, n in enumerate([4, 9])]
     predictions = predict_samples(model, bare, config)
-    assert predictions.kind == name and predictions.fields[field].shape == shape and len(predictions.rows()) == 2
+    assert predictions.objective == name and getattr(predictions, field).shape == shape and len(predictions.rows()) == 2
     assert model.training  # left as it was found
 
 
 @pytest.mark.parametrize(("name", "check"), [
     ("regression", lambda p, n: p.values.shape == (n, 2) and p.labels is None),
-    ("multilabel", lambda p, n: p.probabilities.shape == (n, 3) and len(p.tags) == n),
-    ("forecast", lambda p, n: p.values.shape == (n, 2 * 2)),  # horizon 2 x 2 features, flattened per sample
+    ("multilabel", lambda p, n: p.probabilities.shape == (n, 3) and p.tags.shape == (n, 3)),
+    ("forecast", lambda p, n: p.values.shape == (n, 2, 2)),  # horizon 2 x 2 features
 ])
 def test_a_published_version_of_every_objective_loads_and_predicts_as_the_objective_says(
         tmp_path: Path, name: str, check: Any) -> None:
@@ -252,4 +252,5 @@ def test_a_published_version_of_every_objective_loads_and_predicts_as_the_object
     assert predictions.objective == name and check(predictions, 3)
     expected = predict_samples(model.eval(), [Sample.from_array("d", i, a) for i, a in enumerate(arrays)], config)
     key = "probabilities" if name == "multilabel" else "values"
-    np.testing.assert_allclose(getattr(predictions, key), expected.fields[key].reshape(3, -1), rtol=1e-5)
+    np.testing.assert_allclose(getattr(predictions, key), getattr(expected, key), rtol=1e-5)
+    assert loaded.classes is None and loaded.spec.to_json()["classes"] == {"count": 0, "names": None}  # no classes

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from serve.gate import judge, misfit
 from streamtrain.config import ServeConfig, StreamtrainConfig, TrainerConfig
 from streamtrain.versions import ModelSpec, spec_for
@@ -50,3 +54,48 @@ def test_a_regression_versions_error_gates_downwards() -> None:
     assert judge({"heldout_rmse": 2.9}, {"heldout_rmse": 2.5}, gate).passed  # worse by 0.4: within
     assert not judge({"heldout_rmse": 3.2}, {"heldout_rmse": 2.5}, gate).passed
     assert judge({"heldout_rmse": 1.0}, {"heldout_rmse": 2.5}, gate).passed  # better
+
+
+def test_a_metric_over_too_few_samples_does_not_decide() -> None:
+    gate = ServeConfig(tolerance=0.05, min_samples=100)
+    live = {"heldout_accuracy": 0.80, "heldout_samples": 537.0, "heldout_step": 100.0,
+            "prequential_accuracy": 0.90, "prequential_samples": 300.0, "prequential_step": 110.0}
+    few = {"prequential_accuracy": 0.40, "prequential_samples": 27.0, "prequential_step": 120.0}
+    verdict = judge(few, live, gate)
+    assert verdict.passed and verdict.metric is None  # nothing else to go by: serve.unmeasured (accept)
+    assert "prequential_accuracy is over 27 samples, fewer than serve.min_samples=100" in verdict.reason
+    assert not judge(few, live, gate.model_copy(update={"min_samples": 20})).passed
+
+
+def test_a_held_out_figure_decides_only_when_it_is_a_newer_evaluation_and_the_reason_says_which() -> None:
+    live = {"heldout_accuracy": 0.4022, "heldout_samples": 537.0, "heldout_step": 175.0,
+            "prequential_accuracy": 0.60, "prequential_samples": 300.0, "prequential_step": 180.0}
+    same = {**live, "prequential_accuracy": 0.30, "prequential_step": 184.0}  # the live version's own evaluation
+    verdict = judge(same, live, GATE)
+    assert verdict.metric == "prequential_accuracy" and not verdict.passed  # the fresh figure decides
+    newer = {**live, "heldout_accuracy": 0.3501, "heldout_step": 200.0, "prequential_step": 204.0}
+    verdict = judge(newer, live, GATE)
+    assert not verdict.passed and verdict.metric == "heldout_accuracy" and verdict.measured_step == 200
+    assert verdict.reason.startswith("heldout_accuracy 0.3501 (step 200, 537 samples) vs live 0.4022 (step 175, "
+                                     "537 samples): worse by 0.0521, beyond the tolerance 0.05")
+
+
+def test_serve_says_when_the_gate_refuses_again_on_the_same_old_figure(caplog: pytest.LogCaptureFixture) -> None:
+    from serve.service import ModelServer
+    from streamtrain.config import KafkaConfig
+    from streamtrain.wire import ModelVersion
+
+    server = ModelServer(StreamtrainConfig(kafka=KafkaConfig(bootstrap_servers="127.0.0.1:1")))  # never connects
+    live = {"heldout_accuracy": 0.4022, "heldout_samples": 537.0, "heldout_step": 175.0}
+    stale = {"heldout_accuracy": 0.3501, "heldout_samples": 537.0, "heldout_step": 200.0}
+    try:
+        with caplog.at_level(logging.INFO, logger="serve.service"):
+            for number in (51, 52, 53):
+                record = ModelVersion(job="j", version=number, step=200 + number, location="", metrics=stale)
+                server._refuse_by_gate(record, judge(stale, live, GATE), quiet=False)
+    finally:
+        server.close()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "serve.service"]
+    assert [level for level, _ in said] == [logging.WARNING, logging.INFO, logging.INFO]
+    assert "version 52 (step 252) not served, the promotion gate refused it on the same figure that refused version " \
+           "51: heldout_accuracy 0.3501 (step 200, 537 samples)" in said[1][1]

@@ -112,6 +112,8 @@ def test_up_refuses_external_devices_it_cannot_run_before_starting_anything(args
 
 def test_the_broker_listens_where_clients_look_first_when_it_can() -> None:
     assert broker_port(BrokerConfig(port=12345)) == 12345
+    assert broker_port(BrokerConfig(port=12345), external=False) == 12345  # broker.port is honoured on every run
+    assert broker_port(BrokerConfig(), external=False) == 0  # a run of its own devices only: any free port
     with socket.socket() as held:
         with contextlib.suppress(OSError):  # someone else holds 9092 now: the fallback is tested either way
             held.bind(("127.0.0.1", KAFKA_PORT))

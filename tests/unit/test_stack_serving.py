@@ -40,3 +40,26 @@ def test_a_run_without_versions_keeps_no_model_and_says_so(tmp_path: Path) -> No
     said: list[str] = []
     assert keep_final_model(tmp_path / "versions", tmp_path / "model", said.append) is None
     assert "no model version was published" in said[0] and not (tmp_path / "model").exists()
+
+
+def test_the_kept_models_line_shows_its_objectives_headline_figures(tmp_path: Path) -> None:
+    said: list[str] = []
+    regression = CFG.model_copy(update={"objective": "regression"})
+    write_version(tmp_path / "versions", spec_for(regression, job="j", version=3, step=30, class_names=None, offsets={},
+                                                  metrics={"heldout_rmse": 2.314, "heldout_baseline_rmse": 12.9,
+                                                           "prequential_rmse": 2.6, "prequential_samples": 300.0}),
+                  build_model(regression).state_dict())
+    keep_final_model(tmp_path / "versions", tmp_path / "model", said.append)
+    assert said[-1].startswith("model: version 3 (step 30, held-out rmse 2.314, test-then-train rmse 2.6) kept in")
+
+
+def test_a_device_has_a_backlog_while_seconds_of_its_stream_wait() -> None:
+    from stack.serving import backlog_from_series
+
+    # Device 0 produces 9/s (25x in a burst); its lag is what its steps saw: a few records, then hundreds.
+    series = {"t0_ms": 1_000_000, "rates": {"devices": {"0": {"produced_per_s": [9.0] * 20 + [225.0] * 6}}},
+              "devices": {"0": {"t": [1.0, 5.0, 21.0, 24.0, 30.0, 31.0], "lag": [2, 11, 3, 540, 800, 12]}}}
+    had = backlog_from_series(series)
+    assert [had("0", 1_000_000 + s * 1000) for s in (0.5, 4.0, 20.0, 22.0, 29.0, 30.5)] == [
+        False, False, False, True, True, False]
+    assert not had("1", 1_023_000)  # a device the series does not know: no backlog known

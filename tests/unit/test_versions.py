@@ -77,6 +77,58 @@ def test_predict_names_the_sample_of_the_wrong_shape(tmp_path: Path) -> None:
         load_model(tmp_path).predict([np.zeros((5, 4)), np.zeros((5, 3))])
 
 
+def test_predict_refuses_what_serve_refuses_naming_the_sample_and_the_reason(tmp_path: Path) -> None:
+    write_version(tmp_path, _spec(1), _trained(steps=5).state_dict())
+    model = load_model(tmp_path)
+    good = np.ones((6, 4), np.float32)
+    poisoned = good.copy()
+    poisoned[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"^sample 1: payload holds NaN or infinity \(invalid-sample\)"):
+        model.predict([good, poisoned, good])
+    with pytest.raises(ValueError, match=r"^sample 0: .*size 0 < 1 \(invalid-sample\)"):
+        model.predict([np.zeros((0, 4), np.float32)])
+    with pytest.raises(ValueError, match=r"^sample 0: .*infinity \(invalid-sample\)"):
+        model.predict(np.full((3, 4), np.inf))
+    assert np.isfinite(model.predict([good, good]).probabilities).all()
+    sample = streamtrain.versions.predictor.Sample.from_array("d", 0, poisoned)
+    assert model.problem(sample) == ("invalid-sample", "payload holds NaN or infinity")  # serve's rule, the same
+
+
+def test_a_version_is_found_by_number_or_refused_never_swapped_for_another(tmp_path: Path) -> None:
+    model = build_model(CFG)
+    for version in (51, 52, 55):
+        write_version(tmp_path, _spec(version), model.state_dict())
+    assert load_model(tmp_path, version="52").version == 52  # a number given as text
+    with pytest.raises(VersionError, match=r"no version 3 \(there are 51, 52, 55\)"):
+        load_model(tmp_path, version=3)
+    single = tmp_path / "v000055"  # a version's own directory (`up`'s <out>/model is one)
+    assert load_model(single, version=55).version == 55 and load_model(single).version == 55
+    for asked in (3, "3"):
+        with pytest.raises(VersionError, match=r"v000055 is version 55 .*not version 3: .*model directory"):
+            load_model(single, version=asked)
+    with pytest.raises(VersionError, match=r"version 'newest': give 'latest' or a version number"):
+        load_model(tmp_path, version="newest")
+    assert load_model(single / "model.json").version == 55  # the file of a version names its directory
+    assert load_model(single / "model.safetensors").version == 55
+
+
+def test_a_model_without_classes_has_none(tmp_path: Path) -> None:
+    cfg = CFG.model_copy(update={"objective": "regression", "target_width": 2})
+    spec = spec_for(cfg, job="job", version=1, step=1, class_names=NAMES, offsets={}, metrics={})
+    path = write_version(tmp_path, spec, build_model(cfg).state_dict())
+    doc = json.loads((path / "model.json").read_text())
+    assert doc["classes"] == {"count": 0, "names": None} and "tags" not in doc
+    loaded = load_model(tmp_path)
+    assert loaded.classes is None and loaded.predict([np.ones((5, 4))]).labels is None
+    tagged = CFG.model_copy(update={"objective": "multilabel", "num_tags": 2})
+    spec = spec_for(tagged, job="job", version=2, step=1, class_names=None, offsets={}, metrics={},
+                    tag_names=("door", "window"))
+    doc = json.loads(write_version(tmp_path, spec, build_model(tagged).state_dict()).joinpath("model.json").read_text())
+    assert doc["classes"]["count"] == 0 and doc["tags"] == {"count": 2, "names": ["door", "window"]}
+    assert load_model(tmp_path).tags == ("door", "window") and load_model(tmp_path).classes is None
+    assert load_model(tmp_path, version=1).tags is None
+
+
 def test_versions_are_numbered_kept_to_k_and_read_by_number(tmp_path: Path) -> None:
     model = build_model(CFG)
     for version in range(1, 6):
@@ -178,24 +230,70 @@ def test_checkpoints_load_weights_only(tmp_path: Path) -> None:
         load_checkpoint(tmp_path)
 
 
-@pytest.mark.parametrize("fmt", ["export", "torchscript"])
-def test_an_exported_graph_answers_as_the_model(tmp_path: Path, fmt: str) -> None:
+def _run_exported(path: Path, fmt: str, arrays: list[np.ndarray]) -> np.ndarray:
+    """Run an exported file as a user without streamtrain would (ONNX: onnx's reference evaluator)."""
     import warnings
 
+    from streamtrain.versions.export import graph_inputs
+
+    values, lengths = graph_inputs(arrays)
+    if fmt == "onnx":
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        return np.asarray(ReferenceEvaluator(onnx.load(path)).run(None, {"values": values.numpy(),
+                                                                         "lengths": lengths.numpy()})[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit is deprecated, still read everywhere
+        graph = torch.export.load(path).module() if fmt == "export" else torch.jit.load(path)
+    with torch.no_grad():
+        return graph(values, lengths).numpy()
+
+
+EXPORTED = {  # what predict answers, by objective: the array an exported graph returns
+    "classification": "probabilities", "multilabel": "probabilities", "regression": "values", "forecast": "values"}
+
+
+@pytest.mark.parametrize("fmt", ["export", "torchscript", "onnx"])
+@pytest.mark.parametrize(("model", "objective"), [("conv", "classification"), ("seq", "classification"),
+                                                  ("conv", "regression"), ("seq", "forecast"),
+                                                  ("conv", "multilabel")])
+def test_an_exported_graph_answers_as_predict_does(tmp_path: Path, fmt: str, model: str, objective: str) -> None:
+    if fmt == "onnx":
+        pytest.importorskip("onnx")
     from streamtrain.versions.export import export_model
 
-    seq = TrainerConfig(model="seq", num_features=2, num_classes=3, hidden_size=8, num_layers=2)
-    for cfg in (CFG, seq):  # seq pads its packed axis to bucketed lengths in eager mode: the graph must not
-        write_version(tmp_path / cfg.model, _spec(1, cfg), build_model(cfg).state_dict())
-        loaded = load_model(tmp_path / cfg.model)
-        path = str(export_model(loaded, tmp_path / f"{cfg.model}.{fmt}", fmt))  # type: ignore[arg-type]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # torch.jit is deprecated, still read everywhere
-            graph = torch.export.load(path).module() if fmt == "export" else torch.jit.load(path)
-        samples = synthetic_samples([3, 41, 9, 150], cfg.num_features, cfg.num_classes, seed=3)
-        batch = build_collate(cfg)(samples, cfg)
-        with torch.no_grad():
-            torch.testing.assert_close(graph(batch.values, batch.lengths), loaded.model(batch), rtol=1e-4, atol=1e-5)
+    # seq pads its packed axis to bucketed lengths in eager mode: the graph must not. A regression's outputs are
+    # standardised (the graph turns them back into the target's units); samples beyond max_input_abs are bounded.
+    cfg = TrainerConfig(model=model, objective=objective, num_features=2, num_classes=3, hidden_size=8,
+                        num_layers=2, target_width=2, target_shift=40.0, target_scale=7.0, horizon=3, num_tags=3,
+                        max_input_abs=50.0, precision="float32")
+    write_version(tmp_path, _spec(1, cfg), build_model(cfg).state_dict())
+    loaded = load_model(tmp_path)
+    path = str(export_model(loaded, tmp_path / f"model{fmt}", fmt))  # type: ignore[arg-type]
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((n, 2)).astype(np.float32) for n in (4, 41, 9, 150, 6)]
+    arrays[1] *= 1000.0  # far above max_input_abs: predict scales it down, so must the graph
+    arrays[3] += 80.0
+    expected = getattr(loaded.predict(arrays), EXPORTED[objective])
+    np.testing.assert_allclose(_run_exported(Path(path), fmt, arrays), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_an_onnx_graph_that_disagrees_with_predict_is_not_written(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("onnx")
+    import contextlib
+
+    from streamtrain.versions import export
+
+    write_version(tmp_path, _spec(1), _trained(steps=20).state_dict())
+    # torch's own ONNX form of index_add keeps one row of those sharing an index instead of their sum: the graph
+    # runs and answers wrongly (what export wrote before it checked the file).
+    monkeypatch.setattr(export, "onnx_symbolics", lambda: contextlib.nullcontext(17))
+    with pytest.raises(VersionError, match=r"its ONNX graph \(run by onnx\.reference\) answers a batch of sizes "
+                       r"\[.*\] differently from predict \(by up to"):
+        export.export_model(load_model(tmp_path), tmp_path / "out" / "model.onnx", "onnx")
+    assert list((tmp_path / "out").iterdir()) == []  # neither the file nor its scratch copy
 
 
 def test_a_model_whose_batches_come_from_a_plug_in_collate_says_why_it_cannot_be_exported(tmp_path: Path) -> None:

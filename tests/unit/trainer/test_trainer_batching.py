@@ -71,6 +71,15 @@ def test_missing_or_out_of_range_label_is_refused() -> None:
         pack_samples([big], num_features=4, num_classes=3)
 
 
+def test_an_empty_sample_is_refused_in_its_objectives_terms() -> None:
+    empty = Sample.from_array("d", 4, np.zeros((0, 2), np.float32), label=1)
+    with pytest.raises(ValueError, match=r"^sample seq=4: no frames \(size 0\): a sample needs at least one$"):
+        pack_samples([empty], num_features=2)  # a classifier forecasts nothing: no word of a horizon
+    short = Sample.from_array("d", 5, np.zeros((3, 2), np.float32))
+    with pytest.raises(ValueError, match=r"3 frames leave none to forecast trainer\.horizon=3 from"):
+        pack_samples([short], num_features=2, require_labels=False, horizon=3)
+
+
 def test_good_sample_has_no_problems() -> None:
     assert sample_problems(synthetic_samples([3], num_features=4)[0], 4) == []
 

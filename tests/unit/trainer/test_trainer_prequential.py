@@ -1,13 +1,24 @@
-"""A rank's test-then-train figures: the sums counted as they come, and the metrics running and over the window."""
+"""A rank's test-then-train figures: the sums counted as they come, the metrics running and over the window, and a
+model version's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import torch
 from prometheus_client import CollectorRegistry
 
+from streamtrain.config import KafkaConfig, StreamtrainConfig, VersionsConfig
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.kafka import make_producer
+from streamtrain.models import build_model
 from streamtrain.objectives import SumWindow, build_objective
-from trainer.metrics import ObjectiveMetrics
+from streamtrain.synthetic import synthetic_samples
+from streamtrain.versions import load_model
+from trainer.distributed import DistContext
+from trainer.metrics import ObjectiveMetrics, TrainerMetrics
+from trainer.publish import VersionPublisher
 
 
 def test_the_window_keeps_the_last_steps_that_trained_and_the_run_keeps_all() -> None:
@@ -39,3 +50,23 @@ def test_prequential_sums_are_counters_and_metrics_gauges_per_window() -> None:
     assert value("streamtrain_trainer_prequential", metric="loss", window="running") == pytest.approx(3 / 8)
     scores.record_heldout({"accuracy": 0.9, "baseline_accuracy": 0.4})
     assert value("streamtrain_trainer_heldout", metric="accuracy") == 0.9
+
+
+def test_every_version_the_final_one_included_carries_the_windows_test_then_train_figures(tmp_path: Path) -> None:
+    config = StreamtrainConfig(job="j", kafka=KafkaConfig(bootstrap_servers="127.0.0.1:1"),
+                               versions=VersionsConfig(dir=tmp_path), trainer=TrainerConfig(prequential_window=2))
+    ctx = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
+    producer = make_producer(config.kafka)  # its announcements stay queued: no broker is needed to write versions
+    publisher = VersionPublisher(config, ctx, producer, TrainerMetrics(CollectorRegistry(), "0", "j"))
+    model = build_model(config.trainer)
+    samples = synthetic_samples([3, 4], 16, 10)
+    for correct in (1.0, 2.0, 2.0):  # three steps of 2 samples; the window holds the last two
+        publisher.note_trained(samples, {"count": 2.0, "loss_sum": 1.0, "correct": correct, "baseline_correct": 0.0})
+    assert publisher.publish(3, model, "0", 6, {"heldout_accuracy": 0.5, "heldout_step": 3.0}) == 1
+    assert publisher.publish(4, model, "0", 6, {"heldout_accuracy": 0.6, "heldout_step": 4.0}) == 2  # trained nothing
+    for version in (1, 2):
+        metrics = load_model(tmp_path, version=version).metrics
+        assert metrics["prequential_accuracy"] == 1.0 and metrics["prequential_samples"] == 4.0
+        assert "heldout_accuracy" in metrics
+    assert load_model(tmp_path).metrics["prequential_step"] == 4.0
+    producer.purge()

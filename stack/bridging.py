@@ -65,7 +65,8 @@ def run_bridge_settings(section: Mapping[str, Any], kafka: KafkaConfig, devices:
     """The bridge's settings in a run: it writes the run's devices, and its group, unless set, is the run's own
     (`<topic prefix>.bridge`), so a run bridges its sources from their start into its own device topics, as `up`
     keeps every run's topics apart."""
-    return {**section, "devices": list(devices), "group_id": section.get("group_id") or f"{kafka.topic_prefix}.bridge"}
+    return {**section, "devices": list(devices), "group_id": section.get("group_id") or f"{kafka.topic_prefix}.bridge",
+            "metrics": True}  # `up` waits for its metrics endpoint: the bridge has started, its check passed
 
 
 def bridge_spec(port: int, section: Mapping[str, Any], common: dict[str, object],

@@ -186,8 +186,13 @@ class BridgeConfig(_Section):
     until then read_committed readers of its topics wait behind it (Kafka's transaction.timeout.ms)."""
 
     check_records: int = Field(default=20, ge=0, le=10_000)
-    """Records of each source topic the decoder is tried on at start-up (read, not committed): when none of them
-    decodes, the bridge does not start, and says which setting is wrong. 0: no check."""
+    """Records of each source topic the decoder is tried on at start-up (read, not committed): when too few of
+    them decode (`check_min_decoded`), the bridge does not start, and says which setting is wrong. 0: no check."""
+
+    check_min_decoded: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Least share of those records (skipped ones aside) that must decode for the bridge to start: a shape that
+    fits a few records by chance fails the check rather than dead-letter most of the stream. 0: start whatever
+    they are (each rejected record is dead-lettered)."""
 
     check_seconds: float = Field(default=5.0, gt=0.0, le=300.0)
     """Longest wait for those records (a topic with fewer checks those it has)."""

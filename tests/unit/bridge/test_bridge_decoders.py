@@ -184,7 +184,7 @@ def test_a_user_decoder_that_cannot_load_fails_naming_the_setting(examples_path:
         assert "bridge.sources.3.decoder" in str(failed.value) and says in str(failed.value)
 
 
-def test_the_start_up_check_fails_when_no_first_record_decodes_naming_the_setting() -> None:
+def test_the_start_up_check_fails_when_too_few_first_records_decode_naming_the_setting() -> None:
     decoder = build_decoder(_json_source(data="values", shape=[-1, 4]), "bridge.sources.1")
     wrong_field = [_record(json.dumps({"data": [1, 2, 3, 4]}).encode(), offset=i) for i in range(5)]
     with pytest.raises(BridgeSetupError, match=r"bridge\.sources\.1\.mapping\.data: none of the first 5 records"):
@@ -192,8 +192,11 @@ def test_the_start_up_check_fails_when_no_first_record_decodes_naming_the_settin
     wrong_devices = [_record(json.dumps({"values": [1, 2, 3, 4]}).encode(), key=b"other")]
     with pytest.raises(BridgeSetupError, match=r"^bridge\.devices: none of the first 1"):
         try_decoder(decoder, wrong_devices, DEVICES, "bridge.sources.1")
-    broken = [*wrong_field, _record(b'{"values": [1, 2, 3, 4]}')]  # one good record among bad ones: bad data
-    assert try_decoder(decoder, broken, DEVICES, "bridge.sources.1") == (6, 1, 0, 5)
+    broken = [*wrong_field, _record(b'{"values": [1, 2, 3, 4]}')]  # one good record among bad ones: bad data,
+    assert try_decoder(decoder, broken, DEVICES, "bridge.sources.1", min_decoded=0.1) == (6, 1, 0, 5)
+    with pytest.raises(BridgeSetupError, match=r"^bridge\.sources\.1\.mapping\.data: only 1 of the first 6 records "
+                       r"of events decode \(bridge\.check_min_decoded = 0\.5 .*\); 5 rejected, 5 as missing-field"):
+        try_decoder(decoder, broken, DEVICES, "bridge.sources.1")  # ... or a setting that fits by chance
 
     def not_a_dict(_record: SourceRecord) -> object:
         return [1, 2, 3]

@@ -1,8 +1,9 @@
 """`streamtrain up --bridge FILE`: the bridge in the local stack, and its sources in the report.
 
 The bridge takes the producers' place: it writes the device topics from a user's own topics (the `[bridge]`
-table of FILE: sources, decoders), which must be on the broker the run uses (an existing one:
-kafka.bootstrap_servers). When the run stops, the bridge is given up to the drain timeout to catch up with
+table of FILE: sources, decoders; its named devices, if any, are the run's), which must be on the broker the run
+uses (an existing one: kafka.bootstrap_servers, which FILE's own `[kafka]` may set: without `--config`, FILE is
+the run's configuration file). When the run stops, the bridge is given up to the drain timeout to catch up with
 its sources (its group's committed offsets at their ends), then stopped (it commits what it holds); the
 trainers then drain. The report accounts for every source record by (topic, partition, offset): bridged,
 rejected, skipped or pending, and none lost or duplicated (`streamtrain.source_accounting`).
@@ -41,8 +42,9 @@ __all__ = ["bridge_figures", "bridge_section", "bridge_spec", "run_bridge_settin
 logger = logging.getLogger(__name__)
 
 
-def bridge_section(path: Path) -> dict[str, Any]:
-    """The `[bridge]` table of a TOML file (other tables are not read: the file may be a whole configuration).
+def bridge_section(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The `[bridge]` table of a TOML file, and the names of the file's other settings (`kafka`, `trainer`, `job`
+    ...: `up` makes the file the run's configuration for them, or refuses it, `stack.cli`).
 
     Raises:
         ValueError: the file cannot be read, is not TOML, or has no `[bridge]` table with sources.
@@ -58,7 +60,7 @@ def bridge_section(path: Path) -> dict[str, Any]:
     if not isinstance(section, dict) or not section.get("sources"):
         raise ValueError(f"--bridge {path} has no [bridge] table with [[bridge.sources]] (the topics to bridge and "
                          "their decoders; docs/guides/bridge.md)")
-    return section
+    return section, sorted(k for k in data if k != "bridge")
 
 
 def run_bridge_settings(section: Mapping[str, Any], kafka: KafkaConfig, devices: Sequence[str]) -> dict[str, Any]:

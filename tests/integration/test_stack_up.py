@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -99,3 +100,6 @@ def test_up_that_trains_none_of_its_samples_fails_naming_why_and_keeps_no_model(
     assert failure.startswith(f"none of the {report['samples_produced']:,} samples was trained")
     assert "dtype-not-accepted" in failure and failure.endswith("check trainer.accepted_dtypes")
     assert "model: none kept" in proc.stdout and not (out / "model").exists()
+    # The rank's last line says the same: what it trained and dead-lettered over the run.
+    assert re.search(r"stopped after step \d+: 0 samples trained, [1-9]\d* dead-lettered",
+                     (out / "logs" / "trainers.log").read_text())

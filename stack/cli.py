@@ -65,8 +65,8 @@ _PARAGRAPHS = (
     "# balance: one rank 4x slower\n\n"
     "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal\n\n"
     "  streamtrain up --devices 3 --external-devices 0,2 --duration 300   # your application feeds devices 0 and 2\n\n"
-    "  streamtrain --set kafka.bootstrap_servers=kafka:9092 up --bridge bridge.toml --devices 3 --duration 60   "
-    "# your own topics, bridged",
+    "  streamtrain --set kafka.bootstrap_servers=kafka:9092 --set trainer.num_features=16 up --bridge bridge.toml "
+    "--duration 60   # your own topics, bridged",
     "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75   "
     "# make demo: PLAID, held-out accuracy",
 )
@@ -158,10 +158,10 @@ def up(
     = 20.0,
     bridge: Annotated[Path | None, typer.Option(
         "--bridge", metavar="FILE", help="Instead of producers, the bridge writes the device topics from your own "
-        "topics: the [bridge] table of FILE names them and their decoders (docs/guides/bridge.md). The devices are "
+        "topics: the \\[bridge] table of FILE names them and their decoders (docs/guides/bridge.md). The devices are "
         "the ones bridge.devices names, else 0 .. --devices - 1. Your topics must be on the broker the run uses: "
         "kafka.bootstrap_servers, from --set or --config, or from FILE itself, which is the run's configuration "
-        "file when no --config is given (a FILE with settings outside [bridge] and another --config is refused). "
+        "file when no --config is given (a FILE with settings outside \\[bridge] and another --config is refused). "
         "The bridge starts first: a source or decoder that cannot work stops the run at once. The report accounts "
         "for every source record.")] = None,
 ) -> None:

@@ -2,7 +2,8 @@
 
 The first records are the ones the bridge would bridge next (from its group's committed offsets, else the log
 start), read by a consumer that is assigned, never subscribed, and never commits: peeking changes nothing.
-A decoder that breaks the contract on any of them, or that rejects every one of them, is a setting to fix,
+A decoder that breaks the contract on any of them, or that rejects most of them (more than
+`bridge.check_min_decoded` allows: a shape that fits a few records by chance passes "any"), is a setting to fix,
 not bad data: the bridge does not start, and the message names the setting.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -67,7 +69,7 @@ def check_sources(cfg: StreamtrainConfig, decoders: Mapping[str, Decoder],
             count = bridge.check_records
             messages = _peek(consumer, parts, count, bridge.check_seconds) if count else []
             found = try_decoder(decoders[source.topic], [SourceRecord.from_message(m) for m in messages], devices,
-                                setting)
+                                setting, bridge.check_min_decoded)
             checks.append(SourceCheck(source.topic, len(parts), *found))
             logger.info("checked %s (%d partitions): %d of its next %d records decode (%d skipped, %d rejected)",
                         source.topic, len(parts), found[1], found[0], found[2], found[3])
@@ -76,16 +78,24 @@ def check_sources(cfg: StreamtrainConfig, decoders: Mapping[str, Decoder],
         consumer.close()
 
 
-def try_decoder(decoder: Decoder, records: list[SourceRecord], devices: Collection[str],
-                setting: str) -> tuple[int, int, int, int]:
+def try_decoder(decoder: Decoder, records: list[SourceRecord], devices: Collection[str], setting: str,
+                min_decoded: float = 0.5) -> tuple[int, int, int, int]:
     """Try `decoder` on `records`: (records, samples, skipped, rejected).
 
+    Args:
+        decoder: the source's decoder.
+        records: its topic's next records.
+        devices: the job's devices.
+        setting: how the settings name the source, e.g. "bridge.sources.0".
+        min_decoded: the least share of the records, skipped ones aside, that must decode (`bridge.check_min_decoded`).
+
     Raises:
-        BridgeSetupError: the decoder broke its contract on one of them, or rejected every one of them; the
-            message names the setting (`<setting>.decoder`, the decoder's own setting, or bridge.devices).
+        BridgeSetupError: the decoder broke its contract on one of them, or decoded fewer than `min_decoded` of
+            them; the message names the setting behind the most common rejection (`<setting>.decoder`, the
+            decoder's own setting, or bridge.devices).
     """
     samples = skipped = 0
-    first: tuple[SourceRecord, Rejected] | None = None
+    rejected: list[tuple[SourceRecord, Rejected]] = []
     for record in records:
         try:
             fields = decoder(record)
@@ -98,15 +108,26 @@ def try_decoder(decoder: Decoder, records: list[SourceRecord], devices: Collecti
             raise BridgeSetupError(f"{setting}.decoder: on {record.source} the decoder broke its contract: "
                                    f"{exc.detail}") from None
         except Rejected as exc:
-            first = first or (record, exc)
+            rejected.append((record, exc))
         except Exception as exc:  # a user decoder's own failure: a rejection like any other
-            first = first or (record, Rejected("decoder-error", f"{type(exc).__name__}: {exc}"))
-    if first is not None and not samples and not skipped:
-        record, why = first
-        named = why.setting if (why.setting or "").startswith("bridge.") else f"{setting}.{why.setting or 'decoder'}"
-        raise BridgeSetupError(f"{named}: none of the first {len(records)} records of {record.topic} decodes; the "
-                               f"first ({record.source}): {why.reason}: {why.detail}")
-    return len(records), samples, skipped, len(records) - samples - skipped
+            rejected.append((record, Rejected("decoder-error", f"{type(exc).__name__}: {exc}")))
+    if rejected and samples < min_decoded * (samples + len(rejected)):
+        raise BridgeSetupError(_too_few(rejected, samples, len(records), setting, min_decoded))
+    return len(records), samples, skipped, len(rejected)
+
+
+def _too_few(rejected: list[tuple[SourceRecord, Rejected]], samples: int, tried: int, setting: str,
+             min_decoded: float) -> str:
+    """The start-up check's refusal: how many decoded, and the most common rejection, by its setting."""
+    reason, count = Counter(why.reason for _, why in rejected).most_common(1)[0]
+    record, why = next((r, w) for r, w in rejected if w.reason == reason)
+    named = why.setting if (why.setting or "").startswith("bridge.") else f"{setting}.{why.setting or 'decoder'}"
+    first = f"({record.source}): {why.reason}: {why.detail}"
+    if not samples:
+        return f"{named}: none of the first {tried} records of {record.topic} decodes; the first {first}"
+    return (f"{named}: only {samples} of the first {tried} records of {record.topic} decode (bridge.check_min_decoded "
+            f"= {min_decoded:g} of those not skipped); {len(rejected)} rejected, {count} as {reason}, "
+            f"the first {first}")
 
 
 def _partitions(consumer: KafkaConsumer, topic: str, setting: str, timeout: float) -> list[TopicPartition]:

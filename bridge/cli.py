@@ -18,8 +18,10 @@ offsets commit in one Kafka transaction: a crash at any point loses and duplicat
 Decoders: `json` (a field mapping: the array, its shape, label or target, device, time), `raw` (little-endian
 arrays of one dtype and shape, the device from the key), or your own `package.module:function`, which gets
 each record (key, value, headers, timestamp, topic/partition/offset) and returns the sample's fields, or None
-to skip it. Each decoder is tried on its topic's next records before the bridge starts; a setting that cannot
-work exits with status 2 and names the setting.
+to skip it. A sample is \\[size, features]: a one-axis array is written as \\[size, 1], and the trainers must be
+told the features (trainer.num_features). Each decoder is tried on its topic's next records before the bridge
+starts (bridge.check_records): a setting that cannot work, or under which fewer than bridge.check_min_decoded
+of them decode, exits with status 2 and names the setting.
 
 Example (docs/guides/bridge.md has the whole config):
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -38,8 +39,9 @@ _PARAGRAPHS = (
     "(pending: not processed when the run stopped, still in Kafka and resumed from the committed offsets, so not "
     "lost; unaccounted: processed past with no record of being trained, truncated or dead-lettered), median "
     "straggler effect and step time, throughput, plan latency, loss — with series.json, plots/*.png, logs/*.log "
-    "and prometheus/. Exit status 1 when a service failed or a sample is unaccounted for; pending samples alone "
-    "are not a failure. A Ctrl-C while the run is read back abandons the report.",
+    "and prometheus/. Exit status 1 when a service failed, a sample is unaccounted for, or the run had samples but "
+    "trained none (every one dead-lettered: the closing line names the reasons and the setting to check; no model "
+    "is kept); pending samples alone are not a failure. A Ctrl-C while the run is read back abandons the report.",
     "Devices your application feeds: --external-devices 0,2 (or all) runs no producer for those devices. `up` "
     "creates their topics and prints where to publish: the Kafka address (the embedded broker takes port 9092 when "
     "it is free, or broker.port) and each device's topic, <prefix>.device.<id> (on an outside broker <prefix> is the "
@@ -66,8 +68,8 @@ _PARAGRAPHS = (
     "# balance: one rank 4x slower\n\n"
     "  streamtrain up --secure --duration 60   # SASL/SCRAM + ACLs, each service as its own principal\n\n"
     "  streamtrain up --devices 3 --external-devices 0,2 --duration 300   # your application feeds devices 0 and 2\n\n"
-    "  streamtrain --set kafka.bootstrap_servers=kafka:9092 up --bridge bridge.toml --devices 3 --duration 60   "
-    "# your own topics, bridged",
+    "  streamtrain --set kafka.bootstrap_servers=kafka:9092 --set trainer.num_features=16 up --bridge bridge.toml "
+    "--duration 60   # your own topics, bridged",
     "  streamtrain --config examples/plaid-demo.toml up --dataset plaid --rates 9,9,9,3 --duration 75   "
     "# make demo: PLAID, held-out accuracy",
 )
@@ -159,10 +161,13 @@ def up(
     request_rate: Annotated[float, typer.Option(min=0.1, help="Requests per second sent to serve (--serve).")]
     = 20.0,
     bridge: Annotated[Path | None, typer.Option(
-        "--bridge", metavar="FILE", help="Instead of producers, the bridge writes the device topics (0 .. --devices "
-        "- 1) from your own topics: the [bridge] table of FILE names them and their decoders (docs/guides/"
-        "bridge.md). They must be on the broker the run uses (kafka.bootstrap_servers); the report accounts for "
-        "every source record.")] = None,
+        "--bridge", metavar="FILE", help="Instead of producers, the bridge writes the device topics from your own "
+        "topics: the \\[bridge] table of FILE names them and their decoders (docs/guides/bridge.md). The devices are "
+        "the ones bridge.devices names, else 0 .. --devices - 1. Your topics must be on the broker the run uses: "
+        "kafka.bootstrap_servers, from --set or --config, or from FILE itself, which is the run's configuration "
+        "file when no --config is given (a FILE with settings outside \\[bridge] and another --config is refused). "
+        "The bridge starts first: a source or decoder that cannot work stops the run at once. The report accounts "
+        "for every source record.")] = None,
 ) -> None:
     from streamtrain.cli_support import EXIT_CONFIG, die
 
@@ -178,11 +183,14 @@ def up(
             "(acl.serve) against a cluster set up with `streamtrain acl apply`", EXIT_CONFIG)
     if broker not in ("auto", "embedded", "external"):
         die(f"--broker {broker!r}: choose auto, embedded or external", EXIT_CONFIG)
-    section = _bridge_section(bridge, dataset, backlog, secure, external_devices)
+    section = _bridge_section(ctx, bridge, dataset, backlog, secure, external_devices)
     cfg, replay = _configure(ctx, policy, truncation, dataset, secure, devices,
                              {"bridge": section} if section is not None else {})
+    named = list(cfg.bridge.devices) if section is not None else []
     try:
-        streams = device_streams(devices, _numbers(rates, "--rates"), _numbers(sizes, "--sizes"), dif)
+        streams = device_streams(_bridge_device_count(ctx, devices, named), _numbers(rates, "--rates"),
+                                 _numbers(sizes, "--sizes"), dif)
+        streams = [replace(s, device_id=name) for s, name in zip(streams, named, strict=True)] if named else streams
         external = parse_external(external_devices, [s.device_id for s in streams])
     except ValueError as exc:
         die(str(exc), EXIT_CONFIG)
@@ -232,10 +240,17 @@ def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, d
     return config_from(ctx, {**flags, **replay.settings}), replay
 
 
-def _bridge_section(path: Path | None, dataset: str | None, backlog: int, secure: bool,
+def _bridge_section(ctx: typer.Context, path: Path | None, dataset: str | None, backlog: int, secure: bool,
                     external: str | None) -> dict[str, object] | None:
-    """The `[bridge]` table of `--bridge FILE` (None without it); exits 2 when it cannot be used."""
-    from streamtrain.cli_support import EXIT_CONFIG, die
+    """The `[bridge]` table of `--bridge FILE` (None without it); exits 2 when it cannot be used.
+
+    FILE's other settings (`[kafka]`, `[trainer]`, `job`) are not lost: without `--config`, FILE becomes the run's
+    configuration file (for `up` and every service it starts); with another `--config`, they are refused.
+    """
+    import os
+
+    from streamtrain.cli_support import EXIT_CONFIG, GlobalOptions, console, die
+    from streamtrain.config.loader import CONFIG_FILE_ENV
 
     from .bridging import bridge_section
 
@@ -249,9 +264,35 @@ def _bridge_section(path: Path | None, dataset: str | None, backlog: int, secure
             "the bridge as its own principal on your cluster (`streamtrain acl apply`, docs/guides/bridge.md)",
             EXIT_CONFIG)
     try:
-        return bridge_section(path)
+        section, others = bridge_section(path)
     except ValueError as exc:
         die(str(exc), EXIT_CONFIG)
+    root = ctx.find_root().obj
+    given = root.config_file if isinstance(root, GlobalOptions) else None
+    current = given or os.environ.get(CONFIG_FILE_ENV) or None
+    if others and current is None and isinstance(root, GlobalOptions):
+        root.config_file = str(path)  # config_from and the services' --config read it from here
+        console.print(f"--bridge {path}: its settings outside [bridge] ({', '.join(others)}) are the run's "
+                      "configuration, as with --config", highlight=False, markup=False)
+    elif others and current is not None and Path(current).resolve() != path.resolve():
+        die(f"--bridge {path} has settings outside its [bridge] table ({', '.join(others)}), while the run's "
+            f"configuration file is {current}: up takes only the [bridge] table of --bridge FILE. Move them to "
+            f"{current} (or --set them), or give {path} as --config", EXIT_CONFIG)
+    return section
+
+
+def _bridge_device_count(ctx: typer.Context, devices: int, named: list[str]) -> int:
+    """The run's device count: --devices, or the number of devices bridge.devices names (a different --devices
+    exits 2)."""
+    from streamtrain.cli_support import EXIT_CONFIG, die
+
+    if not named:
+        return devices
+    given = ctx.get_parameter_source("devices")  # typer's own click: its enum, compared by name
+    if given is not None and given.name == "COMMANDLINE" and devices != len(named):
+        die(f"--devices {devices} with bridge.devices {named} in --bridge FILE: the run's devices are the ones the "
+            "bridge names; drop --devices, or bridge.devices for devices 0 .. --devices - 1", EXIT_CONFIG)
+    return len(named)
 
 
 def _global_args(ctx: typer.Context, replay: DatasetReplay | None) -> list[str]:

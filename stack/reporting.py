@@ -8,6 +8,8 @@ coordinator's own figures (plan latency) from its last status page.
 from __future__ import annotations
 
 import logging
+import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +29,15 @@ from .replay import held_out_chance
 from .report import build_report, build_series, write_json
 from .results import RunSettings, StackReport, StreamSetting
 
-__all__ = ["ReadBack", "assemble_report", "read_back", "run_settings", "write_plots"]
+__all__ = ["ReadBack", "assemble_report", "nothing_trained", "read_back", "run_settings", "write_plots"]
 
 logger = logging.getLogger(__name__)
+
+#: A setting a dead letter's detail may name (the trainers' details name the one that refused the sample).
+_SETTING = re.compile(r"\b(?:trainer|coordinator|bridge)\.[a-z_]+")
+
+#: Details that point at a setting without naming it, and the setting (with what it must match).
+_IMPLIED = (("is not (size, ", "trainer.num_features (every sample's features per frame: its shape's 2nd axis)"),)
 
 
 @dataclass(frozen=True)
@@ -115,3 +123,33 @@ def write_plots(report: StackReport, series: dict[str, Any], out: Path, failures
     report = report.model_copy(update={"plots": [str(p.relative_to(out)) for p in paths], "failures": list(failures)})
     report.write(out / "report.json", indent=2)
     return report
+
+
+def nothing_trained(cfg: StreamtrainConfig, report: StackReport, run: RunRecords) -> str | None:
+    """Why a run that had samples to train trained none, as a failure: the top dead-letter reasons, an example
+    of each, and the settings they point at. None when it trained some, or had none (nothing produced yet, or
+    everything still pending: not a failure)."""
+    if report.samples_trained:
+        return None
+    devices = {cfg.kafka.topics.device(d) for d in run.devices}
+    sources = {s.topic for s in cfg.bridge.sources}
+    if report.samples_dead_lettered:
+        letters = [d for d in run.dead_letters if d.topic in devices]
+        what = f"none of the {report.samples_produced:,} samples was trained: the trainers dead-lettered"
+    elif report.bridge is not None and report.bridge.source_rejected and not report.bridge.source_bridged:
+        letters = [d for d in run.dead_letters if d.topic in sources]
+        what = (f"nothing to train: the bridge rejected every one of its {report.bridge.source_records:,} source "
+                "records,")
+    else:
+        return None
+    top = Counter(d.reason for d in letters).most_common(3)
+    examples = {reason: next(d.detail for d in letters if d.reason == reason) for reason, _ in top}
+    settings = dict.fromkeys(s for detail in examples.values() for s in _settings_in(detail))
+    if not settings and sources and not report.samples_dead_lettered:
+        settings["bridge.sources (the decoder's settings)"] = None
+    return (f"{what} {'; '.join(f'{n:,} {reason} (e.g. {examples[reason]})' for reason, n in top)}"
+            + (f" — check {', '.join(settings)}" if settings else ""))
+
+
+def _settings_in(detail: str) -> list[str]:
+    return [*(setting for clue, setting in _IMPLIED if clue in detail), *_SETTING.findall(detail)]

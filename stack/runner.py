@@ -1,12 +1,14 @@
 """`LocalStack`: the whole pipeline as local processes, started and stopped in order, then a report.
 
-Start order: Kafka broker (embedded, or an existing one: `stack.kafka_setup`) → Prometheus → coordinator →
-trainer ranks → (serve) → producers, or the bridge → (the request load) (`stack.launch`). Stop order: producers
+Start order: Kafka broker (embedded, or an existing one: `stack.kafka_setup`) → Prometheus → (the bridge, whose
+start-up check fails a run with bad sources or decoders before anything else starts) → coordinator → trainer
+ranks → (serve) → producers → (the request load) (`stack.launch`). Stop order: producers
 (SIGINT: they flush every accepted record), the bridge once it has caught up with its sources (`stack.bridging`),
 then — once the trainers have worked off what was produced, or after `drain_timeout_s` — the trainers (SIGTERM:
 each rank finishes its step, checkpoints, commits, publishes its final model version and exits 0), (the request
 load and serve, `stack.serving`), the coordinator, and, after the records have been read back for the report
-(`stack.reporting`), Prometheus and the broker. Every run keeps its final model version in `<out>/model`.
+(`stack.reporting`), Prometheus and the broker. Every run that trained keeps its final model version in
+`<out>/model`; one that trained no sample, though it had some, fails (`stack.reporting.nothing_trained`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from .objective_figures import objective_for_report
 from .options import StackError, StackOptions
 from .procs import Child, ChildSet
 from .replay import produce_replay_backlog
-from .reporting import read_back, run_settings, write_plots
+from .reporting import nothing_trained, read_back, run_settings, write_plots
 from .results import StackReport
 from .secure import Identities
 from .serving import forget_versions, keep_final_model, model_out_figures
@@ -152,6 +154,9 @@ class LocalStack:
 
     def _start_services(self, plan: ServicePlan, env: dict[str, str]) -> None:
         assert self.monitor is not None
+        if plan.bridge is not None:  # first: its start-up check of the sources and decoders fails fast, on its own
+            self.monitor.phase = "starting the bridge (checking its sources)"
+            self._await(self.children.spawn(plan.bridge, env), f"http://{plan.host}:{plan.bridge.ports[0]}/metrics")
         self.monitor.phase = "starting the coordinator"
         coord = self.children.spawn(plan.coordinator, env)
         self._await(coord, f"{plan.coordinator_url}/status")
@@ -167,9 +172,6 @@ class LocalStack:
         producers = [self.children.spawn(spec, env) for spec in plan.producers]  # all at once: each takes a while
         for child, spec in zip(producers, plan.producers, strict=True):
             self._await(child, f"http://{plan.host}:{spec.ports[0]}/metrics")
-        if plan.bridge is not None:  # in the producers' place: the device topics from the user's own topics
-            self.monitor.phase = "starting the bridge"
-            self._await(self.children.spawn(plan.bridge, env), f"http://{plan.host}:{plan.bridge.ports[0]}/metrics")
         if plan.requests is not None:
             self.children.spawn(plan.requests, env)
 
@@ -269,7 +271,6 @@ class LocalStack:
             self.children.stop_kind("trainer", signal.SIGTERM, 120.0)
             if self.children.of_kind("serve"):
                 self._stop_serving()
-            keep_final_model(self.out / "versions", self.out / "model", self.say)
             if self.monitor is not None:
                 self.final_status = self.monitor.poll_status()
             self._phase("stopping the coordinator")
@@ -363,12 +364,18 @@ class LocalStack:
             self.failures.append(back.failure)
         self.records = back.records
         report = back.report
+        why = nothing_trained(cfg, report, back.records) if report is not None and back.records is not None else None
+        if why is not None:  # its versions are of a model that learned nothing: an earlier run's model stays
+            self.failures.append(why)
+            self.say("model: none kept, the run trained no sample (see the failure below)")
+        kept = keep_final_model(self.out / "versions", self.out / "model", self.say) if why is None else None
         if report is not None:
             try:
                 figures = model_out_figures(cfg, self.out / "model", serving=self.opts.serve, series=back.series)
             except (KafkaException, TimeoutError) as exc:
                 self.failures.append(f"could not read the model versions and predictions back: {exc}")
             else:
+                figures = figures if kept is not None else figures.model_copy(update={"model_dir": None})
                 report = report.model_copy(update={"model_out": figures})
                 report.write(self.out / "report.json", indent=2)
         return report, back.series

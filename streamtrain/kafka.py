@@ -30,6 +30,7 @@ __all__ = [
     "committed_offsets",
     "config_of",
     "consume_available",
+    "drop_reached",
     "ensure_topics",
     "java_client_properties",
     "list_topics",
@@ -481,14 +482,15 @@ def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0, 
                     yield msg
                 if offset >= end - 1:
                     del remaining[key]
-            _drop_reached(consumer, remaining)
+            drop_reached(consumer, remaining)
     finally:
         consumer.close()
 
 
-def _drop_reached(consumer: Consumer, remaining: dict[tuple[str, int], int]) -> None:
-    """Forget the partitions whose position reached their end offset: the last offsets of a transactional topic
-    may hold no record a `read_committed` reader is given (a commit marker), but its position passes them."""
+def drop_reached(consumer: Consumer, remaining: dict[tuple[str, int], int]) -> None:
+    """Forget the partitions of `remaining` (their end offsets) whose position reached their end offset: the last
+    offsets of a transactional topic may hold no record a `read_committed` reader is given (a commit marker), but
+    its position passes them."""
     if not remaining:
         return
     for tp in consumer.position([TopicPartition(t, p) for t, p in remaining]):

@@ -186,9 +186,10 @@ def config_reference(model: type[BaseModel] = StreamtrainConfig, level: int = 2)
 def _plain_help(text: str) -> str:
     """Help text with its one kind of rich markup, `[bold]x[/]`, marked for bold (NUL, escaped past Markdown).
 
-    Nothing else is treated as markup: `[default: 4]` and `list[str]` are text, as `--help` shows them.
+    Nothing else is treated as markup: `[default: 4]` and `list[str]` are text, as `--help` shows them, and a
+    bracket escaped from rich (`\\[bridge]`) is a bracket, as `--help` shows it.
     """
-    return _RICH_BOLD.sub(lambda m: f"\x00{m.group(1)}\x00", text)
+    return _RICH_BOLD.sub(lambda m: f"\x00{m.group(1)}\x00", text).replace("\\[", "[")
 
 
 def _help_markdown(text: str) -> list[str]:

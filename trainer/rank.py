@@ -98,6 +98,8 @@ class TrainerRank:
         self._heldout: HeldOutResult | None = None
         self.step = 0
         self.plans_late = 0
+        self.samples_trained = 0
+        """Samples this rank trained, over the run (its final log line says it)."""
         self.committed: int | None = None
         self.feedback_failed = 0
         self.stop_requested = False
@@ -226,6 +228,7 @@ class TrainerRank:
         value, headers = encode(feedback)
         produce(self.producer, self.feedback_topic, value, headers, self._feedback_delivered, self.device_id.encode())
         self.step += 1
+        self.samples_trained += feedback.samples
         self.plans.forget_before(self.step)
         dead = self.consumer.dead_lettered - self._dead_lettered_seen
         self._dead_lettered_seen = self.consumer.dead_lettered
@@ -404,9 +407,10 @@ class TrainerRank:
                 self.checkpoint()
         else:
             self._commit(self.buffer.lowest_unprocessed())
-        logger.info("rank %d (%s) stopped after step %d: committed offset %s, %d plans late, %d dead-lettered, "
-                    "%d truncated", self.ctx.rank, self.device_id, self.step, self.committed, self.plans_late,
-                    self.consumer.dead_lettered, self.buffer.dropped_total)
+        logger.info("rank %d (%s) stopped after step %d: %d samples trained, %d dead-lettered, %d truncated; "
+                    "committed offset %s, %d plans late", self.ctx.rank, self.device_id, self.step,
+                    self.samples_trained, self.consumer.dead_lettered, self.buffer.dropped_total, self.committed,
+                    self.plans_late)
 
     def _log(self, fb: StepFeedback) -> None:
         loss = f"{fb.loss:.4f}" if fb.loss is not None else "-"

@@ -33,8 +33,9 @@ class _Section(BaseModel):
 
 
 def _check_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-    if not shape:
-        raise ValueError("a shape needs at least one axis (the sample's size axis)")
+    if not shape or len(shape) > 2:
+        raise ValueError(f"shape {list(shape)}: a sample is [size, features] (one axis: a series of scalars, written "
+                         "as [size, 1]); give one or two axes")
     if sum(d == -1 for d in shape) > 1 or any(d == 0 or d < -1 for d in shape):
         raise ValueError(f"shape {list(shape)}: each dimension is positive, at most one is -1 (inferred)")
     return shape
@@ -52,8 +53,9 @@ class JsonMapping(_Section):
     """Field holding the array: a list of numbers, or nested lists (one list per frame)."""
 
     shape: tuple[int, ...] | None = None
-    """Shape the array is given, row-major; one dimension may be -1, inferred from the length (e.g. [-1, 16]:
-    16 features per frame, any number of frames). None: the nested lists' own shape."""
+    """Shape the array is given, row-major, [size, features]; one dimension may be -1, inferred from the length
+    (e.g. [-1, 16]: 16 features per frame, any number of frames). None: the nested lists' own shape. A flat list
+    (or one axis, [-1]) is a series of scalars, written as [size, 1]."""
 
     dtype: WireDType = "float32"
     """Element type of the sample's payload."""
@@ -92,7 +94,8 @@ class RawLayout(_Section):
     """Element type of the array (little-endian on the wire)."""
 
     shape: tuple[int, ...] = (-1,)
-    """Shape of the array; one dimension may be -1, inferred from the value's length (e.g. [-1, 16])."""
+    """Shape of the array, [size, features]; one dimension may be -1, inferred from the value's length (e.g.
+    [-1, 16]). One axis ([-1], the default) is a series of scalars, written as [size, 1]."""
 
     label_header: str | None = None
     """Record header holding the class label (decimal ASCII); None: no label."""
@@ -145,13 +148,13 @@ class SourceConfig(_Section):
                   "options": bool(self.options)}
         for name, changed in unused.items():
             if name != own and changed:
-                raise ValueError(f"{name} is for the {_decoder_of(name)} decoder; this source's decoder is "
+                raise ValueError(f"{name} is for {_decoder_of(name)}; this source's decoder is "
                                  f"{self.decoder}, whose settings are `{own}`")
         return self
 
 
 def _decoder_of(section: str) -> str:
-    return {"mapping": "json", "layout": "raw"}.get(section, "a user's")
+    return {"mapping": "the json decoder", "layout": "the raw decoder"}.get(section, "a user's decoder")
 
 
 class BridgeConfig(_Section):
@@ -183,8 +186,13 @@ class BridgeConfig(_Section):
     until then read_committed readers of its topics wait behind it (Kafka's transaction.timeout.ms)."""
 
     check_records: int = Field(default=20, ge=0, le=10_000)
-    """Records of each source topic the decoder is tried on at start-up (read, not committed): when none of them
-    decodes, the bridge does not start, and says which setting is wrong. 0: no check."""
+    """Records of each source topic the decoder is tried on at start-up (read, not committed): when too few of
+    them decode (`check_min_decoded`), the bridge does not start, and says which setting is wrong. 0: no check."""
+
+    check_min_decoded: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Least share of those records (skipped ones aside) that must decode for the bridge to start: a shape that
+    fits a few records by chance fails the check rather than dead-letter most of the stream. 0: start whatever
+    they are (each rejected record is dead-lettered)."""
 
     check_seconds: float = Field(default=5.0, gt=0.0, le=300.0)
     """Longest wait for those records (a topic with fewer checks those it has)."""

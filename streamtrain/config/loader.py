@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
@@ -214,11 +215,33 @@ def _shown(loc: str, value: Any) -> str:
 
 
 def _known_keys(loc: tuple[Any, ...]) -> list[str]:
-    model: type[BaseModel] = StreamtrainConfig
+    """The settings a section at `loc` has, through lists and tables of sections (`bridge.sources.0.mapping`)."""
+    node: Any = StreamtrainConfig
     for part in loc:
+        node = _inner(node, part)
+    model = _model_of(node)
+    return sorted(model.model_fields) if model is not None else []
+
+
+def _inner(annotation: Any, part: Any) -> Any:
+    """The type of `part` (a field's name, an item's index or a table's key) inside a value of type `annotation`."""
+    model = _model_of(annotation)
+    if model is not None:
         field = model.model_fields.get(str(part))
-        annotation = field.annotation if field else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return sorted(model.model_fields)
+        return field.annotation if field is not None else None
+    origin, args = get_origin(annotation), [a for a in get_args(annotation) if a is not Ellipsis]
+    if origin in (tuple, list, Sequence) and isinstance(part, int) and args:
+        return args[part] if origin is tuple and len(args) > 1 and part < len(args) else args[-1]
+    if origin in (dict, Mapping) and len(args) == 2:
+        return args[1]
+    return None
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The section type `annotation` is, or allows besides None (`X | None`); None when it is no section."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (Union, UnionType):
+        models = [m for a in get_args(annotation) if (m := _model_of(a)) is not None]
+        return models[0] if len(models) == 1 else None
+    return None

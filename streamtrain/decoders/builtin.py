@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..config import JsonMapping, RawLayout
-from .contract import Rejected, SampleFields, SourceRecord
+from .contract import Rejected, SampleFields, SourceRecord, as_array, frames
 
 __all__ = ["JsonDecoder", "RawDecoder"]
 
@@ -54,13 +54,8 @@ class JsonDecoder:
         m = self.mapping
         obj = self._object(record)
         data = self._required(obj, m.data, "mapping.data")
-        try:
-            with np.errstate(over="ignore"):  # a value too large for the dtype becomes inf: rejected as non-finite
-                array = np.asarray(data, dtype=m.dtype)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise Rejected("bad-data", f"field {m.data!r} is not an array of numbers: {exc}", "mapping.data") from None
-        if m.shape is not None:
-            array = _reshaped(array, m.shape, "mapping.shape")
+        array = as_array(data, m.dtype, f"field {m.data!r}", "mapping.data")
+        array = frames(array if m.shape is None else _reshaped(array, m.shape, "mapping.shape"), "mapping.shape")
         fields: SampleFields = {"data": array}
         self._optional(obj, fields)
         return fields
@@ -147,8 +142,13 @@ class RawDecoder:
         name = self.layout.label_header
         if name is not None:
             raw = record.header(name)
+            if raw is None:
+                names = [k for k, _ in record.headers]
+                found = (f"header {name!r} has no value" if name in names else f"no label header {name!r} (the "
+                         f"record has {', '.join(repr(k) for k in names) if names else 'no headers'})")
+                raise Rejected("bad-label", found, "layout.label_header")
             try:
-                fields["label"] = int((raw or b"").decode())
+                fields["label"] = int(raw.decode())
             except (UnicodeDecodeError, ValueError):
                 raise Rejected("bad-label", f"header {name!r} is {raw!r}, not a decimal label",
                                "layout.label_header") from None

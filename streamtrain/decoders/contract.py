@@ -29,7 +29,7 @@ from ..wire.codec import header_items
 from ..wire.topics import validate_name_part
 
 __all__ = ["FIELDS", "SKIPPED_REASON", "SOURCE_KEY", "ContractError", "Rejected", "SampleFields", "SourceRecord",
-           "source_of", "to_sample"]
+           "as_array", "frames", "source_of", "to_sample"]
 
 #: Metadata key of a bridged sample's origin, `topic/partition/offset` (topic names hold no "/").
 SOURCE_KEY = "source"
@@ -202,22 +202,44 @@ def _payload(data: object, dtype: object) -> np.ndarray:
     if dtype is not None and dtype not in DTYPES:
         raise Rejected("bad-dtype", f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     # The decoder's own array is taken as it is (the built-in decoders give one): nothing to convert.
-    array = data if isinstance(data, np.ndarray) and dtype is None else _converted(data, dtype)
+    array = data if isinstance(data, np.ndarray) and dtype is None else as_array(data, str(dtype or "float32"))
     if array.ndim == 0:
         raise Rejected("bad-shape", "the payload is a single number; a sample needs at least one axis")
     if array.dtype.name not in DTYPES:
         raise Rejected("bad-dtype", f"payload dtype {array.dtype.name} is not one of {', '.join(DTYPES)}")
+    return frames(array)
+
+
+def frames(array: np.ndarray, setting: str | None = None) -> np.ndarray:
+    """`array` as the wire's `[size, features]`: a 1-D array is a series of scalars, `(n, 1)`.
+
+    Raises:
+        Rejected: `bad-shape`, for more than two axes (`setting` is the one that decides the shape, if any).
+    """
+    if array.ndim == 1:
+        return array.reshape(-1, 1)
+    if array.ndim > 2:
+        per_frame = math.prod(array.shape[1:])
+        raise Rejected("bad-shape", f"shape {list(array.shape)} has {array.ndim} axes; a sample is [size, features]: "
+                       f"flatten each frame (shape [-1, {per_frame}])", setting)
     return array
 
 
-def _converted(data: object, dtype: object) -> np.ndarray:
+def as_array(data: object, dtype: str, what: str = "the payload", setting: str | None = None) -> np.ndarray:
+    """`data` (nested lists of numbers, or an array) as an array of `dtype`.
+
+    Raises:
+        Rejected: `bad-data` when it is not numbers, `non-finite` when a value is beyond the range of `dtype`
+            (1e300 in float32), naming `setting`.
+    """
     try:
-        with np.errstate(over="ignore"):  # a value too large for the dtype becomes inf: rejected as non-finite
-            if isinstance(data, np.ndarray):
-                return data.astype(str(dtype))
-            return np.asarray(data, dtype=str(dtype or "float32"))
+        with np.errstate(over="raise"):  # a value too large for the dtype would become inf: say so instead
+            return data.astype(dtype) if isinstance(data, np.ndarray) else np.asarray(data, dtype=dtype)
+    except FloatingPointError:
+        raise Rejected("non-finite", f"{what} holds a value out of {dtype} range (beyond ±{np.finfo(dtype).max:g}); "
+                       "a wider dtype holds it", setting) from None
     except (TypeError, ValueError, OverflowError) as exc:
-        raise Rejected("bad-data", f"the payload is not an array of numbers: {exc}") from None
+        raise Rejected("bad-data", f"{what} is not an array of numbers: {exc}", setting) from None
 
 
 def _integer(value: object, name: str) -> int:

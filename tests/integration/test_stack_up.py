@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
 
 from streamtrain.cli_support import CLI_MODULE, module_command
+from streamtrain.config import KafkaConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -75,3 +78,28 @@ def test_up_stopped_with_a_backlog_left_exits_0_and_reports_it_pending(tmp_path:
             + report["samples_pending"]) == report["samples_produced"]
     assert report["samples_duplicated"] == 0 and report["failures"] == []
     assert f"{report['samples_pending']:,} samples pending" in " ".join(proc.stdout.split())
+
+
+@pytest.mark.timeout(300)
+def test_up_that_trains_none_of_its_samples_fails_naming_why_and_keeps_no_model(kafka_cfg: KafkaConfig,
+                                                                                 tmp_path: Path) -> None:
+    """Every sample dead-lettered (here the trainers accept no float32) is a failed run, not a model."""
+    out = tmp_path / "run"
+    cmd = module_command(CLI_MODULE, "up", "--devices", "1", "--duration", "3", "--broker", "external",
+                         "--no-prometheus", "--no-live", "--drain-timeout", "30", "--out", str(out),
+                         sets={"kafka.bootstrap_servers": kafka_cfg.bootstrap_servers,
+                               "kafka.topic_prefix": f"up{uuid.uuid4().hex[:8]}", "trainer.hidden_size": 16,
+                               "trainer.accepted_dtypes": ["int8"]})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**env, "COLUMNS": "400"})
+    assert proc.returncode == 1, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["samples_produced"] > 0 and report["samples_trained"] == 0
+    (failure,) = report["failures"]
+    assert failure.startswith(f"none of the {report['samples_produced']:,} samples was trained")
+    assert "dtype-not-accepted" in failure and failure.endswith("check trainer.accepted_dtypes")
+    assert "model: none kept" in proc.stdout and not (out / "model").exists()
+    # The rank's last line says the same: what it trained and dead-lettered over the run.
+    assert re.search(r"stopped after step \d+: 0 samples trained, [1-9]\d* dead-lettered",
+                     (out / "logs" / "trainers.log").read_text())

@@ -68,6 +68,18 @@ def test_bad_values_name_the_setting_its_source_and_what_is_allowed(env: dict[st
         assert name in str(err.value)
 
 
+@pytest.mark.parametrize(("source", "typo", "known"), [
+    ({"mapping": {"lable": "y"}}, "bridge.sources.0.mapping.lable", "data, device, dtype, label"),
+    ({"decoder": "raw", "layout": {"shap": [-1]}}, "bridge.sources.0.layout.shap", "dtype, label_header, shape"),
+    ({"decodr": "json"}, "bridge.sources.0.decodr", "decoder, layout, mapping, options, topic"),
+])
+def test_a_typo_inside_a_list_of_tables_lists_the_names_it_could_be(source: dict[str, object], typo: str,
+                                                                      known: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(env={}, overrides={"bridge.sources": [{"topic": "events", **source}]})
+    assert f"{typo}: unknown setting (known here: {known}" in str(err.value)
+
+
 def test_bad_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(_toml(tmp_path, "[kafka\n"), env={})

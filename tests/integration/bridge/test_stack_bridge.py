@@ -58,3 +58,21 @@ def test_kcat_json_lines_are_trained_through_up_and_every_source_record_is_accou
     assert report["samples_unaccounted"] == 0 and report["samples_duplicated"] == 0 and report["failures"] == []
     assert "bridge: 243 source records" in proc.stdout
     assert "bridge stopped" in (out / "logs" / "bridge.log").read_text()
+
+
+@pytest.mark.timeout(200)
+def test_up_with_a_source_topic_missing_fails_before_the_trainers_start(kafka_cfg: KafkaConfig,
+                                                                         tmp_path: Path) -> None:
+    bridge = tmp_path / "bridge.toml"
+    bridge.write_text(f'[[bridge.sources]]\ntopic = "{kafka_cfg.topic_prefix}-nowhere"\n')
+    out = tmp_path / "run"
+    cmd = module_command(CLI_MODULE, "up", "--bridge", str(bridge), "--devices", "2", "--duration", "60",
+                         "--broker", "external", "--no-prometheus", "--no-live", "--out", str(out),
+                         sets={"kafka.bootstrap_servers": kafka_cfg.bootstrap_servers,
+                               "kafka.topic_prefix": f"up{uuid.uuid4().hex[:8]}"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env={**env, "COLUMNS": "400"})
+    assert proc.returncode != 0
+    assert "bridge.sources.0.topic: topic" in proc.stderr and "is not there" in proc.stderr, proc.stderr
+    assert not (out / "logs" / "trainers.log").exists() and not (out / "logs" / "coordinator.log").exists()
+    assert "model:" not in proc.stdout

@@ -86,6 +86,38 @@ def test_json_rejections_say_why_and_which_setting(value: bytes, mapping: dict[s
     assert rejected.value.reason == reason and rejected.value.setting == setting, rejected.value.detail
 
 
+def test_a_one_axis_payload_is_a_series_of_scalars_written_as_size_by_one() -> None:
+    raw = SourceConfig(topic="events", decoder="raw", layout={"dtype": "int16"})  # type: ignore[arg-type]
+    samples = [_decode(_json_source(), _record(b'{"data": [1, 2, 3]}')),
+               _decode(_json_source(shape=[-1]), _record(b'{"data": [1, 2, 3]}')),
+               _decode(raw, _record(np.arange(3, dtype="<i2").tobytes())),
+               to_sample({"data": np.arange(3.0)}, _record(b""), DEVICES)]  # a user decoder's own 1-D array
+    for sample in samples:
+        assert sample.shape == (3, 1) and sample.problems() == []  # type: ignore[attr-defined]
+    assert samples[2].array().tolist() == [[0], [1], [2]]  # type: ignore[attr-defined]
+    with pytest.raises(Rejected) as rejected:  # three axes: the wire has [size, features] only
+        _decode(_json_source(), _record(b'{"data": [[[1, 2]], [[3, 4]]]}'))
+    assert (rejected.value.reason, rejected.value.setting) == ("bad-shape", "mapping.shape")
+    assert "shape [-1, 2]" in rejected.value.detail
+    with pytest.raises(ConfigError, match=r"bridge\.sources\.0\.layout\.shape.*one or two axes"):
+        load_config(env={}, overrides={"bridge.sources": [{"topic": "t", "decoder": "raw",
+                                                           "layout": {"shape": [-1, 2, 2]}}]})
+
+
+def test_rejections_say_what_is_wrong_in_words() -> None:
+    with pytest.raises(Rejected) as rejected:  # finite in JSON, beyond float32
+        _decode(_json_source(), _record(b'{"data": [1, 1e300]}'))
+    assert rejected.value.reason == "non-finite" and "out of float32 range" in rejected.value.detail
+    with pytest.raises(Rejected) as rejected:
+        to_sample({"data": [1e300], "dtype": "float16"}, _record(b""), DEVICES)
+    assert rejected.value.reason == "non-finite" and "out of float16 range" in rejected.value.detail
+    raw = SourceConfig(topic="events", decoder="raw", layout={"label_header": "label"})  # type: ignore[arg-type]
+    with pytest.raises(Rejected, match=r"^no label header 'label' \(the record has 'kind'\)$"):
+        _decode(raw, _record(np.ones(2, "<f4").tobytes(), headers=(("kind", b"x"),)))
+    with pytest.raises(ConfigError, match="options is for a user's decoder; this source's decoder is json"):
+        load_config(env={}, overrides={"bridge.sources": [{"topic": "t", "options": {"a": 1}}]})
+
+
 def test_a_record_without_key_or_device_field_has_no_device() -> None:
     with pytest.raises(Rejected) as rejected:
         _decode(_json_source(), _record(b'{"data": [1]}', key=None))
@@ -152,7 +184,7 @@ def test_a_user_decoder_that_cannot_load_fails_naming_the_setting(examples_path:
         assert "bridge.sources.3.decoder" in str(failed.value) and says in str(failed.value)
 
 
-def test_the_start_up_check_fails_when_no_first_record_decodes_naming_the_setting() -> None:
+def test_the_start_up_check_fails_when_too_few_first_records_decode_naming_the_setting() -> None:
     decoder = build_decoder(_json_source(data="values", shape=[-1, 4]), "bridge.sources.1")
     wrong_field = [_record(json.dumps({"data": [1, 2, 3, 4]}).encode(), offset=i) for i in range(5)]
     with pytest.raises(BridgeSetupError, match=r"bridge\.sources\.1\.mapping\.data: none of the first 5 records"):
@@ -160,8 +192,11 @@ def test_the_start_up_check_fails_when_no_first_record_decodes_naming_the_settin
     wrong_devices = [_record(json.dumps({"values": [1, 2, 3, 4]}).encode(), key=b"other")]
     with pytest.raises(BridgeSetupError, match=r"^bridge\.devices: none of the first 1"):
         try_decoder(decoder, wrong_devices, DEVICES, "bridge.sources.1")
-    broken = [*wrong_field, _record(b'{"values": [1, 2, 3, 4]}')]  # one good record among bad ones: bad data
-    assert try_decoder(decoder, broken, DEVICES, "bridge.sources.1") == (6, 1, 0, 5)
+    broken = [*wrong_field, _record(b'{"values": [1, 2, 3, 4]}')]  # one good record among bad ones: bad data,
+    assert try_decoder(decoder, broken, DEVICES, "bridge.sources.1", min_decoded=0.1) == (6, 1, 0, 5)
+    with pytest.raises(BridgeSetupError, match=r"^bridge\.sources\.1\.mapping\.data: only 1 of the first 6 records "
+                       r"of events decode \(bridge\.check_min_decoded = 0\.5 .*\); 5 rejected, 5 as missing-field"):
+        try_decoder(decoder, broken, DEVICES, "bridge.sources.1")  # ... or a setting that fits by chance
 
     def not_a_dict(_record: SourceRecord) -> object:
         return [1, 2, 3]

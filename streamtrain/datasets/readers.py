@@ -106,6 +106,8 @@ def _as_payload(arr: np.ndarray, where: str) -> np.ndarray:
         raise BadFile(f"{where}: a sample needs at least one axis (its size axis)")
     if arr.shape[0] < 1:
         raise BadFile(f"{where}: a sample of size 0")
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1)  # a series of one feature: (size, 1), as every sample is (size, features)
     if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
         raise BadFile(f"{where}: holds NaN or infinity")
     if arr.dtype.name not in DTYPES or arr.dtype == np.float64:

@@ -83,7 +83,7 @@ def test_records_the_broker_refuses_fail_at_close_with_count_and_reason(kafka_cf
     producer.send(np.ones((2, 2), dtype=np.float32))
     producer.flush(30)  # a small one is delivered ...
     for _ in range(2):
-        producer.send(np.ones((4000,), dtype=np.float32))  # ... 16 kB ones are over the topic's limit
+        producer.send(np.ones((4000, 1), dtype=np.float32))  # ... 16 kB ones are over the topic's limit
     with pytest.raises(DeliveryError, match=r"2 sample\(s\) .*: 2 x Broker: Message size too large"):
         producer.close()
     assert (producer.delivered, producer.failed) == (1, 2)
@@ -121,7 +121,7 @@ def test_threads_and_shared_clients_number_each_device_without_gaps(kafka_cfg: K
 
     def send(producer: DeviceProducer) -> None:
         for _ in range(200):
-            producer.send(np.zeros(2, dtype=np.int8))
+            producer.send(np.zeros((2, 1), dtype=np.int8))
 
     threads = [threading.Thread(target=send, args=(p,)) for p in (a, a, b, b, b)]
     for t in threads:

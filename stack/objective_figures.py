@@ -105,7 +105,10 @@ _DISPLAY = {"rmse": "RMSE", "mae": "MAE", "f1_mean": "mean F1"}
 
 
 def _shown(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
+    """A figure to 3 decimals; one below 0.1 (a small target's error) or of 1000 and above to 3 or 4 digits."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if 0 < abs(value) < 0.1 else f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
 
 
 def per_value(metrics: Mapping[str, float], headline: str, baseline: str | None) -> list[tuple[str, float,

@@ -139,7 +139,7 @@ def _vector_run(replayed: int | None = None) -> list[str]:
 def test_a_vector_targets_values_are_reported_one_by_one_beside_the_pooled_figure() -> None:
     lines = _vector_run()
     assert lines[1] == ("  RMSE over the last 5 steps per target value (the baseline's after 'against'): big 141.421 "
-                        "against 1000.000, small 0.316 against 0.032")
+                        "against 1000.000, small 0.316 against 0.0316")
     assert lines[2].startswith("held-out RMSE (d_TEST.npz, 10 samples): 100.000 at the first evaluation")
     assert lines[3].startswith("  held-out RMSE at the last evaluation per target value") and "small 0.316" in lines[3]
 

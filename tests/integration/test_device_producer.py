@@ -31,7 +31,7 @@ def test_samples_arrive_decodable_with_everything_they_were_sent_with(kafka_cfg:
     arrays = [rng.standard_normal((5, 3)).astype(np.float32),
               np.arange(12, dtype=">i4").reshape(4, 3),  # big-endian: sent little-endian
               np.asfortranarray(rng.standard_normal((7, 2))),  # column-major float64: sent row-major
-              np.arange(30, dtype=np.uint8)[::3]]  # a strided view
+              np.arange(60, dtype=np.uint8).reshape(10, 6)[::3, ::2]]  # a strided view
     deliveries: list[Delivery] = []
     with DeviceProducer(StreamtrainConfig(kafka=kafka_cfg), device="cam-1", on_delivery=deliveries.append) as producer:
         for i, arr in enumerate(arrays):

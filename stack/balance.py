@@ -264,7 +264,7 @@ def closing_lines(report: StackReport) -> list[str]:
     static vs measured step time."""
     accuracy = bool(report.heldout_evaluations) and report.heldout_accuracy_final is not None
     heldout = f"{report.heldout_dataset}, {report.heldout_samples} samples" if report.heldout_evaluations else None
-    lines = closing_objective_lines(report.objective, heldout, accuracy_shown=accuracy)
+    lines = closing_objective_lines(report.objective, heldout, accuracy_shown=accuracy, replayed=report.dataset_samples)
     if accuracy:
         classes, majority = report.num_classes, report.heldout_chance
         chance = (f"; chance {majority:.2f} (always its most common class)" if majority is not None

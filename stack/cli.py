@@ -170,8 +170,10 @@ def up(
         "for every source record.")] = None,
 ) -> None:
     from streamtrain.cli_support import EXIT_CONFIG, die
+    from streamtrain.models.errors import SetupError
 
     from .external import parse_external
+    from .preflight import check_user_code
     from .services import device_streams
 
     if external_devices is not None and (backlog or dataset is not None):
@@ -188,6 +190,10 @@ def up(
                              {"bridge": section} if section is not None else {})
     named = list(cfg.bridge.devices) if section is not None else []
     try:
+        check_user_code(cfg.trainer)  # before the broker and the ranks: a plug-in that fails, fails now
+    except SetupError as exc:
+        die(str(exc), EXIT_CONFIG)
+    try:
         streams = device_streams(_bridge_device_count(ctx, devices, named), _numbers(rates, "--rates"),
                                  _numbers(sizes, "--sizes"), dif)
         streams = [replace(s, device_id=name) for s, name in zip(streams, named, strict=True)] if named else streams
@@ -200,7 +206,8 @@ def up(
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
                         drain_timeout_s=drain_timeout, torch_threads=torch_threads, seed=seed,
                         global_args=_global_args(ctx, replay), backlog=backlog, secure=secure,
-                        replay=replay is not None, external=external, serve=serve, request_rate=request_rate,
+                        replay=replay is not None, replay_samples=replay.samples if replay is not None else 0,
+                        external=external, serve=serve, request_rate=request_rate,
                         bridge=section)
     _summarise(*_run(cfg, opts, live, keep_kafka), opts.out)
 
@@ -209,6 +216,8 @@ def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, d
                devices: int, extra: dict[str, object]) -> tuple[StreamtrainConfig, DatasetReplay | None]:
     """The run's configuration (the root options, the flags, `extra` settings and a dataset's own settings) and the
     dataset to replay, said to the person; exits with a configuration error naming the flag."""
+    from rich.markup import escape
+
     from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
 
     from .replay import resolve_replay
@@ -229,7 +238,14 @@ def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, d
     kind = f"{replay.classes} classes" if replay.objective == "classification" else replay.objective
     say(f"dataset {replay.name}: {replay.samples} samples of {replay.features} dimension(s), {kind}, sharded over "
         f"{devices} devices; held-out set: {replay.held_out or 'none (no evaluation)'}")
-    say(f"objective: {replay.objective} ({replay.objective_why}; trainer.objective)")
+    say(f"objective: {replay.objective} ({replay.objective_why})")
+    said_apart = ("trainer.objective", "trainer.eval_path", "trainer.eval_packaged", "trainer.num_features",
+                  "trainer.num_classes")
+    shape = [f"{k}={v}" for k, v in replay.settings.items() if k.startswith("trainer.") and k not in said_apart]
+    if shape:
+        say(f"set from the data: {escape(', '.join(shape))}")
+    for warning in replay.warnings:
+        say(f"[yellow]note:[/] {escape(warning)}")
     names = replay.settings.get("producer.dataset.class_names")
     if isinstance(names, list) and any(str(n) != str(i) for i, n in enumerate(names)):  # not 0=0, 1=1, ...
         shown = ", ".join(f"{n}={i}" for i, n in enumerate(names[:20])) + (", ..." if len(names) > 20 else "")
@@ -340,6 +356,7 @@ def _summarise(report: StackReport | None, failures: list[str], out: Path) -> No
     from streamtrain.cli_support import console, die
 
     from .balance import closing_lines
+    from .objective_figures import heldout_rows
 
     if report is None:
         die(f"no report: {'; '.join(failures) or 'the run did not start'} (logs in {out / 'logs'})")
@@ -350,8 +367,11 @@ def _summarise(report: StackReport | None, failures: list[str], out: Path) -> No
                 "plan_wait_seconds_median", "throughput_samples_per_s", "sample_delay_seconds_median",
                 "plan_latency_ms_median", "plan_latency_step_fraction_median", "initial_loss", "final_loss",
                 "heldout_accuracy_final", "devices_keeping_up", "straggler_effect_waiting_median"):
-        value = getattr(report, key)
-        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+        rows = [(key, getattr(report, key))]
+        if key == "heldout_accuracy_final":  # held-out in the objective's terms (rmse, f1_mean, ...), when evaluated
+            rows = heldout_rows(report.objective) or rows
+        for name, value in rows:
+            table.add_row(name, f"{value:.4g}" if isinstance(value, float) else str(value))
     out_figures = report.model_out
     for key in ("versions_published", "versions_served", "requests_answered", "freshness_seconds_median",
                 "freshness_seconds_p99", "freshness_line_rate_seconds_median", "freshness_line_rate_seconds_p99",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from streamtrain.config.trainer import TrainerConfig
@@ -21,8 +21,8 @@ from streamtrain.wire import Evaluation, StepFeedback
 
 from .results import MetricFigures, ObjectiveFigures
 
-__all__ = ["closing_objective_lines", "heldout_metric_figures", "objective_figures", "objective_for_report",
-           "prequential_series"]
+__all__ = ["closing_objective_lines", "heldout_metric_figures", "heldout_rows", "objective_figures",
+           "objective_for_report", "per_value", "prequential_series"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,34 +105,73 @@ _DISPLAY = {"rmse": "RMSE", "mae": "MAE", "f1_mean": "mean F1"}
 
 
 def _shown(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
+    """A figure to 3 decimals; one below 0.1 (a small target's error) or of 1000 and above to 3 or 4 digits."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if 0 < abs(value) < 0.1 else f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
+
+
+def per_value(metrics: Mapping[str, float], headline: str, baseline: str | None) -> list[tuple[str, float,
+                                                                                            float | None]]:
+    """(value's name, its headline metric, its baseline's) for each value of a vector target that has figures of its
+    own (`rmse_<name>` beside `rmse`, with `baseline_rmse_<name>`), in the objective's order."""
+    prefix = f"{headline}_"
+    out: list[tuple[str, float, float | None]] = []
+    for key, value in metrics.items():
+        name = key[len(prefix):]
+        if key.startswith(prefix) and baseline and f"{baseline}_{name}" in metrics:
+            out.append((name, value, metrics[f"{baseline}_{name}"]))
+    return out
+
+
+def _per_value_line(what: str, metrics: Mapping[str, float], headline: str, baseline: str | None) -> list[str]:
+    values = per_value(metrics, headline, baseline)
+    if not values:
+        return []
+    shown = ", ".join(f"{name} {_shown(v)} against {_shown(b)}" for name, v, b in values)
+    return [f"  {what} per target value (the baseline's after 'against'): {shown}"]
 
 
 def closing_objective_lines(figures: ObjectiveFigures | None, heldout: str | None = None,
-                            accuracy_shown: bool = False) -> list[str]:
+                            accuracy_shown: bool = False, replayed: int | None = None) -> list[str]:
     """What `up` says about learning, in the objective's terms: test-then-train, and held-out beside it, each
-    against its baseline (the most common class, the training mean, the last value).
+    against its baseline (the most common class, the training mean, the last value); a vector target's figures per
+    value too.
 
     Args:
         figures: The report's `objective` section.
         heldout: The held-out set's name and size, as the report reads them (e.g. "Tecator_TEST.ts, 43 samples").
         accuracy_shown: Held-out accuracy has a line of its own already (classification): no second one.
+        replayed: The samples of a dataset replayed in a loop (each scored once per pass); None: a live stream.
     """
     if figures is None or figures.headline not in figures.prequential.running:
         return []
     headline, baseline, fleet = figures.headline, figures.baseline, figures.prequential
     name = _DISPLAY.get(headline, headline.replace("_", " "))
     note = f" ({figures.baseline_note})" if figures.baseline_note else ""
-    line = (f"test-then-train {name} (each of {fleet.samples:,} samples scored before it was trained): "
-            f"{_shown(fleet.recent.get(headline))} over the last {figures.window_steps} steps, "
-            f"{_shown(fleet.running.get(headline))} over the run")
+    scored = (f"{fleet.samples:,} scorings of {replayed:,} samples replayed in a loop, each before the step that "
+              "trained it" if replayed and fleet.samples > replayed else
+              f"each of {fleet.samples:,} samples scored before it was trained")
+    line = (f"test-then-train {name} ({scored}): {_shown(fleet.recent.get(headline))} over the last "
+            f"{figures.window_steps} steps, {_shown(fleet.running.get(headline))} over the run")
     if baseline and baseline in fleet.recent:
         line += f"; baseline{note} {_shown(fleet.recent.get(baseline))}"
-    lines = [line]
+    lines = [line, *_per_value_line(f"{name} over the last {figures.window_steps} steps", fleet.recent, headline,
+                                    baseline)]
     final, first = figures.heldout_final, figures.heldout_first
     if headline in final and not (accuracy_shown and headline == "accuracy"):
         against = f" against {_shown(final[baseline])} for the baseline" if baseline and baseline in final else ""
         where = f" ({heldout})" if heldout else ""
         lines.append(f"held-out {name}{where}: {_shown(first.get(headline))} at the first evaluation, "
                      f"{_shown(final[headline])} at the last{against}")
+        lines.extend(_per_value_line(f"held-out {name} at the last evaluation", final, headline, baseline))
     return lines
+
+
+def heldout_rows(figures: ObjectiveFigures | None) -> list[tuple[str, float]]:
+    """The summary table's held-out rows in the objective's terms: its headline metric and its baseline's at the
+    last evaluation (`heldout_rmse_final`, `heldout_baseline_rmse_final`, ...); none without an evaluation."""
+    if figures is None:
+        return []
+    keys = [k for k in (figures.headline, figures.baseline) if k and k in figures.heldout_final]
+    return [(f"heldout_{k}_final", figures.heldout_final[k]) for k in keys]

@@ -44,6 +44,8 @@ class StackOptions:
     replay: bool = False
     """Replay the configured dataset (`producer.dataset.*`, see `stack.replay`) into the device topics, one shard
     per device at each stream's rate, instead of the synthetic streams."""
+    replay_samples: int = 0
+    """The replayed dataset's samples (`replay`): test-then-train figures count scorings, each sample once per pass."""
     until_step: int | None = None
     """Stop once every rank has finished this many steps in all, counted from step 0 (unlike `steps`,
     which counts from the first step seen after start-up)."""

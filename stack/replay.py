@@ -4,7 +4,7 @@ One producer process replays the dataset for every device (`producer.devices` = 
 each with its own rate from the streams), so the dataset is loaded and sharded once and the shards
 are disjoint; the sharding, loop, shuffle, bursts and schedules come from the `producer.*` settings as
 for any producer. A sample's size is its length. The held-out set the trainers evaluate on is the
-packaged dataset's test split, or the archive's `<name>_TEST.ts` beside a `<name>_TRAIN.ts`, unless
+packaged dataset's test split, or the `<name>_TEST.<ext>` beside a `<name>_TRAIN.<ext>` (any format), unless
 `trainer.eval_path` / `trainer.eval_packaged` already name one. Before anything starts, the dataset
 is checked against the model's settings, so a mismatch fails with the setting to change, not with
 every sample dead-lettered. A dataset whose classes are names (class directories, `.ts` classes, text
@@ -51,12 +51,17 @@ class DatasetReplay:
     objective: str = "classification"
     """The objective in force: `trainer.objective` as set, or the one the data is for."""
     objective_why: str = ""
-    """What in the data says so."""
+    """Why this objective: read from the data (and what in it), or set (and what the data carries)."""
+    warnings: tuple[str, ...] = ()
+    """What in the data will not train as the user may expect (samples left out or to be dead-lettered)."""
 
 
 def _held_out_beside(path: Path) -> Path | None:
-    if path.is_file() and path.name.upper().endswith("_TRAIN.TS"):
-        sibling = path.with_name(path.name[: -len("_TRAIN.ts")] + "_TEST" + path.suffix)
+    """`<name>_TEST.<ext>` beside a `<name>_TRAIN.<ext>` file of any format (.ts, .npz, .npy, .csv), if it exists."""
+    if path.is_file() and path.stem.upper().endswith("_TRAIN"):
+        tail = path.stem[-len("_TRAIN"):]
+        test = tail.replace("TRAIN", "TEST").replace("Train", "Test").replace("train", "test")
+        sibling = path.with_name(path.stem[: -len(tail)] + test + path.suffix)
         return sibling if sibling.is_file() else None
     return None
 
@@ -112,7 +117,7 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
             next(iter(features))) == 1 else ""
         raise ValueError(f"--dataset {choice}: its samples have shape {shape} but the model takes "
                          f"(size, {trainer.num_features}): set trainer.num_features{hint}")
-    fit = fit_objective(dataset, trainer, explicit, f"--dataset {choice}")
+    fit = fit_objective(dataset, trainer, explicit, f"--dataset {choice}", reading.target_columns)
     settings |= fit.settings
     trainer = trainer.model_copy(update={k.removeprefix("trainer."): v for k, v in fit.settings.items()})
     classes = (_classes(choice, cfg, trainer, explicit, dataset, held_out, settings)
@@ -121,7 +126,20 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
     if "global_batch" not in cfg.coordinator.model_fields_set and batch * STEPS_PER_PASS > len(dataset):
         settings["coordinator.global_batch"] = max(devices, len(dataset) // STEPS_PER_PASS)
     return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes, fit.objective,
-                         fit.why)
+                         fit.why, (*_left_out(dataset), *fit.warnings))
+
+
+def _left_out(dataset: Dataset) -> list[str]:
+    """What `up` says of the samples the load left out one by one (their file's other samples replay)."""
+    left = dataset.skipped_samples
+    if not left:
+        return []
+    by_file: dict[str, list[int]] = {}
+    for s in left:
+        by_file.setdefault(s.path, []).append(s.index)
+    where = "; ".join(f"{path}: sample{'s' if len(ix) > 1 else ''} {', '.join(map(str, ix[:8]))}"
+                      f"{', ...' if len(ix) > 8 else ''}" for path, ix in list(by_file.items())[:3])
+    return [f"{len(left)} sample{'s' if len(left) > 1 else ''} left out: {left[0].reason} ({where})"]
 
 
 def _classes(choice: str, cfg: StreamtrainConfig, trainer: TrainerConfig, explicit: set[str], dataset: Dataset,
@@ -175,7 +193,8 @@ def _read_held_out(held_out: str, cfg: StreamtrainConfig) -> Dataset:
     """
     path = packaged_file(held_out, "test") if held_out in PACKAGED else Path(held_out)
     reading = cfg.producer.dataset
-    return load_dataset(path, reading.label_column, reading.sample_column, reading.class_names)
+    return load_dataset(path, reading.label_column, reading.sample_column, reading.class_names,
+                        reading.target_columns)
 
 
 def held_out_chance(cfg: StreamtrainConfig) -> float | None:

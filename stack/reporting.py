@@ -66,6 +66,7 @@ def run_settings(cfg: StreamtrainConfig, opts: StackOptions, status: Mapping[str
                  for _, s in opts.produced],
         external_devices=list(opts.external),
         num_classes=cfg.trainer.num_classes,
+        dataset_samples=opts.replay_samples or None,
         **how,
     )
 

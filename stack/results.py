@@ -84,6 +84,8 @@ class RunSettings(Record):
     """Devices fed from outside (`--external-devices`); their records are accounted like every other's."""
     prometheus_url: str | None = None
     num_classes: int | None = None
+    dataset_samples: int | None = None
+    """The samples of the dataset `--dataset` replayed in a loop (None: no dataset)."""
     heldout_chance: float | None = None
     """Accuracy of always answering the held-out set's most common class (None without evaluations)."""
     failures: list[str] = Field(default_factory=list)

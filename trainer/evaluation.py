@@ -169,7 +169,8 @@ class HeldOutEvaluator:
         A collective: every rank must call it at the same step.
         """
         started = time.perf_counter()
-        baseline = self._fleet_sum(self.objective.baseline_state)
+        state = self.objective.baseline_state
+        baseline = self._fleet_sum(state) if state.numel() else None  # no state: the objective keeps no baseline
         was_training = model.training
         model.eval()
         sums: dict[str, float] = {}

@@ -289,9 +289,9 @@ class StepRunner:
         """The step's test-then-train sums as numbers (none when they are not finite); then the baseline learns
         from the samples, which it too was scored on before they were trained."""
         sums = _read_sums(scored)
-        if not all(math.isfinite(v) for v in sums.values()):
-            logger.warning("step %d: test-then-train sums not finite (%s), left out of the figures", self.steps,
-                           ", ".join(k for k, v in sums.items() if not math.isfinite(v)))
+        if not all(math.isfinite(v) and v >= 0 for v in sums.values()):  # the objective broke its contract here
+            logger.warning("step %d: test-then-train sums not finite or negative (%s), left out of the figures",
+                           self.steps, ", ".join(k for k, v in sums.items() if not (math.isfinite(v) and v >= 0)))
             return {}
         self.objective.observe(batch)
         return sums

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..datasets.packaged import check_packaged_name
 from ..wire.records import DTYPES
@@ -79,13 +80,20 @@ class TrainerConfig(BaseModel):
     """`regression` with the Huber loss: the error (in units of `target_scale`) where it turns from quadratic to
     linear."""
 
-    target_shift: float = Field(default=0.0, allow_inf_nan=False)
-    """`regression`: the model learns (target - target_shift) / target_scale, so that targets of any level and
-    scale reach it near 0 and 1; predictions and metrics are in the target's own units. `streamtrain up --dataset`
-    sets both from the training targets (their mean and standard deviation) when they are left unset."""
+    target_shift: float | tuple[float, ...] = 0.0
+    """`regression` (and an objective of your own that reads it): the model learns (target - target_shift) /
+    target_scale, so that targets of any level and scale reach it near 0 and 1; predictions and metrics are in the
+    target's own units. One number for every value of the target, or one per value (`[0, 10, 0.5]`, as many as
+    `target_width`). `streamtrain up --dataset` sets both, per value, from the training targets (their mean and
+    standard deviation) when they are left unset."""
 
-    target_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    """`regression`: see `target_shift`."""
+    target_scale: float | tuple[float, ...] = 1.0
+    """`regression`: see `target_shift` (every scale above 0)."""
+
+    target_names: tuple[str, ...] = ()
+    """Names of the target's values in metric names: `rmse_<name>`, `mae_<name>` (regression, one per value),
+    `f1_<name>` (multilabel, one per tag). Empty: their index (`rmse_0`, `f1_2`). `streamtrain up --dataset` sets
+    them from `producer.dataset.target_columns`."""
 
     num_tags: int = Field(default=2, ge=1, le=65536)
     """`multilabel`: tags k; every sample's target is k floats, 1 for a tag it has and 0 for one it has not."""
@@ -319,6 +327,35 @@ class TrainerConfig(BaseModel):
         return value
 
     _dtypes_from_text = field_validator("accepted_dtypes", mode="before")(text_as_tuple)
+    _names_from_text = field_validator("target_names", mode="before")(text_as_tuple)
+
+    @field_validator("target_shift", "target_scale", mode="before")
+    @classmethod
+    def _numbers_from_text(cls, value: object) -> object:
+        """A list given as one string (`0,1,2`, `[0, 1, 2]`) as its numbers; a list of one as that number."""
+        if isinstance(value, str) and ("," in value or value.strip().startswith("[")):
+            try:
+                value = tuple(float(p) for p in split_list(value))
+            except ValueError:
+                raise ValueError(f"{value!r} is neither a number nor a comma-separated list of numbers") from None
+        if isinstance(value, (list, tuple)) and len(value) == 1:
+            return value[0]
+        return value
+
+    @field_validator("target_shift", "target_scale")
+    @classmethod
+    def _finite_and_scales_positive(cls, value: float | tuple[float, ...], info: ValidationInfo) -> float | tuple[
+            float, ...]:
+        values = value if isinstance(value, tuple) else (value,)
+        if not values:
+            raise ValueError("give one number, or one per value of the target")
+        for i, v in enumerate(values):
+            where = f"value {i} ({v})" if isinstance(value, tuple) else str(v)
+            if not math.isfinite(v):
+                raise ValueError(f"{where} is not finite")
+            if info.field_name == "target_scale" and v <= 0:
+                raise ValueError(f"{where} is not above 0 (a scale divides the target)")
+        return value
 
     @field_validator("accepted_dtypes")
     @classmethod
@@ -369,4 +406,17 @@ class TrainerConfig(BaseModel):
             raise ValueError("backend 'nccl' needs device 'cuda' or 'auto', not 'cpu'")
         if self.eval_path is not None and self.eval_packaged is not None:
             raise ValueError("set eval_path or eval_packaged, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _per_value_settings_fit_the_width(self) -> TrainerConfig:
+        for name in ("target_shift", "target_scale"):
+            value = getattr(self, name)
+            if isinstance(value, tuple) and len(value) != self.target_width:
+                raise ValueError(f"{name} has {len(value)} values but target_width is {self.target_width}: give "
+                                 f"one number, or one per value of the target")
+        width = {"regression": ("target_width", self.target_width), "multilabel": ("num_tags", self.num_tags)}.get(
+            self.objective)
+        if self.target_names and width is not None and len(self.target_names) != width[1]:
+            raise ValueError(f"target_names has {len(self.target_names)} names but {width[0]} is {width[1]}")
         return self

@@ -3,7 +3,7 @@
 Shared by the producers (replay into device topics) and the trainers (held-out evaluation).
 """
 
-from .files import Dataset, DatasetError, SkippedFile, load_dataset, load_sizes
+from .files import Dataset, DatasetError, SkippedFile, SkippedSample, load_dataset, load_sizes
 from .packaged import PACKAGED, PackagedDataset, packaged_file
 from .ts import TsData, TsFormatError, TsHeader, fill_missing, parse_ts, read_ts
 
@@ -13,6 +13,7 @@ __all__ = [
     "DatasetError",
     "PackagedDataset",
     "SkippedFile",
+    "SkippedSample",
     "TsData",
     "TsFormatError",
     "TsHeader",

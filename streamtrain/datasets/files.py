@@ -2,7 +2,7 @@
 
 Both the producers (replaying a dataset into device topics) and the trainers (evaluating on a
 held-out set) read datasets through `load_dataset`. Layouts understood (every sample's first axis
-is its size axis):
+is its size axis; a sample of one axis is a series of one feature, read as (size, 1)):
 
 - ``*.ts``: the UEA/UCR archive's format (see `streamtrain.datasets.ts`); each series becomes a
   (length, dimensions) float32 sample, labelled by its class's position in ``@classLabel``. Missing
@@ -30,7 +30,9 @@ their classes alike whatever classes each holds; read apart, a held-out split th
 would number the ones after it differently (`Dataset.class_names` says how a load numbered them).
 
 A file that cannot be read or does not fit these layouts is skipped and reported (a `.ts` file with
-the line at fault); the rest loads. A single file that cannot be read is an error naming it.
+the line at fault); the rest loads. A single file that cannot be read is an error naming it. A sample whose
+float target holds NaN or infinity (or a value beyond float32's range) is left out on its own, reported with its
+file and its index there (`Dataset.skipped_samples`); the file's other samples load.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .readers import CLASS_NAMES_SETTING, BadFile, ClassNames, read_file
+from .readers import CLASS_NAMES_SETTING, BadFile, ClassNames, Part, read_file
 
-__all__ = ["ClassNames", "Dataset", "DatasetError", "SkippedFile", "load_dataset", "load_sizes"]
+__all__ = ["ClassNames", "Dataset", "DatasetError", "SkippedFile", "SkippedSample", "load_dataset", "load_sizes"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,16 @@ class SkippedFile:
     reason: str
 
 
+@dataclass(frozen=True)
+class SkippedSample:
+    """A sample left out of the dataset (its file's other samples load), and why."""
+
+    path: str
+    index: int
+    """Its position in its file (0 for the first sample)."""
+    reason: str
+
+
 @dataclass
 class Dataset:
     """Samples held in memory, with their labels (-1: unlabelled) and the file each came from."""
@@ -78,6 +90,8 @@ class Dataset:
     targets: np.ndarray | None = None
     """(N, W) float64 target of every sample (`@targetLabel` series, a float `y`, CSV target columns); None when
     the samples carry none."""
+    skipped_samples: list[SkippedSample] = field(default_factory=list)
+    """Samples left out one by one (a target that is NaN or infinite), each with its file and index there."""
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -138,6 +152,7 @@ def load_dataset(path: Path, label_column: str = "label", sample_column: str | N
     targets: list[np.ndarray | None] = []
     sources: list[str] = []
     skipped: list[SkippedFile] = []
+    left_out: list[SkippedSample] = []
     for f in files:
         mark = classes.mark()
         try:
@@ -149,6 +164,7 @@ def load_dataset(path: Path, label_column: str = "label", sample_column: str | N
             skipped.append(SkippedFile(str(f), str(exc)))
             logger.warning("skipping dataset file %s: %s", f, exc)
             continue
+        got, ys, ts = _without_bad_targets(f, got, ys, ts, left_out)
         samples.extend(got)
         labels.extend(ys)
         targets.extend(ts)
@@ -159,14 +175,36 @@ def load_dataset(path: Path, label_column: str = "label", sample_column: str | N
     if not samples and path.is_file() and skipped:
         raise DatasetError(f"{skipped[0].path}: {skipped[0].reason}")
     if not samples:
-        detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5])
-        raise DatasetError(f"dataset {path}: no usable samples ({len(skipped)} files skipped: {detail})")
+        detail = "; ".join([*(f"{s.path}: {s.reason}" for s in skipped[:5]),
+                            *(f"{s.path} sample {s.index}: {s.reason}" for s in left_out[:1])])
+        raise DatasetError(f"dataset {path}: no usable samples ({len(skipped)} files, {len(left_out)} samples "
+                           f"skipped: {detail})")
     named = classes.used
     if named is not None and classes.numbers_used and not classes.fixed:
         raise DatasetError(f"dataset {path}: some labels are numbers and some are class names "
                            f"({', '.join(named[:6])}{' ...' if len(named) > 6 else ''}), so a name's number could "
                            f"be a number's too: name every class, or set {CLASS_NAMES_SETTING} to number them")
-    return Dataset(samples, np.asarray(labels, dtype=np.int64), sources, skipped, named, _stacked(targets, path))
+    return Dataset(samples, np.asarray(labels, dtype=np.int64), sources, skipped, named, _stacked(targets, path),
+                   left_out)
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _without_bad_targets(f: Path, samples: list[np.ndarray], labels: list[int], targets: list[np.ndarray | None],
+                         left_out: list[SkippedSample]) -> Part:
+    """One file's samples less those whose target is not finite in float32 (each added to `left_out`, and logged)."""
+    bad = [i for i, t in enumerate(targets) if t is not None and not (np.isfinite(t).all() and (
+        np.abs(t) <= _FLOAT32_MAX).all())]
+    if not bad:
+        return samples, labels, targets
+    for i in bad:
+        left_out.append(SkippedSample(str(f), i, "target holds NaN, infinity or a value beyond float32's range"))
+    shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
+    logger.warning("dataset file %s: %d of its %d samples left out, their targets hold NaN, infinity or a value "
+                   "beyond float32's range (samples %s)", f, len(bad), len(samples), shown)
+    keep = [i for i in range(len(samples)) if i not in set(bad)]
+    return [samples[i] for i in keep], [labels[i] for i in keep], [targets[i] for i in keep]
 
 
 def _files_of(path: Path) -> list[Path]:

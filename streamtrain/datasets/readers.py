@@ -106,6 +106,8 @@ def _as_payload(arr: np.ndarray, where: str) -> np.ndarray:
         raise BadFile(f"{where}: a sample needs at least one axis (its size axis)")
     if arr.shape[0] < 1:
         raise BadFile(f"{where}: a sample of size 0")
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1)  # a series of one feature: (size, 1), as every sample is (size, features)
     if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
         raise BadFile(f"{where}: holds NaN or infinity")
     if arr.dtype.name not in DTYPES or arr.dtype == np.float64:
@@ -153,7 +155,7 @@ def _read_npz(path: Path, dir_label: int, classes: ClassNames) -> Part:
     parts = _split(x, y, sizes)
     rows: list[np.ndarray | None] = [None] * len(parts)
     if targets is not None:
-        rows = _target_rows(targets, len(parts), path)
+        rows = _target_rows(targets, len(parts))
     labels = [int(y)] if y.ndim == 0 else [int(v) for v in y]
     return [_as_payload(p, f"{path}[{i}]") for i, p in enumerate(parts)], labels, rows
 
@@ -184,7 +186,7 @@ def _split(x: np.ndarray, y: np.ndarray, sizes: np.ndarray | None) -> list[np.nd
     return list(x)
 
 
-def _target_rows(targets: np.ndarray, count: int, path: Path) -> list[np.ndarray | None]:
+def _target_rows(targets: np.ndarray, count: int) -> list[np.ndarray | None]:
     """One float target row per sample (a scalar per sample becomes a row of one)."""
     values = np.asarray(targets)
     if values.dtype.kind not in "fiub":
@@ -192,10 +194,7 @@ def _target_rows(targets: np.ndarray, count: int, path: Path) -> list[np.ndarray
     rows = values.reshape(count, -1) if values.size and values.shape[:1] in ((count,), ()) else None
     if rows is None or (values.ndim > 2) or (values.ndim == 0 and count != 1):
         raise BadFile(f"targets {values.shape} are not one value or one row of values per sample ({count})")
-    rows = rows.astype(np.float64)
-    if not np.isfinite(rows).all() or np.abs(rows).max() > _FLOAT32_MAX:
-        raise BadFile(f"{path}: targets hold NaN, infinity or values beyond float32's range")
-    return list(rows)
+    return list(rows.astype(np.float64))  # a row that is not finite is left out by the loader, on its own
 
 
 def _read_npy(path: Path, dir_label: int) -> Part:
@@ -238,10 +237,11 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
         label = classes.label(row[li]) if li is not None else -1
         values, target = _numbers(row, fi, number, "a feature"), tuple(_numbers(row, ti, number, "a target"))
         row_key = (row[si] if si is not None else str(number), label, target)
-        if key is not None and row_key[0] == key[0] and row_key[1:] != key[1:]:
+        same = key is not None and label == key[1] and np.array_equal(target, key[2], equal_nan=True)
+        if key is not None and row_key[0] == key[0] and not same:
             raise BadFile(f"line {number}: sample {row_key[0]!r} changes " + ("label" if label != key[1] else
                                                                                 "target"))
-        if key is not None and row_key != key:
+        if key is not None and (row_key[0] != key[0] or not same):
             _add_csv_sample(out, group, key, path)
             group = []
         key = row_key
@@ -263,8 +263,6 @@ def _add_csv_sample(out: Part, group: list[list[float]], key: tuple[str, int, tu
     name, label, target = key
     out[0].append(_as_payload(np.asarray(group), f"{path} sample {name}"))
     out[1].append(label)
-    if target and not all(np.isfinite(target)):
-        raise BadFile(f"sample {name}: its target holds NaN or infinity")
     out[2].append(np.asarray(target, dtype=np.float64) if target else None)
 
 

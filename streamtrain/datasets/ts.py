@@ -189,13 +189,12 @@ def _target(parts: list[str], source: str, line: int) -> float:
     if len(parts) < 2:
         raise TsFormatError(source, line, "no target value after the values (expected values:target)")
     token = parts.pop().strip()
+    if token == "?":
+        return float("nan")  # missing: the loader leaves the series out on its own
     try:
-        value = float(token)
+        return float(token)  # NaN, infinite or beyond float32: the loader leaves the series out on its own
     except ValueError:
         raise TsFormatError(source, line, f"target value {token!r} is not a number") from None
-    if not np.isfinite(value) or abs(value) > _FLOAT32_MAX:
-        raise TsFormatError(source, line, f"target value {token!r} is not a finite float32")
-    return value
 
 
 def _series(text: str, header: TsHeader, source: str, line: int) -> tuple[np.ndarray, int, float]:

@@ -238,6 +238,12 @@ def check_objective(objective: Objective, outputs: torch.Tensor, batch: Any, nam
         unfit = f" (not: {', '.join(bad)})" if bad else ""
         raise SetupError(f"trainer.objective: {name} returned metric sums {sorted(sums)} for {what}; they need "
                          f"'count' = {n} (the samples) and finite values{unfit}")
+    negative = {k: v for k, v in sorted(sums.items()) if v < 0}
+    if negative:
+        shown = ", ".join(f"{k} = {v:.4g}" for k, v in negative.items())
+        raise SetupError(f"trainer.objective: {name} returned negative metric sums for {what} ({shown}); every sum "
+                         "must be 0 or more: they add up across steps and ranks as Prometheus counters (sum an "
+                         "error's absolute value or square, and keep a signed figure as two sums)")
 
 
 def _check_batch(batch: Any, samples: Sequence[Sample], names: _Names, fields: Sequence[str]) -> None:

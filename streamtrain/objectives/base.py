@@ -124,6 +124,27 @@ class Objective:
         """The fewest frames a sample needs (forecast: one more than its horizon)."""
         return 1
 
+    # ---- the target's standard units ----------------------------------------------------------------------------
+
+    def to_standard(self, targets: torch.Tensor) -> torch.Tensor:
+        """Targets (N, W) in standard units: (targets - `trainer.target_shift`) / `trainer.target_scale`, each value
+        by its own shift and scale when they are lists (`up --dataset` derives them from the training targets, for
+        any objective whose data carries float targets)."""
+        shift, scale = self._standardising(targets)
+        return (targets - shift) / scale
+
+    def from_standard(self, values: torch.Tensor) -> torch.Tensor:
+        """Values in standard units (N, W) back in the target's own: values * scale + shift (`to_standard`'s
+        inverse). A scalar shift and scale apply to any width (a quantile objective's three outputs of one
+        target)."""
+        shift, scale = self._standardising(values)
+        return values * scale + shift
+
+    def _standardising(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shift = torch.as_tensor(self.config.target_shift, dtype=like.dtype, device=like.device)
+        scale = torch.as_tensor(self.config.target_scale, dtype=like.dtype, device=like.device)
+        return shift, scale
+
     # ---- training and judging ----------------------------------------------------------------------------------
 
     def losses(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
@@ -134,10 +155,16 @@ class Objective:
                     baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Metric sums of a batch, each a 0-d tensor (kept on the device: read them once, after the step).
 
+        Every sum must be finite and not negative (they are Prometheus counters and add across ranks); the start-up
+        probe checks that, and a step whose sums are not is left out of the figures.
+
         Args:
             outputs: The model's outputs for `batch` (detached).
             batch: The collated batch.
-            baseline: The baseline's state to score against (default this objective's own, `baseline_state`).
+            baseline: The baseline's state to score the baseline against (`baseline_size` values; read it with
+                `baseline_of`). None while training: this objective's own `baseline_state`, what this rank trained
+                before the batch (test, then train). The held-out evaluation passes the whole fleet's, summed over
+                the ranks. An objective whose `baseline_size` is 0 always gets None.
 
         Returns:
             Sums keyed by name; `count` is the number of samples.
@@ -174,6 +201,12 @@ class Objective:
     def baseline_state(self) -> torch.Tensor:
         """Counts and sums of the targets trained so far (float64, adds across ranks)."""
         return self._state
+
+    def baseline_of(self, baseline: torch.Tensor | None, device: torch.device | None = None) -> torch.Tensor:
+        """The baseline state `metric_sums` scores against: `baseline` as given, else this objective's own (on
+        `device` when given)."""
+        state = self.baseline_state if baseline is None else baseline
+        return state if device is None else state.to(device)
 
     def observe(self, batch: Any) -> None:
         """Fold a trained batch's targets into the baseline's state (after it was scored: test, then train)."""

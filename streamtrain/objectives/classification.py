@@ -51,7 +51,7 @@ class Classification(Objective):
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
                     baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         labels = batch.labels
-        counts = (self.baseline_state if baseline is None else baseline).to(labels.device)
+        counts = self.baseline_of(baseline, labels.device)
         majority = torch.argmax(counts)  # class 0 before any sample was trained: all counts are 0
         return {
             "count": outputs.new_tensor(float(labels.shape[0])),

@@ -2,13 +2,18 @@
 
 - float targets of 0 and 1 only, two or more per sample: `multilabel` (that many tags);
 - any other float targets: `regression` (that many values), standardised by the targets' mean and standard
-  deviation;
+  deviation, each value by its own;
 - integer labels on every sample: `classification`;
 - neither: `forecast`, the one objective that needs nothing but the series.
+
+An objective of your own (a dotted path) gets the same shape settings as `regression` when the data carries float
+targets (their width, their per-value shift and scale, their names), so it can standardise its targets as the
+built-in one does (`Objective.to_standard`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +23,9 @@ from streamtrain.datasets import Dataset
 
 __all__ = ["ObjectiveFit", "fit_objective", "infer_objective"]
 
+#: A series no longer than the horizon cannot be forecast: `fit_objective` warns when this share of them is.
+SHORT_SHARE_WARNED = 0.5
+
 
 @dataclass(frozen=True)
 class ObjectiveFit:
@@ -25,25 +33,34 @@ class ObjectiveFit:
 
     objective: str
     why: str
-    """What in the data says so (for the user)."""
+    """Why this objective, for the user: read from the data (and what in it), or set (and what the data carries)."""
     settings: dict[str, object] = field(default_factory=dict)
     """`trainer.*` settings to give every service (only ones the user did not set)."""
+    warnings: tuple[str, ...] = ()
+    """What will not train as the user may expect (samples that will be dead-lettered, and why)."""
+
+
+def _tag_rows(targets: np.ndarray) -> np.ndarray:
+    """Per sample: whether its target holds only values in [0, 1] (a multilabel target; `target-range` otherwise)."""
+    return np.asarray(((targets >= 0.0) & (targets <= 1.0)).all(axis=1))
 
 
 def infer_objective(dataset: Dataset) -> tuple[str, str]:
-    """(the objective the data is for, why): see the module doc."""
+    """(the objective the data is for, what in the data says so): see the module doc."""
     targets = dataset.targets
     if targets is not None:
         width = targets.shape[1]
+        values = f"{width} value{'s' if width > 1 else ''}"
         if width > 1 and np.isin(targets, (0.0, 1.0)).all():
             return "multilabel", f"a 0/1 target of {width} tags per sample"
-        return "regression", f"a float target of {width} value{'s' if width > 1 else ''} per sample"
+        return "regression", f"a float target of {values} per sample"
     if dataset.labelled:
         return "classification", "an integer class label per sample"
     return "forecast", "no label or target: the series themselves"
 
 
-def fit_objective(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], where: str) -> ObjectiveFit:
+def fit_objective(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], where: str,
+                  target_columns: Sequence[str] = ()) -> ObjectiveFit:
     """The objective for `dataset`: the one set (`trainer.objective` in `explicit`), checked against the data, or
     the one the data says; with the settings of its shape the user left unset.
 
@@ -52,58 +69,141 @@ def fit_objective(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], 
         trainer: The trainer settings as configured.
         explicit: The trainer settings the user set (the rest are defaults).
         where: How the error names the dataset (e.g. "--dataset Tecator_TRAIN.ts").
+        target_columns: The CSV columns the targets came from (`producer.dataset.target_columns`): the names of
+            the target's values in metric names (`trainer.target_names`), unless set.
 
     Raises:
         ValueError: the objective set does not fit the data, or a width set does not; the message names the setting.
     """
-    inferred, why = infer_objective(dataset)
+    inferred, what = infer_objective(dataset)
     chosen = trainer.objective if "objective" in explicit else inferred
-    if chosen not in BUILTIN_OBJECTIVES:
-        return ObjectiveFit(chosen, "your own (trainer.objective)")
-    if not _fits(chosen, dataset):
-        raise ValueError(f"{where}: trainer.objective is {chosen}, but the data carries {why} (it fits {inferred}: "
-                         f"--set trainer.objective={inferred})")
+    own = chosen not in BUILTIN_OBJECTIVES
+    if chosen == inferred:
+        why = f"read from the data: {what}"
+    else:
+        why = f"{'yours, ' if own else ''}set by trainer.objective; the data carries {what}"
+    warnings: list[str] = []
+    if not own:
+        _check_fit(chosen, inferred, what, dataset, where, warnings)
+    if chosen == "regression" and "objective" not in explicit:
+        warnings.extend(_mostly_tags(dataset))
     settings: dict[str, object] = {} if chosen == trainer.objective else {"trainer.objective": chosen}
     targets = dataset.targets
-    if chosen in ("regression", "multilabel") and targets is not None:
-        key = "target_width" if chosen == "regression" else "num_tags"
-        width = targets.shape[1]
-        if key in explicit and getattr(trainer, key) != width:
-            raise ValueError(f"{where}: its targets have {width} values but trainer.{key} is {getattr(trainer, key)} "
-                             f"(--set trainer.{key}={width})")
-        settings[f"trainer.{key}"] = width
-    if chosen == "regression" and targets is not None:
-        settings |= _standardising(targets, explicit)
+    if targets is not None and (own or chosen in ("regression", "multilabel")):
+        settings |= _shape(chosen, targets, trainer, explicit, where, target_columns, warnings)
     if chosen == "forecast":
-        _check_horizon(dataset, trainer, where)
-    return ObjectiveFit(chosen, why if chosen == inferred else f"set (the data carries {why})", settings)
+        _check_horizon(dataset, trainer, where, warnings)
+    return ObjectiveFit(chosen, why, settings, tuple(warnings))
 
 
-def _fits(objective: str, dataset: Dataset) -> bool:
-    """Whether the samples carry what `objective` trains on."""
+def _outside(tags: np.ndarray) -> str:
+    """"3 of 600 samples hold" (or "1 of 600 samples holds"): those whose target is not all in [0, 1]."""
+    bad = int((~tags).sum())
+    return f"{bad} of {len(tags)} samples {'holds' if bad == 1 else 'hold'}"
+
+
+def _first_outside(dataset: Dataset, tags: np.ndarray) -> str:
+    """The first sample whose target is not all in [0, 1] (`tags` False), its file and the value at fault."""
+    assert dataset.targets is not None
+    first = int(np.flatnonzero(~tags)[0])
+    row = dataset.targets[first]
+    return f"sample {first} (of {dataset.sources[first]}) holds {float(row[(row < 0) | (row > 1)][0]):g}"
+
+
+def _mostly_tags(dataset: Dataset) -> list[str]:
+    """A note when most samples' targets are tags, some not: which sample makes the data regression, and how to
+    train it as tags instead."""
     targets = dataset.targets
-    if objective == "classification":
-        return dataset.labelled
-    if objective == "regression":
-        return targets is not None
-    if objective == "multilabel":
-        return targets is not None and bool(np.isin(targets, (0.0, 1.0)).all())
-    return True  # forecast: the series are all it needs
+    if targets is None or targets.shape[1] < 2:
+        return []
+    tags = _tag_rows(targets)
+    if tags.all() or tags.mean() <= 0.5:
+        return []
+    return [f"most samples' targets are tags (0 or 1), but {_outside(tags)} a value outside [0, 1], the first "
+            f"{_first_outside(dataset, tags)}: trained as regression; --set trainer.objective=multilabel trains the "
+            "others as tags"]
 
 
-def _standardising(targets: np.ndarray, explicit: set[str]) -> dict[str, object]:
-    """`trainer.target_shift` / `target_scale` from the training targets' mean and standard deviation, unless set."""
+def _check_fit(chosen: str, inferred: str, what: str, dataset: Dataset, where: str, warnings: list[str]) -> None:
+    """Whether the samples carry what the built-in objective `chosen` trains on; a multilabel target with values
+    outside [0, 1] in a few samples, fewer than half, fits (those are dead-lettered as `target-range`, and said so
+    in `warnings`).
+
+    Raises:
+        ValueError: they do not (naming the setting, and for multilabel the first sample at fault).
+    """
+    targets = dataset.targets
+    fits = {"classification": dataset.labelled, "regression": targets is not None,
+            "multilabel": targets is not None}.get(chosen, True)  # forecast: the series are all it needs
+    if not fits:
+        raise ValueError(f"{where}: trainer.objective is {chosen}, but the data carries {what} (it fits {inferred}: "
+                         f"--set trainer.objective={inferred})")
+    if chosen != "multilabel" or targets is None:
+        return
+    tags = _tag_rows(targets)
+    if tags.all():
+        return
+    at = _first_outside(dataset, tags)
+    if tags.mean() < 0.5:  # mostly not tags: not a multilabel dataset with a few bad samples
+        raise ValueError(f"{where}: trainer.objective is multilabel, but {_outside(tags)} a target value outside "
+                         f"[0, 1] (a tag is 1 or 0), the first {at}; the data carries {what} (it fits {inferred}: "
+                         f"--set trainer.objective={inferred})")
+    warnings.append(f"{_outside(tags)} a target value outside [0, 1], the first {at}: dead-lettered "
+                    "as target-range as they arrive, the rest trained as tags")
+
+
+def _shape(chosen: str, targets: np.ndarray, trainer: TrainerConfig, explicit: set[str], where: str,
+           target_columns: Sequence[str], warnings: list[str]) -> dict[str, object]:
+    """The target's width (`target_width`, or `num_tags` for multilabel), standardisation and value names, those
+    the user left unset.
+
+    Raises:
+        ValueError: a built-in objective's width is set and differs from the data's.
+    """
+    key = "num_tags" if chosen == "multilabel" else "target_width"
+    width = targets.shape[1]
     out: dict[str, object] = {}
-    std = float(targets.std())
-    if "target_shift" not in explicit:
-        out["trainer.target_shift"] = round(float(targets.mean()), 6)
-    if "target_scale" not in explicit:
-        out["trainer.target_scale"] = float(f"{std:.6g}") if std > 0 else 1.0
+    if key not in explicit:
+        out[f"trainer.{key}"] = width
+    elif getattr(trainer, key) != width:
+        if chosen in BUILTIN_OBJECTIVES:
+            raise ValueError(f"{where}: its targets have {width} values but trainer.{key} is "
+                             f"{getattr(trainer, key)} (--set trainer.{key}={width})")
+        warnings.append(f"its targets have {width} values but trainer.target_width is {trainer.target_width}: "
+                        "trainer.target_shift and target_scale are not derived from them")
+        return out
+    if "target_names" not in explicit and len(target_columns) == width:
+        out["trainer.target_names"] = list(target_columns)
+    if chosen != "multilabel":
+        out |= _standardising(targets, explicit)
     return out
 
 
-def _check_horizon(dataset: Dataset, trainer: TrainerConfig, where: str) -> None:
+def _number(value: float) -> float:
+    return float(f"{value:.6g}")
+
+
+def _standardising(targets: np.ndarray, explicit: set[str]) -> dict[str, object]:
+    """`trainer.target_shift` / `target_scale` from the training targets' mean and standard deviation, each value of
+    the target by its own (one number for a scalar target, a list for a vector), unless set."""
+    means = [_number(float(m)) for m in targets.mean(axis=0)]
+    scales = [_number(float(s)) if s > 0 else 1.0 for s in targets.std(axis=0)]
+    out: dict[str, object] = {}
+    if "target_shift" not in explicit:
+        out["trainer.target_shift"] = means[0] if len(means) == 1 else means
+    if "target_scale" not in explicit:
+        out["trainer.target_scale"] = scales[0] if len(scales) == 1 else scales
+    return out
+
+
+def _check_horizon(dataset: Dataset, trainer: TrainerConfig, where: str, warnings: list[str]) -> None:
+    """Refuse a horizon no series is longer than; warn when most series are no longer (they are dead-lettered)."""
     sizes = dataset.sizes
     if int(sizes.max()) <= trainer.horizon:
         raise ValueError(f"{where}: its longest series has {int(sizes.max())} values, none left to forecast "
                          f"trainer.horizon={trainer.horizon} from (--set trainer.horizon=N, N < {int(sizes.max())})")
+    short = int((sizes <= trainer.horizon).sum())
+    if short >= SHORT_SHARE_WARNED * len(sizes):
+        warnings.append(f"{short} of {len(sizes)} series are no longer than trainer.horizon={trainer.horizon}: they "
+                        f"will be dead-lettered as series-too-short (their median length is {int(np.median(sizes))}; "
+                        "--set trainer.horizon=N with N below it)")

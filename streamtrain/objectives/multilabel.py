@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from streamtrain.wire import Sample
 
 from .base import TARGET_RANGE, Objective, Predictions, Ratio, TargetProblem
-from .regression import float_target_problem
+from .regression import float_target_problem, value_names
 
 __all__ = ["Multilabel"]
 
@@ -39,7 +39,8 @@ class Multilabel(Objective):
     """`trainer.num_tags` logits per sample; the loss is binary cross-entropy, averaged over the tags.
 
     Metrics: `loss`, `f1_micro` (over every tag decision), `f1_mean` (the mean of the tags' F1), `f1_<tag>`
-    per tag, and `baseline_loss`, `baseline_f1_micro`, `baseline_f1_mean` of the most-common-value baseline.
+    per tag (its `trainer.target_names` name, else its index), and `baseline_loss`, `baseline_f1_micro`,
+    `baseline_f1_mean` of the most-common-value baseline.
     """
 
     name = "multilabel"
@@ -70,7 +71,7 @@ class Multilabel(Objective):
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
                     baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         truth = batch.targets
-        state = (self.baseline_state if baseline is None else baseline).to(truth.device)
+        state = self.baseline_of(baseline, truth.device)
         frequency = (state[1:] / state[0].clamp_min(1.0)).to(truth.dtype)
         predicted = (torch.sigmoid(outputs) >= self.config.tag_threshold).to(truth.dtype)
         base = (frequency > 0.5).to(truth.dtype).expand_as(truth)
@@ -91,6 +92,7 @@ class Multilabel(Objective):
 
     def summarise(self, sums: Mapping[str, float]) -> dict[str, float]:
         out = super().summarise(sums)
+        names = value_names(self.config, self.config.num_tags)
         for prefix in ("", "baseline_"):
             scores = []
             for tag in range(self.config.num_tags):
@@ -98,7 +100,7 @@ class Multilabel(Objective):
                 if below:
                     scores.append(sums.get(f"{prefix}f1_num_{tag}", 0.0) / below)
                     if not prefix:
-                        out[f"f1_{tag}"] = scores[-1]
+                        out[f"f1_{names[tag]}"] = scores[-1]
             if scores:
                 out[f"{prefix}f1_mean"] = float(np.mean(scores))
         return out

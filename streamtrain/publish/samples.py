@@ -37,7 +37,8 @@ def check_payload(array: Any) -> np.ndarray:
 
     Raises:
         TypeError: a dtype the wire has no code for (bool, complex, object, strings, uint16 ...).
-        ValueError: a 0-d array (no size axis), an empty size axis, or NaN / infinity in a float array.
+        ValueError: a 0-d or 1-D array (a sample is (size, features)), an empty size axis, or NaN / infinity in a
+            float array.
     """
     arr = array if isinstance(array, np.ndarray) else np.asarray(array)
     name = wire_dtype(arr.dtype)
@@ -45,8 +46,11 @@ def check_payload(array: Any) -> np.ndarray:
         raise TypeError(f"array dtype {arr.dtype.name!r} is not one the wire carries ({', '.join(DTYPES)}): "
                         "convert it first, e.g. array.astype(np.float32)")
     if arr.ndim == 0:
-        raise ValueError("array is 0-d: a sample needs a first axis, its size (frames, tokens, ...); "
-                         "wrap a scalar as np.array([value])")
+        raise ValueError("array is 0-d: a sample is (size, features); wrap a scalar as np.array([[value]])")
+    if arr.ndim == 1:
+        raise ValueError(f"array of shape {arr.shape} is 1-D: a sample is (size, features), its frames along the "
+                         "first axis; reshape a series of one feature with x.reshape(-1, 1), or one frame of "
+                         "features with x.reshape(1, -1)")
     if arr.shape[0] == 0:
         raise ValueError(f"array of shape {arr.shape} has an empty size axis (shape[0] = 0): "
                          "a sample holds at least one step")

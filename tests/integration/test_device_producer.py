@@ -31,7 +31,7 @@ def test_samples_arrive_decodable_with_everything_they_were_sent_with(kafka_cfg:
     arrays = [rng.standard_normal((5, 3)).astype(np.float32),
               np.arange(12, dtype=">i4").reshape(4, 3),  # big-endian: sent little-endian
               np.asfortranarray(rng.standard_normal((7, 2))),  # column-major float64: sent row-major
-              np.arange(30, dtype=np.uint8)[::3]]  # a strided view
+              np.arange(60, dtype=np.uint8).reshape(10, 6)[::3, ::2]]  # a strided view
     deliveries: list[Delivery] = []
     with DeviceProducer(StreamtrainConfig(kafka=kafka_cfg), device="cam-1", on_delivery=deliveries.append) as producer:
         for i, arr in enumerate(arrays):
@@ -83,7 +83,7 @@ def test_records_the_broker_refuses_fail_at_close_with_count_and_reason(kafka_cf
     producer.send(np.ones((2, 2), dtype=np.float32))
     producer.flush(30)  # a small one is delivered ...
     for _ in range(2):
-        producer.send(np.ones((4000,), dtype=np.float32))  # ... 16 kB ones are over the topic's limit
+        producer.send(np.ones((4000, 1), dtype=np.float32))  # ... 16 kB ones are over the topic's limit
     with pytest.raises(DeliveryError, match=r"2 sample\(s\) .*: 2 x Broker: Message size too large"):
         producer.close()
     assert (producer.delivered, producer.failed) == (1, 2)
@@ -121,7 +121,7 @@ def test_threads_and_shared_clients_number_each_device_without_gaps(kafka_cfg: K
 
     def send(producer: DeviceProducer) -> None:
         for _ in range(200):
-            producer.send(np.zeros(2, dtype=np.int8))
+            producer.send(np.zeros((2, 1), dtype=np.int8))
 
     threads = [threading.Thread(target=send, args=(p,)) for p in (a, a, b, b, b)]
     for t in threads:

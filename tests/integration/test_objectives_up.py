@@ -49,7 +49,8 @@ def test_tecator_regression_beats_the_training_mean_on_the_held_out_set(tmp_path
     proc, report = _up(tmp_path, [*SERIES_MODEL, "trainer.eval_every=60"], "--dataset", str(train),
                        "--devices", "2", "--rates", "100,100", "--steps", "120", "--drain-timeout", "60")
     print(proc.stdout[-2500:])
-    assert "objective: regression (a float target of 1 value per sample; trainer.objective)" in proc.stdout
+    assert "objective: regression (read from the data: a float target of 1 value per sample)" in proc.stdout
+    assert "set from the data: trainer.target_width=1, trainer.target_shift=" in proc.stdout
     _every_record_accounted_for(report)
     objective = report["objective"]
     assert objective["name"] == "regression" and objective["headline"] == "rmse"
@@ -59,7 +60,8 @@ def test_tecator_regression_beats_the_training_mean_on_the_held_out_set(tmp_path
     scored = objective["prequential"]
     assert scored["samples"] == report["samples_trained"]  # every trained sample scored before its step
     assert scored["recent"]["rmse"] < 0.6 * scored["recent"]["baseline_rmse"], scored
-    assert "held-out RMSE (" in proc.stdout and "test-then-train RMSE (each of" in proc.stdout
+    assert "held-out RMSE (" in proc.stdout and "samples replayed in a loop, each before the step" in proc.stdout
+    assert "heldout_rmse_final" in proc.stdout  # the summary table in the objective's terms
     assert (tmp_path / "run" / "plots" / "prequential.png").is_file()
 
 
@@ -79,7 +81,7 @@ def test_a_forecast_on_an_unlabelled_stream_ends_below_the_last_value(tmp_path: 
                        "--dataset", str(series), "--devices", "2", "--rates", "150,150", "--steps", "150",
                        "--drain-timeout", "60")
     print(proc.stdout[-2500:])
-    assert "objective: forecast (no label or target: the series themselves; trainer.objective)" in proc.stdout
+    assert "objective: forecast (read from the data: no label or target: the series themselves)" in proc.stdout
     _every_record_accounted_for(report)
     objective = report["objective"]
     assert objective["name"] == "forecast" and objective["headline"] == "mae"

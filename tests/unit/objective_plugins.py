@@ -80,3 +80,37 @@ class Lacking:
 def raising(config: TrainerConfig) -> Objective:
     """Wrong: the factory itself fails."""
     raise RuntimeError(f"no objective for {config.num_classes} classes")
+
+
+class NegativeSum(Pinball):
+    """Wrong: a metric sum below 0 (an error summed with the wrong sign): sums are counters that only grow."""
+
+    def metric_sums(self, outputs: torch.Tensor, batch: Any,
+                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        error = (outputs[:, 0] - batch.targets[:, 0]).abs().sum()
+        return {**super().metric_sums(outputs, batch), "error_sum": -error - 1}
+
+
+class Standardised(Pinball):
+    """The median in the target's own units, learned in standard units (`to_standard`), with a baseline of its own:
+    the targets' count and sum so far, scored as predicting their mean."""
+
+    ratios = (Ratio("loss", "loss_sum", "count"), Ratio("baseline_mae", "baseline_abs_sum", "count"))
+
+    def losses(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        error = self.to_standard(batch.targets)[:, 0] - outputs[:, 0]
+        return torch.maximum(0.5 * error, -0.5 * error)
+
+    def metric_sums(self, outputs: torch.Tensor, batch: Any,
+                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        count, total = self.baseline_of(baseline).to(outputs.dtype).unbind()
+        mean = total / count.clamp_min(1.0)
+        return {**super().metric_sums(outputs, batch),
+                "baseline_abs_sum": (batch.targets[:, 0] - mean).abs().sum()}
+
+    def baseline_size(self) -> int:
+        return 2
+
+    def state_of(self, batch: Any) -> torch.Tensor:
+        targets = batch.targets[:, 0].to(torch.float64)
+        return torch.stack([targets.new_tensor(float(targets.shape[0])), targets.sum()])

@@ -81,3 +81,34 @@ def test_the_replay_carries_each_samples_target() -> None:
     for i, draft in zip(plan.shards[0][:5], drafts, strict=True):
         assert draft.label is None and draft.target is not None
         assert draft.target.tolist() == ds.targets[i].tolist()
+
+
+def test_a_sample_whose_target_is_not_finite_is_left_out_alone_with_its_index(tmp_path: Path) -> None:
+    y = np.array([1.0, np.nan, 3.0, np.inf, 5.0])
+    np.savez(tmp_path / "nan.npz", x=np.arange(10.0).reshape(10, 1), sizes=np.full(5, 2), y=y)
+    ds = load_dataset(tmp_path / "nan.npz")
+    assert ds.targets is not None and ds.targets[:, 0].tolist() == [1.0, 3.0, 5.0]
+    assert [s.index for s in ds.skipped_samples] == [1, 3] and ds.skipped == []
+    assert ds.skipped_samples[0].path == str(tmp_path / "nan.npz") and "NaN" in ds.skipped_samples[0].reason
+    assert np.array_equal(ds.samples[1], [[4.0], [5.0]])  # the samples after a bad one keep their own values
+    (tmp_path / "d.csv").write_text("sample,a,fat\n0,1,10\n0,2,10\n1,3,nan\n1,4,nan\n2,5,30\n")
+    csv = load_dataset(tmp_path / "d.csv", target_columns=("fat",))
+    assert csv.sizes.tolist() == [2, 1] and [s.index for s in csv.skipped_samples] == [1]
+    (tmp_path / "r.ts").write_text("@univariate true\n@targetLabel true\n@data\n1,2:0.5\n3,4:?\n5,6:nan\n7,8:2.5\n")
+    ts = load_dataset(tmp_path / "r.ts")
+    assert ts.targets is not None and ts.targets[:, 0].tolist() == [0.5, 2.5]
+    assert [s.index for s in ts.skipped_samples] == [1, 2]
+
+
+def test_a_file_of_only_unusable_targets_is_named_once(tmp_path: Path) -> None:
+    np.savez(tmp_path / "NanY_TRAIN.npz", x=np.ones((4, 1)), sizes=np.array([2, 2]), y=np.array([np.nan, np.nan]))
+    with pytest.raises(DatasetError) as excinfo:
+        load_dataset(tmp_path / "NanY_TRAIN.npz")
+    assert str(excinfo.value).count("NanY_TRAIN.npz") == 2  # the dataset, then the sample at fault: not repeated
+    assert "NanY_TRAIN.npz sample 0: target holds NaN" in str(excinfo.value)
+
+
+def test_a_sample_of_one_axis_is_a_series_of_one_feature(tmp_path: Path) -> None:
+    np.savez(tmp_path / "uni.npz", x=np.arange(12.0).reshape(3, 4), y=np.array([0.5, 1.5, 2.5]))
+    ds = load_dataset(tmp_path / "uni.npz")
+    assert [s.shape for s in ds.samples] == [(4, 1)] * 3 and ds.samples[1][:, 0].tolist() == [4.0, 5.0, 6.0, 7.0]

@@ -88,7 +88,6 @@ MALFORMED = [
     (["@timeStamps true", "@data"], 1, "@timeStamps true is not supported"),
     (["@targetLabel true", "@data", "1,2,3"], 3, "no target value"),
     (["@targetLabel true", "@data", "1,2,3:abc"], 3, "target value 'abc' is not a number"),
-    (["@targetLabel true", "@data", "1,2,3:nan"], 3, "not a finite float32"),
     (["@targetLabel true", "@classLabel true 0 1", "@data"], 3, "one label, a class or a target value"),
     (["@univariate maybe", "@data"], 1, "takes true or false"),
     (["@dimensions 0", "@data"], 1, "whole number >= 1"),

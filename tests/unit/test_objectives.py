@@ -191,6 +191,7 @@ def test_an_objective_of_ones_own_by_dotted_path() -> None:
     ("objective_plugins:MeanLoss", "losses of shape ()"),
     ("objective_plugins:Detached", "detached"),
     ("objective_plugins:NoCount", "'count' = 3"),
+    ("objective_plugins:NegativeSum", "negative metric sums for a probe batch of 3 samples of shape (size, 2) (err"),
     ("objective_plugins:Lacking", "lacks losses, metric_sums"),
     ("objective_plugins:raising", "raised RuntimeError"),
     ("objective_plugins:Nowhere", "has no attribute"),

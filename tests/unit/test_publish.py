@@ -61,8 +61,10 @@ def test_a_dtype_the_wire_lacks_is_a_type_error(producer: DeviceProducer, array:
     (np.zeros((0, 4), dtype=np.float32), r"empty size axis \(shape\[0\] = 0\)"),
     (np.array([[1.0, np.nan], [2.0, 3.0]], dtype=np.float32),
      r"1 NaN or infinite value\(s\), the first at index \(0, 1\)"),
-    (np.array([1.0, np.inf, -np.inf], dtype=np.float64), r"2 NaN or infinite value\(s\), the first at index \(1,\)"),
-    (np.array([np.nan], dtype=np.float16), "NaN or infinite"),
+    (np.array([[1.0], [np.inf], [-np.inf]], dtype=np.float64),
+     r"2 NaN or infinite value\(s\), the first at index \(1, 0\)"),
+    (np.array([[np.nan]], dtype=np.float16), "NaN or infinite"),
+    (np.arange(30, dtype=np.float32), r"shape \(30,\) is 1-D: a sample is \(size, features\).*x.reshape\(-1, 1\)"),
 ])
 def test_an_unusable_array_is_a_value_error(producer: DeviceProducer, array: np.ndarray, words: str) -> None:
     with pytest.raises(ValueError, match=words):
@@ -160,11 +162,11 @@ def test_a_record_over_message_max_bytes_is_refused_unnumbered() -> None:
 def test_a_full_queue_waits_bounded_then_refuses_without_numbering() -> None:
     producer = DeviceProducer(NOBODY, device="0", queue_wait_seconds=0.3,
                               settings={"queue.buffering.max.messages": 2})
-    producer.send(np.zeros(1, dtype=np.float32))
-    producer.send(np.zeros(1, dtype=np.float32))
+    producer.send(np.zeros((1, 1), dtype=np.float32))
+    producer.send(np.zeros((1, 1), dtype=np.float32))
     began = time.monotonic()
     with pytest.raises(QueueFullError, match=r"local queue \(2 records\) stayed full for 0.3 s.*not queued"):
-        producer.send(np.zeros(1, dtype=np.float32))
+        producer.send(np.zeros((1, 1), dtype=np.float32))
     assert time.monotonic() - began >= 0.3
     assert (producer.next_seq, producer.sent, producer.queued) == (2, 2, 2) and producer.queue_waits >= 1
     with pytest.raises(DeliveryError) as raised:  # close gives up what is still queued: counted, named, raised
@@ -172,7 +174,7 @@ def test_a_full_queue_waits_bounded_then_refuses_without_numbering() -> None:
     assert raised.value.failed == 2 and raised.value.reasons == {"Local: Purged in queue": 2}
     assert (producer.failed, producer.queued) == (2, 0)
     with pytest.raises(DeviceProducerError, match="closed"):
-        producer.send(np.zeros(1, dtype=np.float32))
+        producer.send(np.zeros((1, 1), dtype=np.float32))
 
 
 def test_an_unreachable_broker_fails_deliveries_in_the_callbacks_and_at_flush() -> None:
@@ -197,12 +199,12 @@ def test_an_unreachable_broker_fails_deliveries_in_the_callbacks_and_at_flush() 
 def test_the_context_manager_closes_and_keeps_the_callers_exception() -> None:
     with pytest.raises(RuntimeError, match="the caller's"), DeviceProducer(
             NOBODY, device="0", settings={"delivery.timeout.ms": 200}) as producer:
-        producer.send(np.zeros(1, dtype=np.uint8))
+        producer.send(np.zeros((1, 1), dtype=np.uint8))
         raise RuntimeError("the caller's")  # the delivery failure at exit is logged, not raised over it
     assert producer.failed == 1
     with pytest.raises(DeliveryError, match="1 sample"), DeviceProducer(
             NOBODY, device="0", settings={"delivery.timeout.ms": 200}) as producer:
-        producer.send(np.zeros(1, dtype=np.uint8))
+        producer.send(np.zeros((1, 1), dtype=np.uint8))
 
 
 @settings(max_examples=60, deadline=None)

@@ -9,6 +9,7 @@ import pytest
 from stack.objective_figures import (
     closing_objective_lines,
     heldout_metric_figures,
+    heldout_rows,
     objective_figures,
     objective_for_report,
     prequential_series,
@@ -116,3 +117,43 @@ def test_up_ends_with_test_then_train_accuracy_beside_held_out_accuracy() -> Non
                         "last 1 steps, 0.600 over the run; baseline (always the class most common so far) 0.300")
     assert lines[1].startswith("held-out accuracy (PLAID_TEST.ts, 537 samples): 0.750 at the first evaluation")
     assert not any(line.startswith("held-out accuracy (PLAID") for line in lines[2:])  # said once
+
+
+def _vector_run(replayed: int | None = None) -> list[str]:
+    """The closing lines of a run with a 2-value regression target, one of whose values the model gets wrong."""
+    config = TrainerConfig(objective="regression", target_width=2, target_names=("big", "small"))
+    sums = {"count": 10.0, "values": 20.0, "loss_sum": 1.0, "abs_error_sum": 1000.0, "squared_error_sum": 2e5,
+            "baseline_abs_error_sum": 9000.0, "baseline_squared_error_sum": 1e7,
+            "abs_error_sum_0": 999.0, "squared_error_sum_0": 199_999.0, "baseline_abs_error_sum_0": 8999.9,
+            "baseline_squared_error_sum_0": 9_999_999.0, "abs_error_sum_1": 1.0, "squared_error_sum_1": 1.0,
+            "baseline_abs_error_sum_1": 0.1, "baseline_squared_error_sum_1": 0.01}
+    objective = objective_for_report(config)
+    held = [Evaluation(job="j", step=2, dataset="d_TEST.npz", samples=10, accuracy=None, loss=0.1, seconds=0.1,
+                       metrics=objective.summarise(sums))]
+    figures = objective_figures([_fb(0, "0", sums)], held, ["0"], objective, window=5)
+    assert heldout_rows(figures) == [("heldout_rmse_final", pytest.approx(100.0)),
+                                     ("heldout_baseline_rmse_final", pytest.approx(math.sqrt(1e7 / 20)))]
+    return closing_objective_lines(figures, "d_TEST.npz, 10 samples", replayed=replayed)
+
+
+def test_a_vector_targets_values_are_reported_one_by_one_beside_the_pooled_figure() -> None:
+    lines = _vector_run()
+    assert lines[1] == ("  RMSE over the last 5 steps per target value (the baseline's after 'against'): big 141.421 "
+                        "against 1000.000, small 0.316 against 0.0316")
+    assert lines[2].startswith("held-out RMSE (d_TEST.npz, 10 samples): 100.000 at the first evaluation")
+    assert lines[3].startswith("  held-out RMSE at the last evaluation per target value") and "small 0.316" in lines[3]
+
+
+def test_a_dataset_replayed_in_a_loop_counts_scorings_not_samples() -> None:
+    assert _vector_run(replayed=4)[0].startswith("test-then-train RMSE (10 scorings of 4 samples replayed in a loop, "
+                                                 "each before the step that trained it)")
+    assert _vector_run(replayed=40)[0].startswith("test-then-train RMSE (each of 10 samples scored before it was")
+
+
+def test_the_summary_table_shows_held_out_figures_in_the_objectives_terms() -> None:
+    objective = objective_for_report(TrainerConfig())
+    held = [Evaluation(job="j", step=2, dataset="h", samples=5, accuracy=0.6, loss=0.7, seconds=0.1,
+                       metrics={"accuracy": 0.6, "baseline_accuracy": 0.2, "loss": 0.7})]
+    figures = objective_figures([], held, ["0"], objective, window=5)
+    assert heldout_rows(figures) == [("heldout_accuracy_final", 0.6), ("heldout_baseline_accuracy_final", 0.2)]
+    assert heldout_rows(objective_figures([], [], ["0"], objective, window=5)) == []  # nothing evaluated

@@ -58,7 +58,7 @@ $(VENV_STAMP): pyproject.toml
 	  { echo "streamtrain needs Python 3.11 (found $$($(PYTHON) --version))"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,plaid]'
+	$(PY) -m pip install -q -e '.[dev,plaid,onnx]'
 	touch $@
 
 $(KAFKA_STAMP): kafka/pom.xml | system-deps

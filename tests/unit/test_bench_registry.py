@@ -3,6 +3,7 @@ convergence analysis."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,13 +33,17 @@ def _fake_bench(tmp: Path) -> Bench[ConvergenceResult]:
                  CONVERGENCE.plot, about="`x`: what it measures.")
 
 
-def test_bench_records_the_context_its_figures_were_measured_in(tmp_path: Path) -> None:
+def test_bench_records_the_context_its_figures_were_measured_in(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     bench = _fake_bench(tmp_path)
+    # the command line as `streamtrain bench` saw it (pytest's own argv differs from run to run)
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/streamtrain", "bench", "convergence", "--out", "my dir"])
     with_context(bench)(out=tmp_path / "data")
     result = ConvergenceResult.load(tmp_path / "data" / "convergence.json")
     context = result.context
     assert context is not None and context.cores and context.load_start and context.load_end
-    assert context.command.startswith("streamtrain ") and context.seconds is not None and context.seconds >= 0
+    assert context.command == "streamtrain bench convergence --out 'my dir'"
+    assert context.seconds is not None and context.seconds >= 0
     assert context.commit is None or len(context.commit.removesuffix("+dirty")) == 12
     body = bench.section(tmp_path / "data" / "convergence.json", tmp_path)
     assert body.startswith("Measured ") and f"Command: `{context.command}`" in body

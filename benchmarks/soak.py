@@ -264,10 +264,13 @@ class _Soak:
         self.spans: list[tuple[str, float, float]] = []
 
     def coordinator(self, truncation: str) -> None:
+        # absent_after_seconds=0: the follower's devices never send feedback (no rank trains them), and an absent
+        # device's stream waits in Kafka untruncated; here they are truncation-only by design, never absent.
         self.services.start(f"coordinator-{truncation}", "coordinator", "coordinate", "--port", "0",
                             settings=self.setup.coordinator_sets(
                                 truncation, delete_records=True, delete_trained=True, poll_interval_seconds=1.0,
-                                feedback_wait_seconds=0.2, max_lag_samples=self.setup.max_lag_samples))
+                                feedback_wait_seconds=0.2, max_lag_samples=self.setup.max_lag_samples,
+                                absent_after_seconds=0.0))
 
     def start(self) -> None:
         """The first phase's coordinator, the ranks (until each has stepped), serve, the follower, the producers."""

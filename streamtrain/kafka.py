@@ -82,13 +82,19 @@ def _auth_guard(cfg: KafkaConfig, inner: Callable[[KafkaError], None] | None) ->
     def on_error(err: KafkaError) -> None:
         if inner is not None:
             inner(err)
-        if err.code() == KafkaError._AUTHENTICATION:
+        if err.code() == KafkaError._AUTHENTICATION and not _lost_mid_handshake(err):
             raise KafkaException(KafkaError(KafkaError._AUTHENTICATION, auth_failure_message(cfg, err.str()),
                                             fatal=True))
         if err.fatal() and err.code() in REFUSED_CODES:
             # The one fatal refusal: an idempotent producer's InitProducerId, allowed by WRITE on any topic.
             raise_if_refused(cfg, err, "IDEMPOTENT_WRITE (implied by WRITE on a topic)")
     return on_error
+
+
+def _lost_mid_handshake(err: KafkaError) -> bool:
+    """An _AUTHENTICATION error that is the connection lost during the SASL handshake (a busy or restarting
+    broker, retried by librdkafka itself), not a refused login."""
+    return any(w in err.str() for w in ("Local: Broker transport failure", "Local: Timed out", "Disconnected"))
 
 
 def auth_failure_message(cfg: KafkaConfig, detail: str) -> str:

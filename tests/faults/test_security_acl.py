@@ -275,7 +275,7 @@ def test_the_bridge_may_bridge_its_sources_exactly_once_and_do_nothing_else(acl_
         kafka = _as(acl_broker, user).model_copy(update={"topic_prefix": prefix})
         return StreamtrainConfig.model_validate({"kafka": kafka.model_dump(mode="json") | {
             "sasl_password": PASSWORDS[user]}, "bridge": {"sources": sources, "devices": ["0", "1"],
-                                                          "metrics": False}})
+                                                          "metrics": False, "check_min_decoded": 0.25}})  # 2 of 3: rejects
 
     bridge = Bridge(as_user("streamtrain-bridge"), CollectorRegistry())
     bridge.start()

@@ -40,7 +40,7 @@ def test_each_value_of_a_vector_target_is_standardised_by_its_own_shift_and_scal
     torch.testing.assert_close(standard, torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]], dtype=torch.float64))
     torch.testing.assert_close(objective.from_standard(standard), batch.targets)
     assert objective.losses(standard, batch).tolist() == [0.0, 0.0]  # every value reaches the model near 0 and 1
-    predicted = objective.predict(torch.zeros(2, 3, dtype=torch.float64), batch).fields["values"]
+    predicted = objective.predict(torch.zeros(2, 3, dtype=torch.float64), batch).values
     assert predicted.tolist() == [[0.0, 10.0, 100.0]] * 2  # an output of 0 is each value's own shift
 
 

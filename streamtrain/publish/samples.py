@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..wire import DTYPES, Sample, encode
-from ..wire.codec import HeaderList
+from ..wire import DTYPES
+from ..wire.codec import HeaderList, encode_array
 from ..wire.records import wire_dtype
 
 __all__ = ["EncodedSample", "check_payload", "encode_device_sample"]
@@ -156,8 +156,8 @@ def encode_device_sample(
         TypeError: an argument of the wrong type (see `check_payload` for the array).
         ValueError: an argument of the right type the wire or the trainers cannot take.
     """
-    sample = Sample.from_array(device, seq, check_payload(array), label=_check_label(label),
-                               produced_at=_check_produced_at(produced_at), metadata=_check_metadata(metadata),
-                               target=_check_target(target))
-    value, headers = encode(sample)
-    return EncodedSample(value, headers, sample.size)
+    arr = check_payload(array)
+    value, headers = encode_array(device, seq, arr, label=_check_label(label),
+                                  produced_at=_check_produced_at(produced_at), metadata=_check_metadata(metadata),
+                                  target=_check_target(target))
+    return EncodedSample(value, headers, arr.shape[0])

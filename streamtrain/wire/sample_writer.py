@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["sample_body"]
+__all__ = ["fields_body", "sample_body"]
 
 #: The Sample schema's fields, in order, as this writer writes them (name, Avro type as parsed).
 _FIELDS: tuple[tuple[str, Any], ...] = (
@@ -105,25 +105,32 @@ def sample_body(parsed: Any, record: Any) -> bytes | None:
         parsed: the packaged Sample schema, as fastavro parsed it.
         record: the `Sample` to write.
     """
+    return fields_body(parsed, record.device_id, record.seq, record.produced_at, record.size, record.shape,
+                       record.dtype, record.data, record.label, record.target, record.metadata)
+
+
+def fields_body(parsed: Any, device_id: str, seq: int, produced_at: int, size: int, shape: tuple[int, ...],
+                dtype: str, data: bytes, label: int | None, target: tuple[float, ...] | None,
+                metadata: dict[str, str]) -> bytes | None:
+    """`sample_body` of a Sample's fields, given one by one (a producer need not build the `Sample`)."""
     codes = _dtype_codes(parsed)
-    code = None if codes is None else codes.get(record.dtype)
-    shape, label = record.shape, record.label
-    if (code is None or not -_LONG <= record.seq < _LONG or not -_LONG <= record.produced_at < _LONG
-            or not -_INT <= record.size < _INT or (shape and not (min(shape) >= -_INT and max(shape) < _INT))
+    code = None if codes is None else codes.get(dtype)
+    if (code is None or not -_LONG <= seq < _LONG or not -_LONG <= produced_at < _LONG
+            or not -_INT <= size < _INT or (shape and not (min(shape) >= -_INT and max(shape) < _INT))
             or (label is not None and not -_LONG <= label < _LONG)):
         return None
-    target = b"\x00" if record.target is None else _target(record.target)
-    if target is None:
+    written_target = b"\x00" if target is None else _target(target)
+    if written_target is None:
         return None
-    parts = [_string(record.device_id), _varint(record.seq), _varint(record.produced_at), _varint(record.size)]
+    parts = [_string(device_id), _varint(seq), _varint(produced_at), _varint(size)]
     if shape:
         parts.append(_varint(len(shape)))
         parts.extend(_varint(n) for n in shape)
-    parts += [b"\x00", code, _varint(len(record.data)), record.data,
-              b"\x00" if label is None else b"\x02" + _varint(label), target]
-    if record.metadata:
-        parts.append(_varint(len(record.metadata)))
-        for key, value in record.metadata.items():
+    parts += [b"\x00", code, _varint(len(data)), data, b"\x00" if label is None else b"\x02" + _varint(label),
+              written_target]
+    if metadata:
+        parts.append(_varint(len(metadata)))
+        for key, value in metadata.items():
             parts += [_string(key), _string(value)]
     parts.append(b"\x00")
     return b"".join(parts)

@@ -271,11 +271,11 @@ def test_the_bridge_may_bridge_its_sources_exactly_once_and_do_nothing_else(acl_
     producer.produce(source, key=b"1", value=b'{"v": [[1, 2, 3, 4], [5, 6, 7, 8]], "y": 0}')
     producer.flush(30)
 
-    def as_user(user: str) -> StreamtrainConfig:
+    def as_user(user: str) -> StreamtrainConfig:  # check_min_decoded: 2 of the 3 records are rejects on purpose
         kafka = _as(acl_broker, user).model_copy(update={"topic_prefix": prefix})
         return StreamtrainConfig.model_validate({"kafka": kafka.model_dump(mode="json") | {
             "sasl_password": PASSWORDS[user]}, "bridge": {"sources": sources, "devices": ["0", "1"],
-                                                          "metrics": False, "check_min_decoded": 0.25}})  # 2 of 3: rejects
+                                                          "metrics": False, "check_min_decoded": 0.25}})
 
     bridge = Bridge(as_user("streamtrain-bridge"), CollectorRegistry())
     bridge.start()

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
+from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die, run_service
 
 __all__ = ["coordinate", "register", "sim"]
 
@@ -159,21 +159,8 @@ def coordinate(
     cfg = config_from(ctx, {"coordinator.policy": policy, "coordinator.truncation": truncation,
                             "coordinator.delete_records": delete_records,
                             "coordinator.delete_trained": delete_trained, "metrics.port": port})
-    import signal
-
-    from confluent_kafka import KafkaException
-
     from .service import Coordinator
 
     service = Coordinator(cfg)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda _sig, _frame: service.stop())
-    try:
-        service.start()
-        console.print(f"coordinating job {cfg.job} ({cfg.coordinator.policy}, truncation "
-                      f"{cfg.coordinator.truncation}); status on http://{cfg.metrics.bind_address}:"
-                      f"{service.port}/status", highlight=False)
-        service.run()
-    except (KafkaException, TimeoutError) as exc:
-        service.close()
-        die(f"Kafka at {cfg.kafka.bootstrap_servers}: {exc}")
+    run_service(service, cfg, lambda: f"coordinating job {cfg.job} ({cfg.coordinator.policy}, truncation "
+                f"{cfg.coordinator.truncation}); status on http://{cfg.metrics.bind_address}:{service.port}/status")

@@ -37,28 +37,17 @@ def serve(
     fit the model. Kafka away longer than serve.broker_timeout_seconds (60): exit 1, for a supervisor to restart
     it. SIGTERM finishes the batch in hand and exits 0.
     """
-    import signal
-
-    from confluent_kafka import KafkaException
-
-    from streamtrain.cli_support import config_from, console, die
+    from streamtrain.cli_support import config_from, die, run_service
 
     from .broker import BrokerGone
     from .service import ModelServer
 
     cfg = config_from(ctx, {"metrics.port": port, "serve.tolerance": tolerance})
     server = ModelServer(cfg)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda _sig, _frame: server.stop())
     try:
-        server.start()
-        console.print(f"serving job {cfg.job}: {cfg.kafka.topics.requests} -> {cfg.kafka.topics.predictions}, "
-                      f"versions from {cfg.kafka.topics.models}; metrics on http://{cfg.metrics.bind_address}:"
-                      f"{server.port}/metrics", highlight=False)
-        server.run()
-    except (KafkaException, TimeoutError) as exc:
-        server.close()
-        die(f"Kafka at {cfg.kafka.bootstrap_servers}: {exc}")
+        run_service(server, cfg, lambda: f"serving job {cfg.job}: {cfg.kafka.topics.requests} -> "
+                    f"{cfg.kafka.topics.predictions}, versions from {cfg.kafka.topics.models}; metrics on "
+                    f"http://{cfg.metrics.bind_address}:{server.port}/metrics")
     except BrokerGone as exc:
         die(str(exc))  # closed by run(); exit 1, for the supervisor to restart
 

@@ -247,7 +247,7 @@ def balance_figures(run: RunRecords, series: Mapping[str, Any]) -> BalanceFigure
         if len(backlogged) >= MIN_WAITING_STEPS else None
     if estimate is None:
         estimate = static_step_estimate(run.feedback, run.devices,
-                                        over="every step (too few with work waiting on every device)")
+                                        over="steps, all of them (too few had work waiting on every device)")
     return BalanceFigures(
         steps_every_device_waiting=len(backlogged),
         straggler_effect_waiting_median=float(np.median(se)) if se else None,

@@ -7,8 +7,8 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, NoReturn, Protocol
 
 import typer
 from rich.console import Console
@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from .config import ConfigError, StreamtrainConfig, load_config, parse_assignment
 
 __all__ = ["CLI_MODULE", "EXIT_CONFIG", "GlobalOptions", "ProseGroup", "command_app", "config_from", "console", "die",
-           "err_console", "module_command", "prose", "set_args", "setup_logging"]
+           "err_console", "module_command", "prose", "run_service", "set_args", "setup_logging"]
 
 #: Exit status for a configuration that cannot be used (the service never started).
 EXIT_CONFIG = 2
@@ -113,6 +113,33 @@ def die(message: str, code: int = 1) -> NoReturn:
     """Print an error for a person and exit with `code` (the message is plain text, not rich markup)."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
+
+
+class Service(Protocol):
+    """A long-running service as `run_service` drives it."""
+
+    def start(self) -> None: ...
+    def run(self) -> None: ...
+    def stop(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def run_service(service: Service, cfg: StreamtrainConfig, banner: Callable[[], str]) -> None:
+    """Run `service` in the foreground: SIGINT / SIGTERM stop it (it finishes what it holds and returns), `banner()`
+    is printed once it has started, and a Kafka error or time-out closes it and exits 1 naming the broker."""
+    import signal
+
+    from confluent_kafka import KafkaException
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda _sig, _frame: service.stop())
+    try:
+        service.start()
+        console.print(banner(), highlight=False)
+        service.run()
+    except (KafkaException, TimeoutError) as exc:
+        service.close()
+        die(f"Kafka at {cfg.kafka.bootstrap_servers}: {exc}")
 
 
 def config_from(ctx: typer.Context, flags: Mapping[str, Any] | None = None) -> StreamtrainConfig:

@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry, Counter
 
 from coordinator.status import StatusServer
@@ -120,3 +121,16 @@ def test_endpoints_bind_loopback_by_default() -> None:
         assert _reachable(other, serve_metrics(CollectorRegistry(), "0.0.0.0", 0))  # the check can tell
     finally:
         status.close()
+
+
+def test_a_refused_login_stops_the_client_but_a_handshake_cut_off_is_retried() -> None:
+    cfg = KafkaConfig(bootstrap_servers="b:9092", security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512",
+                      sasl_username="alice", sasl_password="pw")
+    on_error = client_settings(cfg)["error_cb"]
+    refused = KafkaError(KafkaError._AUTHENTICATION, "sasl://b:9092/1: SASL authentication error: Authentication "
+                         "failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512")
+    with pytest.raises(KafkaException, match="refused to authenticate user 'alice'"):
+        on_error(refused)
+    # librdkafka's words when the connection drops mid-handshake (a busy broker): it retries by itself
+    on_error(KafkaError(KafkaError._AUTHENTICATION, "GroupCoordinator: SASL SCRAM-SHA-512 mechanism handshake "
+                        "failed: Local: Broker transport failure: broker's supported mechanisms: (n/a)"))

@@ -1,23 +1,6 @@
 """`streamtrain bench bridge`: the bridge's throughput beside a bare consume-produce loop of the same records.
 
-One embedded broker; the same JSON records (one sample each, `--features` floats a frame, 1-8 frames) in a
-3-partition source topic, keyed by device. Each repeat runs, alternating, on fresh target topics and groups:
-
-- `bare`: consume, produce each value as it is to one target topic, commit the group's offsets at the end
-  (idempotent producer, acks=all): the least a consume-produce loop in Python costs;
-- `bare_transactions`: the same loop in transactions of `--transaction-records` records, its offsets sent in
-  each (`send_offsets_to_transaction`): what exactly once costs by itself;
-- `bridge`: the bridge (JSON decode, checks, a `Sample` per record to its device's topic, in transactions of
-  the same size): what decoding and the wire format add.
-
-Each is timed from its first record to its last commit; medians of the repeats, and their ratios.
-
-Reading it: most of what exactly once costs is the transactions themselves. Each commit waits for its records,
-the group's offsets and the commit markers to be written (tens of ms on a small machine), so at 500 records a
-transaction the bridge keeps pace with the bare transactional loop: it is bound by the commits, not by decoding.
-With larger transactions (`--transaction-records 2000 --transaction-seconds 0.5`) it is bound by its own work,
-JSON decoding, the checks and the Avro `Sample`, on one core. `bridge.transaction_records` and
-`bridge.transaction_seconds` trade that throughput against how long a bridged sample waits to become visible.
+How it measures, and why that way: docs/benchmarks/bridge.md (also its section of BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -49,7 +32,7 @@ from streamtrain.kafka import (
     produce,
 )
 
-from .common import TIMES, Bench, Out, Result, publish, pyplot, table
+from .common import TIMES, Bench, Out, Result, about, publish, pyplot, table
 
 __all__ = ["BENCH", "BridgeResult", "plot_bridge", "render_bridge"]
 
@@ -237,4 +220,4 @@ def render_bridge(result: BridgeResult) -> str:
 
 BENCH = Bench("bridge", bridge_command, BridgeResult, render_bridge, plot=plot_bridge,
               args=("--records", "20000", "--repeats", "3"), quick_args=("--records", "3000", "--repeats", "1"),
-              timeout_s=600, about=__doc__ or "", command_line="--records 20000 --repeats 5")
+              timeout_s=600, about=about("bridge"), command_line="--records 20000 --repeats 5")

@@ -37,7 +37,7 @@ from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
 from streamtrain.results import Record
 
 __all__ = ["TIMES", "Bench", "External", "LaunchOptions", "Out", "Quick", "Record", "Result", "RunContext", "Seed",
-           "Target", "WorkDir", "figure", "heldout_score", "interleaved", "median_reached", "num", "problems",
+           "Target", "WorkDir", "about", "figure", "heldout_score", "interleaved", "median_reached", "num", "problems",
            "publish", "pyplot", "relative", "robust_slope", "slope", "table", "targets_table"]
 
 logger = logging.getLogger(__name__)
@@ -145,6 +145,16 @@ class Result(Record):
 
 
 R = TypeVar("R", bound=Result)
+
+
+#: Where each benchmark's account of how it measures lives (a page of the docs site, and its BENCHMARKS.md section).
+METHODS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+
+
+def about(name: str) -> str:
+    """The Markdown of `docs/benchmarks/<name>.md`: what the benchmark measures and how ("" outside a checkout)."""
+    path = METHODS / f"{name}.md"
+    return path.read_text() if path.is_file() else ""
 
 
 def problems(exc: ValueError) -> str:

@@ -1,20 +1,6 @@
 """Freshness end to end: how soon a produced sample is in the model `serve` answers with (`bench freshness`).
 
-Runs the local stack with `--serve` on the demo's workload (PLAID replayed at 9, 9, 9 and 3 series/s, device 3
-emulated 4x slower, requests from PLAID's test split at 20/s) twice: at line rate, and with the demo's burst
-(25x the rates for 6 s, 20 s in). Each run's freshness is measured from what Kafka holds: for every trained
-sample, from its produced_at to serve's first answer by a version that trained it (`streamtrain.versions.
-freshness`), median and p99 over samples. The split says what dominates: the training side (produced to the
-announcement of the version that first trained it: waiting in the buffer, the step, the publish interval, the
-write) against serve's side (reading the announcement, loading the version, the gate, the next request).
-
-Target at line rate on the development machine: median <= 1.5 s, p99 <= 5 s.
-
-On the training side a sample waits in its device's buffer and plan (the report's sample delay), then up to
-`versions.publish_every_seconds` for the next version; serve's side adds the announcement, loading the version,
-the gate and the next request. The tail is the gate's: a version refused for a drop in held-out accuracy holds its
-samples until a later version passes. Under the burst every device builds a backlog (bounded truncation keeps up
-to 8 s of stream) and freshness is the backlog's age.
+How it measures, and why that way: docs/benchmarks/freshness.md (also its section of BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -24,7 +10,20 @@ from typing import Annotated
 
 import typer
 
-from .common import Bench, LaunchOptions, Out, Record, Result, Target, WorkDir, num, publish, table, targets_table
+from .common import (
+    Bench,
+    LaunchOptions,
+    Out,
+    Record,
+    Result,
+    Target,
+    WorkDir,
+    about,
+    num,
+    publish,
+    table,
+    targets_table,
+)
 from .live import CellRun, StackCell, live_broker, run_stack_cell
 
 __all__ = ["BENCH", "FreshnessCell", "FreshnessResult"]
@@ -176,5 +175,5 @@ def render_freshness(result: FreshnessResult) -> str:
 
 
 BENCH = Bench("freshness", freshness_command, FreshnessResult, render_freshness, freshness_targets,
-              quick_args=("--duration", "30", "--scenario", "line-rate"), timeout_s=900.0, about=__doc__ or "",
+              quick_args=("--duration", "30", "--scenario", "line-rate"), timeout_s=900.0, about=about("freshness"),
               command_line="--duration 45")

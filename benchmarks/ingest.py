@@ -1,12 +1,6 @@
 """`streamtrain bench ingest`: how well the producers keep to their rates, and how fast they go.
 
-Measured in one run against one broker: (a) for each count of concurrent device streams and each
-target rate, every device's achieved rate (acknowledged samples over a window after a warm-up);
-(b) the producers' aggregate records/s with pacing off, next to Kafka's own producer performance
-tool (`ProducerPerformance`, the engine of kafka-producer-perf-test.sh) at the same record size
-and producer settings; (c) the trainer's input path on one core: consume -> Avro decode and
-validation -> buffer -> pack into a batch, with the trainer's own `RankConsumer`, `SampleBuffer`
-and `collate_packed`, for 1 KiB samples (target: >= 20,000 samples/s, so data never gates a step).
+How it measures, and why that way: docs/benchmarks/ingest.md (also its section of BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -23,7 +17,21 @@ import typer
 from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin
 
-from .common import TIMES, Bench, External, Out, Record, Result, Target, num, publish, pyplot, table, targets_table
+from .common import (
+    TIMES,
+    Bench,
+    External,
+    Out,
+    Record,
+    Result,
+    Target,
+    about,
+    num,
+    publish,
+    pyplot,
+    table,
+    targets_table,
+)
 from .kafka import kafka_perf_tool
 from .live import live_broker
 
@@ -250,4 +258,4 @@ def render_ingest(result: IngestResult) -> str:
 
 BENCH = Bench("ingest", ingest_command, IngestResult, render_ingest, ingest_targets, plot_ingest,
               args=("--seconds", "10"), quick_args=("--seconds", "5", "--streams", "1,8,32"), timeout_s=900,
-              about=__doc__ or "")
+              about=about("ingest"))

@@ -1,11 +1,6 @@
 """`streamtrain bench kafka`: what publishing through `DeviceProducer` costs over the Kafka client itself.
 
-`DeviceProducer` (what an application publishes with: it checks, numbers and encodes each sample) runs next to a
-bare confluent-kafka `produce` loop of the very same records, encoded beforehand, and Kafka's own perf tool
-(`kafka-producer-perf-test` from the same jars) sends records of the same size as the reference: the same
-settings (acks=all, idempotence, linger, no compression), fresh topics on one embedded broker, in one run,
-`--repeats` times alternating, so the figures compare side by side on a shared machine. Medians are reported; the
-target is judged on the median of the repeats' ratios of the pair, which run back to back.
+How it measures, and why that way: docs/benchmarks/kafka.md (also its section of BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ from streamtrain.kafka import TopicSpec, client_settings, ensure_topics, make_ad
 from streamtrain.publish import DeviceProducer, encode_device_sample
 from streamtrain.wire import Sample, encode
 
-from .common import TIMES, Bench, Out, Result, Target, interleaved, publish, pyplot, table, targets_table
+from .common import TIMES, Bench, Out, Result, Target, about, interleaved, publish, pyplot, table, targets_table
 
 __all__ = ["BENCH", "KafkaResult", "kafka_perf_tool"]
 
@@ -202,4 +197,4 @@ def render_kafka(result: KafkaResult) -> str:
 
 BENCH = Bench("kafka", kafka_command, KafkaResult, render_kafka, kafka_targets, plot_kafka,
               args=("--records", "100000", "--repeats", "3"), quick_args=("--records", "20000", "--repeats", "1"),
-              timeout_s=540, about=__doc__ or "")
+              timeout_s=540, about=about("kafka"))

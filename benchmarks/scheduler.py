@@ -1,9 +1,6 @@
 """`streamtrain bench scheduler`: plan latency of the planning policies on synthetic backlogged fleets.
 
-Each cell times `coordinator.policies.plan_step` (truncation decision included) on one fleet of
-`devices` devices with `pending` samples each: speeds 1-4x, sizes lognormal (mean 45, std 32),
-streams at 50-150 samples/s. With `--reference`, each policy that has a plain specification
-(`coordinator.policies.reference`) is also timed through it, interleaved with the fast path.
+How it measures, and why that way: docs/benchmarks/scheduler.md (also its section of BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import typer
 from streamtrain.config import CoordinatorConfig
 
 from . import common
-from .common import TIMES, Bench, Record, Result, Target, interleaved, publish, pyplot, table, targets_table
+from .common import TIMES, Bench, Record, Result, Target, about, interleaved, publish, pyplot, table, targets_table
 
 if TYPE_CHECKING:
     from coordinator.policies import Policy
@@ -165,4 +162,4 @@ def render_scheduler(result: SchedulerResult) -> str:
 
 
 BENCH = Bench("scheduler", scheduler_command, SchedulerResult, render_scheduler, scheduler_targets, plot_scheduler,
-              quick_args=("--repeats", "5"), timeout_s=300, about=__doc__ or "")
+              quick_args=("--repeats", "5"), timeout_s=300, about=about("scheduler"))

@@ -1,19 +1,6 @@
 """`streamtrain bench truncation`: what `persist`, `truncate` and `bounded` retain when streams outrun training.
 
-ScaDLES §III-D / Table IV: streams at S2 rates (uniform, mean 300 samples/s per device) arrive faster
-than the devices train, so persistence keeps a backlog that grows without bound, while stream
-truncation keeps about one step's worth of the newest samples and reaches the same accuracy.
-
-Each policy runs live, one after the other, on one broker and on the same data: the same device
-streams (rates drawn once from the S2 preset with `--seed`, the same synthetic task and sample
-sizes), a coordinator with `--truncation <policy>` (and DeleteRecords on for `truncate` and
-`bounded`, so truncated records leave the broker), and one gloo rank per device. The coordinator's
-per-device batch cap `coordinator.b_max` is what makes the streams outrun training: at most
-`b_max` samples per device per step. Every `--sample-every` seconds the benchmark reads from Kafka
-the records each device topic retains (high watermark - log start offset) and the trainers'
-`StepFeedback` (buffer depth, loss, samples dropped). After N steps counted from the moment the
-producers start, the trainers are stopped (they checkpoint) and the final model is scored on a
-held-out set of the same task.
+How it measures, and why that way: docs/benchmarks/truncation.md (also its section of BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -34,7 +21,20 @@ from streamtrain.kafka import make_consumer
 from streamtrain.wire import StepFeedback
 
 from . import common
-from .common import TIMES, Bench, LaunchOptions, Record, Result, Target, num, publish, pyplot, table, targets_table
+from .common import (
+    TIMES,
+    Bench,
+    LaunchOptions,
+    Record,
+    Result,
+    Target,
+    about,
+    num,
+    publish,
+    pyplot,
+    table,
+    targets_table,
+)
 from .live import FeedbackTail, LiveBroker, Services, StreamsSetup, live_broker, train_command, watermarks
 
 __all__ = ["BENCH", "POLICIES", "PolicySeries", "TruncationCell", "TruncationResult", "TruncationSetup",
@@ -394,4 +394,4 @@ def truncation_command(
 
 
 BENCH = Bench("truncation", truncation_command, TruncationResult, render_truncation, truncation_targets,
-              plot_truncation, quick_args=("--quick",), timeout_s=600, about=__doc__ or "")
+              plot_truncation, quick_args=("--quick",), timeout_s=600, about=about("truncation"))

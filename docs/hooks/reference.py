@@ -38,9 +38,16 @@ def _repository_link(match: re.Match[str]) -> str:
 
 
 def benchmarks_page() -> str:
-    """`BENCHMARKS.md` for `docs/benchmarks.md`: its title dropped, its links made to work from the page."""
+    """`BENCHMARKS.md` for `docs/benchmarks.md`: its title dropped, each benchmark's account of how it measures
+    replaced by a link to its own page (`docs/benchmarks/<name>.md`), its links made to work from the page."""
+    from benchmarks.registry import REGISTRY
+
     text = (_ROOT / "BENCHMARKS.md").read_text()
     text = re.sub(r"\A# [^\n]*\n", "", text)
+    for bench in REGISTRY:
+        if method := bench.about.strip():
+            summary = method.splitlines()[0]
+            text = text.replace(method, f"{summary} How it measures: [{bench.name}](benchmarks/{bench.name}.md).")
     return _LINK.sub(_repository_link, text)
 
 

@@ -36,11 +36,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
 
 def with_context(bench: Bench[Any]) -> Callable[..., None]:
-    """`bench`'s command, recording its measuring context (`RunContext`) into the JSON it writes in `--out DIR`.
-
-    The context is taken as the command starts (commit, machine, load, date, command line) and stamped, with the
-    load at the end, into `DIR/<name>.json` when the command has written it, whether it then succeeded or not.
-    """
+    """`bench`'s command, stamping its measuring context (`RunContext`, taken as it starts) into the JSON it wrote
+    in `--out DIR`, whether it then succeeded or not."""
 
     @functools.wraps(bench.command)
     def command(*args: Any, **kwargs: Any) -> None:
@@ -70,8 +67,7 @@ def choose(only: Sequence[str], skip: Sequence[str], benches: Sequence[Bench[Any
 
 
 def _run(argv: Sequence[str], timeout_s: float) -> tuple[str, float]:
-    """Run one benchmark process (its own session, so a timeout stops its children too; tied to this one, so it
-    ends if this process is killed)."""
+    """Run one benchmark process in its own session (a timeout stops its children too), tied to this one."""
     from streamtrain.lifeline import tie_to_parent
 
     began = time.monotonic()
@@ -97,10 +93,7 @@ def run_suite(chosen: Sequence[Bench[Any]], out: Path, quick: bool, budget_s: fl
               say: Any, benches: Sequence[Bench[Any]] = REGISTRY) -> SuiteRuns:
     """Run each chosen benchmark as `streamtrain bench <name> --out OUT <its args>`, one after another, each under
     its own time limit and all within `budget_s` (one with under 30 s left is skipped); write OUT/all.json.
-
-    Returns:
-        How each ended, in the set's order (those not chosen listed as not run).
-    """
+    Returns how each ended, in the set's order (those not chosen listed as not run)."""
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + budget_s
     results = {b.name: BenchRun(name=b.name, status=NOT_CHOSEN, seconds=0.0) for b in benches if b not in chosen}

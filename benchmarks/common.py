@@ -1,13 +1,6 @@
-"""What every benchmark shares; imports nothing else of `benchmarks`, so any module of it may import this.
-
-- `Result`: a benchmark's whole JSON (a core `Record`: frozen, an unknown key refused by name) with the `RunContext`
-  it was measured in (commit, machine, load, date, command line), which `bench` stamps into it itself.
-- `Bench`: one benchmark of the set — its command, result type, section of BENCHMARKS.md, targets and plot — and
-  `publish`, the end of every benchmark's run: its JSON and plot under `--out`, its targets on the console.
-- `LaunchOptions`: the root `--config` / `--set` a benchmark was started with, passed on to what it starts; the
-  command-line options the benchmarks share (`Out`, `WorkDir`, `External`, `Quick`, `Seed`).
-- `interleaved` (repeated measurements alternating), trends (`slope`, `robust_slope`), `median_reached`, Markdown
-  for BENCHMARKS.md (`num`, `figure`, `table`, `Target`, `targets_table`, `TIMES`), plots.
+"""What every benchmark shares (it imports nothing else of `benchmarks`): typed `Result`s with the `RunContext` they
+were measured in, the `Bench` spec and `publish` (the end of every run), `LaunchOptions` and the shared options,
+repeats and trends, and the Markdown, console and plot helpers of BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -275,10 +268,6 @@ class LaunchOptions:
         return module_command(module, *command, global_args=self.argv(), sets=settings)
 
 
-# ---------------------------------------------------------------------------------------------
-# Repeats and trends
-
-
 def interleaved(kinds: Sequence[str], repeats: int, measure: Callable[[str, int], float]) -> dict[str, list[float]]:
     """Each kind measured `repeats` times (`measure(kind, repeat)`), the kinds one after another in each repeat and
     in reverse order every other one, so that a shared machine's drift falls on them alike and neighbours take turns
@@ -305,12 +294,10 @@ def robust_slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
 
 
 def slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Least-squares slope of ys over ts (units of y per unit of t); None with fewer than 3 points."""
-    if len(ts) < 3 or len(ts) != len(ys):
+    """Least-squares slope of ys over ts (units of y per unit of t); None with fewer than 3 points or one t."""
+    if len(ts) < 3 or len(ts) != len(ys) or len(set(ts)) < 2:
         return None
-    mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-    var = sum((t - mt) ** 2 for t in ts)
-    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var if var else None
+    return float(np.polyfit(ts, ys, 1)[0])
 
 
 def median_reached(seconds: Iterable[float | None]) -> float | None:
@@ -319,10 +306,6 @@ def median_reached(seconds: Iterable[float | None]) -> float | None:
     values = [math.inf if s is None else s for s in seconds]
     mid = float(np.median(values)) if values else math.inf
     return mid if math.isfinite(mid) else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Markdown, the console and plots
 
 
 def num(value: Any, digits: int = 2) -> str:

@@ -1,17 +1,6 @@
-"""The live-cell runner every benchmark on real processes shares: a broker, a cell of the stack, the services,
-and what is read from Kafka and /proc while they run.
-
-- `live_broker`: the broker a benchmark's cells share — a private embedded one (data in a scratch directory),
-  or the configured one with a fresh topic prefix (`--external`).
-- `run_stack_cell`: one cell on the whole local stack (`stack.runner.LocalStack`): its own topic prefix and job,
-  the benchmark's root options plus the cell's settings, read back from Kafka, its topics deleted once read
-  (`balance`, `realdata`, `freshness`).
-- `Services`: the ordinary `streamtrain produce | coordinate | train | serve` commands as child processes
-  (`stack.procs`), started with the parent's `--config` / `--set`, the settings they share and their own, for the
-  benchmarks that arrange the services themselves (`truncation`, `soak`), on device streams at a ScaDLES rate
-  preset (`StreamsSetup`).
-- Probes: every device topic's log start and high watermark, the trainers' `StepFeedback` as it arrives, and
-  the resident memory of a process tree (/proc, Linux).
+"""The live-cell runner of the benchmarks on real processes: the broker they share (`live_broker`), one cell of
+the whole local stack (`run_stack_cell`), the services as child processes for benchmarks that arrange them
+themselves (`Services`, on `StreamsSetup` streams), and probes (watermarks, feedback, resident memory).
 """
 
 from __future__ import annotations
@@ -38,6 +27,7 @@ from stack.services import ServiceSpec
 from streamtrain.broker import BrokerError, EmbeddedBroker
 from streamtrain.config import KafkaConfig, StreamtrainConfig, parse_assignment
 from streamtrain.kafka import TopicSpec, consume_available, ensure_topics, list_topics, make_admin, make_consumer
+from streamtrain.kafka import watermarks as kafka_watermarks
 from streamtrain.wire import StepFeedback, WireError, decode
 
 from .common import LaunchOptions, Record
@@ -57,7 +47,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 @dataclass(frozen=True)
 class LiveBroker:
-    """The broker a benchmark runs on: its Kafka settings and, when embedded, the JVM's pid and heap limit (MiB)."""
+    """The broker a benchmark runs on: its Kafka settings; when embedded, the JVM's pid and heap limit (MiB)."""
 
     kafka: KafkaConfig
     pid: int | None
@@ -68,9 +58,8 @@ class LiveBroker:
 @contextlib.contextmanager
 def live_broker(cfg: StreamtrainConfig, external: bool, tag: str,
                 starting: Callable[[], None] | None = None) -> Iterator[LiveBroker]:
-    """A private embedded broker with `cfg.broker`'s settings (in a scratch directory, deleted afterwards; `starting`
-    is called before it starts, which takes seconds), or with `external` the Kafka of `cfg.kafka` under a fresh topic
-    prefix; `tag` names the prefix.
+    """A private embedded broker with `cfg.broker`'s settings in a scratch directory (`starting()` is called first),
+    or with `external` the Kafka of `cfg.kafka` under a fresh topic prefix named by `tag`.
 
     Raises:
         RuntimeError: the embedded broker did not start, or no broker answers at the configured address.
@@ -99,15 +88,11 @@ def live_broker(cfg: StreamtrainConfig, external: bool, tag: str,
             broker.stop()
 
 
-# ---------------------------------------------------------------------------------------------
-# A cell of the whole stack
-
-
 @dataclass(frozen=True)
 class StackCell:
-    """One run of the whole local stack (`StackOptions` for its streams, policy, backlog, stopping step or duration,
-    replay and serve): its run directory's name, the benchmark's `tag` and the cell's `index` (its topic prefix and
-    job), and the dotted settings on top of the launch options that make it this cell (then `extra_sets`)."""
+    """One run of the whole local stack (`StackOptions`' fields of the same names): its run directory's `name`, the
+    benchmark's `tag` and its `index` (its topic prefix and job), the dotted settings on top of the launch options
+    that make it this cell (then `extra_sets`)."""
 
     name: str
     tag: str
@@ -129,8 +114,7 @@ class StackCell:
 
 @dataclass(frozen=True)
 class CellRun:
-    """What a cell's run left: `up`'s report, the records read back (None when they could not be: `error` says
-    why), and what went wrong."""
+    """What a cell's run left: `up`'s report and the records read back (None when they could not be), the error."""
 
     report: StackReport | None
     records: RunRecords | None
@@ -144,16 +128,14 @@ def delete_topics(cfg: StreamtrainConfig) -> None:
     admin = make_admin(cfg.kafka)
     names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(cfg.kafka.topic_prefix + ".")]
     for fut in admin.delete_topics(names, operation_timeout=30).values() if names else ():
-        try:
+        with contextlib.suppress(Exception):  # disk space only: never fail a benchmark over it
             fut.result(timeout=30)
-        except Exception as exc:  # disk space only: never fail a benchmark over it
-            logger.warning("could not delete a topic of %s: %s", cfg.kafka.topic_prefix, exc)
 
 
 def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOptions = LaunchOptions(),
                    on_step: Callable[[int, str], None] | None = None) -> CellRun:
-    """Run one cell on the broker at `bootstrap` with the launch's root options, its run directory (report, series,
-    plots, logs) in `runs`, calling `on_step(step, phase)` as it goes, and read it back."""
+    """Run one cell on the broker at `bootstrap` (its run directory in `runs`), calling `on_step(step, phase)` as it
+    goes, and read it back; its checkpoints and topics are deleted afterwards."""
     from stack.runner import LocalStack, StackError, StackOptions
 
     run_id = uuid.uuid4().hex[:6]
@@ -175,22 +157,15 @@ def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOp
         return CellRun(None, None, round(time.monotonic() - began, 1), run_dir, str(exc))
     finally:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # the model is not what a benchmark measures
-        try:
+        with contextlib.suppress(Exception):  # see delete_topics
             delete_topics(stack.cfg.model_copy(update={"kafka": stack.kafka}))
-        except Exception as exc:  # see delete_topics
-            logger.warning("topic clean-up of cell %d failed: %s", cell.index, exc)
     error = "; ".join(stack.failures) or (None if stack.records is not None else "no records read back")
     return CellRun(report, stack.records, round(time.monotonic() - began, 1), run_dir, error)
 
 
-# ---------------------------------------------------------------------------------------------
-# The services as processes
-
-
 class StreamsSetup(Record):
-    """Device streams at rates drawn from a ScaDLES preset (`rate_preset` with `seed`, which also seeds the data and
-    the model), a coordinator planning them (`planner`, `b_max`, `max_lag_samples` under `bounded`), the ranks' task,
-    and how often the benchmark reads Kafka (`truncation`, `soak`); service logs and checkpoints in `work_dir`."""
+    """Device streams at rates drawn from a ScaDLES preset (with `seed`, which also seeds the data and the model), a
+    coordinator planning them, the ranks' task, how often Kafka is read; logs and checkpoints in `work_dir`."""
 
     devices: int = 4
     seed: int = 0
@@ -210,7 +185,7 @@ class StreamsSetup(Record):
         return [str(i) for i in range(self.devices)]
 
     def stream_rates(self) -> list[float]:
-        """Each device's rate in samples/s, drawn once from the preset with `seed` (identical in every run)."""
+        """Each device's rate in samples/s, drawn from the preset with `seed` (identical in every run)."""
         from producers.rates import sample_base_rates
         from streamtrain.config.producer import RateConfig
 
@@ -253,8 +228,7 @@ _MODULES = {"producer": "producers", "requests": "serve"}
 
 
 class Services(ChildSet):
-    """A benchmark's own service processes on one broker's topic prefix and job, each logging to
-    `log_dir/<name>.log`, started with the launch's options, the settings they all share and their own."""
+    """A benchmark's own service processes on one topic prefix and job, each logging to `log_dir/<name>.log`."""
 
     def __init__(self, kafka: KafkaConfig, job: str, log_dir: Path, launch: LaunchOptions,
                  devices: Sequence[str]) -> None:
@@ -274,13 +248,9 @@ class Services(ChildSet):
         argv = self.launch.command(_MODULES.get(kind, kind), *command, settings={**self.common, **settings})
         return self.spawn(ServiceSpec(name, kind, argv, ()), self.env)
 
-    def dead(self) -> list[Child]:
-        """Children that exited although nobody stopped them."""
-        return [c for c in self.children if not c.running() and not c.stopped_by_us]
-
     def check(self, deadline: float | None = None, what: str = "") -> None:
         """Raise `RuntimeError` when a service died on its own (with its log's tail), or with `what` past `deadline`."""
-        if dead := self.dead():
+        if dead := [c for c in self.children if not c.running() and not c.stopped_by_us]:
             child = dead[0]
             raise RuntimeError(f"{child.name} exited with status {child.returncode}; last lines of {child.log_path}:\n"
                                f"{child.log_tail()}")
@@ -288,7 +258,7 @@ class Services(ChildSet):
             raise RuntimeError(what)
 
     def await_ranks(self, reported: Callable[[], set[str]], devices: Sequence[str], timeout_s: float) -> None:
-        """Wait until the rank of every one of `devices` has reported a step (`reported()`: the devices that have)."""
+        """Wait until every one of `devices` has reported a step (`reported()`: the devices that have)."""
         deadline = time.monotonic() + timeout_s
         while not set(devices) <= reported():
             self.check(deadline, f"the trainer ranks did not report a step within {timeout_s:.0f} s; see "
@@ -301,8 +271,7 @@ class Services(ChildSet):
             child.stop(signum, grace)
 
     def stop_all(self) -> None:
-        """Producers (SIGINT), then trainers, the request load, serve and coordinators (SIGTERM); anything left is
-        killed."""
+        """Producers (SIGINT), then trainers, requests, serve and coordinators (SIGTERM); then kill what is left."""
         for kind, signum in (("producer", signal.SIGINT), ("trainer", signal.SIGTERM), ("requests", signal.SIGTERM),
                              ("serve", signal.SIGTERM), ("coordinator", signal.SIGTERM)):
             self.stop_kind(kind, signum, 60.0)
@@ -311,10 +280,6 @@ class Services(ChildSet):
     def pids(self) -> dict[str, int]:
         """Name → pid of every running child."""
         return {c.name: c.pid for c in self.children if c.running() and c.pid is not None}
-
-
-# ---------------------------------------------------------------------------------------------
-# Probes
 
 
 def _children(pid: int) -> list[int]:
@@ -347,10 +312,9 @@ def watermarks(consumer: Any, kafka: KafkaConfig, devices: Sequence[str], timeou
     for device in devices:
         topic = kafka.topics.device(device)
         meta = list_topics(consumer, timeout, topic).topics.get(topic)
-        if meta is None or meta.error is not None:
-            continue
-        marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout) for p in meta.partitions]
-        out[device] = (sum(lo for lo, _ in marks), sum(hi for _, hi in marks))
+        if meta is not None and meta.error is None:
+            marks = [kafka_watermarks(consumer, TopicPartition(topic, p), timeout) for p in meta.partitions]
+            out[device] = (sum(lo for lo, _ in marks), sum(hi for _, hi in marks))
     return out
 
 

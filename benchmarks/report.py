@@ -1,9 +1,5 @@
-"""`BENCHMARKS.md`, generated whole from the benchmarks' JSON: nothing in it is written by hand.
-
-Each benchmark's section is its `about` text (what it measures and how, from its code), its measuring context
-(commit, machine, load, date, command line: stamped into its JSON by `bench` itself, or "not recorded" in older
-files) and its figures as its renderer draws them, targets against what was measured included. `all.json`
-gives what the last `bench all` ran.
+"""`BENCHMARKS.md`, generated whole from the benchmarks' JSON: each section is the benchmark's account of how it
+measures (docs/benchmarks/<name>.md), the context its JSON was measured in, and its figures, targets and plot.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from benchmarks.cli import choose, register, with_context
 from benchmarks.common import Bench, LaunchOptions, interleaved
 from benchmarks.convergence import BENCH as CONVERGENCE
 from benchmarks.convergence import ConvergenceResult, ConvergenceSetup, Curve, analyse, smoothed
-from benchmarks.registry import REGISTRY, bench_named
+from benchmarks.registry import REGISTRY
 from benchmarks.report import BenchRun, SuiteRuns, render_markdown, render_sections
 from streamtrain_cli import app, bench_app
 
@@ -65,9 +65,6 @@ def test_every_benchmark_of_the_registry_is_a_bench_command() -> None:
     fresh = typer.Typer()
     register(typer.Typer(), fresh)
     assert [info.name for info in fresh.registered_commands] == [*names, "all", "report"]
-    assert bench_named("soak") is REGISTRY[-1]
-    with pytest.raises(KeyError, match="have: kafka"):
-        bench_named("nosuch")
 
 
 def test_only_and_skip_choose_in_registry_order() -> None:

@@ -5,6 +5,7 @@ How it measures, and why that way: docs/benchmarks/convergence.md (also its sect
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 import time
 from collections.abc import Callable
@@ -14,27 +15,14 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from streamtrain.config import ProducerConfig
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
 from . import common
-from .common import (
-    TIMES,
-    Bench,
-    Record,
-    Result,
-    Target,
-    about,
-    heldout_score,
-    num,
-    publish,
-    pyplot,
-    table,
-    targets_table,
-)
+from .common import TIMES, Bench, Record, Result, Target, about, num, publish, pyplot, table, targets_table
 
 __all__ = ["AGGREGATIONS", "BENCH", "ConvergenceCell", "ConvergenceResult", "ConvergenceSetup", "Curve", "analyse",
            "run_convergence", "smoothed"]
@@ -46,30 +34,20 @@ AGGREGATIONS = ("sgd", "weighted", "plain")
 class ConvergenceSetup(Record):
     """One convergence experiment: the stream, how it is split over ranks, the model and the target."""
 
-    world: int = 4
-    """gloo ranks (devices) of the weighted and plain cells."""
-    steps: int = 200
-    """Steps every cell trains (all cells see exactly the same samples)."""
-    shares: tuple[float, ...] = (0.7, 0.2, 0.08, 0.02)
-    """Expected share of each device in a step's global batch (uneven on purpose)."""
-    idle_probability: float = 0.2
-    """Chance that a device contributes nothing to a step (its stream stalled)."""
-    batch_min: int = 16
-    """Global batch drawn for a step in [batch_min, batch_max] (before idle devices drop out)."""
+    world: int = 4  # gloo ranks (devices) of the weighted and plain cells
+    steps: int = Field(200, ge=1)  # steps every cell trains (all cells see exactly the same samples)
+    shares: tuple[float, ...] = (0.7, 0.2, 0.08, 0.02)  # expected share of each device in a step's batch (uneven)
+    idle_probability: float = 0.2  # chance that a device contributes nothing to a step (its stream stalled)
+    batch_min: int = Field(16, ge=1)  # a step's global batch: drawn in [batch_min, batch_max], then idle devices drop
     batch_max: int = 96
     classes: int = 8
     features: int = 16
-    labels_per_device: int = 2
-    """Non-IID: classes each device sees (device i: classes 2i, 2i+1)."""
+    labels_per_device: int = 2  # non-IID: classes each device sees (device i: classes 2i, 2i+1)
     size_mean: float = 12.0
-    size_dif: float = 8.0
-    """Std of sample sizes (CHRONICA's DIF)."""
-    signal: float = 0.25
-    """Prototype strength of the synthetic task (lower is harder)."""
-    heldout: int = 2000
-    """Held-out samples, drawn from the device streams in proportion to `shares`."""
-    target_accuracy: float = 0.85
-    """Held-out accuracy to reach (judged on the trailing mean of `smooth_steps` steps)."""
+    size_dif: float = 8.0  # std of sample sizes (CHRONICA's DIF)
+    signal: float = 0.25  # prototype strength of the synthetic task (lower is harder)
+    heldout: int = 2000  # held-out samples, drawn from the device streams in proportion to `shares`
+    target_accuracy: float = Field(0.85, gt=0, lt=1)  # held-out accuracy to reach (trailing mean of smooth_steps)
     smooth_steps: int = 5
     hidden_size: int = 32
     num_layers: int = 1
@@ -86,10 +64,8 @@ class ConvergenceSetup(Record):
             raise ValueError(f"shares has {len(self.shares)} entries for a world of {self.world}")
         if self.world * self.labels_per_device > self.classes:
             raise ValueError("world * labels_per_device must not exceed classes (disjoint device label sets)")
-        if not 0 < self.target_accuracy < 1:
-            raise ValueError(f"target_accuracy must be in (0, 1), got {self.target_accuracy}")
-        if self.steps < 1 or self.batch_min < 1 or self.batch_max < self.batch_min:
-            raise ValueError("steps >= 1 and 1 <= batch_min <= batch_max are required")
+        if self.batch_max < self.batch_min:
+            raise ValueError("batch_max must not be below batch_min")
         return self
 
     def trainer_config(self, aggregation: str) -> TrainerConfig:
@@ -105,14 +81,11 @@ class ConvergenceSetup(Record):
     def counts(self) -> np.ndarray:
         """(steps, world) samples each device contributes to each step (zeros included)."""
         rng = np.random.default_rng([self.seed, 0xC0])
-        shares = np.asarray(self.shares, dtype=np.float64)
-        shares = shares / shares.sum()
+        shares = np.asarray(self.shares, dtype=np.float64) / np.sum(self.shares)
         out = np.zeros((self.steps, self.world), dtype=np.int64)
-        for step in range(self.steps):
-            batch = int(rng.integers(self.batch_min, self.batch_max + 1))
-            counts = rng.multinomial(batch, shares)
-            counts[rng.random(self.world) < self.idle_probability] = 0
-            out[step] = counts
+        for row in out:
+            row[:] = rng.multinomial(int(rng.integers(self.batch_min, self.batch_max + 1)), shares)
+            row[rng.random(self.world) < self.idle_probability] = 0
         return out
 
     def _draw(self, seed: int, counts: Any, name: str = "") -> list[list[list[Sample]]]:
@@ -124,13 +97,9 @@ class ConvergenceSetup(Record):
             "size": {"kind": "normal", "mean": self.size_mean, "dif": self.size_dif},
             "synthetic": {"features": self.features, "classes": self.classes, "labels_per_device":
                           self.labels_per_device, "signal": self.signal, "task_seed": self.seed}}), self.world)
-        seq = [0] * self.world
-        out = []
-        for row in counts:
-            out.append([[Sample.from_array(f"{name}{device}", seq[device] + i, d.array, label=d.label)
-                         for i, d in enumerate(source.take(device, n) if n else [])] for device, n in enumerate(row)])
-            seq = [s + n for s, n in zip(seq, row, strict=True)]
-        return out
+        numbers = [itertools.count() for _ in range(self.world)]
+        return [[[Sample.from_array(f"{name}{device}", next(numbers[device]), d.array, label=d.label)
+                  for d in source.take(device, n)] for device, n in enumerate(row)] for row in counts]
 
     def schedule(self) -> list[list[list[Sample]]]:
         """`[step][device]` → that device's samples of the step, in stream order (deterministic)."""
@@ -163,11 +132,10 @@ class ConvergenceResult(Result):
 
 @dataclass(frozen=True)
 class ConvergenceCell:
-    """One aggregation's figures from its curve (`analyse`): global samples and steps up to the first step whose
-    smoothed accuracy reaches the target, where it does for good (None: it falls below again), the mean held-out
+    """One aggregation's figures (`analyse`): global samples and steps up to the first step whose smoothed accuracy
+    reaches the target, the samples from which it stays there (None: it falls below again), the mean held-out
     accuracy and loss over the last tenth of the steps, the samples to the target over SGD's."""
 
-    aggregation: str
     samples_to_target: int | None
     steps_to_target: int | None
     samples_to_stay_at_target: int | None
@@ -178,16 +146,15 @@ class ConvergenceCell:
 
 def smoothed(accuracy: list[float], window: int) -> np.ndarray:
     """Trailing mean of the held-out accuracy over `window` evaluations (one per step)."""
-    a = np.asarray(accuracy, dtype=np.float64)
-    sums = np.concatenate([[0.0], np.cumsum(a)])
-    idx = np.arange(1, len(a) + 1)
-    lo = np.maximum(idx - window, 0)
-    return (sums[idx] - sums[lo]) / (idx - lo)
+    sums = np.concatenate([[0.0], np.cumsum(accuracy, dtype=np.float64)])
+    end = np.arange(1, len(sums))
+    start = np.maximum(end - window, 0)
+    return (sums[end] - sums[start]) / (end - start)
 
 
 def analyse(setup: ConvergenceSetup, curves: dict[str, Curve]) -> dict[str, ConvergenceCell]:
-    """Each cell's samples and steps to the target (judged on the trailing mean of `setup.smooth_steps` evaluations,
-    so one lucky evaluation does not count), where it stays at it for good, its final accuracy, its ratio to SGD."""
+    """Each cell's figures, the target judged on the trailing mean of `setup.smooth_steps` evaluations (one lucky
+    evaluation does not count)."""
     rows: dict[str, ConvergenceCell] = {}
     for name in (n for n in AGGREGATIONS if n in curves):  # sgd first: the others' ratios are to it
         curve = curves[name]
@@ -195,14 +162,14 @@ def analyse(setup: ConvergenceSetup, curves: dict[str, Curve]) -> dict[str, Conv
         hit = int(np.argmax(above)) if above.any() else None
         below = np.nonzero(~above)[0]
         stay = (int(below[-1]) + 1 if len(below) else 0) if above[-1] else None
-        samples = int(curve.samples[hit]) if hit is not None else None
+        samples = None if hit is None else curve.samples[hit]
         ref = rows["sgd"].samples_to_target if "sgd" in rows else (samples if name == "sgd" else None)
-        tail = curve.accuracy[-max(1, len(curve.accuracy) // 10):]
+        tail = max(1, len(curve.accuracy) // 10)
         rows[name] = ConvergenceCell(
-            aggregation=name, samples_to_target=samples, steps_to_target=int(curve.step[hit]) if hit is not None
-            else None, samples_to_stay_at_target=int(curve.samples[stay]) if stay is not None else None,
-            final_accuracy=round(float(np.mean(tail)), 4),
-            final_heldout_loss=round(float(np.mean(curve.loss[-len(tail):])), 4),
+            samples_to_target=samples, steps_to_target=None if hit is None else curve.step[hit],
+            samples_to_stay_at_target=None if stay is None else curve.samples[stay],
+            final_accuracy=round(float(np.mean(curve.accuracy[-tail:])), 4),
+            final_heldout_loss=round(float(np.mean(curve.loss[-tail:])), 4),
             ratio_to_sgd=round(float(samples) / ref, 4) if ref and samples is not None else None)
     return rows
 
@@ -227,18 +194,17 @@ def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells:
         schedule = setup.schedule()
         heldout = collate_packed(setup.heldout_samples(), base) if rank == 0 else None
         for cell in cells:
-            config = setup.trainer_config(cell)
-            runner = build_step_runner(config, ctx)
+            runner = build_step_runner(setup.trainer_config(cell), ctx)
             curve: dict[str, list[float]] = {"step": [], "samples": [], "accuracy": [], "loss": []}
             seen = 0
-            for step, per_device in enumerate(schedule):
+            for step, per_device in enumerate(schedule, start=1):
                 mine = [s for device in per_device for s in device] if world == 1 else per_device[rank]
                 seen += runner.run_step(mine).global_samples
                 if heldout is not None:
-                    accuracy, loss = heldout_score(runner.model.module, heldout)
-                    for column, value in zip(curve, (step + 1, seen, accuracy, loss), strict=True):
+                    accuracy, loss = common.heldout_score(runner.model.module, heldout)
+                    for column, value in zip(curve, (step, seen, accuracy, loss), strict=True):
                         curve[column].append(value)
-                    messages.put((cell, step + 1, setup.steps, seen, accuracy))
+                    messages.put((cell, step, setup.steps, seen, accuracy))
             if rank == 0:
                 params = {k: v.detach().cpu().clone() for k, v in runner.model.module.state_dict().items()}
                 torch.save({"curve": curve, "params": params}, Path(out) / f"{cell}.pt")
@@ -247,25 +213,20 @@ def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells:
         destroy_distributed()
 
 
-def _spawn(world: int, setup: ConvergenceSetup, cells: list[str], out: Path, progress: Progress | None) -> None:
+def _spawn(world: int, setup: ConvergenceSetup, cells: list[str], out: Path, progress: Progress) -> None:
+    """`cells` on a process group of `world` ranks, their progress passed on as it arrives."""
     import torch.multiprocessing as mp
 
     from trainer.distributed import free_port
 
-    spawn = mp.get_context("spawn")
-    messages = spawn.SimpleQueue()
+    messages = mp.get_context("spawn").SimpleQueue()
     context = mp.start_processes(_rank_main, args=(world, free_port(), setup, cells, str(out), messages),
                                  nprocs=world, join=False, start_method="spawn")
-
-    def drain() -> None:
+    done = False
+    while not done:
+        done = context.join(timeout=0.2)
         while not messages.empty():
-            cell, step, steps, seen, accuracy = messages.get()
-            if progress is not None:
-                progress(cell, step, steps, seen, accuracy)
-
-    while not context.join(timeout=0.2):
-        drain()
-    drain()
+            progress(*messages.get())
 
 
 def run_convergence(setup: ConvergenceSetup, out: Path, progress: Progress | None = None) -> ConvergenceResult:
@@ -274,36 +235,34 @@ def run_convergence(setup: ConvergenceSetup, out: Path, progress: Progress | Non
 
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="st-convergence-") as tmp:
-        _spawn(1, setup, ["sgd"], Path(tmp), progress)
-        _spawn(setup.world, setup, ["weighted", "plain"], Path(tmp), progress)
+        for world, cells in ((1, ["sgd"]), (setup.world, ["weighted", "plain"])):
+            _spawn(world, setup, cells, Path(tmp), progress or (lambda *_: None))
         loaded = {name: torch.load(Path(tmp) / f"{name}.pt", weights_only=False) for name in AGGREGATIONS}
 
-    def max_diff(a: str, b: str) -> float:
-        pa, pb = loaded[a]["params"], loaded[b]["params"]
-        return max(float((pa[k].double() - pb[k].double()).abs().max()) for k in pa)
+    def max_diff_to_sgd(name: str) -> float:
+        ours, sgd = loaded[name]["params"], loaded["sgd"]["params"]
+        return max(float((ours[k].double() - sgd[k].double()).abs().max()) for k in ours)
 
     return publish(BENCH, ConvergenceResult(
         setup=setup, curves={name: Curve.model_validate(loaded[name]["curve"]) for name in AGGREGATIONS},
-        weighted_vs_sgd_max_param_diff=max_diff("weighted", "sgd"),
-        plain_vs_sgd_max_param_diff=max_diff("plain", "sgd"),
+        weighted_vs_sgd_max_param_diff=max_diff_to_sgd("weighted"),
+        plain_vs_sgd_max_param_diff=max_diff_to_sgd("plain"),
         seconds=round(time.perf_counter() - began, 1)), out)
 
 
-_STYLES = {"sgd": ("black", "-", 3.0), "weighted": ("tab:blue", "--", 1.6), "plain": ("tab:red", "-", 1.4)}
-_LABELS = {"sgd": "single-process SGD", "weighted": "weighted (λ = samples)", "plain": "plain DDP average"}
+#: Each cell's line in the plot: label, colour, style, width.
+_LINES = {"sgd": ("single-process SGD", "black", "-", 3.0), "plain": ("plain DDP average", "tab:red", "-", 1.4),
+          "weighted": ("weighted (λ = samples)", "tab:blue", "--", 1.6)}
 
 
 def plot_convergence(result: ConvergenceResult) -> Any:
     """Held-out accuracy and loss against samples trained, one line per cell, with the target."""
-    setup = result.setup
+    setup, target = result.setup, result.setup.target_accuracy
     fig, (acc_ax, loss_ax) = pyplot().subplots(1, 2, figsize=(11, 4))
     for name, curve in result.curves.items():
-        color, style, width = _STYLES.get(name, ("grey", "-", 1.0))
-        label = _LABELS.get(name, name)
-        acc_ax.plot(curve.samples, smoothed(curve.accuracy, setup.smooth_steps), style, color=color, lw=width,
-                    label=label)
-        loss_ax.plot(curve.samples, curve.loss, style, color=color, lw=width, label=label)
-    target = setup.target_accuracy
+        label, color, style, width = _LINES.get(name, (name, "grey", "-", 1.0))
+        for ax, values in ((acc_ax, smoothed(curve.accuracy, setup.smooth_steps)), (loss_ax, curve.loss)):
+            ax.plot(curve.samples, values, style, color=color, lw=width, label=label)
     acc_ax.axhline(target, color="grey", lw=0.8, ls=":")
     acc_ax.text(0, target, f" target {target:.2f}", va="bottom", color="grey", fontsize=8)
     acc_ax.set(xlabel="samples trained (global)", ylabel="held-out accuracy",
@@ -311,8 +270,7 @@ def plot_convergence(result: ConvergenceResult) -> Any:
     loss_ax.set(xlabel="samples trained (global)", ylabel="held-out cross-entropy", title="loss")
     acc_ax.legend(loc="lower right", fontsize=8)
     fig.suptitle(f"convergence with uneven batches: {setup.world} gloo ranks, shares {list(setup.shares)}, "
-                 f"idle p={setup.idle_probability}, non-IID ({setup.labels_per_device} classes/device)",
-                 fontsize=9)
+                 f"idle p={setup.idle_probability}, non-IID ({setup.labels_per_device} classes/device)", fontsize=9)
     return fig
 
 
@@ -348,18 +306,18 @@ def convergence_targets(result: ConvergenceResult) -> list[Target]:
 def render_convergence(result: ConvergenceResult) -> str:
     """The `convergence` section of BENCHMARKS.md: setup, targets, the cells."""
     setup, counts = result.setup, result.setup.counts()
-    rows = [[c.aggregation, c.samples_to_target, c.steps_to_target, num(c.ratio_to_sgd, 3),
+    rows = [[name, c.samples_to_target, c.steps_to_target, num(c.ratio_to_sgd, 3),
              "never" if c.samples_to_stay_at_target is None else c.samples_to_stay_at_target,
-             f"{c.final_accuracy:.3f}", f"{c.final_heldout_loss:.3f}"] for c in analyse(setup, result.curves).values()]
+             f"{c.final_accuracy:.3f}", f"{c.final_heldout_loss:.3f}"]
+            for name, c in analyse(setup, result.curves).items()]
     return "\n\n".join([
         f"Setup: {setup.world} gloo ranks on the CPU, {setup.steps} steps, expected per-rank shares "
-        f"{num(setup.shares)} of a global batch drawn in [{setup.batch_min}, {setup.batch_max}], each rank "
-        f"idle with probability {setup.idle_probability} ({int((counts == 0).sum())} of {counts.size} "
-        f"rank-steps idle, {int((counts.sum(axis=1) == 0).sum())} empty steps); non-IID ({setup.labels_per_device} of "
-        f"{setup.classes} classes per device), sizes normal mean {setup.size_mean:g} DIF "
-        f"{setup.size_dif:g}, signal {setup.signal:g}. Target: held-out accuracy "
-        f"{setup.target_accuracy:.2f} (trailing mean of {setup.smooth_steps} steps); held-out set of "
-        f"{setup.heldout:,} samples from the same device streams in the same proportions. "
+        f"{num(setup.shares)} of a global batch drawn in [{setup.batch_min}, {setup.batch_max}], each rank idle "
+        f"with probability {setup.idle_probability} ({int((counts == 0).sum())} of {counts.size} rank-steps idle, "
+        f"{int((counts.sum(axis=1) == 0).sum())} empty steps); non-IID ({setup.labels_per_device} of {setup.classes} "
+        f"classes per device), sizes normal mean {setup.size_mean:g} DIF {setup.size_dif:g}, signal {setup.signal:g}. "
+        f"Target: held-out accuracy {setup.target_accuracy:.2f} (trailing mean of {setup.smooth_steps} steps); "
+        f"held-out set of {setup.heldout:,} samples from the same device streams in the same proportions. "
         f"Run time {result.seconds:.0f} s.",
         targets_table(convergence_targets(result)),
         table(["aggregation", "samples to target", "steps", "ratio to SGD", "samples to stay at target",
@@ -382,10 +340,9 @@ def convergence_command(
     from streamtrain.cli_support import config_from, console
 
     config_from(ctx)
-    base = ConvergenceSetup(seed=seed)
-    setup = ConvergenceSetup(seed=seed, steps=steps or (100 if quick else base.steps),
-                             heldout=1000 if quick else base.heldout,
-                             target_accuracy=target or base.target_accuracy, quick=quick)
+    chosen = {"steps": steps or (100 if quick else None), "heldout": 1000 if quick else None, "target_accuracy": target}
+    setup = ConvergenceSetup.model_validate({"seed": seed, "quick": quick, **{k: v for k, v in chosen.items() if v}})
+
     def progress(cell: str, step: int, steps: int, samples: int, accuracy: float) -> None:
         if step % 25 == 0 or step == steps:
             console.print(f"{cell:<8} step {step:>4}/{steps}: {samples:>6,} samples, held-out accuracy {accuracy:.3f}",

@@ -20,10 +20,9 @@ from . import common
 from .common import TIMES, Bench, Record, Result, Target, about, interleaved, publish, pyplot, table, targets_table
 
 if TYPE_CHECKING:
-    from coordinator.policies import Policy
     from coordinator.state import PlanningState
 
-__all__ = ["BENCH", "GRID", "LatencyCell", "SchedulerResult", "measure_scheduler", "references", "synthetic_state"]
+__all__ = ["BENCH", "SchedulerResult", "measure_scheduler", "synthetic_state"]
 
 #: (devices, pending samples per device) of every cell.
 GRID = ((8, 256), (8, 4096), (32, 256), (32, 4096), (128, 256), (128, 4096), (1024, 256), (1024, 4096))
@@ -45,14 +44,6 @@ class SchedulerResult(Result):
     cells: list[LatencyCell]
 
 
-def references() -> dict[str, Policy]:
-    """The plain specifications of the fast paths, timed by `--reference` as "<policy>@reference"."""
-    from coordinator.policies.chronica import plan_chronica_reference
-    from coordinator.policies.ett_stream import plan_ett_stream_reference
-
-    return {"ett-stream": plan_ett_stream_reference, "chronica": plan_chronica_reference}
-
-
 def synthetic_state(devices: int, pending: int, seed: int = 0) -> PlanningState:
     """A backlogged fleet: speeds 1-4x, sizes lognormal (mean 45, std 32), streams at 50-150 samples/s."""
     from coordinator.perfmodel import PerfModel
@@ -71,19 +62,19 @@ def synthetic_state(devices: int, pending: int, seed: int = 0) -> PlanningState:
     return PlanningState(step=1, now=10.0, devices=tuple(out), last_step_seconds=0.3)
 
 
-def measure_scheduler(config: CoordinatorConfig, policies: tuple[str, ...] = ("ett-stream", "chronica"),
-                      repeats: int = 30, progress: Callable[[str], None] | None = None,
-                      reference: bool = False) -> list[LatencyCell]:
-    """Median and p99 plan latency (ms) per policy and (devices, pending per device) cell, the policies interleaved.
+def measure_scheduler(config: CoordinatorConfig, repeats: int, reference: bool,
+                      progress: Callable[[str], None]) -> list[LatencyCell]:
+    """Median and p99 plan latency (ms) of ett-stream and chronica per (devices, pending per device) cell, the
+    policies interleaved; with `reference`, also of their plain specifications, as "<policy>@reference"."""
+    from coordinator.policies import get_policy, plan_with
+    from coordinator.policies.chronica import plan_chronica_reference
+    from coordinator.policies.ett_stream import plan_ett_stream_reference
 
-    With `reference`, each policy that has one in `references()` is also timed through its plain specification,
-    as "<policy>@reference".
-    """
-    from coordinator.policies import plan_step, plan_with
-
-    plain = references()
-    names = [p for policy in policies for p in (policy, f"{policy}@reference")
-             if p == policy or (reference and policy in plain)]
+    policies = {}
+    for name, specification in (("ett-stream", plan_ett_stream_reference), ("chronica", plan_chronica_reference)):
+        policies[name] = get_policy(name)
+        if reference:
+            policies[f"{name}@reference"] = specification
     cells = []
     for devices, pending in GRID:
         state = synthetic_state(devices, pending)
@@ -92,19 +83,15 @@ def measure_scheduler(config: CoordinatorConfig, policies: tuple[str, ...] = ("e
 
         def timed(name: str, r: int, state: PlanningState = state, cfg: CoordinatorConfig = cfg) -> float:
             t0 = time.perf_counter()
-            if name.endswith("@reference"):
-                plan_with(replace(state, step=r), cfg, plain[name.removesuffix("@reference")])
-            else:
-                plan_step(replace(state, step=r), cfg, name)
+            plan_with(replace(state, step=r), cfg, policies[name])
             return (time.perf_counter() - t0) * 1000.0
 
-        for name, times in interleaved(names, repeats, timed).items():
-            cells.append(LatencyCell(policy=name, devices=devices, pending_per_device=pending,
-                                     latency_ms_median=float(np.median(times)),
-                                     latency_ms_p99=float(np.percentile(times, 99))))
-            if progress is not None:
-                progress(f"{name:10s} {devices:5d} devices x {pending:5d} pending: median "
-                         f"{cells[-1].latency_ms_median:.2f} ms, p99 {cells[-1].latency_ms_p99:.2f} ms")
+        for name, times in interleaved(list(policies), repeats, timed).items():
+            cells.append(cell := LatencyCell(policy=name, devices=devices, pending_per_device=pending,
+                                             latency_ms_median=float(np.median(times)),
+                                             latency_ms_p99=float(np.percentile(times, 99))))
+            progress(f"{name:10s} {devices:5d} devices x {pending:5d} pending: median {cell.latency_ms_median:.2f} ms, "
+                     f"p99 {cell.latency_ms_p99:.2f} ms")
     return cells
 
 
@@ -118,25 +105,22 @@ def scheduler_command(
     """Plan latency (median, p99) of ett-stream and chronica for 8-1024 devices x 256/4096 pending."""
     from streamtrain.cli_support import config_from, console
 
-    cells = measure_scheduler(config_from(ctx).coordinator, repeats=repeats, reference=reference,
-                              progress=lambda text: console.print(text, highlight=False))
+    cells = measure_scheduler(config_from(ctx).coordinator, repeats, reference,
+                              lambda text: console.print(text, highlight=False))
     publish(BENCH, SchedulerResult(cells=cells), out)
-
-
-def _median_at(result: SchedulerResult, devices: int, pending: int) -> float | None:
-    return next((c.latency_ms_median for c in result.cells
-                 if (c.policy, c.devices, c.pending_per_device) == ("ett-stream", devices, pending)), None)
 
 
 def scheduler_targets(result: SchedulerResult) -> list[Target]:
     """ett-stream's median plan latency at 32 devices x 4096 pending and 1024 x 256."""
+    medians = {(c.devices, c.pending_per_device): c.latency_ms_median for c in result.cells if c.policy == "ett-stream"}
     return [Target(f"≤ {limit:g} ms at {devices} devices {TIMES} {pending} pending", "—" if at is None else
                    f"{at:.2f} ms", None if at is None else at <= limit, "not reported")
             for devices, pending, limit in ((32, 4096, 5.0), (1024, 256, 50.0))
-            for at in [_median_at(result, devices, pending)]]
+            for at in [medians.get((devices, pending))]]
 
 
 def plot_scheduler(result: SchedulerResult) -> Any:
+    """Median plan latency against devices (log-log), a line per policy and backlog."""
     cells = result.cells
     fig, ax = pyplot().subplots(figsize=(6, 3))
     for policy in sorted({c.policy for c in cells}):
@@ -147,8 +131,7 @@ def plot_scheduler(result: SchedulerResult) -> Any:
     ax.set_xscale("log", base=2)
     devices = sorted({c.devices for c in cells})
     ax.set_xticks(devices, [str(n) for n in devices])
-    ax.set_yscale("log")
-    ax.set(xlabel="devices", ylabel="plan latency, median (ms)")
+    ax.set(yscale="log", xlabel="devices", ylabel="plan latency, median (ms)")
     ax.legend(fontsize=7)
     return fig
 

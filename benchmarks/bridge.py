@@ -1,13 +1,11 @@
 """`streamtrain bench bridge`: the bridge's throughput beside a bare consume-produce loop of the same records.
 
-How it measures, and why that way: docs/benchmarks/bridge.md (also its section of BENCHMARKS.md).
-"""
+How it measures, and why that way: docs/benchmarks/bridge.md (also its section of BENCHMARKS.md)."""
 
 from __future__ import annotations
 
 import json
 import statistics
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -19,8 +17,7 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 
 from bridge.service import Bridge
-from streamtrain.broker import EmbeddedBroker
-from streamtrain.config import BrokerConfig, KafkaConfig, StreamtrainConfig
+from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import (
     TopicSpec,
     consume_available,
@@ -33,6 +30,7 @@ from streamtrain.kafka import (
 )
 
 from .common import TIMES, Bench, Out, Result, about, publish, pyplot, table
+from .live import live_broker
 
 __all__ = ["BENCH", "BridgeResult", "plot_bridge", "render_bridge"]
 
@@ -52,7 +50,6 @@ class BridgeResult(Result):
     transaction_records: int
     transaction_seconds: float
     records_per_s: dict[str, list[float]]
-    """Each loop's records/s in each repeat."""
     records_per_s_median: dict[str, float]
     transactions_vs_bare: float
     """bare_transactions / bare (medians): what transactions cost a bare loop."""
@@ -88,35 +85,35 @@ def _bare(cfg: KafkaConfig, source: str, records: int, batch: int | None) -> flo
         producer.init_transactions(60)
     consumer.subscribe([source])
     try:
-        began, done, open_records = 0.0, 0, 0
+        began, done = 0.0, 0
         while done < records:
             for msg in consume_available(consumer, 500, 0.5):
                 if msg.error() is not None:
                     continue
                 began = began or time.perf_counter()
-                if batch and not open_records:
+                if batch and done % batch == 0:
                     producer.begin_transaction()
                 produce(producer, target, msg.value() or b"", key=msg.key())
-                done, open_records = done + 1, open_records + 1
-                if batch and open_records >= batch:
-                    _commit_transaction(producer, consumer)
-                    open_records = 0
-        if batch and open_records:
-            _commit_transaction(producer, consumer)
-        elif not batch:
-            if producer.flush(60):
-                raise RuntimeError("the bare loop could not deliver every record")
-            consumer.commit(offsets=[tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0],
-                            asynchronous=False)
+                done += 1
+                if batch and done % batch == 0:
+                    _commit(producer, consumer, transaction=True)
+        if not batch or done % batch:
+            _commit(producer, consumer, transaction=bool(batch))
         return records / (time.perf_counter() - began)
     finally:
         consumer.close()
 
 
-def _commit_transaction(producer: Producer, consumer: Consumer) -> None:
+def _commit(producer: Producer, consumer: Consumer, transaction: bool) -> None:
+    """The consumer's positions committed: in the producer's open transaction, or after every record is delivered."""
     positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
-    producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
-    producer.commit_transaction(30)
+    if transaction:
+        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+    elif producer.flush(60):
+        raise RuntimeError("the bare loop could not deliver every record")
+    else:
+        consumer.commit(offsets=positions, asynchronous=False)
 
 
 def _bridge(cfg: KafkaConfig, source: str, records: int, features: int, batch: int, seconds: float) -> float:
@@ -141,28 +138,25 @@ def _bridge(cfg: KafkaConfig, source: str, records: int, features: int, batch: i
         service.close()
 
 
-def measure_bridge(records: int, features: int, repeats: int, batch: int, seconds: float) -> BridgeResult:
-    """Every loop `repeats` times, alternating, on one embedded broker."""
+def measure_bridge(cfg: StreamtrainConfig, records: int, features: int, repeats: int, batch: int,
+                   seconds: float) -> BridgeResult:
+    """Every loop `repeats` times, alternating, on one embedded broker (`cfg.broker`'s, with a 1 GiB heap)."""
     from streamtrain.cli_support import console
 
     runs: dict[str, list[float]] = {kind: [] for kind in _KINDS}
-    with tempfile.TemporaryDirectory(prefix="st-bench-bridge-") as tmp:
-        broker = EmbeddedBroker(BrokerConfig(data_dir=Path(tmp), heap="1g"))
-        cfg = KafkaConfig(bootstrap_servers=broker.start(), topic_prefix="bench")
-        try:
-            with console.status("writing the source records ..."):
-                size = _write_source(cfg, "bench-source", records, features)
-            for r in range(repeats):
-                for kind in runs:
-                    with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
-                        if kind == "bridge":
-                            rate = _bridge(cfg, "bench-source", records, features, batch, seconds)
-                        else:
-                            rate = _bare(cfg, "bench-source", records, batch if kind == "bare_transactions" else None)
-                    runs[kind].append(rate)
-                    console.print(f"  {kind:<18} {rate:>10,.0f} records/s")
-        finally:
-            broker.stop()
+    with live_broker(cfg.model_copy(update={"broker": cfg.broker.model_copy(update={"heap": "1g"})}), False,
+                     "bridge") as broker:
+        kafka, source = broker.kafka, "bench-source"
+        with console.status("writing the source records ..."):
+            size = _write_source(kafka, source, records, features)
+        loops = {"bare": lambda: _bare(kafka, source, records, None),
+                 "bare_transactions": lambda: _bare(kafka, source, records, batch),
+                 "bridge": lambda: _bridge(kafka, source, records, features, batch, seconds)}
+        for r in range(repeats):
+            for kind, loop in loops.items():
+                with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
+                    runs[kind].append(loop())
+                console.print(f"  {kind:<18} {runs[kind][-1]:>10,.0f} records/s")
     medians = {k: statistics.median(v) for k, v in runs.items()}
     return BridgeResult(
         records_per_run=records, mean_record_bytes=round(size, 1), features=features, repeats=repeats,
@@ -185,8 +179,8 @@ def bridge_command(
     transactions, in one run."""
     from streamtrain.cli_support import config_from, console
 
-    config_from(ctx)
-    result = publish(BENCH, measure_bridge(records, features, repeats, transaction_records, transaction_seconds), out)
+    measured = measure_bridge(config_from(ctx), records, features, repeats, transaction_records, transaction_seconds)
+    result = publish(BENCH, measured, out)
     console.print(f"transactions / bare = {result.transactions_vs_bare:.2f}; bridge / bare in transactions = "
                   f"{result.bridge_vs_bare_transactions:.2f}", highlight=False)
 

@@ -1,7 +1,6 @@
 """Freshness end to end: how soon a produced sample is in the model `serve` answers with (`bench freshness`).
 
-How it measures, and why that way: docs/benchmarks/freshness.md (also its section of BENCHMARKS.md).
-"""
+How it measures, and why that way: docs/benchmarks/freshness.md (also its section of BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -10,20 +9,9 @@ from typing import Annotated
 
 import typer
 
-from .common import (
-    Bench,
-    LaunchOptions,
-    Out,
-    Record,
-    Result,
-    Target,
-    WorkDir,
-    about,
-    num,
-    publish,
-    table,
-    targets_table,
-)
+from streamtrain.results import Record
+
+from .common import Bench, LaunchOptions, Out, Result, Target, WorkDir, about, num, publish, table, targets_table
 from .live import CellRun, StackCell, live_broker, run_stack_cell
 
 __all__ = ["BENCH", "FreshnessCell", "FreshnessResult"]
@@ -32,8 +20,8 @@ __all__ = ["BENCH", "FreshnessCell", "FreshnessResult"]
 MEDIAN_TARGET_S, P99_TARGET_S = 1.5, 5.0
 #: The demo's rates (series/s per device).
 RATES = (9.0, 9.0, 9.0, 3.0)
-#: examples/plaid-demo.toml's model and plan settings, used when the benchmark is given no --config (a benchmark
-#: must run from an installed package, where the examples are not).
+#: examples/plaid-demo.toml's model and plan settings under the launch's --set flags, used when the benchmark is given
+#: no --config (a benchmark must run from an installed package, where the examples are not).
 DEMO: dict[str, object] = {
     "trainer.model": "seq", "trainer.num_features": 1, "trainer.num_classes": 11, "trainer.hidden_size": 32,
     "trainer.num_layers": 4, "trainer.optimizer": "adamw", "trainer.lr": 0.003, "trainer.lr_scaling": False,
@@ -52,18 +40,18 @@ class FreshnessCell(Record):
     """One scenario's run: its freshness and what it is made of."""
 
     scenario: str
-    freshness_median_s: float | None
-    freshness_p99_s: float | None
-    published_median_s: float | None
+    freshness_median_s: float | None = None
+    freshness_p99_s: float | None = None
+    published_median_s: float | None = None
     """Produced to the announcement of the version that first trained the sample (the training side)."""
-    samples: int
-    unserved_samples: int
-    versions_published: int
-    versions_served: int
-    request_latency_median_s: float | None
-    sample_delay_median_s: float | None
+    samples: int = 0
+    unserved_samples: int = 0
+    versions_published: int = 0
+    versions_served: int = 0
+    request_latency_median_s: float | None = None
+    sample_delay_median_s: float | None = None
     """Appended to processed by a step (the report's sample delay): waiting in Kafka and the buffer."""
-    heldout_accuracy_final: float | None
+    heldout_accuracy_final: float | None = None
     error: str | None = None
 
 
@@ -76,19 +64,11 @@ class FreshnessResult(Result):
     cells: list[FreshnessCell]
 
 
-def demo_settings(launch: LaunchOptions) -> dict[str, object]:
-    """`DEMO` under the launch's own `--set` flags (which win), or nothing when a --config file says it all."""
-    return {**DEMO, **launch.overrides()} if launch.config_file is None else {}
-
-
 def _cell(scenario: str, ran: CellRun) -> FreshnessCell:
     report = ran.report
     out = report.model_out if report is not None else None
     if report is None or out is None:
-        return FreshnessCell(scenario=scenario, freshness_median_s=None, freshness_p99_s=None, published_median_s=None,
-                             samples=0, unserved_samples=0, versions_published=0, versions_served=0,
-                             request_latency_median_s=None, sample_delay_median_s=None, heldout_accuracy_final=None,
-                             error=ran.error or "no report")
+        return FreshnessCell(scenario=scenario, error=ran.error or "no report")
     return FreshnessCell(
         scenario=scenario, freshness_median_s=out.freshness_seconds_median, freshness_p99_s=out.freshness_seconds_p99,
         published_median_s=out.freshness_published_seconds_median, samples=out.freshness_samples or 0,
@@ -112,8 +92,7 @@ def freshness_command(
 
     Runs `up --dataset plaid --serve` with examples/plaid-demo.toml's model and plans (or those of --config) for
     --duration seconds per scenario on an embedded broker (or the one at kafka.bootstrap_servers when set). Writes
-    DIR/freshness.json. Target at line rate: median <= 1.5 s, p99 <= 5 s.
-    """
+    DIR/freshness.json. Target at line rate: median <= 1.5 s, p99 <= 5 s."""
     from stack.replay import resolve_replay
     from stack.services import device_streams
     from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
@@ -123,9 +102,10 @@ def freshness_command(
     if unknown := [s for s in chosen if s not in SCHEDULES]:
         die(f"--scenario {', '.join(unknown)}: choose line-rate or burst", EXIT_CONFIG)
     launch = LaunchOptions.of(ctx)
+    demo = {**DEMO, **launch.overrides()} if launch.config_file is None else {}  # a --config file says it all
     cells = []
     with live_broker(cfg, "bootstrap_servers" in cfg.kafka.model_fields_set, "freshness") as broker:
-        base = {**demo_settings(launch), "kafka.bootstrap_servers": broker.kafka.bootstrap_servers}
+        base = {**demo, "kafka.bootstrap_servers": broker.kafka.bootstrap_servers}
         replay = resolve_replay("plaid", launch.config(base), len(RATES)).settings
         for i, name in enumerate(chosen):
             console.print(f"freshness: {name}, {duration:g} s", highlight=False)
@@ -141,8 +121,7 @@ def freshness_command(
                           f"{c.versions_published} versions served" + (f"; error: {c.error}" if c.error else ""),
                           highlight=False)
     publish(BENCH, FreshnessResult(duration_s=duration, request_rate=request_rate, cells=cells,
-                                   publish_every_s=launch.config(demo_settings(launch)).versions.publish_every_seconds),
-            out)
+                                   publish_every_s=launch.config(demo).versions.publish_every_seconds), out)
     if any(c.error for c in cells):
         raise typer.Exit(1)
 
@@ -160,10 +139,9 @@ def freshness_targets(result: FreshnessResult) -> list[Target]:
 
 def render_freshness(result: FreshnessResult) -> str:
     """The freshness section of BENCHMARKS.md: the target, then each scenario and what its freshness is made of."""
-    rows = [(c.scenario, num(c.freshness_median_s), num(c.freshness_p99_s), num(c.published_median_s),
-             num(c.sample_delay_median_s), num(c.request_latency_median_s), f"{c.versions_served}/"
-             f"{c.versions_published}", c.samples, c.unserved_samples, num(c.heldout_accuracy_final, 3))
-            for c in result.cells]
+    rows = [(c.scenario, c.freshness_median_s, c.freshness_p99_s, c.published_median_s, c.sample_delay_median_s,
+             c.request_latency_median_s, f"{c.versions_served}/{c.versions_published}", c.samples, c.unserved_samples,
+             num(c.heldout_accuracy_final, 3)) for c in result.cells]
     header = ("scenario", "median s", "p99 s", "training side median s", "sample delay median s",
               "request latency median s", "versions served/published", "samples", "unserved", "held-out acc.")
     return "\n\n".join((

@@ -1,7 +1,6 @@
 """`streamtrain bench ingest`: how well the producers keep to their rates, and how fast they go.
 
-How it measures, and why that way: docs/benchmarks/ingest.md (also its section of BENCHMARKS.md).
-"""
+How it measures, and why that way: docs/benchmarks/ingest.md (also its section of BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -16,22 +15,9 @@ import typer
 
 from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin
+from streamtrain.results import Record
 
-from .common import (
-    TIMES,
-    Bench,
-    External,
-    Out,
-    Record,
-    Result,
-    Target,
-    about,
-    num,
-    publish,
-    pyplot,
-    table,
-    targets_table,
-)
+from .common import TIMES, Bench, External, Out, Result, Target, about, num, publish, pyplot, table, targets_table
 from .kafka import kafka_perf_tool
 from .live import live_broker
 
@@ -68,14 +54,9 @@ class IngestResult(Result):
     trainer_record_bytes: int | None = None
     rate_cells: list[RateCell]
 
-    def producer_vs_kafka_tool(self) -> float | None:
-        perf = self.kafka_perf_tool_records_per_s
-        return self.producer_records_per_s / perf if perf else None
-
 
 def _producers(kafka: KafkaConfig, tag: str, devices: int, rate: dict[str, Any], seconds: float, **more: Any) -> Any:
-    """A `StreamProducer` of `devices` fixed-size synthetic streams at `rate`, under its own topic prefix, its topics
-    made."""
+    """A `StreamProducer` of `devices` fixed-size synthetic streams at `rate`, on its own topics (created)."""
     from producers.service import StreamProducer
 
     cfg = ProducerConfig.model_validate({"devices": devices, "duration_seconds": seconds, "rate": rate,
@@ -112,12 +93,8 @@ def throughput(kafka: KafkaConfig, seconds: float, devices: int = 4) -> tuple[fl
 
 def trainer_rate(kafka: KafkaConfig, samples: int) -> tuple[float, float, int]:
     """(samples/s from the first fetch, samples per CPU second of the thread, record bytes) of the trainer's input
-    path on one core: `samples` 1 KiB records published first, then read from the device topic as a rank does
-    (`RankConsumer`: decode, validate, buffer) while the oldest `_BATCH` are taken and packed by `collate_packed`.
-
-    Raises:
-        RuntimeError: not every record was packed within 300 s, or some were dead-lettered.
-    """
+    path on one core: `samples` 1 KiB records published, then read as a rank does (`RankConsumer`) while the oldest
+    `_BATCH` are packed by `collate_packed`. RuntimeError when not all are packed within 300 s or some dead-lettered."""
     import torch
 
     from streamtrain.config import TrainerConfig
@@ -172,9 +149,8 @@ def ingest_command(
     streams: Annotated[str, typer.Option(help="Comma-separated stream counts.")] = "1,4,8,16,32",
     rates: Annotated[str, typer.Option(help="Comma-separated rates, samples/s per device.")] = "100,600",
     external: External = False,
-    trainer_samples: Annotated[
-        int, typer.Option(help="1 KiB samples the trainer's consume -> decode -> collate rate is measured on.", min=1)
-    ] = 50_000,
+    trainer_samples: Annotated[int, typer.Option(min=1, help="1 KiB samples the trainer's consume -> decode -> "
+                                                 "collate rate is measured on.")] = 50_000,
 ) -> None:
     """Achieved per-device rates for 1-32 streams at 100 and 600 samples/s, throughput vs Kafka's perf tool,
     and the trainer's consume -> decode -> collate rate on one core for 1 KiB samples (target >= 20,000/s)."""
@@ -211,9 +187,8 @@ def plot_ingest(result: IngestResult) -> Any:
     for target in sorted({c.target_rate for c in cells}):
         line = sorted((c for c in cells if c.target_rate == target), key=lambda c: c.streams)
         shares = [np.asarray(c.achieved_rates, float) / target for c in line]
-        med = [float(np.median(r)) for r in shares]
-        err = [[m - float(r.min()) for m, r in zip(med, shares, strict=True)],
-               [float(r.max()) - m for m, r in zip(med, shares, strict=True)]]
+        med = np.array([np.median(r) for r in shares])
+        err = [med - [r.min() for r in shares], [r.max() for r in shares] - med]
         ax.errorbar([c.streams for c in line], med, yerr=err, marker="o", capsize=3,
                     label=f"{target:g} samples/s per device")
     ax.axhspan(0.95, 1.05, color="green", alpha=0.1, label="±5% target")
@@ -229,14 +204,15 @@ def plot_ingest(result: IngestResult) -> Any:
 def ingest_targets(result: IngestResult) -> list[Target]:
     """Rates held at 32 streams x 600/s, the producers against Kafka's tool, the trainer's input path."""
     at = next((c.worst() for c in result.rate_cells if (c.streams, c.target_rate) == (32, 600.0)), None)
-    ratio, per_cpu = result.producer_vs_kafka_tool(), result.trainer_samples_per_cpu_s
+    perf, per_cpu = result.kafka_perf_tool_records_per_s, result.trainer_samples_per_cpu_s
+    ratio = result.producer_records_per_s / perf if perf else None
     return [
         Target("32 streams at 600 samples/s, every device within ±5%",
                "not measured" if at is None else f"worst device off by {at * 100:.1f}%", None if at is None
                else at <= 0.05, "ScaDLES Fig. 6: 100/s held for 1-32 streams; 600/s sagged beyond 16 streams"),
         Target(f"unpaced producers ≥ 0.5{TIMES} Kafka's perf tool",
-               "—" if ratio is None else f"{result.producer_records_per_s:,.0f} vs "
-               f"{result.kafka_perf_tool_records_per_s:,.0f} records/s = {ratio:.2f}{TIMES}",
+               "—" if ratio is None else
+               f"{result.producer_records_per_s:,.0f} vs {perf:,.0f} records/s = {ratio:.2f}{TIMES}",
                None if ratio is None else ratio >= 0.5, "not reported"),
         Target("trainer consume → decode → collate ≥ 20,000 samples/s on one core (judged per CPU second of its "
                "thread)", "not measured" if per_cpu is None else f"{per_cpu:,.0f} per CPU second "

@@ -1,7 +1,6 @@
 """`streamtrain bench soak`: 32 device streams at ScaDLES S2 rates through the stack, memory and backlog bounded.
 
-How it measures, and why that way: docs/benchmarks/soak.md (also its section of BENCHMARKS.md).
-"""
+How it measures, and why that way: docs/benchmarks/soak.md (also its section of BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -195,8 +194,8 @@ class TruncationFollower(threading.Thread):
         return {d: o for d, o in wanted.items() if o > self.committed.get(d, -1)}
 
     def run(self) -> None:
-        plans = make_consumer(self.kafka, f"st-bench-soak-plans-{os.getpid()}", **{"enable.auto.commit": "false"})
-        committer = make_consumer(self.kafka, self.group, **{"enable.auto.commit": "false"})
+        plans = make_consumer(self.kafka, f"st-bench-soak-plans-{os.getpid()}")
+        committer = make_consumer(self.kafka, self.group)
         topic = self.kafka.topics.assignments
         try:
             while not self.stop_event.is_set():
@@ -242,7 +241,7 @@ class _Soak:
         self.services = Services(self.kafka, "soak", run_dir / "logs", launch, self.devices)
         self.ckpt, self.versions = run_dir / "checkpoints", run_dir / "versions"
         self.follower = TruncationFollower(self.kafka, "soak.trainers", "soak", self.devices[setup.ranks:])
-        self.probe = make_consumer(self.kafka, "soak.trainers", **{"enable.auto.commit": "false"})  # reads commits
+        self.probe = make_consumer(self.kafka, "soak.trainers")  # reads the ranks' and the follower's commits
         self.samples: list[SoakSample] = []
         self.spans: list[tuple[str, float, float]] = []
 
@@ -278,11 +277,10 @@ class _Soak:
                 self.services.start("requests", "requests", "request", "--rate", str(setup.request_rate or 20.0),
                                     settings=sets)
         self.follower.start()
-        n = max(1, min(setup.producer_procs, setup.devices))
-        ids, rates = self.devices, setup.stream_rates()
+        n, rates = max(1, min(setup.producer_procs, setup.devices)), setup.stream_rates()
         for i in range(n):
             self.services.start(f"producer-{i}", "producer", "produce", "--no-progress",
-                                settings=setup.producer_sets(ids[i::n], rates[i::n], setup.seed + i))
+                                settings=setup.producer_sets(self.devices[i::n], rates[i::n], setup.seed + i))
 
     def sample(self, t: float, truncation: str) -> SoakSample:
         rss: dict[str, int] = {"bench": rss_tree(os.getpid()).get(os.getpid(), 0)}
@@ -312,8 +310,7 @@ class _Soak:
                 self.coordinator(truncation)
             start, end = round(time.monotonic() - began, 1), (index + 1) * total_s / len(setup.phases)
             while time.monotonic() - began < end:
-                s = self.sample(time.monotonic() - began, truncation)
-                self.samples.append(s)
+                self.samples.append(s := self.sample(time.monotonic() - began, truncation))
                 console.print(f"{s.t:4.0f}/{total_s:.0f}s {truncation:<8} retained {sum(s.retained.values()):>7,} "
                               f"lag {sum(s.lag.values()):>7,} RSS {sum(s.rss.values()) / MIB:5.0f} MiB "
                               f"({len(s.rss)} procs)", highlight=False, soft_wrap=True)
@@ -344,18 +341,15 @@ class _Soak:
                 rss_mb={n: [round(s.rss[n] / MIB, 1) if n in s.rss else None for s in samples] for n in processes},
                 retained_total=[sum(s.retained.values()) for s in samples],
                 retained_max_topic=[max(s.retained.values(), default=0) for s in samples],
-                lag_total=[sum(s.lag.values()) for s in samples], lag_max=[max(s.lag.values(), default=0)
-                                                                          for s in samples]))
+                lag_total=[sum(s.lag.values()) for s in samples],
+                lag_max=[max(s.lag.values(), default=0) for s in samples]))
 
 
 def run_soak(cfg: StreamtrainConfig, setup: SoakSetup, out: Path, external: bool = False,
              launch: LaunchOptions = LaunchOptions()) -> SoakResult:
     """Run the soak on a private embedded broker (or the configured Kafka with `external`, whose memory is then not
-    measured), write `out/soak.json` and `out/soak.png`, and return the result.
-
-    Raises:
-        RuntimeError: a service failed (its log's tail), or the ranks did not start.
-    """
+    measured), write `out/soak.json` and `out/soak.png`, and return the result; RuntimeError when a service failed
+    (with its log's tail) or the ranks did not start."""
     with live_broker(cfg, external, "soak") as broker:
         soak = _Soak(broker, setup, setup.work_dir or out / "soak-run", launch)
         try:
@@ -378,18 +372,15 @@ def plot_soak(result: SoakResult) -> Any:
     axes[1].plot(t, series.retained_max_topic, label="largest topic")
     axes[2].plot(t, series.lag_total, label="total")
     axes[2].plot(t, series.lag_max, label="largest device")
-    for ax in axes:
+    panels = (("RSS (MiB)", "resident memory per process"), ("records", "records retained on the broker"),
+              ("records", "lag (high watermark - committed)"))
+    for ax, (ylabel, title) in zip(axes, panels, strict=True):
         for phase in result.phases:
             if phase.truncation == "bounded":
                 ax.axvspan(phase.start_s / 60.0, phase.end_s / 60.0, color="grey", alpha=0.12)
-        ax.set_xlabel("minutes (grey: bounded; white: truncate)")
+        ax.set(xlabel="minutes (grey: bounded; white: truncate)", ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
-    axes[0].set(ylabel="RSS (MiB)", title="resident memory per process")
-    axes[0].legend(fontsize=6, ncol=2)
-    axes[1].set(ylabel="records", title="records retained on the broker")
-    axes[1].legend(fontsize=8)
-    axes[2].set(ylabel="records", title="lag (high watermark - committed)")
-    axes[2].legend(fontsize=8)
+        ax.legend(fontsize=6 if ax is axes[0] else 8, ncol=2 if ax is axes[0] else 1)
     setup = result.setup
     fig.suptitle(f"soak: {setup.devices} streams at ScaDLES {setup.rate_preset} (~{result.arrival_rate_total:,.0f} "
                  f"samples/s), {setup.ranks} ranks, {setup.minutes:g} min", fontsize=9)

@@ -1,7 +1,6 @@
 """`streamtrain bench truncation`: what `persist`, `truncate` and `bounded` retain when streams outrun training.
 
-How it measures, and why that way: docs/benchmarks/truncation.md (also its section of BENCHMARKS.md).
-"""
+How it measures, and why that way: docs/benchmarks/truncation.md (also its section of BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -21,20 +20,7 @@ from streamtrain.kafka import make_consumer
 from streamtrain.wire import StepFeedback
 
 from . import common
-from .common import (
-    TIMES,
-    Bench,
-    LaunchOptions,
-    Record,
-    Result,
-    Target,
-    about,
-    num,
-    publish,
-    pyplot,
-    table,
-    targets_table,
-)
+from .common import TIMES, Bench, LaunchOptions, Record, Result, Target, num, publish, pyplot, table, targets_table
 from .live import FeedbackTail, LiveBroker, Services, StreamsSetup, live_broker, train_command, watermarks
 
 __all__ = ["BENCH", "POLICIES", "PolicySeries", "TruncationCell", "TruncationResult", "TruncationSetup",
@@ -42,8 +28,6 @@ __all__ = ["BENCH", "POLICIES", "PolicySeries", "TruncationCell", "TruncationRes
 
 #: The truncation policies, in the order they run.
 POLICIES: tuple[str, ...] = ("persist", "truncate", "bounded")
-#: ScaDLES Table IV: buffer size under persistence over truncation, after their runs.
-PAPER_RATIO_RANGE = (848, 9429)
 
 
 class TruncationSetup(StreamsSetup):
@@ -69,22 +53,6 @@ class TruncationSetup(StreamsSetup):
         return self.trainer_sets(hidden_size=self.hidden_size, num_layers=self.num_layers, seed=self.seed,
                                  checkpoint_every=self.checkpoint_every, log_every=10)
 
-    def coordinator(self, policy: str) -> dict[str, object]:
-        bounded = {"max_lag_samples": self.max_lag_samples} if policy == "bounded" else {}
-        return self.coordinator_sets(policy, delete_records=policy != "persist", delete_trained=policy != "persist",
-                                     poll_interval_seconds=0.5, feedback_wait_seconds=0.5, **bounded)
-
-    def heldout_samples(self) -> list[Any]:
-        """Held-out samples of the same task and devices (another seed of the same streams)."""
-        from producers.sources import SyntheticSource
-        from streamtrain.wire import Sample
-
-        source = SyntheticSource(load_config(env={}, overrides=self.producers(self.seed + 10_007)).producer,
-                                 self.devices)
-        per = max(1, self.heldout // self.devices)
-        return [Sample.from_array(f"heldout-{d}", i, s.array, label=s.label)
-                for d in range(self.devices) for i, s in enumerate(source.take(d, per))]
-
 
 class PolicySeries(Record):
     """One policy's readings every `sample_every_s` seconds: seconds since the producers started, steps since the
@@ -96,6 +64,13 @@ class PolicySeries(Record):
     retained_records: list[int] = Field(default_factory=list)
     buffer_depth: list[int] = Field(default_factory=list)
     loss: list[float | None] = Field(default_factory=list)
+
+    def growth(self) -> float | None:
+        """Least-squares slope of the records retained over steps, over the second half of the steps."""
+        last = self.step[-1] if self.step else 0
+        half = [(s, r) for s, r in zip(self.step, self.retained_records, strict=True) if s >= last / 2]
+        value = common.slope([float(s) for s, _ in half], [float(r) for _, r in half])
+        return None if value is None else round(value, 2)
 
 
 class TruncationCell(Record):
@@ -128,23 +103,15 @@ class TruncationResult(Result):
         return next((c for c in self.cells if c.policy == policy), None)
 
 
-def second_half_slope(series: PolicySeries) -> float | None:
-    """Least-squares slope of the records retained over steps, over the second half of the steps."""
-    last = series.step[-1] if series.step else 0
-    half = [(s, r) for s, r in zip(series.step, series.retained_records, strict=True) if s >= last / 2]
-    value = common.slope([float(s) for s, _ in half], [float(r) for _, r in half])
-    return None if value is None else round(value, 2)
-
-
 def against_persist(result: TruncationResult) -> dict[str, tuple[float | None, float | None, bool | None]]:
     """Per policy: (persistence's records retained over its own, its second-half growth in records per step, whether
     that growth is flat: under 5% of persistence's, which keeps every record and so grows at the input rate)."""
     persist = result.cell("persist")
     base = persist.retained_records_final if persist else None
-    growth = second_half_slope(result.series["persist"]) if persist else None
+    growth = result.series["persist"].growth() if persist else None
     out = {}
     for cell in result.cells:
-        own = second_half_slope(result.series[cell.policy])
+        own = result.series[cell.policy].growth()
         out[cell.policy] = (round(base / cell.retained_records_final, 1) if base and cell.retained_records_final
                             else None, own,
                             None if own is None or not growth or cell.policy == "persist" else own <= 0.05 * growth)
@@ -169,62 +136,55 @@ class _PolicyRun:
         self.tail = FeedbackTail(self.kafka, f"trunc-{policy}")
         self.probe = make_consumer(self.kafka, f"st-bench-truncation-probe-{policy}")
         self.trace = PolicySeries()  # appended to in place while it runs (its lists are not frozen)
+        self.fed: list[StepFeedback] = []
         self.latest: dict[str, StepFeedback] = {}
-        self.losses: list[tuple[int, float, int]] = []  # (step, loss, samples)
-        self.dropped = self.trained = self.idle_step = 0
         self.marks: dict[str, tuple[int, int]] = {}
+        self.idle_step = 0
         self.step0: int | None = None  # steps count from the first one that trained a streamed sample
 
     def take_feedback(self) -> set[str]:
         """Read the new feedback; returns the devices that have reported a step."""
         for fb in self.tail.poll():
             self.latest[fb.device_id] = fb
-            self.dropped += fb.dropped
-            self.trained += fb.samples
-            if fb.loss is not None and fb.samples:
-                self.losses.append((fb.step, float(fb.loss), fb.samples))
+            self.fed.append(fb)
         return set(self.latest)
 
-    def start(self) -> None:
-        """The coordinator and the ranks, until every rank has stepped once; then the producers."""
-        setup, sets = self.setup, self.setup.coordinator(self.policy)
-        self.services.start("coordinator", "coordinator", "coordinate", "--port", "0", settings=sets)
-        # The ranks obey a plan's truncation only when the policy they are told of could ask for it.
-        self.services.start("trainers", "trainer", *train_command(self.devices, self.ckpt),
-                            settings={**sets, **setup.ranks()})
-        self.services.await_ranks(self.take_feedback, self.devices, setup.start_timeout_s)
-        self.idle_step = max(fb.step for fb in self.latest.values())
-        self.services.start("producers", "producer", "produce", "--no-progress", settings=setup.producers(setup.seed))
-
-    def sample(self, seconds: float) -> int:
-        """Read the feedback and the watermarks once; returns the step reached."""
+    def sample(self, seconds: float, progress: Progress | None) -> int:
+        """Read the feedback and the watermarks once (then tell `progress`); returns the step reached."""
         self.take_feedback()
         if self.step0 is None:
-            self.step0 = min((s for s, _, _ in self.losses if s > self.idle_step), default=None)
+            self.step0 = min((fb.step for fb in self.fed if fb.loss is not None and fb.samples
+                              and fb.step > self.idle_step), default=None)
         self.marks = watermarks(self.probe, self.kafka, self.devices) or self.marks
         step = 0 if self.step0 is None else max(0, max(fb.step for fb in self.latest.values()) + 1 - self.step0)
         recent = [fb.loss for fb in self.latest.values() if fb.loss is not None and fb.samples]
-        for column, value in (("t", round(seconds, 2)), ("step", step),
-                              ("retained_records", sum(hi - lo for lo, hi in self.marks.values())),
-                              ("buffer_depth", sum(fb.buffer_depth for fb in self.latest.values())),
-                              ("loss", round(float(np.mean(recent)), 4) if recent else None)):
-            getattr(self.trace, column).append(value)
+        self.trace.t.append(round(seconds, 2))
+        self.trace.step.append(step)
+        self.trace.retained_records.append(sum(hi - lo for lo, hi in self.marks.values()))
+        self.trace.buffer_depth.append(sum(fb.buffer_depth for fb in self.latest.values()))
+        self.trace.loss.append(round(float(np.mean(recent)), 4) if recent else None)
+        if progress is not None:
+            progress(self.policy, step, self.setup.steps, self.trace.retained_records[-1], self.trace.buffer_depth[-1])
         return step
 
     def run(self, progress: Progress | None) -> tuple[TruncationCell, PolicySeries]:
         """Start, sample every `sample_every_s` until N steps, stop in order, score the final checkpoint."""
-        setup = self.setup
+        setup, policy = self.setup, self.policy
+        sets = setup.coordinator_sets(policy, delete_records=policy != "persist", delete_trained=policy != "persist",
+                                      poll_interval_seconds=0.5, feedback_wait_seconds=0.5,
+                                      **({"max_lag_samples": setup.max_lag_samples} if policy == "bounded" else {}))
         try:
-            self.start()
+            self.services.start("coordinator", "coordinator", "coordinate", "--port", "0", settings=sets)
+            # The ranks obey a plan's truncation only when the policy they are told of could ask for it.
+            self.services.start("trainers", "trainer", *train_command(self.devices, self.ckpt),
+                                settings={**sets, **setup.ranks()})
+            self.services.await_ranks(self.take_feedback, self.devices, setup.start_timeout_s)
+            self.idle_step = max(fb.step for fb in self.latest.values())
+            self.services.start("producers", "producer", "produce", "--no-progress",
+                                settings=setup.producers(setup.seed))
             began = time.monotonic()
-            while True:
-                step = self.sample(time.monotonic() - began)
-                if progress is not None:
-                    progress(self.policy, step, setup.steps, self.trace.retained_records[-1],
-                             self.trace.buffer_depth[-1])
-                if step >= setup.steps:
-                    break
-                self.services.check(began + setup.run_timeout_s, f"{self.policy}: {setup.steps} steps not reached "
+            while (step := self.sample(time.monotonic() - began, progress)) < setup.steps:
+                self.services.check(began + setup.run_timeout_s, f"{policy}: {setup.steps} steps not reached "
                                     f"within {setup.run_timeout_s:.0f} s (at step {step})")
                 time.sleep(setup.sample_every_s)
             self.services.stop("producers", signal.SIGINT, 60.0)
@@ -238,46 +198,46 @@ class _PolicyRun:
         return self.cell(), self.trace
 
     def cell(self) -> TruncationCell:
+        """The policy's figures: the final watermarks and feedback, the loss of the last 10 steps, the accuracy."""
         tail_from = (self.idle_step + 1 if self.step0 is None else self.step0) + max(0, self.setup.steps - 10)
-        tail = [(loss, n) for s, loss, n in self.losses if s >= tail_from]
+        tail = [(fb.loss, fb.samples) for fb in self.fed if fb.loss is not None and fb.samples and fb.step >= tail_from]
         final_loss = sum(loss * n for loss, n in tail) / sum(n for _, n in tail) if tail else None
         marks = self.marks.values()
         return TruncationCell(
             policy=self.policy, retained_records_final=sum(hi - lo for lo, hi in marks),
             retained_records_max=max(self.trace.retained_records, default=0),
             produced_records=sum(hi for _, hi in marks), deleted_records=sum(lo for lo, _ in marks),
-            buffer_depth_final=sum(fb.buffer_depth for fb in self.latest.values()), truncated=self.dropped,
-            trained_samples=self.trained, final_loss=None if final_loss is None else round(final_loss, 4),
-            accuracy=self.accuracy())
+            buffer_depth_final=sum(fb.buffer_depth for fb in self.latest.values()),
+            truncated=sum(fb.dropped for fb in self.fed), trained_samples=sum(fb.samples for fb in self.fed),
+            final_loss=None if final_loss is None else round(final_loss, 4), accuracy=self.accuracy())
 
     def accuracy(self) -> float | None:
-        """Held-out accuracy of the trainers' final checkpoint (None when there is none)."""
+        """Held-out accuracy of the final checkpoint (None without one), on samples of the same task and devices
+        (another seed of the same streams)."""
+        from producers.sources import SyntheticSource
         from streamtrain.models.batching import collate_packed
         from streamtrain.models.plugins import build_model
+        from streamtrain.wire import Sample
         from trainer.checkpoint import load_checkpoint
 
-        ckpt = load_checkpoint(self.ckpt)
+        setup, ckpt = self.setup, load_checkpoint(self.ckpt)
         if ckpt is None:
             return None
-        cfg = load_config(env={}, overrides=self.setup.ranks()).trainer
+        cfg = load_config(env={}, overrides=setup.ranks()).trainer
         model = build_model(cfg)
         model.load_state_dict(ckpt.model)
-        return round(common.heldout_score(model, collate_packed(self.setup.heldout_samples(), cfg))[0], 4)
+        source = SyntheticSource(load_config(env={}, overrides=setup.producers(setup.seed + 10_007)).producer,
+                                 setup.devices)
+        heldout = [Sample.from_array(f"heldout-{d}", i, s.array, label=s.label) for d in range(setup.devices)
+                   for i, s in enumerate(source.take(d, max(1, setup.heldout // setup.devices)))]
+        return round(common.heldout_score(model, collate_packed(heldout, cfg))[0], 4)
 
 
 def run_truncation(cfg: StreamtrainConfig, setup: TruncationSetup, out: Path, external: bool = False,
                    launch: LaunchOptions = LaunchOptions(), progress: Progress | None = None) -> TruncationResult:
-    """Run every policy of `setup` (service logs and checkpoints in `setup.work_dir/<policy>`, default
-    `out/truncation-runs`), write `out/truncation.json` and `out/truncation.png`, return the result.
-
-    Args:
-        cfg: the configuration (its broker settings, or the Kafka to use with `external`).
-        setup: what to run.
-        out: where the JSON and the plot go.
-        external: use the Kafka at `cfg.kafka` rather than a private embedded broker.
-        launch: the root options the services are started with.
-        progress: called after every sample of the run.
-    """
+    """Run every policy of `setup` on a private embedded broker (the Kafka of `cfg.kafka` with `external`), service
+    logs and checkpoints in `setup.work_dir/<policy>` (default `out/truncation-runs`), calling `progress` after every
+    sample; write `out/truncation.json` and `out/truncation.png`, return the result."""
     began = time.monotonic()
     with live_broker(cfg, external, "truncation") as broker:
         runs = [_PolicyRun(policy, broker, setup, (setup.work_dir or out / "truncation-runs") / policy, launch)
@@ -318,8 +278,8 @@ def truncation_targets(result: TruncationResult) -> list[Target]:
                   f"{num(c.retained_records_final)} vs {num(persist.retained_records_final)} records = "
                   f"{num(versus[c.policy][0], 1)}{TIMES} (peak {num(c.retained_records_max)}; growth "
                   f"{num(versus[c.policy][1], 1)} vs {num(growth, 1)} records/step)", versus[c.policy][2],
-                  f"ScaDLES Table IV: {PAPER_RATIO_RANGE[0]:,}{TIMES}-{PAPER_RATIO_RANGE[1]:,}{TIMES} after their "
-                  "(much longer) runs") for c in result.cells if c.policy != "persist"]
+                  f"ScaDLES Table IV: 848{TIMES}-9,429{TIMES} after their (much longer) runs")
+           for c in result.cells if c.policy != "persist"]
     if persist.accuracy is not None:
         worst = min((c.accuracy for c in result.cells if c.policy != "persist" and c.accuracy is not None),
                     default=None)
@@ -394,4 +354,4 @@ def truncation_command(
 
 
 BENCH = Bench("truncation", truncation_command, TruncationResult, render_truncation, truncation_targets,
-              plot_truncation, quick_args=("--quick",), timeout_s=600, about=about("truncation"))
+              plot_truncation, quick_args=("--quick",), timeout_s=600, about=common.about("truncation"))

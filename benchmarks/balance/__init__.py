@@ -1,9 +1,6 @@
 """The balance benchmark: planning policies on the live stack under emulated heterogeneity, over two workloads —
-`bench balance` (synthetic streams) and `bench realdata` (a packaged dataset replayed).
-
-How they measure, and why that way: docs/benchmarks/balance.md and realdata.md. `setup` (what a run is),
-`run` (the commands, the runs), `figures` and `dataset` (what is computed from the runs), `render` (the sections).
-"""
+`bench balance` (synthetic streams) and `bench realdata` (a packaged dataset replayed). How they measure:
+docs/benchmarks/balance.md and realdata.md."""
 
 from ..common import Bench, about
 from .figures import BalanceResult, RealdataResult

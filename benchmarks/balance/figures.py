@@ -1,10 +1,6 @@
-"""The balance benchmark's figures: each run's window from its Kafka records (`Run`), the synthetic workload's runs
-timed to their target loss, the runs of a cell combined (`CellRuns`), and ett-stream against the others and the
-oracle in every (fleet, DIF) cell (the dataset workload's own figures are in `dataset`).
-
-The JSON holds the runs (`BalanceResult`, `RealdataResult`); everything that compares them is computed from them
-when a result is rendered — so the figures of a stored result are recomputed as they were.
-"""
+"""The balance benchmark's figures: each run's window (and held-out curve) from its Kafka records, the runs timed to
+their target, a cell's runs combined, ett-stream against the others and the oracle. The JSON holds the runs; all that
+compares them is computed when a result is rendered, so a stored result's figures are recomputed as they were."""
 
 from __future__ import annotations
 
@@ -12,6 +8,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import product
 from typing import Any
 
 import numpy as np
@@ -20,13 +17,18 @@ from pydantic import Field
 from coordinator.balance import straggler_effect
 from stack.report import by_step, median, weighted_loss
 from streamtrain.periods import WALL_PARTS, split_wall_period
-from streamtrain.wire import StepFeedback
+from streamtrain.wire import Evaluation, StepFeedback
 
 from ..common import Record, Result, median_reached
-from .setup import BalanceSetup, RealdataSetup, fleet_label, oracle_factor
+from ..live import CellRun
+from .setup import BalanceSetup, Cell, RealdataSetup, fleet_label, oracle_factor
 
-__all__ = ["AccuracyPoint", "BalanceResult", "CellRuns", "Comparison", "RealdataResult", "Run", "analyse_window",
-           "combine", "comparisons", "control_cell", "judge_balance", "step_ends"]
+__all__ = ["AccuracyPoint", "BalanceResult", "CellRuns", "Comparison", "Curve", "RealdataFigures", "RealdataResult",
+           "Run", "accuracy_curve", "analyse_window", "combine", "comparisons", "control_cell", "judge_balance",
+           "judge_realdata", "ratio", "read_run", "realdata_figures", "wall_period_median"]
+
+#: A run's loss over training: (seconds since step 0 began, trailing-mean loss) per step.
+Curve = list[tuple[float, float]]
 
 #: Per-run figures a cell reports as the median over its runs.
 _MEDIANS = ("step_seconds_median", "wall_step_seconds_median", "straggler_effect_median", "samples_per_s",
@@ -35,9 +37,14 @@ _MEDIANS = ("step_seconds_median", "wall_step_seconds_median", "straggler_effect
 ORACLE_TOLERANCE = {True: 0.05, False: 0.10}
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, None without both (or with either 0)."""
+    return a / b if a and b else None
+
+
 class AccuracyPoint(Record):
-    """One held-out evaluation of a run: after `step` steps, at `seconds` of training (from the start of step 0,
-    earlier evaluations' pauses left out), its value and the trailing mean that meets the target."""
+    """One held-out evaluation of a run: after `step` steps, at `seconds` of training (earlier evaluations' pauses
+    left out), its value and the trailing mean that meets the target."""
 
     step: int
     seconds: float
@@ -58,12 +65,10 @@ class Run(Record):
     run_dir: str | None = None
     error: str | None = None
     steps_measured: int = 0
-    """Steps of the window every rank reported."""
     step_seconds_median: float | None = None
     """The slowest rank's step (collate, compute, all-reduce, emulated sleep): LBB Table 2's iteration time."""
     wall_step_seconds_median: float | None = None
-    """Time between consecutive step completions (plan round trip and data waits included; on a dataset, the
-    periods that held a held-out evaluation left out)."""
+    """Time between consecutive step completions (on a dataset, the periods that held an evaluation left out)."""
     straggler_effect_median: float | None = None
     """LBB Eq. 4 on the ranks' compute seconds, per step."""
     samples_per_s: float | None = None
@@ -71,14 +76,11 @@ class Run(Record):
     """Work: sample size trained per second."""
     step_size_median: float | None = None
     trained_size_mean: float | None = None
-    """Mean size of the samples trained (a policy that picks small samples first trains less per sample)."""
     rank_compute_seconds_median: dict[str, float | None] = Field(default_factory=dict)
     rank_samples_median: dict[str, float | None] = Field(default_factory=dict)
     plan_wait_seconds_median: float | None = None
-    """The critical-path rank's wait for its plan (0 when plans are made ahead in time)."""
     step_period_split_median: dict[str, float] | None = None
-    """Seconds of each part of the wall period (compute, communication, plan_wait, data_wait, hold, other), read
-    from the critical-path rank."""
+    """Seconds of each part of the wall period (`WALL_PARTS`), read from the critical-path rank."""
     backlog_held: bool | None = None
     """Whether every device still had samples waiting after every measured step (False: its steps say nothing)."""
     backlog_drained_steps: list[int] = Field(default_factory=list)
@@ -86,15 +88,14 @@ class Run(Record):
     """Produced samples neither trained, truncated, dead-lettered nor pending (0 expected)."""
     size_dif_measured: float | None = None
     accuracy: list[AccuracyPoint] = Field(default_factory=list)
-    """A dataset run's held-out evaluations."""
     seconds_to_target: float | None = None
     """From the start of step 0 to the target loss (synthetic) or held-out value (dataset); None: never."""
     steps_to_target: int | float | None = None
-    """Its step (over runs: the median)."""
 
     @property
-    def final_accuracy(self) -> float | None:
-        return self.accuracy[-1].accuracy if self.accuracy else None
+    def control(self) -> bool:
+        """Run on a fleet of equal ranks: the homogeneous control behind the oracle."""
+        return len(set(self.slowdowns)) == 1
 
 
 class BalanceResult(Result):
@@ -118,16 +119,8 @@ class RealdataResult(Result):
     runs: list[Run]
 
 
-# ---------------------------------------------------------------------------------------------
-# One run, from its records
-
-
 def step_ends(feedback: Sequence[StepFeedback]) -> dict[int, float]:
-    """Seconds from the start of step 0 to the end of each step (its last rank's report).
-
-    Raises:
-        ValueError: no feedback for step 0.
-    """
+    """Seconds from the start of step 0 to the end of each step (its last rank's report); ValueError without step 0."""
     steps = by_step(feedback)
     if 0 not in steps:
         raise ValueError("no feedback for step 0")
@@ -135,17 +128,20 @@ def step_ends(feedback: Sequence[StepFeedback]) -> dict[int, float]:
     return {s: (max(fb.sent_at for fb in recs) - start_ms) / 1e3 for s, recs in steps.items()}
 
 
+def _trailing_means(values: Sequence[float], n: int) -> list[float]:
+    """Each value's mean with the n - 1 before it (fewer at the start)."""
+    return [float(np.mean(values[max(0, i - n + 1):i + 1])) for i in range(len(values))]
+
+
 def _per_rank(window: Sequence[Sequence[StepFeedback]]) -> dict[str, Any]:
-    """Each rank's median compute and samples and the backlog check: a device whose buffer is empty after a measured
-    step ran out of work (its stream drained)."""
-    compute: dict[str, list[float]] = defaultdict(list)
-    samples: dict[str, list[int]] = defaultdict(list)
-    for fb in (fb for records in window for fb in records):
-        compute[fb.device_id].append(fb.compute_seconds)
-        samples[fb.device_id].append(fb.samples)
-    drained = [records[0].step for records in window if any(fb.buffer_depth <= 0 for fb in records)]
-    return {"rank_compute_seconds_median": {d: median(v) for d, v in sorted(compute.items())},
-            "rank_samples_median": {d: median(v) for d, v in sorted(samples.items())},
+    """Each rank's median compute and samples, and the backlog check: a device whose buffer is empty after a measured
+    step ran out of work."""
+    records = [fb for step in window for fb in step]
+    devices = sorted({fb.device_id for fb in records})
+    drained = [step[0].step for step in window if any(fb.buffer_depth <= 0 for fb in step)]
+    return {"rank_compute_seconds_median": {d: median([fb.compute_seconds for fb in records if fb.device_id == d])
+                                            for d in devices},
+            "rank_samples_median": {d: median([fb.samples for fb in records if fb.device_id == d]) for d in devices},
             "backlog_held": not drained if window else None, "backlog_drained_steps": drained}
 
 
@@ -154,16 +150,10 @@ def _split_medians(splits: Sequence[Mapping[str, float]]) -> dict[str, float] | 
 
 
 def analyse_window(feedback: Sequence[StepFeedback], devices: int, warmup: int, steps: int,
-                   smooth: int = 1) -> tuple[dict[str, Any], list[tuple[float, float]]]:
-    """A run's figures (`Run`'s) over steps [warmup, warmup + steps), and its loss curve: [seconds since step 0
-    began, trailing mean of `smooth` steps' loss] per step up to the window's end.
-
-    A step's wall period is split (compute, communication, plan wait, data wait, hold) on the rank with the largest
-    compute, whose waits are on the critical path.
-
-    Raises:
-        ValueError: no feedback for step 0.
-    """
+                   smooth: int = 1) -> tuple[dict[str, Any], Curve]:
+    """A run's figures (`Run`'s) over steps [warmup, warmup + steps), and its loss curve up to the window's end:
+    (seconds since step 0 began, trailing mean of `smooth` steps' loss). A step's wall period is split on the rank
+    with the largest compute, whose waits are on the critical path. ValueError without feedback for step 0."""
     end_s, steps_of = step_ends(feedback), by_step(feedback)
     full = {s: r for s, r in steps_of.items() if len({fb.device_id for fb in r}) == devices}
     window = [s for s in range(warmup, warmup + steps) if s in full]
@@ -171,14 +161,9 @@ def analyse_window(feedback: Sequence[StepFeedback], devices: int, warmup: int, 
     sizes = [sum(fb.total_size for fb in full[s]) for s in window]
     span = end_s[window[-1]] - end_s[window[0] - 1] if window and window[0] - 1 in end_s else None
     splits = [split_wall_period(full[s], end_s[s] - end_s[s - 1]) for s in window if s - 1 in end_s]
-    curve: list[tuple[float, float]] = []
-    recent: list[float] = []
-    for s in sorted(steps_of):
-        loss = weighted_loss(steps_of[s])
-        if s < warmup + steps and loss is not None and math.isfinite(loss):
-            recent = [*recent[-(smooth - 1):], loss] if smooth > 1 else [loss]
-            if len(recent) == smooth:
-                curve.append((round(end_s[s], 4), float(np.mean(recent))))
+    losses = [(end_s[s], loss) for s in sorted(steps_of) if s < warmup + steps
+              and (loss := weighted_loss(steps_of[s])) is not None and math.isfinite(loss)]
+    means = _trailing_means([loss for _, loss in losses], smooth)
     return {
         "steps_measured": len(window),
         "step_seconds_median": median([max(fb.step_seconds for fb in full[s]) for s in window]),
@@ -191,21 +176,69 @@ def analyse_window(feedback: Sequence[StepFeedback], devices: int, warmup: int, 
         "plan_wait_seconds_median": median([x["plan_wait"] for x in splits]),
         "step_period_split_median": _split_medians(splits),
         **_per_rank([full[s] for s in window]),
-    }, curve
+    }, [(round(t, 4), m) for (t, _), m in zip(losses, means, strict=True)][smooth - 1:]
 
 
-# ---------------------------------------------------------------------------------------------
-# Runs against their targets
+def accuracy_curve(evaluations: Sequence[Evaluation], feedback: Sequence[StepFeedback],
+                   smooth: int, metric: str = "accuracy") -> list[AccuracyPoint]:
+    """Each held-out evaluation of `metric` (accuracy, or one of its `metrics`, e.g. rmse), once per step, and its
+    trailing mean over `smooth`, at the end of feedback step `step - 1` less the pauses of the evaluations before it:
+    a policy is timed by its training, not by how often it was stopped to be measured. ValueError without step 0."""
+    ends = step_ends(feedback)
+    seen: dict[int, Evaluation] = {}
+    for e in sorted(evaluations, key=lambda e: (e.step, e.sent_at)):
+        seen.setdefault(e.step, e)
+    kept: list[tuple[int, float, float]] = []
+    paused = 0.0
+    for step, e in sorted(seen.items()):
+        value = e.accuracy if metric == "accuracy" else e.metrics.get(metric)
+        if step - 1 in ends and value is not None:
+            kept.append((step, round(ends[step - 1] - paused, 4), value))
+            paused += e.seconds
+    means = _trailing_means([value for *_, value in kept], smooth)
+    return [AccuracyPoint(step=step, seconds=seconds, accuracy=value, smoothed=mean)
+            for (step, seconds, value), mean in zip(kept, means, strict=True)]
 
 
-def judge_balance(runs: Sequence[tuple[Run, list[tuple[float, float]]]], setup: BalanceSetup
-                  ) -> tuple[list[Run], dict[str, float], str]:
+def wall_period_median(feedback: Sequence[StepFeedback], evaluated: Sequence[int], first: int,
+                       until: int) -> float | None:
+    """Median time between the ends of steps s - 1 and s for s in [first, until), leaving out the periods that held
+    an evaluation (s in `evaluated`: the evaluation after s steps runs before step s)."""
+    ends, skip = step_ends(feedback), set(evaluated)
+    return median([ends[s] - ends[s - 1] for s in range(max(first, 1), until)
+                   if s in ends and s - 1 in ends and s not in skip])
+
+
+def read_run(ran: CellRun, cell: Cell, repeat: int, setup: BalanceSetup | RealdataSetup) -> tuple[Run, Curve]:
+    """A run's figures from what it left in Kafka, and its loss curve; `error` set (with what could be measured) on
+    failure. A dataset run's held-out curve too, and its wall period without the evaluations' pauses."""
+    identity: dict[str, Any] = {"policy": cell.policy, "slowdowns": cell.slowdowns, "dif": cell.dif, "repeat": repeat,
+                                "seconds": ran.seconds, "run_dir": str(ran.run_dir)}
+    if ran.records is None or ran.report is None:
+        return Run.model_validate({**identity, "error": ran.error}), []
+    records = ran.records
+    smooth = setup.smooth_steps if isinstance(setup, BalanceSetup) else 1
+    try:
+        figures, curve = analyse_window(records.feedback, len(cell.slowdowns), setup.warmup_steps, setup.steps, smooth)
+        if isinstance(setup, RealdataSetup):
+            figures["accuracy"] = accuracy_curve(records.evaluations, records.feedback, setup.smooth_evals,
+                                                 setup.held_out_metric)
+            figures["wall_step_seconds_median"] = wall_period_median(
+                records.feedback, [p.step for p in figures["accuracy"]], setup.warmup_steps, setup.until_step)
+    except ValueError as exc:
+        return Run.model_validate({**identity, "error": f"{ran.error or ''} analysis: {exc}".strip()}), []
+    sizes = np.concatenate([r.sizes[r.decoded] for r in records.records.values()] or [np.zeros(0)])
+    missing = isinstance(setup, RealdataSetup) and not figures["accuracy"]
+    return Run.model_validate({
+        **identity, **figures, "samples_unaccounted": ran.report.samples_unaccounted,
+        "size_dif_measured": float(np.std(sizes)) if len(sizes) else None,
+        "error": ran.error or ("no held-out evaluation read back" if missing else None)}), curve
+
+
+def judge_balance(runs: Sequence[tuple[Run, Curve]], setup: BalanceSetup) -> tuple[list[Run], dict[str, float], str]:
     """Each run timed to its round's target loss, the target losses (per DIF, the median over rounds) and the rule.
-
-    A DIF's target is the trailing-mean loss static reaches by the middle of its measured window on that DIF's data
-    (first fleet): each DIF is its own data set, so each has its own. Halfway rather than at the end, so that a
-    policy with the same loss per step but noise of its own still reaches it within the window.
-    """
+    A DIF's target is the trailing-mean loss static reaches mid-window on that DIF's data (first fleet): halfway, so
+    that a policy with the same loss per step but noise of its own still reaches it."""
     index = setup.warmup_steps + setup.steps // 2 - setup.smooth_steps + 1
     judged, targets = [], defaultdict(list)
     for rep in sorted({run.repeat for run, _ in runs}):
@@ -224,8 +257,24 @@ def judge_balance(runs: Sequence[tuple[Run, list[tuple[float, float]]]], setup: 
     return judged, {d: float(np.median(v)) for d, v in sorted(targets.items(), key=lambda i: float(i[0]))}, rule
 
 
-# ---------------------------------------------------------------------------------------------
-# Cells over their runs, and ett-stream against the others
+def judge_realdata(runs: Sequence[Run], setup: RealdataSetup) -> tuple[list[Run], float | None, str]:
+    """Each run timed to the target, the target and its rule: `setup.target_accuracy` when given; else static's
+    smoothed value at its last evaluation by mid-window (on a plateau it would be reached at a random moment of the
+    noise), the median over its runs. A falling metric (an error) is reached from above."""
+    target, rule = setup.target_accuracy, f"fixed at {setup.target_accuracy:g}" if setup.target_accuracy else ""
+    if target is None:
+        values = [before[-1].smoothed for r in runs if r.policy == "static" and not r.control
+                  and not r.error and (before := [p for p in r.accuracy if p.step <= setup.target_step])]
+        target = median(values)
+        rule = (f"static's held-out {setup.held_out_metric} (trailing mean of {setup.smooth_evals} evaluations) after "
+                f"step {setup.target_step} (mid-window), the median over its {len(values)} runs")
+    judged = []
+    for r in runs:
+        hit = None if target is None else next((p for p in r.accuracy if (
+            p.smoothed <= target if setup.lower_is_better else p.smoothed >= target)), None)
+        judged.append(r.model_copy(update={"seconds_to_target": hit.seconds if hit else None,
+                                           "steps_to_target": hit.step if hit else None}))
+    return judged, target, rule
 
 
 @dataclass(frozen=True)
@@ -239,10 +288,6 @@ class CellRuns:
     @property
     def ok(self) -> list[Run]:
         return [r for r in self.runs if not r.error]
-
-    @property
-    def control(self) -> bool:
-        return len(set(self.fig.slowdowns)) == 1
 
 
 def _combined(rs: Sequence[Run]) -> Run:
@@ -279,7 +324,7 @@ def combine(runs: Sequence[Run]) -> list[CellRuns]:
 
 def control_cell(cells: Sequence[CellRuns]) -> Run | None:
     """The synthetic workload's homogeneous control: static on equal ranks at its smallest DIF (None when not run)."""
-    controls = [c.fig for c in cells if c.control and c.fig.policy == "static" and c.fig.wall_step_seconds_median]
+    controls = [c.fig for c in cells if c.fig.control and c.fig.policy == "static" and c.fig.wall_step_seconds_median]
     return min(controls, key=lambda c: c.dif or 0.0, default=None)
 
 
@@ -295,8 +340,11 @@ class Comparison:
     ett_stream_wall_seconds: float | None
     oracle_wall_seconds: float | None
     """The control's wall period x n / sum(1 / s_i): a perfect split of the same batch on this fleet."""
+    over_oracle: float | None
     over_oracle_runs: list[float]
     """Each round's ett-stream wall period over its own round's oracle (the spread behind the median)."""
+    tolerance: float
+    within_oracle: bool | None
     wall_speedup_vs_static: float | None
     ett_stream_seconds_to_target: float | None
     chronica_seconds_to_target: float | None
@@ -304,23 +352,10 @@ class Comparison:
     """None without both figures; a run that never reached the target is later than one that did."""
     backlog_held: bool | None
 
-    @property
-    def over_oracle(self) -> float | None:
-        wall, oracle = self.ett_stream_wall_seconds, self.oracle_wall_seconds
-        return wall / oracle if wall and oracle else None
-
-    @property
-    def tolerance(self) -> float:
-        return ORACLE_TOLERANCE[self.dif == 0]
-
-    @property
-    def within_oracle(self) -> bool | None:
-        return None if self.over_oracle is None else self.over_oracle <= 1.0 + self.tolerance
-
 
 def _oracle_ratios(runs: Sequence[Run]) -> dict[tuple[tuple[float, ...], float | None], list[float]]:
-    """ett-stream's wall period over the oracle of its own round of the matrix, per (fleet, DIF), in round order:
-    a round's control ran minutes from its ett-stream cells, so the machine's drift falls on both sides."""
+    """ett-stream's wall period over the oracle of its own round, per (fleet, DIF), in round order: a round's control
+    ran minutes from its ett-stream cells, so the machine's drift falls on both sides."""
     out: dict[tuple[tuple[float, ...], float | None], list[float]] = defaultdict(list)
     for rep in sorted({r.repeat for r in runs}):
         mine = [r for r in runs if r.repeat == rep and not r.error]
@@ -333,36 +368,91 @@ def _oracle_ratios(runs: Sequence[Run]) -> dict[tuple[tuple[float, ...], float |
 
 
 def comparisons(runs: Sequence[Run], setup: BalanceSetup) -> list[Comparison]:
-    """ett-stream per heterogeneous (fleet, DIF) cell against the best work rate, the oracle, static and chronica.
-
-    "Best" is the highest work rate (sample size trained per second): policies that pick which samples to train
-    (chronica takes small ones first) do different work per step, so step time alone would reward training less.
-    """
+    """ett-stream per heterogeneous (fleet, DIF) cell against the best work rate (sample size trained per second:
+    chronica, taking small samples first, does less work per step), the oracle, static and chronica."""
     cells = combine(runs)
     control, ratios = control_cell(cells), _oracle_ratios(runs) if setup.repeats > 1 else {}
+    base = control.wall_step_seconds_median if control else None
     out = []
-    for slow in setup.slowdowns:
-        for dif in setup.difs:
-            group = {c.fig.policy: c.fig for c in cells if (c.fig.slowdowns, c.fig.dif) == (slow, dif)
-                     and not c.fig.error}
-            mine, rated = group.get("ett-stream"), [c for c in group.values() if c.size_per_s]
-            if mine is None or not mine.size_per_s or not rated:
-                continue
-            best = max(rated, key=lambda c: c.size_per_s or 0.0)
-            static, chronica = group.get("static"), group.get("chronica")
-            wall, ett_t = mine.wall_step_seconds_median, mine.seconds_to_target
-            chronica_t = chronica.seconds_to_target if chronica else None
-            held = [c.backlog_held for c in group.values()]
-            out.append(Comparison(
-                slowdowns=slow, dif=dif, best_policy=best.policy,
-                best_over_ett_stream=(best.size_per_s or 0.0) / mine.size_per_s, ett_stream_wall_seconds=wall,
-                oracle_wall_seconds=control.wall_step_seconds_median * oracle_factor(slow)
-                if control and control.wall_step_seconds_median else None,
-                over_oracle_runs=ratios.get((slow, dif), []),
-                wall_speedup_vs_static=static.wall_step_seconds_median / wall
-                if static and static.wall_step_seconds_median and wall else None,
-                ett_stream_seconds_to_target=ett_t, chronica_seconds_to_target=chronica_t,
-                target_no_later_than_chronica=None if chronica is None or (ett_t is None and chronica_t is None)
-                else ett_t is not None and (chronica_t is None or ett_t <= chronica_t),
-                backlog_held=None if any(h is None for h in held) else all(held)))
+    for slow, dif in product(setup.slowdowns, setup.difs):
+        group = {c.fig.policy: c.fig for c in cells if (c.fig.slowdowns, c.fig.dif) == (slow, dif) and not c.fig.error}
+        mine, rated = group.get("ett-stream"), [c for c in group.values() if c.size_per_s]
+        if mine is None or not mine.size_per_s or not rated:
+            continue
+        best = max(rated, key=lambda c: c.size_per_s or 0.0)
+        static, chronica = group.get("static"), group.get("chronica")
+        wall, ett_t = mine.wall_step_seconds_median, mine.seconds_to_target
+        chronica_t = chronica.seconds_to_target if chronica else None
+        oracle = base * oracle_factor(slow) if base else None
+        over, tolerance = ratio(wall, oracle), ORACLE_TOLERANCE[dif == 0]
+        held = [c.backlog_held for c in group.values()]
+        out.append(Comparison(
+            slowdowns=slow, dif=dif, best_policy=best.policy,
+            best_over_ett_stream=(best.size_per_s or 0.0) / mine.size_per_s, ett_stream_wall_seconds=wall,
+            oracle_wall_seconds=oracle, over_oracle=over, over_oracle_runs=ratios.get((slow, dif), []),
+            tolerance=tolerance, within_oracle=None if over is None else over <= 1.0 + tolerance,
+            wall_speedup_vs_static=ratio(static.wall_step_seconds_median, wall) if static else None,
+            ett_stream_seconds_to_target=ett_t, chronica_seconds_to_target=chronica_t,
+            target_no_later_than_chronica=None if chronica is None or (ett_t is None and chronica_t is None)
+            else ett_t is not None and (chronica_t is None or ett_t <= chronica_t),
+            backlog_held=None if any(h is None for h in held) else all(held)))
     return out
+
+
+@dataclass(frozen=True)
+class RealdataFigures:
+    """ett-stream (medians over each cell's runs) against the best other policy, static and the oracle: the control's
+    wall period x n / sum(1 / s_i)."""
+
+    ett_stream: Run | None
+    static: Run | None
+    control: Run | None
+    best_other: Run | None
+    """The other policy that reached the target soonest (None: none did)."""
+    no_later_than_best: bool | None
+    """ett-stream's time to the target <= the best other policy's (None without both to compare)."""
+    speedup_vs_static: float | None
+    oracle_step_seconds: float | None
+    over_oracle: float | None
+    oracle_is_bound: bool | None
+    """Whether the control was no slower than ett-stream on the heterogeneous fleet: four full-speed ranks cannot need
+    longer than three and a slow one for the same batch, so a slower control's oracle bounds nothing."""
+    oracle_seconds_to_target: float | None
+    """The control's seconds per step to its target x n / sum(1 / s_i), in static's steps to it: what a perfect split
+    would take, so static's time over it bounds any policy's speed-up over static."""
+    oracle_speedup_vs_static: float | None
+    pace_over_oracle: float | None
+    """ett-stream's seconds per step to the target over the oracle's."""
+
+
+def _pace(cell: CellRuns | None) -> float | None:
+    """Median over the runs that reached the target of their seconds per step to it (step 0 included)."""
+    return median([r.seconds_to_target / r.steps_to_target for r in cell.ok
+                   if r.seconds_to_target is not None and r.steps_to_target]) if cell else None
+
+
+def realdata_figures(result: RealdataResult) -> RealdataFigures:
+    """ett-stream against the best other policy, static and the oracle (medians over each cell's runs)."""
+    cells = combine(result.runs)
+    hetero = {c.fig.policy: c for c in cells if not c.fig.control}
+    control = next((c for c in cells if c.fig.control), None)
+    others = [c.fig for name, c in hetero.items() if name != "ett-stream" and c.fig.seconds_to_target is not None]
+    best = min(others, key=lambda r: r.seconds_to_target or 0.0) if others else None
+    ett_cell, static_cell = hetero.get("ett-stream"), hetero.get("static")
+    ett, static = ett_cell.fig if ett_cell else None, static_cell.fig if static_cell else None
+    ett_t, static_t = ett.seconds_to_target if ett else None, static.seconds_to_target if static else None
+    ett_wall = ett.wall_step_seconds_median if ett else None
+    ctrl_wall = control.fig.wall_step_seconds_median if control else None
+    factor = oracle_factor(result.setup.slowdowns)
+    oracle_pace = pace * factor if (pace := _pace(control)) else None
+    oracle_step = ctrl_wall * factor if ctrl_wall else None
+    oracle_t = oracle_pace * static.steps_to_target if oracle_pace and static and static.steps_to_target else None
+    return RealdataFigures(
+        ett_stream=ett, static=static, control=control.fig if control else None, best_other=best,
+        no_later_than_best=None if ett is None or not hetero.keys() - {"ett-stream"}
+        else ett_t is not None and (best is None or ett_t <= (best.seconds_to_target or 0.0)),
+        speedup_vs_static=static_t / ett_t if ett_t and static_t is not None else None,
+        oracle_step_seconds=oracle_step, over_oracle=ratio(ett_wall, oracle_step),
+        oracle_is_bound=None if not ctrl_wall or ett_wall is None else ctrl_wall <= ett_wall,
+        oracle_seconds_to_target=oracle_t, oracle_speedup_vs_static=ratio(static_t, oracle_t),
+        pace_over_oracle=ratio(_pace(ett_cell), oracle_pace))

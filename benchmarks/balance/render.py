@@ -3,6 +3,7 @@ the console after a run), tables and plots, all computed from the stored runs (`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from coordinator.balance import straggler_effect
@@ -10,23 +11,13 @@ from stack.report import median
 from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import TIMES, Target, figure, pyplot, table, targets_table
-from .dataset import realdata_figures
-from .figures import (
-    BalanceResult,
-    CellRuns,
-    Comparison,
-    RealdataResult,
-    Run,
-    combine,
-    comparisons,
-    control_cell,
-)
+from .figures import BalanceResult, RealdataResult, Run, combine, comparisons, control_cell, ratio, realdata_figures
 from .setup import fleet_label
 
 __all__ = ["balance_targets", "plot_balance", "plot_realdata", "realdata_targets", "render_balance",
            "render_realdata", "target_cells"]
 
-#: The parts of the wall period `_split` shows, in its order, and what its numbers are.
+#: The parts of the wall period `split_text` shows, in its order, and what its numbers are.
 _SPLIT_SHOWN = ("compute", "communication", "plan_wait", "data_wait", "hold")
 SPLIT_KEY = ("compute / communication / plan wait / data wait / hold, ms: medians over the window, each read from "
              "the rank with the largest compute (the critical path); the rest of the wall period is commits, "
@@ -45,12 +36,33 @@ def backlog_text(run: Run) -> str:
     return "held" if run.backlog_held else "drained at step " + ",".join(str(s) for s in run.backlog_drained_steps)
 
 
+#: The columns of the balance section's table of every cell: each its header and its text from the cell's figures.
+_CELL_COLUMNS: tuple[tuple[str, Callable[[Run], str]], ...] = (
+    ("policy", lambda f: f.policy), ("slow-downs", lambda f: fleet_label(f.slowdowns)), ("DIF", lambda f: f"{f.dif:g}"),
+    ("step ms (median)", lambda f: figure(f.step_seconds_median, ".1f", 1e3)),
+    ("wall step ms", lambda f: figure(f.wall_step_seconds_median, ".1f", 1e3)),
+    ("plan wait ms", lambda f: figure(f.plan_wait_seconds_median, ".2f", 1e3)), ("split ms", split_text),
+    ("SE (median)", lambda f: figure(f.straggler_effect_median, ".3f")),
+    ("samples/s", lambda f: figure(f.samples_per_s, ".0f")), ("work/s (size)", lambda f: figure(f.size_per_s, ".0f")),
+    ("mean size trained", lambda f: figure(f.trained_size_mean, ".1f")),
+    ("s to target loss", lambda f: figure(f.seconds_to_target, ".1f")),
+    ("lost samples", lambda f: "error" if f.error else str(f.samples_unaccounted)), ("backlog", backlog_text))
+
+
 def _s(value: float | None, never: str = "never") -> str:
     return never if value is None else f"{value:.1f} s"
 
 
 def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value * 1e3:.1f} ms"
+
+
+def _where(items: list[str], kind: str = "not") -> str:
+    return "every cell" if not items else f"{kind} in " + "; ".join(items)
+
+
+def _known(flags: list[bool | None]) -> bool | None:
+    return all(known) if (known := [f for f in flags if f is not None]) else None
 
 
 def target_cells(result: BalanceResult) -> tuple[tuple[float, ...], float, Run | None, Run | None]:
@@ -63,33 +75,21 @@ def target_cells(result: BalanceResult) -> tuple[tuple[float, ...], float, Run |
     return hetero, max(setup.difs), cells.get("ett-stream"), cells.get("static")
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
-
-
-def _where(items: list[str], kind: str = "not") -> str:
-    return "every cell" if not items else f"{kind} in " + "; ".join(items)
-
-
-def _known(flags: list[bool | None]) -> bool | None:
-    return all(known) if (known := [f for f in flags if f is not None]) else None
-
-
 def balance_targets(result: BalanceResult) -> list[Target]:
     """The synthetic workload's targets: plan wait, speed-up over static, the oracle, the target loss, SE, work."""
     cells, per_cell = combine(result.runs), comparisons(result.runs, result.setup)
     _, _, ett, static = target_cells(result)
     at = {id(p): f"slow-downs {fleet_label(p.slowdowns)} DIF {p.dif:g}" for p in per_cell}
     control = control_cell(cells)
-    floor = next((c.fig.straggler_effect_median for c in cells if c.control and c.fig.policy == "static"
+    floor = next((c.fig.straggler_effect_median for c in cells if c.fig.control and c.fig.policy == "static"
                   and c.fig.straggler_effect_median is not None), None)
-    wall = _ratio(static.wall_step_seconds_median, ett.wall_step_seconds_median) if ett and static else None
-    step = _ratio(static.step_seconds_median, ett.step_seconds_median) if ett and static else None
-    work = _ratio(ett.step_size_median, static.step_size_median) if ett and static else None
-    judged = wall if wall is not None else step
     medians = [v for v in (ett.rank_compute_seconds_median.values() if ett else []) if v]
     waits = [w for c in cells if (w := c.fig.plan_wait_seconds_median) is not None]
     se = ett.straggler_effect_median if ett else None
+    wall = ratio(static.wall_step_seconds_median, ett.wall_step_seconds_median) if ett and static else None
+    step = ratio(static.step_seconds_median, ett.step_seconds_median) if ett and static else None
+    work = ratio(ett.step_size_median, static.step_size_median) if ett and static else None
+    judged = wall if wall is not None else step
     return [
         Target("median plan wait on the critical path ≤ 2 ms in every cell (under a backlog)",
                f"at most {_ms(max(waits) if waits else None)}", max(waits) <= 0.002 if waits else None, "—"),
@@ -133,33 +133,34 @@ def plot_balance(result: BalanceResult) -> Any:
     cells = [c.fig for c in combine(result.runs) if c.fig.step_seconds_median is not None]
     if not cells:
         raise ValueError("no measured cells to plot")
-    controls = [c for c in cells if len(set(c.slowdowns)) == 1]
-    slows = sorted({c.slowdowns for c in cells if c not in controls}, key=lambda s: -max(s)) or \
-        sorted({c.slowdowns for c in cells})
+    controls = [c for c in cells if c.control]
+    slows = (sorted({c.slowdowns for c in cells if not c.control}, key=lambda s: -max(s))
+             or sorted({c.slowdowns for c in cells}))
     oracles = {p.slowdowns: p.oracle_wall_seconds for p in comparisons(result.runs, result.setup)}
     fig, axes = pyplot().subplots(2, len(slows), figsize=(6.0 * len(slows), 6.4), squeeze=False)
     for col, slow in enumerate(slows):
+        period, se = axes[0][col], axes[1][col]
         for policy in [p for p in POLICY_NAMES if any(c.policy == p for c in cells)]:
             pts = sorted((c.dif or 0.0, (c.wall_step_seconds_median or c.step_seconds_median or 0.0) * 1e3,
                           c.straggler_effect_median) for c in cells if c.policy == policy and c.slowdowns == slow)
             style = {"linewidth": 2.5, "color": "black"} if policy == "ett-stream" else {"alpha": 0.8}
-            axes[0][col].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy, **style)
-            axes[1][col].plot([p[0] for p in pts], [p[2] for p in pts], marker="o", **style)
+            period.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy, **style)
+            se.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", **style)
         if oracle := oracles.get(slow):
-            axes[0][col].axhline(oracle * 1e3, color="green", linestyle=":", linewidth=1,
-                                 label=f"oracle (control {TIMES} n / Σ 1/s_i)")
-        axes[0][col].set(title=f"slow-downs {fleet_label(slow)}", ylabel="wall period, median (ms)", ylim=(0, None))
-        axes[1][col].axhline(0.10, color="green", linestyle=":", linewidth=1, label="SE 0.10 target")
+            period.axhline(oracle * 1e3, color="green", linestyle=":", linewidth=1,
+                           label=f"oracle (control {TIMES} n / Σ 1/s_i)")
+        period.set(title=f"slow-downs {fleet_label(slow)}", ylabel="wall period, median (ms)", ylim=(0, None))
+        se.axhline(0.10, color="green", linestyle=":", linewidth=1, label="SE 0.10 target")
         for control in controls if slow not in {c.slowdowns for c in controls} else ():
-            axes[1][col].axhline(control.straggler_effect_median or 0.0, color="grey", linestyle="--", linewidth=1,
-                                 label=f"noise floor ({control.policy}, equal ranks, DIF {control.dif:g})")
-        axes[1][col].set(xlabel="DIF (std of sample sizes)", ylabel="straggler effect, median (log)", yscale="log")
+            se.axhline(control.straggler_effect_median or 0.0, color="grey", linestyle="--", linewidth=1,
+                       label=f"noise floor ({control.policy}, equal ranks, DIF {control.dif:g})")
+        se.set(xlabel="DIF (std of sample sizes)", ylabel="straggler effect, median (log)", yscale="log")
         difs = sorted({c.dif or 0.0 for c in cells if c.slowdowns == slow})
-        for ax in (axes[0][col], axes[1][col]):
+        for ax in (period, se):
             ax.set_xticks(difs)
             if len(difs) == 1:
                 ax.set_xlim(difs[0] - 10, difs[0] + 10)
-        axes[1][col].legend(fontsize=7, loc="center right")
+        se.legend(fontsize=7, loc="center right")
     axes[0][0].legend(fontsize=7, loc="center right")
     setup = result.setup
     fig.suptitle(f"{setup.devices} gloo ranks, global batch {setup.global_batch}, "
@@ -167,30 +168,20 @@ def plot_balance(result: BalanceResult) -> Any:
     return fig
 
 
-def _comparison_row(p: Comparison) -> list[str]:
-    return [fleet_label(p.slowdowns), f"{p.dif:g}", figure(p.ett_stream_wall_seconds, ".1f", 1e3),
-            figure(p.oracle_wall_seconds, ".1f", 1e3), figure(p.over_oracle, ".3f"),
-            " / ".join(f"{v:.2f}" for v in p.over_oracle_runs) or "—", f"{p.tolerance:.0%}",
-            figure(p.wall_speedup_vs_static, ".2f"), _s(p.ett_stream_seconds_to_target),
-            _s(p.chronica_seconds_to_target), "—" if p.backlog_held is None else ("held" if p.backlog_held else
-                                                                                    "drained")]
-
-
-def _row(c: CellRuns, repeated: bool) -> list[str]:
-    f = c.fig
-    return [f.policy, fleet_label(f.slowdowns), f"{f.dif:g}", figure(f.step_seconds_median, ".1f", 1e3),
-            figure(f.wall_step_seconds_median, ".1f", 1e3), figure(f.plan_wait_seconds_median, ".2f", 1e3),
-            split_text(f), figure(f.straggler_effect_median, ".3f"), figure(f.samples_per_s, ".0f"),
-            figure(f.size_per_s, ".0f"), figure(f.trained_size_mean, ".1f"), figure(f.seconds_to_target, ".1f"),
-            "error" if f.error else str(f.samples_unaccounted), backlog_text(f),
-            *([" / ".join(figure(r.step_seconds_median, ".0f", 1e3) for r in c.runs)] if repeated else [])]
-
-
 def render_balance(result: BalanceResult) -> str:
     """The `balance` section of BENCHMARKS.md: setup, targets, ett-stream per cell, the full table."""
     setup = result.setup
     repeated = setup.repeats > 1
     fleet, dif, _, _ = target_cells(result)
+    per_cell = [[fleet_label(p.slowdowns), f"{p.dif:g}", figure(p.ett_stream_wall_seconds, ".1f", 1e3),
+                 figure(p.oracle_wall_seconds, ".1f", 1e3), figure(p.over_oracle, ".3f"),
+                 " / ".join(f"{v:.2f}" for v in p.over_oracle_runs) or "—", f"{p.tolerance:.0%}",
+                 figure(p.wall_speedup_vs_static, ".2f"), _s(p.ett_stream_seconds_to_target),
+                 _s(p.chronica_seconds_to_target), {None: "—", True: "held", False: "drained"}[p.backlog_held]]
+                for p in comparisons(result.runs, setup)]
+    rows = [[text(c.fig) for _, text in _CELL_COLUMNS]
+            + ([" / ".join(figure(r.step_seconds_median, ".0f", 1e3) for r in c.runs)] if repeated else [])
+            for c in combine(result.runs)]
     return "\n\n".join([
         f"Setup: {setup.devices} gloo ranks on the CPU, each computing {setup.time_scale:g}{TIMES} its "
         f"training thread's CPU time {TIMES} its slow-down factor, global batch {setup.global_batch}, "
@@ -206,19 +197,15 @@ def render_balance(result: BalanceResult) -> str:
         targets_table(balance_targets(result), f"target (speed-up and SE at slow-downs {fleet_label(fleet)}, DIF "
                       f"{dif:g})"),
         table(["slow-downs", "DIF", "ett-stream wall ms", "oracle ms", "over oracle", "each run vs its own",
-               "tolerance", f"{TIMES} static (wall)", "s to target: ett-stream", "chronica", "backlog"],
-              [_comparison_row(p) for p in comparisons(result.runs, setup)]),
-        table(["policy", "slow-downs", "DIF", "step ms (median)", "wall step ms", "plan wait ms", "split ms",
-               "SE (median)", "samples/s", "work/s (size)", "mean size trained", "s to target loss", "lost samples",
-               "backlog", *(["step ms of each run"] if repeated else [])],
-              [_row(c, repeated) for c in combine(result.runs)]),
+               "tolerance", f"{TIMES} static (wall)", "s to target: ett-stream", "chronica", "backlog"], per_cell),
+        table([header for header, _ in _CELL_COLUMNS] + (["step ms of each run"] if repeated else []), rows),
         f"Split ms: {SPLIT_KEY}. Backlog: whether every device still had samples waiting after every measured "
         "step.",
     ])
 
 
-def _name(c: CellRuns) -> str:
-    return f"{c.fig.policy} (control, {fleet_label(c.fig.slowdowns)})" if c.control else c.fig.policy
+def _name(run: Run) -> str:
+    return f"{run.policy} (control, {fleet_label(run.slowdowns)})" if run.control else run.policy
 
 
 def plot_realdata(result: RealdataResult) -> Any:
@@ -227,32 +214,30 @@ def plot_realdata(result: RealdataResult) -> Any:
     measured = [c for c in combine(result.runs) if not c.fig.error]
     if not measured:
         raise ValueError("no measured runs to plot")
-    colours = {_name(c): f"C{i}" for i, c in enumerate(measured)}
+    colours = {_name(c.fig): f"C{i}" for i, c in enumerate(measured)}
     fig, (acc, reach, period) = pyplot().subplots(1, 3, figsize=(15.0, 4.6), gridspec_kw={"width_ratios": [1.6, 1, 1]})
-    labelled: set[str] = set()
     for c in measured:
-        for run in c.ok:
-            style = {"linewidth": 2.2} if run.policy == "ett-stream" and not c.control else {"linewidth": 1.1}
-            acc.plot([p.seconds for p in run.accuracy], [p.smoothed for p in run.accuracy], color=colours[_name(c)],
-                     alpha=0.85, linestyle="--" if c.control else "-", label=None if _name(c) in labelled else
-                     f"{run.policy}{' (control)' if c.control else ''}", **style)
-            labelled.add(_name(c))
+        for i, run in enumerate(c.ok):
+            acc.plot([p.seconds for p in run.accuracy], [p.smoothed for p in run.accuracy], color=colours[_name(c.fig)],
+                     alpha=0.85, linestyle="--" if c.fig.control else "-", label=None if i else
+                     f"{run.policy}{' (control)' if c.fig.control else ''}",
+                     linewidth=2.2 if run.policy == "ett-stream" and not c.fig.control else 1.1)
     setup, figs, metric = result.setup, realdata_figures(result), result.setup.held_out_metric
     if result.target is not None:
         acc.axhline(result.target, color="black", linestyle=":", linewidth=1, label=f"target {result.target:.3f}")
     acc.set(xlabel="training seconds (evaluation pauses left out)", ylabel=f"held-out {metric} (smoothed)",
             title=f"{setup.dataset}: held-out {metric}, every run")
     acc.legend(fontsize=7, loc="upper right" if setup.lower_is_better else "lower right")
-    hetero = [c for c in measured if not c.control]
-    reach.bar([_name(c) for c in hetero], [c.fig.seconds_to_target or 0.0 for c in hetero],
-              color=[colours[_name(c)] for c in hetero])
+    hetero = [c for c in measured if not c.fig.control]
+    reach.bar([_name(c.fig) for c in hetero], [c.fig.seconds_to_target or 0.0 for c in hetero],
+              color=[colours[_name(c.fig)] for c in hetero])
     for i, c in enumerate(hetero):
         runs = [r.seconds_to_target for r in c.ok if r.seconds_to_target is not None]
         reach.scatter([i] * len(runs), runs, color="black", s=10, zorder=3)
         if c.fig.seconds_to_target is None:
             reach.text(i, 0, "not reached", rotation=90, ha="center", va="bottom", fontsize=7)
     reach.set(ylabel="seconds to the target (median; dots: runs)", title=f"time to the target {metric}")
-    period.bar([_name(c) for c in measured], [(c.fig.wall_step_seconds_median or 0.0) * 1e3 for c in measured],
+    period.bar([_name(c.fig) for c in measured], [(c.fig.wall_step_seconds_median or 0.0) * 1e3 for c in measured],
                color=list(colours.values()))
     if (oracle := figs.oracle_step_seconds) is not None:
         period.axhline(oracle * 1e3, color="green", linestyle="--", linewidth=1.2, label=f"oracle {oracle * 1e3:.0f} ms"
@@ -279,7 +264,7 @@ def realdata_targets(result: RealdataResult) -> list[Target]:
                   f"{t.oracle_speedup_vs_static:.2f}{TIMES} (the control's pace to its target {TIMES} n / Σ 1/s_i, "
                   f"in static's steps), ett-stream's pace to the target {figure(t.pace_over_oracle, '.2f')}{TIMES} "
                   "that")
-    best, control = t.best_other, t.control.fig.wall_step_seconds_median if t.control else None
+    best, control = t.best_other, t.control.wall_step_seconds_median if t.control else None
     over, bound = t.over_oracle, t.oracle_is_bound
     return [
         Target(f"`ett-stream` reaches the target {result.setup.held_out_metric} no later than the best other policy "
@@ -303,8 +288,8 @@ def render_realdata(result: RealdataResult) -> str:
     rows = []
     for c in combine(result.runs):
         failed = len(c.runs) - len(c.ok)
-        finals = [v for r in c.ok if (v := r.final_accuracy) is not None]
-        rows.append([_name(c), str(len(c.ok)) + (f" ({failed} failed)" if failed else ""),
+        finals = [r.accuracy[-1].accuracy for r in c.ok if r.accuracy]
+        rows.append([_name(c.fig), str(len(c.ok)) + (f" ({failed} failed)" if failed else ""),
                      figure(c.fig.seconds_to_target, ".1f"),
                      " / ".join(figure(r.seconds_to_target, ".1f", missing="never") for r in c.ok),
                      figure(c.fig.steps_to_target, ".0f"), figure(c.fig.wall_step_seconds_median, ".0f", 1e3),
@@ -327,4 +312,3 @@ def render_realdata(result: RealdataResult) -> str:
                "step ms (wall period)", "slowest rank's step ms", "SE (median)", "samples per step by device",
                f"final {setup.held_out_metric}", "unaccounted"], rows),
     ])
-

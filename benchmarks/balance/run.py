@@ -1,66 +1,29 @@
 """`streamtrain bench balance` and `streamtrain bench realdata`: each run one `live.run_stack_cell` on one shared
-broker, read back from Kafka (`figures`, `dataset`), every run timed to its target, the result written."""
+broker, read back from Kafka, every run timed to its target, the result written."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-import numpy as np
 import typer
 
 from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import External, LaunchOptions, Out, Seed, WorkDir, figure, problems, publish
-from ..live import CellRun, StackCell, live_broker, run_stack_cell
-from .dataset import accuracy_curve, judge_realdata, wall_period_median
-from .figures import BalanceResult, RealdataResult, Run, analyse_window, judge_balance
-from .setup import (
-    DEFAULT_FLEETS,
-    FLEETS,
-    REALDATA_POLICIES,
-    BalanceSetup,
-    Cell,
-    RealdataSetup,
-    fleet_label,
-    parse_fleet,
-)
+from ..live import StackCell, live_broker, run_stack_cell
+from .figures import BalanceResult, Curve, RealdataResult, Run, judge_balance, judge_realdata, read_run
+from .setup import DEFAULT_FLEETS, FLEETS, REALDATA_POLICIES, BalanceSetup, RealdataSetup, fleet_label, parse_fleet
 
-__all__ = ["balance_command", "read_run", "realdata_command", "run_balance", "run_realdata"]
+__all__ = ["balance_command", "realdata_command", "run_setup"]
 
-Curve = list[tuple[float, float]]
+Setup = BalanceSetup | RealdataSetup
 
 
-def read_run(ran: CellRun, cell: Cell, repeat: int, setup: BalanceSetup | RealdataSetup) -> tuple[Run, Curve]:
-    """A run's figures from what it left in Kafka, and its loss curve; `error` set (with what could be measured) on
-    failure. A dataset run's held-out curve too, and its wall period without the evaluations' pauses."""
-    identity: dict[str, Any] = {"policy": cell.policy, "slowdowns": cell.slowdowns, "dif": cell.dif, "repeat": repeat,
-                                "seconds": ran.seconds, "run_dir": str(ran.run_dir)}
-    if ran.records is None or ran.report is None:
-        return Run.model_validate({**identity, "error": ran.error}), []
-    records = ran.records
-    smooth = setup.smooth_steps if isinstance(setup, BalanceSetup) else 1
-    try:
-        figures, curve = analyse_window(records.feedback, len(cell.slowdowns), setup.warmup_steps, setup.steps, smooth)
-        if isinstance(setup, RealdataSetup):
-            figures["accuracy"] = accuracy_curve(records.evaluations, records.feedback, setup.smooth_evals,
-                                                 setup.held_out_metric)
-            figures["wall_step_seconds_median"] = wall_period_median(
-                records.feedback, [p.step for p in figures["accuracy"]], setup.warmup_steps, setup.until_step)
-    except ValueError as exc:
-        return Run.model_validate({**identity, "error": f"{ran.error or ''} analysis: {exc}".strip()}), []
-    sizes = np.concatenate([r.sizes[r.decoded] for r in records.records.values()] or [np.zeros(0)])
-    missing = isinstance(setup, RealdataSetup) and not figures["accuracy"]
-    return Run.model_validate({
-        **identity, **figures, "samples_unaccounted": ran.report.samples_unaccounted,
-        "size_dif_measured": float(np.std(sizes)) if len(sizes) else None,
-        "error": ran.error or ("no held-out evaluation read back" if missing else None)}), curve
-
-
-def _run_plan(setup: BalanceSetup | RealdataSetup, tag: str, replay: dict[str, object] | None, runs: Path,
-              launch: LaunchOptions, bootstrap: str | None) -> list[tuple[Run, Curve]]:
+def _run_plan(setup: Setup, tag: str, replay: dict[str, object] | None, runs: Path, launch: LaunchOptions,
+              bootstrap: str | None) -> list[tuple[Run, Curve]]:
     """Run each (round, cell) of the setup's plan on one broker (embedded unless `bootstrap` names one), in order,
     replaying the dataset of `replay` (its settings) or the setup's synthetic streams; a line for each run."""
     from streamtrain.cli_support import console
@@ -87,44 +50,50 @@ def _run_plan(setup: BalanceSetup | RealdataSetup, tag: str, replay: dict[str, o
     return out
 
 
-def run_balance(setup: BalanceSetup, out: Path, launch: LaunchOptions = LaunchOptions(), bootstrap: str | None = None,
-                runs: Path | None = None) -> BalanceResult:
-    """Run every synthetic cell `setup.repeats` times (each run's directory in `runs`, default DIR/balance-runs) and
-    write DIR/balance.json and DIR/balance.png."""
-    from . import BALANCE
-
-    began = time.monotonic()
-    judged, targets, rule = judge_balance(_run_plan(setup, "balance", None, runs or out / "balance-runs", launch,
-                                                    bootstrap), setup)
-    settings = {**setup.settings_of(setup.cells()[0]), "trainer.slowdowns": "per cell", **launch.overrides()}
-    return publish(BALANCE, BalanceResult(
-        setup=setup.model_copy(update={"settings": settings}), target_loss=targets, target_loss_rule=rule,
-        seconds=round(time.monotonic() - began, 1), runs=judged), out)
-
-
-def run_realdata(setup: RealdataSetup, out: Path, launch: LaunchOptions = LaunchOptions(),
-                 bootstrap: str | None = None, runs: Path | None = None) -> RealdataResult:
-    """Run every dataset cell `setup.repeats` times in rotated order (each run's directory in `runs`, default
-    DIR/realdata-runs) and write DIR/realdata.json and DIR/realdata.png.
+def run_setup(setup: Setup, out: Path, launch: LaunchOptions = LaunchOptions(), bootstrap: str | None = None,
+              runs: Path | None = None) -> BalanceResult | RealdataResult:
+    """Run every cell of the setup's plan (each run's directory in `runs`, default DIR/<name>-runs), time each run to
+    its target and write DIR/<name>.json and DIR/<name>.png (name: balance, or realdata for a dataset replayed).
 
     Raises:
         ValueError: the dataset cannot be replayed with the benchmark's model, or has no held-out split.
     """
     from stack.replay import resolve_replay
 
-    from . import REALDATA
+    from . import BALANCE, REALDATA
 
-    replay = resolve_replay(setup.dataset, launch.config(setup.settings_of(setup.cells()[0])))
-    if replay.held_out is None:
-        raise ValueError(f"dataset {setup.dataset}: no held-out split to measure {setup.held_out_metric} on")
-    began = time.monotonic()
-    ran = _run_plan(setup, "realdata", replay.settings, runs or out / "realdata-runs", launch, bootstrap)
-    judged, target, rule = judge_realdata([run for run, _ in ran], setup)
-    settings = {**setup.settings_of(setup.cells()[0]), **replay.settings, "trainer.slowdowns": "per cell",
+    replay: dict[str, object] | None = None
+    if isinstance(setup, RealdataSetup):
+        resolved = resolve_replay(setup.dataset, launch.config(setup.settings_of(setup.cells()[0])))
+        if resolved.held_out is None:
+            raise ValueError(f"dataset {setup.dataset}: no held-out split to measure {setup.held_out_metric} on")
+        replay = resolved.settings
+    name, began = "realdata" if replay is not None else "balance", time.monotonic()
+    ran = _run_plan(setup, name, replay, runs or out / f"{name}-runs", launch, bootstrap)
+    settings = {**setup.settings_of(setup.cells()[0]), **(replay or {}), "trainer.slowdowns": "per cell",
                 **launch.overrides()}
-    return publish(REALDATA, RealdataResult(
-        setup=setup.model_copy(update={"settings": settings}), target=target, target_rule=rule,
-        seconds=round(time.monotonic() - began, 1), runs=judged), out)
+    done = {"setup": setup.model_copy(update={"settings": settings}), "seconds": round(time.monotonic() - began, 1)}
+    if isinstance(setup, BalanceSetup):
+        judged, targets, rule = judge_balance(ran, setup)
+        return publish(BALANCE, BalanceResult.model_validate(
+            {**done, "target_loss": targets, "target_loss_rule": rule, "runs": judged}), out)
+    judged, target, rule = judge_realdata([run for run, _ in ran], setup)
+    return publish(REALDATA, RealdataResult.model_validate(
+        {**done, "target": target, "target_rule": rule, "runs": judged}), out)
+
+
+def _main(ctx: typer.Context, name: str, build: Callable[[], Setup], out: Path, work_dir: Path, external: bool) -> None:
+    """Build the setup (a bad one exits 2 saying what to change), run it, exit 1 when any run failed."""
+    from streamtrain.cli_support import EXIT_CONFIG, config_from, die
+
+    cfg = config_from(ctx)
+    try:
+        result = run_setup(build(), out, LaunchOptions.of(ctx), cfg.kafka.bootstrap_servers if external else None,
+                           work_dir / name)
+    except ValueError as exc:
+        die(f"bench {name}: {problems(exc)}", EXIT_CONFIG)
+    if any(r.error for r in result.runs):
+        raise typer.Exit(1)
 
 
 def _fleets(named: Sequence[str], texts: Sequence[str], control: bool, quick: bool) -> tuple[tuple[float, ...], ...]:
@@ -180,23 +149,13 @@ def balance_command(
     target loss, over a window under a backlog; per fleet and DIF, ett-stream against the oracle (needs
     --control), static and chronica. Writes DIR/balance.json and DIR/balance.png; each run goes to WORK_DIR/balance.
     """
-    from streamtrain.cli_support import EXIT_CONFIG, config_from, die
-
-    cfg = config_from(ctx)
-    try:
-        setup = BalanceSetup(
-            policies=tuple(policy or (("static", "lbbsp", "ett-stream") if quick else POLICY_NAMES)),
-            slowdowns=_fleets(fleet or [], slowdowns or [], control, quick),
-            difs=tuple(float(v) for v in dif.split(",")) if dif else ((0.0, 64.0) if quick else (0.0, 16.0, 64.0)),
-            global_batch=global_batch or 512, time_scale=time_scale, model_window=model_window, repeats=repeats,
-            steps=steps or (12 if quick else 24), warmup_steps=warmup if warmup is not None else (8 if quick else 10),
-            seed=seed, quick=quick)
-    except ValueError as exc:
-        die(f"bench balance: {problems(exc)}", EXIT_CONFIG)
-    result = run_balance(setup, out, LaunchOptions.of(ctx), cfg.kafka.bootstrap_servers if external else None,
-                         work_dir / "balance")
-    if any(r.error for r in result.runs):
-        raise typer.Exit(1)
+    _main(ctx, "balance", lambda: BalanceSetup(
+        policies=tuple(policy or (("static", "lbbsp", "ett-stream") if quick else POLICY_NAMES)),
+        slowdowns=_fleets(fleet or [], slowdowns or [], control, quick),
+        difs=tuple(float(v) for v in dif.split(",")) if dif else ((0.0, 64.0) if quick else (0.0, 16.0, 64.0)),
+        global_batch=global_batch or 512, time_scale=time_scale, model_window=model_window, repeats=repeats,
+        steps=steps or (12 if quick else 24), warmup_steps=warmup if warmup is not None else (8 if quick else 10),
+        seed=seed, quick=quick), out, work_dir, external)
 
 
 def realdata_command(
@@ -233,19 +192,9 @@ def realdata_command(
     sooner than static, and its step time is within 15% of the oracle (the control x n / sum(1/s_i)). Writes
     DIR/realdata.json and DIR/realdata.png. Example: streamtrain bench realdata --quick --out /tmp/rd
     """
-    from streamtrain.cli_support import EXIT_CONFIG, config_from, die
-
-    cfg = config_from(ctx)
-    try:
-        setup = RealdataSetup(
-            policies=tuple(policy or (("static", "ett-stream") if quick else REALDATA_POLICIES)),
-            dataset=dataset, slowdowns=parse_fleet(slowdowns), control=control, repeats=repeats or (1 if quick else 3),
-            steps=steps or (15 if quick else 40), warmup_steps=warmup if warmup is not None else (3 if quick else 5),
-            global_batch=global_batch or 64, eval_every=eval_every, target_accuracy=target_accuracy,
-            time_scale=time_scale, seed=seed, quick=quick)
-        result = run_realdata(setup, out, LaunchOptions.of(ctx), cfg.kafka.bootstrap_servers if external else None,
-                              work_dir / "realdata")
-    except ValueError as exc:
-        die(f"bench realdata: {problems(exc)}", EXIT_CONFIG)
-    if any(r.error for r in result.runs):
-        raise typer.Exit(1)
+    _main(ctx, "realdata", lambda: RealdataSetup(
+        policies=tuple(policy or (("static", "ett-stream") if quick else REALDATA_POLICIES)),
+        dataset=dataset, slowdowns=parse_fleet(slowdowns), control=control, repeats=repeats or (1 if quick else 3),
+        steps=steps or (15 if quick else 40), warmup_steps=warmup if warmup is not None else (3 if quick else 5),
+        global_batch=global_batch or 64, eval_every=eval_every, target_accuracy=target_accuracy,
+        time_scale=time_scale, seed=seed, quick=quick), out, work_dir, external)

@@ -1,9 +1,5 @@
-"""What the balance benchmark runs, per workload: the fleets of slow-downs, the window, the data, the settings.
-
-Both workloads share `FleetSetup` (policies, global batch, emulated speed, window, repeats) and its cell settings;
-`BalanceSetup` adds the synthetic matrix (fleets x DIF), `RealdataSetup` a dataset replayed on one fleet with its
-homogeneous control and a held-out evaluation.
-"""
+"""What the balance benchmark runs: `BalanceSetup` (synthetic streams, fleets x DIF) and `RealdataSetup` (a packaged
+dataset on one fleet, with its homogeneous control), both a `FleetSetup`: policies, global batch, emulation, window."""
 
 from __future__ import annotations
 
@@ -21,39 +17,29 @@ from ..common import Record
 if TYPE_CHECKING:
     from stack.services import DeviceStream
 
-__all__ = ["DATASET_SETTINGS", "DEFAULT_FLEETS", "FLEETS", "REALDATA_POLICIES", "BalanceSetup", "Cell", "FleetSetup",
+__all__ = ["DATASETS", "DEFAULT_FLEETS", "FLEETS", "REALDATA_POLICIES", "BalanceSetup", "Cell", "FleetSetup",
            "RealdataSetup", "balanced_share", "fleet_label", "oracle_factor", "parse_fleet"]
 
-#: Named fleets, one slow-down factor per rank (rank r computes factor_r times slower). `--fleet NAME` runs one;
-#: a new pattern is one line here.
+#: Named fleets, one slow-down factor per rank (rank r computes factor_r times slower).
 FLEETS: dict[str, tuple[float, ...]] = {
     "one-slow": (1.0, 1.0, 1.0, 4.0),  # three devices and one four times slower (LBB Table 2, CHRONICA Table IV)
     "two-slow": (1.0, 1.0, 4.0, 4.0),  # half the fleet slow: the fast pair carries 80% of the batch
     "graded": (1.0, 2.0, 3.0, 4.0),  # every device its own speed: no two shares alike
 }
-#: The fleets `bench balance` measures unless told otherwise.
 DEFAULT_FLEETS: tuple[str, ...] = ("one-slow", "two-slow")
 #: The policies `bench realdata` compares (scadles sizes batches by stream rate, which a backlog does not have).
 REALDATA_POLICIES: tuple[str, ...] = ("static", "lbbsp", "lbb", "chronica", "ett-stream")
-#: The sequence model `bench realdata` trains on PLAID (the PLAID demo's): per-series normalisation, dilated
-#: masked convolutions whose compute grows with a batch's total length, Adam-style steps, no lr scaling.
-MODEL_SETTINGS: dict[str, object] = {
+#: The PLAID demo's sequence model: per-series normalisation, dilated masked convolutions whose compute grows with a
+#: batch's total length, Adam-style steps, no lr scaling.
+_MODEL: dict[str, object] = {
     "trainer.model": "seq", "trainer.num_features": 1, "trainer.num_classes": 11, "trainer.hidden_size": 32,
-    "trainer.num_layers": 4, "trainer.optimizer": "adamw", "trainer.lr": 0.003, "trainer.lr_scaling": False,
-    "producer.dataset.sharding": "stratified",  # every device sees every appliance class in PLAID's proportions
-}
-#: The regression workload's model (Tecator, Covid3Month: one float target per series, `up --dataset` sets the
-#: objective and standardises the targets): the same model and steps, shards drawn at random (no classes).
-REGRESSION_SETTINGS: dict[str, object] = {
-    **{k: v for k, v in MODEL_SETTINGS.items() if k not in ("trainer.num_classes", "producer.dataset.sharding")},
-    "producer.dataset.sharding": "random",
-}
-#: Each packaged dataset `bench realdata` replays: its settings, and the held-out metric its runs are timed to.
-DATASET_SETTINGS: dict[str, dict[str, object]] = {
-    "plaid": MODEL_SETTINGS, "tecator": REGRESSION_SETTINGS, "covid3month": REGRESSION_SETTINGS}
-DATASET_METRICS: dict[str, str] = {"plaid": "accuracy", "tecator": "rmse", "covid3month": "rmse"}
-#: Held-out metrics that fall as the model learns (the others rise).
-LOWER_IS_BETTER = frozenset({"rmse", "mae", "loss"})
+    "trainer.num_layers": 4, "trainer.optimizer": "adamw", "trainer.lr": 0.003, "trainer.lr_scaling": False}
+_REGRESSION = {**{k: v for k, v in _MODEL.items() if k != "trainer.num_classes"}, "producer.dataset.sharding": "random"}
+#: Each packaged dataset `bench realdata` replays: the held-out metric its runs are timed to, and its settings (PLAID's
+#: shards stratified, so every device sees every class; a regression problem's drawn at random).
+DATASETS: dict[str, tuple[str, dict[str, object]]] = {
+    "plaid": ("accuracy", {**_MODEL, "producer.dataset.sharding": "stratified"}),
+    "tecator": ("rmse", _REGRESSION), "covid3month": ("rmse", _REGRESSION)}
 
 #: The backlog holds this many times the hungriest device's balanced share (a plan fitted on noisy models, or one
 #: that picks small samples first, may ask a device for more than its speed's share for a while).
@@ -68,11 +54,7 @@ def fleet_label(slowdowns: tuple[float, ...], sep: str = ",") -> str:
 
 
 def parse_fleet(text: str) -> tuple[float, ...]:
-    """`1,1,1,4` → its factors.
-
-    Raises:
-        ValueError: naming the flag's expected form.
-    """
+    """`1,1,1,4` → its factors (a ValueError names the flag's expected form)."""
     try:
         return tuple(float(v) for v in text.replace(" ", "").split(",") if v)
     except ValueError:
@@ -80,13 +62,12 @@ def parse_fleet(text: str) -> tuple[float, ...]:
 
 
 def oracle_factor(slowdowns: Sequence[float]) -> float:
-    """n / sum(1 / s_i): how much longer than an equal fleet's step a perfect split of the same global batch takes
-    (each device trains in proportion to its speed, so all finish together)."""
+    """n / sum(1 / s_i): how much longer than an equal fleet's step a perfect split of the same batch takes."""
     return len(slowdowns) / sum(1.0 / f for f in slowdowns)
 
 
 def balanced_share(slowdowns: Sequence[float]) -> float:
-    """The fastest device's share of the global batch under a perfect split: (1 / s_min) / sum(1 / s_i)."""
+    """The fastest device's share of the global batch under a perfect split."""
     return (1.0 / min(slowdowns)) / sum(1.0 / f for f in slowdowns)
 
 
@@ -114,26 +95,20 @@ class FleetSetup(Record):
 
     policies: tuple[str, ...] = POLICY_NAMES
     global_batch: int = 512
-    """Samples per step over all ranks (coordinator.global_batch; ett-stream's equal-time target)."""
     time_scale: float = 4.0
     """Every rank computes this many times its training thread's CPU time (the slow-down factors multiply on top,
-    on the CPU clock: `trainer.slowdown_clock=cpu`). With 4 ranks time-sharing 2 cores, a rank timed by the wall
-    clock is as slow as its neighbours are busy; one timed by its own CPU time is as slow as its plan."""
+    `trainer.slowdown_clock=cpu`): with 4 ranks on 2 cores, the wall clock would time the neighbours' load."""
     warmup_steps: int = 10
-    """Steps left out of the step figures (a time to a target counts from the start of step 0)."""
+    """Steps left out of the step figures (a time to a target counts from step 0)."""
     steps: int = 30
-    """Measured steps after the warm-up."""
     model_window: int = 8
-    """coordinator.model_window: feedback records each device's time model is fitted on."""
     seed: int = 0
     repeats: int = 1
-    """Rounds of every cell (each cell's figures: the median over its runs)."""
     start_timeout_s: float = 240.0
     extra_sets: tuple[str, ...] = ()
-    """Further `KEY=VALUE` settings for every cell, as `--set` takes them (after the benchmark's own)."""
     backlog_per_device: int = 0
     """Samples pre-produced per device: the hungriest device's balanced share of every step until the ranks stop,
-    with margin (filled in). Checked, not assumed: the analysis flags a device that ran out of work."""
+    with margin (filled in; the analysis checks that it held)."""
     quick: bool = False
     settings: dict[str, JsonValue] = Field(default_factory=dict)
     """The settings every cell ran with (filled in by the run)."""
@@ -142,12 +117,17 @@ class FleetSetup(Record):
     @classmethod
     def _derived(cls, data: Any) -> Any:
         # Stored with the setup (a result says what it ran with), computed when not given.
-        if isinstance(data, dict) and not data.get("backlog_per_device"):
-            def get(name: str) -> Any:
-                return data.get(name, cls.model_fields[name].default)
+        if not isinstance(data, dict):
+            return data
 
-            fleets = get("slowdowns")
-            fleets = fleets if fleets and isinstance(fleets[0], list | tuple) else [fleets]
+        def get(name: str) -> Any:
+            return data.get(name, cls.model_fields[name].default)
+
+        fleets = get("slowdowns")
+        fleets = fleets if fleets and isinstance(fleets[0], list | tuple) else [fleets]
+        if "devices" in cls.model_fields and "devices" not in data:
+            data = {**data, "devices": len(fleets[0])}
+        if not data.get("backlog_per_device"):
             share = min(1.0, _SHARE_MARGIN * max((balanced_share(f) for f in fleets if f and min(f) > 0), default=1))
             until = get("warmup_steps") + get("steps") + _OVERSHOOT_STEPS
             data = {**data, "backlog_per_device": math.ceil(share * get("global_batch") * until)}
@@ -182,21 +162,12 @@ class BalanceSetup(FleetSetup):
     """The synthetic workload: policies x fleets x DIF, sizes of mean `size_mean` and std DIF."""
 
     slowdowns: tuple[tuple[float, ...], ...] = tuple(FLEETS[name] for name in DEFAULT_FLEETS)
-    """The fleets: one list of per-rank slow-down factors each, all of the same length."""
     difs: tuple[float, ...] = (0.0, 16.0, 64.0)
     size_mean: float = 45.0
     smooth_steps: int = 5
     """Trailing steps the loss is averaged over before it is compared with the target."""
     devices: int = 0
-    """Ranks (the length of each fleet); filled in from `slowdowns`."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _devices(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "devices" not in data:
-            fleets = data.get("slowdowns", cls.model_fields["slowdowns"].default)
-            data = {**data, "devices": len(fleets[0]) if fleets else 0}
-        return data
+    """Ranks: the length of each fleet (filled in)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> BalanceSetup:
@@ -210,8 +181,8 @@ class BalanceSetup(FleetSetup):
         return self
 
     def cells(self) -> list[Cell]:
-        """The matrix, slow-downs outermost, then DIF, then policy (so one DIF's policies run back to back); a fleet of
-        equal ranks is the control: static at the smallest DIF, identical batches on identical ranks."""
+        """The matrix, fleets outermost, then DIF, then policy; on a fleet of equal ranks (the control) only static at
+        the smallest DIF."""
         return [Cell(p, s, d) for s in self.slowdowns for d in self.difs for p in self.policies
                 if len(set(s)) > 1 or (p == "static" and d == min(self.difs))]
 
@@ -236,42 +207,37 @@ class BalanceSetup(FleetSetup):
 
 
 class RealdataSetup(FleetSetup):
-    """The dataset workload: a packaged dataset replayed from a backlog on one emulated fleet, timed to a held-out
-    accuracy (or error)."""
+    """The dataset workload: a packaged dataset replayed from a backlog on one fleet, timed to a held-out metric."""
 
     dataset: str = "plaid"
-    """The packaged dataset replayed (its train split into the device topics, its test split held out): `plaid`
-    (classification), or the archive's regression problems `tecator`, `covid3month`."""
+    """A packaged dataset of `DATASETS`: its train split replayed into the device topics, its test split held out."""
     policies: tuple[str, ...] = REALDATA_POLICIES
     slowdowns: tuple[float, ...] = FLEETS["one-slow"]
-    """The heterogeneous fleet: one slow-down factor per rank."""
     control: bool = True
-    """Also run ett-stream with every factor 1 (the homogeneous control behind the oracle step time)."""
+    """Also run ett-stream with every factor 1: the homogeneous control behind the oracle."""
     global_batch: int = 64
     warmup_steps: int = 5
     steps: int = 40
     eval_every: int = 3
-    """trainer.eval_every: steps between held-out evaluations (the time to the target is read at them)."""
     smooth_evals: int = 2
     """Trailing evaluations averaged before the metric is compared with the target."""
     target_accuracy: float | None = Field(default=None, gt=0.0)
     """A fixed target of the held-out metric; None: static's smoothed value at mid-window, median over its runs."""
     repeats: int = 3
-    """Rounds of every cell; each round runs the cells in an order rotated by one, so no policy always runs first."""
 
     @property
     def held_out_metric(self) -> str:
         """The held-out metric the runs are timed to: accuracy, or rmse (a falling one, reached from above)."""
-        return DATASET_METRICS.get(self.dataset, "accuracy")
+        return DATASETS[self.dataset][0]
 
     @property
     def lower_is_better(self) -> bool:
-        return self.held_out_metric in LOWER_IS_BETTER
+        return self.held_out_metric != "accuracy"
 
     @model_validator(mode="after")
     def _consistent(self) -> RealdataSetup:
-        if self.dataset not in DATASET_SETTINGS:
-            raise ValueError(f"dataset {self.dataset!r}: bench realdata replays {', '.join(DATASET_SETTINGS)}")
+        if self.dataset not in DATASETS:
+            raise ValueError(f"dataset {self.dataset!r}: bench realdata replays {', '.join(DATASETS)}")
         if self.target_accuracy is not None and not self.lower_is_better and self.target_accuracy > 1.0:
             raise ValueError(f"target {self.target_accuracy} of {self.held_out_metric} is above 1")
         if len(self.slowdowns) < 2 or min(self.slowdowns) < 1.0:
@@ -289,7 +255,7 @@ class RealdataSetup(FleetSetup):
 
     @property
     def target_step(self) -> int:
-        """The step whose static accuracy is the target (the middle of the measured window)."""
+        """The step whose static accuracy is the target: mid-window."""
         return self.warmup_steps + self.steps // 2
 
     def cells(self) -> list[Cell]:
@@ -298,8 +264,8 @@ class RealdataSetup(FleetSetup):
                 + ([Cell("ett-stream", (1.0,) * self.devices)] if self.control else []))
 
     def plan(self) -> list[tuple[int, Cell]]:
-        """(round, cell) in running order: round r runs the cells rotated by r, so that across rounds each policy runs
-        early and late alike and slow drift of the shared machine falls on every policy."""
+        """(round, cell) in running order: round r runs the cells rotated by r, so that slow drift of the shared
+        machine falls on every policy alike."""
         cells = self.cells()
         return [(rep, cells[(rep + i) % len(cells)]) for rep in range(self.repeats) for i in range(len(cells))]
 
@@ -311,5 +277,5 @@ class RealdataSetup(FleetSetup):
 
     def settings_of(self, cell: Cell) -> dict[str, object]:
         """A cell's settings, besides the dataset's own."""
-        return {**DATASET_SETTINGS[self.dataset], **self.cell_settings(cell.slowdowns),
+        return {**DATASETS[self.dataset][1], **self.cell_settings(cell.slowdowns),
                 "trainer.eval_every": self.eval_every, "producer.seed": self.seed}

@@ -10,14 +10,17 @@ import pytest
 from pydantic import ValidationError
 
 from benchmarks.balance import REALDATA
-from benchmarks.balance.dataset import (
+from benchmarks.balance.figures import (
+    AccuracyPoint,
     RealdataFigures,
+    RealdataResult,
+    Run,
     accuracy_curve,
+    combine,
     judge_realdata,
     realdata_figures,
     wall_period_median,
 )
-from benchmarks.balance.figures import AccuracyPoint, RealdataResult, Run, combine
 from benchmarks.balance.render import render_realdata
 from benchmarks.balance.setup import Cell, RealdataSetup, oracle_factor
 from benchmarks.common import problems
@@ -121,8 +124,8 @@ def test_the_oracle_is_the_control_times_n_over_the_summed_speeds() -> None:
     assert 0.2 * oracle_factor((1.0, 1.0)) == pytest.approx(0.2)
     runs = [_run("static", 0, 0.8), _run("ett-stream", 0, 0.3, period=0.27),
             _run("ett-stream", 0, 0.2, period=0.2, control=True)]
-    assert [(c.fig.policy, c.control) for c in combine(runs)] == [("static", False), ("ett-stream", False),
-                                                                  ("ett-stream", True)]
+    assert [(c.fig.policy, c.fig.control) for c in combine(runs)] == [("static", False), ("ett-stream", False),
+                                                                      ("ett-stream", True)]
     t = _figures(runs)
     assert t.oracle_step_seconds == pytest.approx(0.2 * 4 / 3.25)
     assert t.over_oracle == pytest.approx(0.27 / (0.2 * 4 / 3.25)) and t.oracle_is_bound is True

@@ -42,8 +42,7 @@ def _balance() -> list[str]:
 
 
 def _realdata() -> list[str]:
-    from benchmarks.balance.dataset import realdata_figures
-    from benchmarks.balance.figures import RealdataResult
+    from benchmarks.balance.figures import RealdataResult, realdata_figures
 
     figures = realdata_figures(RealdataResult.load(BENCH / "realdata.json"))
     assert figures.ett_stream is not None and figures.static is not None and figures.speedup_vs_static is not None

@@ -1,6 +1,4 @@
-"""`streamtrain bench bridge`: the bridge's throughput beside a bare consume-produce loop of the same records.
-
-How it measures, and why that way: docs/benchmarks/bridge.md (also its section of BENCHMARKS.md)."""
+"""`streamtrain bench bridge`: the bridge's throughput beside a bare consume-produce loop (docs/benchmarks)."""
 
 from __future__ import annotations
 
@@ -32,7 +30,7 @@ from streamtrain.kafka import (
 from .common import TIMES, Bench, Out, Result, about, publish, pyplot, table
 from .live import live_broker
 
-__all__ = ["BENCH", "BridgeResult", "plot_bridge", "render_bridge"]
+__all__ = ["BENCH", "BridgeResult"]
 
 DEVICES = ("0", "1", "2", "3")
 _KINDS = {"bare": "bare consume-produce loop, no transactions",
@@ -52,9 +50,7 @@ class BridgeResult(Result):
     records_per_s: dict[str, list[float]]
     records_per_s_median: dict[str, float]
     transactions_vs_bare: float
-    """bare_transactions / bare (medians): what transactions cost a bare loop."""
     bridge_vs_bare_transactions: float
-    """bridge / bare_transactions (medians): what decoding and the wire format cost on top."""
 
 
 def _write_source(cfg: KafkaConfig, topic: str, records: int, features: int) -> float:
@@ -138,11 +134,21 @@ def _bridge(cfg: KafkaConfig, source: str, records: int, features: int, batch: i
         service.close()
 
 
-def measure_bridge(cfg: StreamtrainConfig, records: int, features: int, repeats: int, batch: int,
-                   seconds: float) -> BridgeResult:
-    """Every loop `repeats` times, alternating, on one embedded broker (`cfg.broker`'s, with a 1 GiB heap)."""
-    from streamtrain.cli_support import console
+def bridge_command(
+    ctx: typer.Context,
+    out: Out = Path("reports/bench"),
+    records: Annotated[int, typer.Option(min=1000, help="Source records per run.")] = 20_000,
+    features: Annotated[int, typer.Option(min=1, help="Floats per frame (1-8 frames a record).")] = 16,
+    repeats: Annotated[int, typer.Option(min=1, max=20, help="Alternating runs of each loop.")] = 3,
+    transaction_records: Annotated[int, typer.Option(min=1, help="Records per transaction.")] = 500,
+    transaction_seconds: Annotated[float, typer.Option(min=0.01, help="bridge.transaction_seconds.")] = 0.1,
+) -> None:
+    """The bridge's records/s beside a bare consume-produce loop of the same records, with and without transactions,
+    on one embedded broker (`broker` settings, a 1 GiB heap)."""
+    from streamtrain.cli_support import config_from, console
 
+    cfg = config_from(ctx)
+    batch = transaction_records
     runs: dict[str, list[float]] = {kind: [] for kind in _KINDS}
     with live_broker(cfg.model_copy(update={"broker": cfg.broker.model_copy(update={"heap": "1g"})}), False,
                      "bridge") as broker:
@@ -151,38 +157,19 @@ def measure_bridge(cfg: StreamtrainConfig, records: int, features: int, repeats:
             size = _write_source(kafka, source, records, features)
         loops = {"bare": lambda: _bare(kafka, source, records, None),
                  "bare_transactions": lambda: _bare(kafka, source, records, batch),
-                 "bridge": lambda: _bridge(kafka, source, records, features, batch, seconds)}
+                 "bridge": lambda: _bridge(kafka, source, records, features, batch, transaction_seconds)}
         for r in range(repeats):
             for kind, loop in loops.items():
                 with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
                     runs[kind].append(loop())
                 console.print(f"  {kind:<18} {runs[kind][-1]:>10,.0f} records/s")
     medians = {k: statistics.median(v) for k, v in runs.items()}
-    return BridgeResult(
+    result = publish(BENCH, BridgeResult(
         records_per_run=records, mean_record_bytes=round(size, 1), features=features, repeats=repeats,
-        transaction_records=batch, transaction_seconds=seconds, records_per_s=runs, records_per_s_median=medians,
-        transactions_vs_bare=medians["bare_transactions"] / medians["bare"],
-        bridge_vs_bare_transactions=medians["bridge"] / medians["bare_transactions"])
-
-
-def bridge_command(
-    ctx: typer.Context,
-    out: Out = Path("reports/bench"),
-    records: Annotated[int, typer.Option(min=1000, help="Source records per run.")] = 20_000,
-    features: Annotated[int, typer.Option(min=1, help="Floats per frame (1-8 frames a record).")] = 16,
-    repeats: Annotated[int, typer.Option(min=1, max=20, help="Alternating runs of each loop.")] = 3,
-    transaction_records: Annotated[int, typer.Option(min=1, help="Records per transaction (bridge."
-                                                     "transaction_records).")] = 500,
-    transaction_seconds: Annotated[float, typer.Option(min=0.01, help="bridge.transaction_seconds.")] = 0.1,
-) -> None:
-    """The bridge's records/s beside a bare consume-produce loop of the same records, with and without
-    transactions, in one run."""
-    from streamtrain.cli_support import config_from, console
-
-    measured = measure_bridge(config_from(ctx), records, features, repeats, transaction_records, transaction_seconds)
-    result = publish(BENCH, measured, out)
-    console.print(f"transactions / bare = {result.transactions_vs_bare:.2f}; bridge / bare in transactions = "
-                  f"{result.bridge_vs_bare_transactions:.2f}", highlight=False)
+        transaction_records=batch, transaction_seconds=transaction_seconds, records_per_s=runs,
+        records_per_s_median=medians, transactions_vs_bare=medians["bare_transactions"] / medians["bare"],
+        bridge_vs_bare_transactions=medians["bridge"] / medians["bare_transactions"]), out)
+    console.print(_ratios(result), highlight=False)
 
 
 def plot_bridge(result: BridgeResult) -> Any:
@@ -197,19 +184,20 @@ def plot_bridge(result: BridgeResult) -> Any:
     return fig
 
 
+def _ratios(result: BridgeResult) -> str:
+    return (f"Bare loop in transactions / without: {result.transactions_vs_bare:.2f}{TIMES}; bridge / bare loop in "
+            f"transactions: {result.bridge_vs_bare_transactions:.2f}{TIMES}.")
+
+
 def render_bridge(result: BridgeResult) -> str:
     """The `bridge` section of BENCHMARKS.md: the three loops side by side."""
     medians = result.records_per_s_median
     bare = medians.get("bare") or 0.0
     rows = [[_KINDS.get(k, k), round(v), f"{v / bare:.2f}{TIMES}" if bare else "—"] for k, v in medians.items()]
     return "\n\n".join([
-        f"Measured: {result.records_per_run:,} JSON records (mean {result.mean_record_bytes:.0f} bytes) per run from "
-        f"a 3-partition topic, {result.repeats} alternating repeats (medians); transactions of "
-        f"{result.transaction_records} records or {result.transaction_seconds:g} s.",
-        table(["loop", "records/s", "vs bare"], rows),
-        f"In transactions the bare loop runs at {result.transactions_vs_bare:.2f}{TIMES} its rate without them; "
-        f"the bridge runs at {result.bridge_vs_bare_transactions:.2f}{TIMES} the bare transactional loop.",
-    ])
+        f"Setup: {result.records_per_run:,} JSON records (mean {result.mean_record_bytes:.0f} bytes) per run from a "
+        f"3-partition topic, {result.repeats} repeats (medians), transactions of {result.transaction_records} records "
+        f"or {result.transaction_seconds:g} s.", table(["loop", "records/s", "vs bare"], rows), _ratios(result)])
 
 
 BENCH = Bench("bridge", bridge_command, BridgeResult, render_bridge, plot=plot_bridge,

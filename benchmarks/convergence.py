@@ -1,7 +1,4 @@
-"""`streamtrain bench convergence`: weighted vs plain gradient aggregation with uneven batches.
-
-How it measures, and why that way: docs/benchmarks/convergence.md (also its section of BENCHMARKS.md).
-"""
+"""`streamtrain bench convergence`: weighted vs plain gradient aggregation with uneven batches (docs/benchmarks)."""
 
 from __future__ import annotations
 
@@ -132,9 +129,8 @@ class ConvergenceResult(Result):
 
 @dataclass(frozen=True)
 class ConvergenceCell:
-    """One aggregation's figures (`analyse`): global samples and steps up to the first step whose smoothed accuracy
-    reaches the target, the samples from which it stays there (None: it falls below again), the mean held-out
-    accuracy and loss over the last tenth of the steps, the samples to the target over SGD's."""
+    """One aggregation's figures (`analyse`): samples and steps to the target, samples from which it stays there
+    (None: it falls below again), held-out accuracy and loss over the last tenth of the steps."""
 
     samples_to_target: int | None
     steps_to_target: int | None
@@ -153,8 +149,7 @@ def smoothed(accuracy: list[float], window: int) -> np.ndarray:
 
 
 def analyse(setup: ConvergenceSetup, curves: dict[str, Curve]) -> dict[str, ConvergenceCell]:
-    """Each cell's figures, the target judged on the trailing mean of `setup.smooth_steps` evaluations (one lucky
-    evaluation does not count)."""
+    """Each cell's figures, the target judged on the trailing mean of `setup.smooth_steps` evaluations."""
     rows: dict[str, ConvergenceCell] = {}
     for name in (n for n in AGGREGATIONS if n in curves):  # sgd first: the others' ratios are to it
         curve = curves[name]
@@ -174,7 +169,7 @@ def analyse(setup: ConvergenceSetup, curves: dict[str, Curve]) -> dict[str, Conv
     return rows
 
 
-#: `(cell, step, steps, samples so far, held-out accuracy)` — what a progress display receives.
+#: `(cell, step, steps, samples so far, held-out accuracy)`: what a progress display receives.
 Progress = Callable[[str, int, int, int, float], None]
 
 
@@ -213,30 +208,25 @@ def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells:
         destroy_distributed()
 
 
-def _spawn(world: int, setup: ConvergenceSetup, cells: list[str], out: Path, progress: Progress) -> None:
-    """`cells` on a process group of `world` ranks, their progress passed on as it arrives."""
+def run_convergence(setup: ConvergenceSetup, out: Path, progress: Progress | None = None) -> ConvergenceResult:
+    """Run the three cells (sgd on one rank, then weighted and plain on `setup.world`), write `out/convergence.json`
+    and `convergence.png`, and return the result."""
+    import torch
     import torch.multiprocessing as mp
 
     from trainer.distributed import free_port
 
-    messages = mp.get_context("spawn").SimpleQueue()
-    context = mp.start_processes(_rank_main, args=(world, free_port(), setup, cells, str(out), messages),
-                                 nprocs=world, join=False, start_method="spawn")
-    done = False
-    while not done:
-        done = context.join(timeout=0.2)
-        while not messages.empty():
-            progress(*messages.get())
-
-
-def run_convergence(setup: ConvergenceSetup, out: Path, progress: Progress | None = None) -> ConvergenceResult:
-    """Run the three cells, write `out/convergence.json` and `convergence.png`, and return the result."""
-    import torch
-
-    began = time.perf_counter()
+    show, began = progress or (lambda *_: None), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="st-convergence-") as tmp:
         for world, cells in ((1, ["sgd"]), (setup.world, ["weighted", "plain"])):
-            _spawn(world, setup, cells, Path(tmp), progress or (lambda *_: None))
+            messages = mp.get_context("spawn").SimpleQueue()
+            group = mp.start_processes(_rank_main, args=(world, free_port(), setup, cells, tmp, messages),
+                                       nprocs=world, join=False, start_method="spawn")
+            done = False
+            while not done:
+                done = group.join(timeout=0.2)
+                while not messages.empty():
+                    show(*messages.get())
         loaded = {name: torch.load(Path(tmp) / f"{name}.pt", weights_only=False) for name in AGGREGATIONS}
 
     def max_diff_to_sgd(name: str) -> float:
@@ -282,23 +272,20 @@ def _stay(cell: ConvergenceCell) -> str:
 def convergence_targets(result: ConvergenceResult) -> list[Target]:
     """Weighted aggregation against SGD, and plain averaging's bias."""
     cells = analyse(result.setup, result.curves)
-    weighted, plain, sgd = cells.get("weighted"), cells.get("plain"), cells.get("sgd")
-    ratio = weighted.ratio_to_sgd if weighted else None
-    gap = None if plain is None or sgd is None else sgd.final_accuracy - plain.final_accuracy
+    weighted, plain, sgd = cells["weighted"], cells["plain"], cells["sgd"]
+    ratio, gap = weighted.ratio_to_sgd, sgd.final_accuracy - plain.final_accuracy
     return [
-        Target("weighted: samples to target within 5% of single-process SGD",
-               "—" if ratio is None or weighted is None or sgd is None else
+        Target("weighted: samples to target within 5% of single-process SGD", "—" if ratio is None else
                f"{ratio:.3f}{TIMES} SGD ({weighted.samples_to_target:,} vs {sgd.samples_to_target:,} samples); "
                f"parameters differ by {result.weighted_vs_sgd_max_param_diff:.1e} after {result.setup.steps} steps",
                None if ratio is None else abs(ratio - 1.0) <= 0.05,
                "LB-BSP §3.4: weighted aggregation gives \"identical statistical efficiency\" to BSP"),
         Target("plain averaging shows its bias",
-               "—" if gap is None or plain is None or sgd is None else
                f"final accuracy {plain.final_accuracy:.3f} vs SGD {sgd.final_accuracy:.3f} "
                f"({gap * 100:.1f} points {'lower' if gap > 0 else 'higher'}), held-out loss "
                f"{plain.final_heldout_loss:.3f} vs {sgd.final_heldout_loss:.3f}; first reaches the target at "
                f"{num(plain.ratio_to_sgd, 3)}{TIMES} SGD's samples but {_stay(plain)} (SGD {_stay(sgd)})",
-               None if gap is None else gap > 0,
+               gap > 0,
                "LB-BSP §3.4: naive averaging reached 43% training accuracy vs 59% for BSP (Inception-V3, 20 epochs)"),
     ]
 
@@ -306,19 +293,18 @@ def convergence_targets(result: ConvergenceResult) -> list[Target]:
 def render_convergence(result: ConvergenceResult) -> str:
     """The `convergence` section of BENCHMARKS.md: setup, targets, the cells."""
     setup, counts = result.setup, result.setup.counts()
+    idle, empty = int((counts == 0).sum()), int((counts.sum(axis=1) == 0).sum())
     rows = [[name, c.samples_to_target, c.steps_to_target, num(c.ratio_to_sgd, 3),
              "never" if c.samples_to_stay_at_target is None else c.samples_to_stay_at_target,
              f"{c.final_accuracy:.3f}", f"{c.final_heldout_loss:.3f}"]
             for name, c in analyse(setup, result.curves).items()]
     return "\n\n".join([
-        f"Setup: {setup.world} gloo ranks on the CPU, {setup.steps} steps, expected per-rank shares "
-        f"{num(setup.shares)} of a global batch drawn in [{setup.batch_min}, {setup.batch_max}], each rank idle "
-        f"with probability {setup.idle_probability} ({int((counts == 0).sum())} of {counts.size} rank-steps idle, "
-        f"{int((counts.sum(axis=1) == 0).sum())} empty steps); non-IID ({setup.labels_per_device} of {setup.classes} "
-        f"classes per device), sizes normal mean {setup.size_mean:g} DIF {setup.size_dif:g}, signal {setup.signal:g}. "
-        f"Target: held-out accuracy {setup.target_accuracy:.2f} (trailing mean of {setup.smooth_steps} steps); "
-        f"held-out set of {setup.heldout:,} samples from the same device streams in the same proportions. "
-        f"Run time {result.seconds:.0f} s.",
+        f"Setup: {setup.world} gloo ranks, {setup.steps} steps, shares {num(setup.shares)} of a global batch in "
+        f"[{setup.batch_min}, {setup.batch_max}], idle probability {setup.idle_probability} ({idle} of {counts.size} "
+        f"rank-steps idle, {empty} empty steps), {setup.labels_per_device} of {setup.classes} classes per device, "
+        f"sizes mean {setup.size_mean:g} DIF {setup.size_dif:g}, signal {setup.signal:g}, target accuracy "
+        f"{setup.target_accuracy:.2f} (trailing mean of {setup.smooth_steps} steps), {setup.heldout:,} held-out "
+        f"samples; run time {result.seconds:.0f} s.",
         targets_table(convergence_targets(result)),
         table(["aggregation", "samples to target", "steps", "ratio to SGD", "samples to stay at target",
                "final accuracy", "final held-out loss"], rows),
@@ -333,10 +319,8 @@ def convergence_command(
     target: Annotated[float | None, typer.Option(min=0.01, max=0.99, help="Held-out accuracy to reach.")] = None,
     seed: common.Seed = 0,
 ) -> None:
-    """Weighted vs plain gradient aggregation with uneven batches, against single-process SGD: `sgd` (one process,
-    the union of every step), `weighted` (4 gloo ranks, λ = samples) and `plain` (conventional averaging) on the
-    same non-IID stream. Writes DIR/convergence.json and DIR/convergence.png (--quick: 100 steps, a held-out set of
-    1,000)."""
+    """Weighted (λ = samples) vs plain gradient averaging on 4 gloo ranks with uneven batches, against single-process
+    SGD on the same non-IID stream (--quick: 100 steps, a held-out set of 1,000)."""
     from streamtrain.cli_support import config_from, console
 
     config_from(ctx)

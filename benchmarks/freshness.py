@@ -1,6 +1,4 @@
-"""Freshness end to end: how soon a produced sample is in the model `serve` answers with (`bench freshness`).
-
-How it measures, and why that way: docs/benchmarks/freshness.md (also its section of BENCHMARKS.md)."""
+"""`streamtrain bench freshness`: how soon a produced sample is in the model `serve` answers with (docs/benchmarks)."""
 
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ __all__ = ["BENCH", "FreshnessCell", "FreshnessResult"]
 MEDIAN_TARGET_S, P99_TARGET_S = 1.5, 5.0
 #: The demo's rates (series/s per device).
 RATES = (9.0, 9.0, 9.0, 3.0)
-#: examples/plaid-demo.toml's model and plan settings under the launch's --set flags, used when the benchmark is given
-#: no --config (a benchmark must run from an installed package, where the examples are not).
+#: examples/plaid-demo.toml's model and plan settings (an installed package has no examples), unless --config is given.
 DEMO: dict[str, object] = {
     "trainer.model": "seq", "trainer.num_features": 1, "trainer.num_classes": 11, "trainer.hidden_size": 32,
     "trainer.num_layers": 4, "trainer.optimizer": "adamw", "trainer.lr": 0.003, "trainer.lr_scaling": False,
@@ -43,14 +40,12 @@ class FreshnessCell(Record):
     freshness_median_s: float | None = None
     freshness_p99_s: float | None = None
     published_median_s: float | None = None
-    """Produced to the announcement of the version that first trained the sample (the training side)."""
     samples: int = 0
     unserved_samples: int = 0
     versions_published: int = 0
     versions_served: int = 0
     request_latency_median_s: float | None = None
     sample_delay_median_s: float | None = None
-    """Appended to processed by a step (the report's sample delay): waiting in Kafka and the buffer."""
     heldout_accuracy_final: float | None = None
     error: str | None = None
 
@@ -81,18 +76,14 @@ def _cell(scenario: str, ran: CellRun) -> FreshnessCell:
 def freshness_command(
     ctx: typer.Context,
     out: Out = Path("reports/bench"),
-    duration: Annotated[float, typer.Option(min=30.0, help="Seconds each scenario runs (once every service is "
-                                            "up); the burst comes 20 s in.")] = 60.0,
+    duration: Annotated[float, typer.Option(min=30.0, help="Seconds per scenario (the burst comes 20 s in).")] = 60.0,
     request_rate: Annotated[float, typer.Option(min=1.0, help="Requests per second sent to serve.")] = 20.0,
     scenario: Annotated[list[str] | None, typer.Option(help="line-rate and/or burst (default both).")] = None,
     work_dir: WorkDir = Path("reports/bench-runs"),
 ) -> None:
-    """Freshness end to end on the demo's workload: from a sample's production to serve's first answer by a model
-    version that trained it, median and p99 over every trained sample, at line rate and under the demo's burst.
-
-    Runs `up --dataset plaid --serve` with examples/plaid-demo.toml's model and plans (or those of --config) for
-    --duration seconds per scenario on an embedded broker (or the one at kafka.bootstrap_servers when set). Writes
-    DIR/freshness.json. Target at line rate: median <= 1.5 s, p99 <= 5 s."""
+    """Freshness (a sample's production to serve's first answer by a version that trained it) of `up --dataset plaid
+    --serve` with the demo's model and plans (or --config's), at line rate and under the demo's burst, on an embedded
+    broker (or kafka.bootstrap_servers when set). Target at line rate: median <= 1.5 s, p99 <= 5 s."""
     from stack.replay import resolve_replay
     from stack.services import device_streams
     from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
@@ -113,13 +104,10 @@ def freshness_command(
                              settings={**base, **replay, "producer.rate.schedule": SCHEDULES[name]},
                              duration_s=duration, replay=True, serve=True, request_rate=request_rate,
                              drain_timeout_s=10.0)
-            cells.append(_cell(name.replace("-", " "), run_stack_cell(cell, broker.kafka.bootstrap_servers,
-                                                                       work_dir / "freshness", launch)))
-            c = cells[-1]
-            console.print(f"  median {num(c.freshness_median_s)} s, p99 {num(c.freshness_p99_s)} s (training side "
-                          f"{num(c.published_median_s)} s) over {c.samples:,} samples; {c.versions_served} of "
-                          f"{c.versions_published} versions served" + (f"; error: {c.error}" if c.error else ""),
-                          highlight=False)
+            ran = run_stack_cell(cell, broker.kafka.bootstrap_servers, work_dir / "freshness", launch)
+            cells.append(c := _cell(name.replace("-", " "), ran))
+            console.print(f"  median {num(c.freshness_median_s)} s, p99 {num(c.freshness_p99_s)} s over {c.samples:,} "
+                          "samples" + (f"; error: {c.error}" if c.error else ""), highlight=False)
     publish(BENCH, FreshnessResult(duration_s=duration, request_rate=request_rate, cells=cells,
                                    publish_every_s=launch.config(demo).versions.publish_every_seconds), out)
     if any(c.error for c in cells):
@@ -144,12 +132,9 @@ def render_freshness(result: FreshnessResult) -> str:
              num(c.heldout_accuracy_final, 3)) for c in result.cells]
     header = ("scenario", "median s", "p99 s", "training side median s", "sample delay median s",
               "request latency median s", "versions served/published", "samples", "unserved", "held-out acc.")
-    return "\n\n".join((
-        f"Setup: {result.duration_s:g} s per scenario, a version every {result.publish_every_s:g} s, "
-        f"{result.request_rate:g} requests/s; single runs.",
-        targets_table(freshness_targets(result)),
-        table(header, rows),
-    ))
+    return "\n\n".join((f"Setup: {result.duration_s:g} s per scenario, a version every {result.publish_every_s:g} s, "
+                        f"{result.request_rate:g} requests/s; single runs.", targets_table(freshness_targets(result)),
+                        table(header, rows)))
 
 
 BENCH = Bench("freshness", freshness_command, FreshnessResult, render_freshness, freshness_targets,

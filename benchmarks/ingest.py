@@ -1,6 +1,4 @@
-"""`streamtrain bench ingest`: how well the producers keep to their rates, and how fast they go.
-
-How it measures, and why that way: docs/benchmarks/ingest.md (also its section of BENCHMARKS.md)."""
+"""`streamtrain bench ingest`: how well the producers keep to their rates, and how fast they go (docs/benchmarks)."""
 
 from __future__ import annotations
 
@@ -50,7 +48,6 @@ class IngestResult(Result):
     kafka_perf_tool_records_per_s: float | None = None
     trainer_samples_per_s: float | None = None
     trainer_samples_per_cpu_s: float | None = None
-    """Samples packed per CPU second of the consuming thread."""
     trainer_record_bytes: int | None = None
     rate_cells: list[RateCell]
 
@@ -84,17 +81,10 @@ def rate_cell(kafka: KafkaConfig, streams: int, rate: float, seconds: float, war
     return RateCell(streams=streams, target_rate=float(rate), achieved_rates=[round(float(a), 2) for a in achieved])
 
 
-def throughput(kafka: KafkaConfig, seconds: float, devices: int = 4) -> tuple[float, int]:
-    """(records/s with pacing off, mean record value bytes)."""
-    summary = _producers(kafka, "max", devices, {"kind": "unlimited"}, seconds).run()
-    sent = int(summary.final.sent.sum())
-    return float(summary.mean_rates.sum()), round(int(summary.final.bytes_sent.sum()) / max(sent, 1))
-
-
 def trainer_rate(kafka: KafkaConfig, samples: int) -> tuple[float, float, int]:
-    """(samples/s from the first fetch, samples per CPU second of the thread, record bytes) of the trainer's input
-    path on one core: `samples` 1 KiB records published, then read as a rank does (`RankConsumer`) while the oldest
-    `_BATCH` are packed by `collate_packed`. RuntimeError when not all are packed within 300 s or some dead-lettered."""
+    """(samples/s from the first fetch, samples per CPU second, record bytes) of `samples` 1 KiB records read as a
+    rank does (`RankConsumer`) and packed `_BATCH` at a time; RuntimeError unless all are packed in 300 s, none
+    dead-lettered."""
     import torch
 
     from streamtrain.config import TrainerConfig
@@ -149,25 +139,26 @@ def ingest_command(
     streams: Annotated[str, typer.Option(help="Comma-separated stream counts.")] = "1,4,8,16,32",
     rates: Annotated[str, typer.Option(help="Comma-separated rates, samples/s per device.")] = "100,600",
     external: External = False,
-    trainer_samples: Annotated[int, typer.Option(min=1, help="1 KiB samples the trainer's consume -> decode -> "
-                                                 "collate rate is measured on.")] = 50_000,
+    trainer_samples: Annotated[int, typer.Option(min=1, help="1 KiB samples of the trainer's input path.")] = 50_000,
 ) -> None:
-    """Achieved per-device rates for 1-32 streams at 100 and 600 samples/s, throughput vs Kafka's perf tool,
-    and the trainer's consume -> decode -> collate rate on one core for 1 KiB samples (target >= 20,000/s)."""
+    """Achieved per-device rates at each stream count and rate, throughput vs Kafka's perf tool, and the trainer's
+    consume -> decode -> collate rate on one core (target >= 20,000 samples/s)."""
     from streamtrain.broker import find_kafka_libs
     from streamtrain.cli_support import config_from, console
 
     cfg = config_from(ctx)
     cfg = cfg.model_copy(update={"broker": cfg.broker.model_copy(update={"heap": "1g"})})
     counts, targets = _numbers(streams, "--streams", int), _numbers(rates, "--rates", float)
+    cells = []
     with live_broker(cfg, external, "ingest") as broker:
         kafka = broker.kafka
-        cells = []
         for rate in targets:
             for count in counts:
                 cells.append(rate_cell(kafka, count, rate, seconds))
                 console.print(f"{count:>3} streams at {rate:g}/s: worst device off by {cells[-1].worst():.1%}")
-        records_per_s, record_bytes = throughput(kafka, 15.0)
+        unpaced = _producers(kafka, "max", 4, {"kind": "unlimited"}, 15.0).run()
+        records_per_s = float(unpaced.mean_rates.sum())
+        record_bytes = round(int(unpaced.final.bytes_sent.sum()) / max(int(unpaced.final.sent.sum()), 1))
         console.print(f"producers, pacing off: {records_per_s:,.0f} records/s of {record_bytes} bytes")
         topic = f"{kafka.topic_prefix}.perf"
         ensure_topics(make_admin(kafka), [TopicSpec.from_config(kafka, topic)])
@@ -225,11 +216,9 @@ def render_ingest(result: IngestResult) -> str:
     """The `ingest` section of BENCHMARKS.md: targets, every cell."""
     rows = [[c.streams, c.target_rate, min(c.achieved_rates), float(np.median(c.achieved_rates)),
              max(c.achieved_rates), f"{c.worst() * 100:.1f}%"] for c in result.rate_cells]
-    return "\n\n".join([
-        f"Record size {result.record_bytes:,} bytes, window {result.window_s} s per cell.",
-        targets_table(ingest_targets(result)),
-        table(["streams", "target/s", "min", "median", "max", "worst deviation"], rows),
-    ])
+    return "\n\n".join([f"Record size {result.record_bytes:,} bytes, window {result.window_s} s per cell.",
+                        targets_table(ingest_targets(result)),
+                        table(["streams", "target/s", "min", "median", "max", "worst deviation"], rows)])
 
 
 BENCH = Bench("ingest", ingest_command, IngestResult, render_ingest, ingest_targets, plot_ingest,

@@ -1,7 +1,4 @@
-"""`streamtrain bench kafka`: what publishing through `DeviceProducer` costs over the Kafka client itself.
-
-How it measures, and why that way: docs/benchmarks/kafka.md (also its section of BENCHMARKS.md).
-"""
+"""`streamtrain bench kafka`: what publishing through `DeviceProducer` costs over the Kafka client (docs/benchmarks)."""
 
 from __future__ import annotations
 
@@ -9,7 +6,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,13 +15,14 @@ import numpy as np
 import typer
 from confluent_kafka import KafkaError, Message, Producer
 
-from streamtrain.broker import EmbeddedBroker, find_kafka_libs, kafka_version
-from streamtrain.config import BrokerConfig, KafkaConfig
-from streamtrain.kafka import TopicSpec, client_settings, ensure_topics, make_admin
+from streamtrain.broker import find_kafka_libs, kafka_version
+from streamtrain.config import KafkaConfig
+from streamtrain.kafka import TopicSpec, client_settings, ensure_topics, make_admin, produce
 from streamtrain.publish import DeviceProducer, encode_device_sample
 from streamtrain.wire import Sample, encode
 
 from .common import TIMES, Bench, Out, Result, Target, about, interleaved, publish, pyplot, table, targets_table
+from .live import live_broker
 
 __all__ = ["BENCH", "KafkaResult", "kafka_perf_tool"]
 
@@ -53,14 +50,13 @@ class KafkaResult(Result):
         return {k: statistics.median(v) for k, v in self.records_per_s.items()}
 
     def device_vs_bare(self) -> float | None:
-        """DeviceProducer's records/s over the bare loop's: the median of each repeat's ratio (the two run back to
-        back, so a machine whose load drifts between repeats moves both); None before it was measured."""
+        """DeviceProducer's records/s over the bare loop's: the median of the repeats' ratios (None if unmeasured)."""
         device, bare = self.records_per_s.get("device_producer"), self.records_per_s.get("bare_loop")
         return statistics.median(d / b for d, b in zip(device, bare, strict=True)) if device and bare else None
 
 
 def _bare_loop(cfg: KafkaConfig, records: list[tuple[bytes, Any]]) -> float:
-    """confluent-kafka's own pattern and nothing of ours: produce with a delivery report, poll(0), wait when full."""
+    """confluent-kafka's own pattern (`streamtrain.kafka.produce`: poll(0), wait when full) with a delivery report."""
     producer = Producer(client_settings(cfg, **_SETTINGS))
     failed = 0
 
@@ -70,13 +66,7 @@ def _bare_loop(cfg: KafkaConfig, records: list[tuple[bytes, Any]]) -> float:
 
     began = time.perf_counter()
     for value, headers in records:
-        while True:
-            try:
-                producer.produce(cfg.topics.device(_DEVICE), value, headers=headers, on_delivery=report)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
+        produce(producer, cfg.topics.device(_DEVICE), value, headers=headers, on_delivery=report)
     if producer.flush(120) != 0 or failed:
         raise RuntimeError("the bare produce loop could not deliver every record")
     return len(records) / (time.perf_counter() - began)
@@ -96,12 +86,8 @@ def _device_producer(cfg: KafkaConfig, records: int, payloads: list[np.ndarray])
 def kafka_perf_tool(bootstrap: str, topic: str, records: int, record_size: int,
                     settings: Mapping[str, str] | None = None, libs: Path | None = None,
                     timeout_s: float = 600.0) -> float:
-    """Records/s of Kafka's own `kafka-producer-perf-test` (ProducerPerformance) from the same jars, sending
-    `records` of `record_size` bytes unpaced to the existing `topic` with `settings` (default: this benchmark's).
-
-    Raises:
-        RuntimeError: when Java or the tool fails, with its output.
-    """
+    """Records/s of Kafka's `kafka-producer-perf-test` sending `records` of `record_size` bytes unpaced to `topic`
+    with `settings` (default: this benchmark's); RuntimeError with its output when Java or the tool fails."""
     props = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in (settings or _SETTINGS).items())]
     cmd = [shutil.which("java") or "java", "-Xmx512m", "-cp", f"{libs or find_kafka_libs()}/*",
            "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
@@ -116,9 +102,16 @@ def kafka_perf_tool(bootstrap: str, topic: str, records: int, record_size: int,
     return float(match[-1][1])
 
 
-def _run_producers(cfg: KafkaConfig, records: int, record_size: int, repeats: int) -> dict[str, list[float]]:
-    """Each producer's records/s in each repeat, alternating, every run on fresh topics."""
-    from streamtrain.cli_support import console
+def kafka_command(
+    ctx: typer.Context,
+    out: Out = Path("reports/bench"),
+    records: Annotated[int, typer.Option(min=1000, help="Records per producer run.")] = 100_000,
+    record_size: Annotated[int, typer.Option(min=16, help="Bytes per record (a 45x16 float32 sample ~2.9 kB).")
+                           ] = 2900,
+    repeats: Annotated[int, typer.Option(min=1, max=20, help="Alternating runs of each producer.")] = 3,
+) -> None:
+    """DeviceProducer beside a bare confluent-kafka produce loop and kafka-producer-perf-test (target: within 20%)."""
+    from streamtrain.cli_support import config_from, console
 
     rng = np.random.default_rng(0)  # 2.9 kB records: 45x16 float32 samples
     payloads = [rng.standard_normal((max(1, (record_size - 64) // 64), 16)).astype(np.float32) for _ in range(_POOL)]
@@ -128,42 +121,25 @@ def _run_producers(cfg: KafkaConfig, records: int, record_size: int, repeats: in
     if encode_device_sample(_DEVICE, 0, payloads[0], label=0, produced_at=_PRODUCED_AT).value != encoded[0][0]:
         raise RuntimeError("DeviceProducer would not write the bare loop's records: the comparison would be unfair")
 
-    def measure(kind: str, r: int) -> float:
-        run_cfg = cfg.model_copy(update={"topic_prefix": f"bench-{kind}-{r}".replace("_", "-")})
-        topic = run_cfg.topics.device(_DEVICE)
-        ensure_topics(make_admin(cfg), [TopicSpec.from_config(cfg, topic)])
-        with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
-            rate = (_bare_loop(run_cfg, encoded) if kind == "bare_loop" else
-                    _device_producer(run_cfg, records, payloads) if kind == "device_producer" else
-                    kafka_perf_tool(cfg.bootstrap_servers, topic, records, record_size))
-        console.print(f"  {kind:<16} {rate:>10,.0f} records/s")
-        return rate
+    cfg = config_from(ctx)
+    with live_broker(cfg.model_copy(update={"broker": cfg.broker.model_copy(update={"heap": "1g"})}), False,
+                     "kafka") as broker:
+        kafka = broker.kafka
 
-    return interleaved(list(_PRODUCERS), repeats, measure)
+        def measure(kind: str, r: int) -> float:
+            run_cfg = kafka.model_copy(update={"topic_prefix": f"bench-{kind}-{r}".replace("_", "-")})
+            topic = run_cfg.topics.device(_DEVICE)
+            ensure_topics(make_admin(kafka), [TopicSpec.from_config(kafka, topic)])
+            with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
+                rate = (_bare_loop(run_cfg, encoded) if kind == "bare_loop" else
+                        _device_producer(run_cfg, records, payloads) if kind == "device_producer" else
+                        kafka_perf_tool(kafka.bootstrap_servers, topic, records, record_size))
+            console.print(f"  {kind:<16} {rate:>10,.0f} records/s")
+            return rate
 
-
-def kafka_command(
-    ctx: typer.Context,
-    out: Out = Path("reports/bench"),
-    records: Annotated[int, typer.Option(min=1000, help="Records per producer run.")] = 100_000,
-    record_size: Annotated[int, typer.Option(min=16, help="Bytes per record (a 45x16 float32 sample ~2.9 kB).")
-                           ] = 2900,
-    repeats: Annotated[int, typer.Option(min=1, max=20, help="Alternating runs of each producer.")] = 3,
-) -> None:
-    """DeviceProducer next to a bare confluent-kafka produce loop of the same records, and kafka-producer-perf-test,
-    in one run (target: DeviceProducer within 20% of the loop)."""
-    from streamtrain.cli_support import config_from
-
-    config_from(ctx)
-    with tempfile.TemporaryDirectory(prefix="st-bench-") as tmp:
-        broker = EmbeddedBroker(BrokerConfig(data_dir=Path(tmp) / "perf", heap="1g"))
-        cfg = KafkaConfig(bootstrap_servers=broker.start(), topic_prefix="bench")
-        try:
-            runs = _run_producers(cfg, records, record_size, repeats)
-        finally:
-            broker.stop()
-    publish(BENCH, KafkaResult(kafka_version=kafka_version(find_kafka_libs()), record_size_bytes=record_size,
-                               records_per_run=records, repeats=repeats, records_per_s=runs), out)
+        runs = interleaved(list(_PRODUCERS), repeats, measure)
+    publish(BENCH, KafkaResult(kafka_version=kafka_version(find_kafka_libs(cfg.broker.libs_dir)), repeats=repeats,
+                               record_size_bytes=record_size, records_per_run=records, records_per_s=runs), out)
 
 
 def plot_kafka(result: KafkaResult) -> Any:
@@ -178,9 +154,8 @@ def plot_kafka(result: KafkaResult) -> Any:
 def kafka_targets(result: KafkaResult) -> list[Target]:
     """DeviceProducer within 20% of the bare loop (none in a result from before the pair was measured)."""
     ratio = result.device_vs_bare()
-    return [] if ratio is None else [Target(
-        "`DeviceProducer` within 20% of a bare confluent-kafka `produce` loop of the same records, encoded "
-        "beforehand (median of the repeats' ratios, the two back to back)", f"{ratio:.2f}{TIMES}", ratio >= 0.8)]
+    return [] if ratio is None else [Target("`DeviceProducer` within 20% of the bare `produce` loop (median of the "
+                                            "repeats' ratios)", f"{ratio:.2f}{TIMES}", ratio >= 0.8)]
 
 
 def render_kafka(result: KafkaResult) -> str:

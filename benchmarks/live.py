@@ -327,6 +327,7 @@ class FeedbackTail:
         self.consumer = make_consumer(kafka, f"st-bench-feedback-{os.getpid()}-{time.monotonic_ns()}",
                                       **{"enable.auto.commit": "false"})
         self.assigned = False
+        self.reported: set[str] = set()
 
     def _assign(self) -> bool:
         meta = list_topics(self.consumer, 5.0, self.topic).topics.get(self.topic)
@@ -352,7 +353,13 @@ class FeedbackTail:
                     fb = decode(msg.value(), msg.headers(), StepFeedback)
                     if fb.job == self.job:
                         out.append(fb)
+        self.reported.update(fb.device_id for fb in out)
         return out
+
+    def reporting(self) -> set[str]:
+        """Read what is new; the devices that have reported a step so far."""
+        self.poll()
+        return self.reported
 
     def close(self) -> None:
         with contextlib.suppress(KafkaException, RuntimeError):

@@ -1,12 +1,8 @@
-"""`streamtrain bench scheduler`: plan latency of the planning policies on synthetic backlogged fleets.
-
-How it measures, and why that way: docs/benchmarks/scheduler.md (also its section of BENCHMARKS.md).
-"""
+"""`streamtrain bench scheduler`: plan latency of the planning policies on backlogged fleets (docs/benchmarks)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -62,13 +58,13 @@ def synthetic_state(devices: int, pending: int, seed: int = 0) -> PlanningState:
     return PlanningState(step=1, now=10.0, devices=tuple(out), last_step_seconds=0.3)
 
 
-def measure_scheduler(config: CoordinatorConfig, repeats: int, reference: bool,
-                      progress: Callable[[str], None]) -> list[LatencyCell]:
+def measure_scheduler(config: CoordinatorConfig, repeats: int, reference: bool) -> list[LatencyCell]:
     """Median and p99 plan latency (ms) of ett-stream and chronica per (devices, pending per device) cell, the
     policies interleaved; with `reference`, also of their plain specifications, as "<policy>@reference"."""
     from coordinator.policies import get_policy, plan_with
     from coordinator.policies.chronica import plan_chronica_reference
     from coordinator.policies.ett_stream import plan_ett_stream_reference
+    from streamtrain.cli_support import console
 
     policies = {}
     for name, specification in (("ett-stream", plan_ett_stream_reference), ("chronica", plan_chronica_reference)):
@@ -90,8 +86,8 @@ def measure_scheduler(config: CoordinatorConfig, repeats: int, reference: bool,
             cells.append(cell := LatencyCell(policy=name, devices=devices, pending_per_device=pending,
                                              latency_ms_median=float(np.median(times)),
                                              latency_ms_p99=float(np.percentile(times, 99))))
-            progress(f"{name:10s} {devices:5d} devices x {pending:5d} pending: median {cell.latency_ms_median:.2f} ms, "
-                     f"p99 {cell.latency_ms_p99:.2f} ms")
+            console.print(f"{name:10s} {devices:5d} devices x {pending:5d} pending: median "
+                          f"{cell.latency_ms_median:.2f} ms, p99 {cell.latency_ms_p99:.2f} ms", highlight=False)
     return cells
 
 
@@ -99,15 +95,12 @@ def scheduler_command(
     ctx: typer.Context,
     out: common.Out = Path("reports/bench"),
     repeats: Annotated[int, typer.Option(min=3, help="Plans timed per cell.")] = 30,
-    reference: Annotated[bool, typer.Option(help="Also time the plain specifications of the fast paths (cells "
-                                            "named '<policy>@reference').")] = False,
+    reference: Annotated[bool, typer.Option(help="Also time the plain specifications ('<policy>@reference').")] = False,
 ) -> None:
     """Plan latency (median, p99) of ett-stream and chronica for 8-1024 devices x 256/4096 pending."""
-    from streamtrain.cli_support import config_from, console
+    from streamtrain.cli_support import config_from
 
-    cells = measure_scheduler(config_from(ctx).coordinator, repeats, reference,
-                              lambda text: console.print(text, highlight=False))
-    publish(BENCH, SchedulerResult(cells=cells), out)
+    publish(BENCH, SchedulerResult(cells=measure_scheduler(config_from(ctx).coordinator, repeats, reference)), out)
 
 
 def scheduler_targets(result: SchedulerResult) -> list[Target]:
@@ -123,11 +116,10 @@ def plot_scheduler(result: SchedulerResult) -> Any:
     """Median plan latency against devices (log-log), a line per policy and backlog."""
     cells = result.cells
     fig, ax = pyplot().subplots(figsize=(6, 3))
-    for policy in sorted({c.policy for c in cells}):
-        for pending in sorted({c.pending_per_device for c in cells}):
-            pts = sorted((c.devices, c.latency_ms_median) for c in cells
-                         if c.policy == policy and c.pending_per_device == pending)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{policy}, {pending} pending")
+    for policy, pending in sorted({(c.policy, c.pending_per_device) for c in cells}):
+        pts = sorted((c.devices, c.latency_ms_median) for c in cells
+                     if c.policy == policy and c.pending_per_device == pending)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{policy}, {pending} pending")
     ax.set_xscale("log", base=2)
     devices = sorted({c.devices for c in cells})
     ax.set_xticks(devices, [str(n) for n in devices])

@@ -11,9 +11,8 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
@@ -33,36 +32,31 @@ logger = logging.getLogger(__name__)
 MIB = 1024.0 * 1024.0
 #: Memory a JVM uses besides its heap (metaspace, code cache, thread stacks, direct buffers), in MiB.
 _JVM_NON_HEAP_MB = 384.0
-CRITERIA = ("Theil-Sen slopes (robust to single steps) over the second half: of each process's own samples for RSS "
-            "(<= max(2 MiB, 1% of its peak) per minute; the coordinator is one process per phase; the broker's JVM "
-            f"also passes while its RSS stays within its -Xmx heap + {_JVM_NON_HEAP_MB:g} MiB), of each phase for the "
-            "records retained and the lag (<= 2% of the aggregate arrival rate, i.e. growth at 1/50 of the input; and "
-            "no single topic growing at over 25% of its own arrival rate)")
+CRITERIA = ("Theil-Sen slopes over the second half of each process's samples (RSS; the coordinator is one process per "
+            "phase) and of each phase (records retained, lag): RSS <= max(2 MiB, 1% of its peak)/min, or the broker's "
+            f"JVM within its -Xmx heap + {_JVM_NON_HEAP_MB:g} MiB; retained and lag <= 2% of the aggregate arrival "
+            "rate/min, and no topic growing at over 25% of its own arrival rate")
 
 
 class SoakSetup(StreamsSetup):
-    """What the soak runs (service logs and checkpoints in `work_dir`, default <out>/soak-run)."""
+    """What the soak runs: `minutes` split evenly over `phases` (the coordinator's truncation in each, restarted in
+    between), `ranks` training devices 0..ranks-1 (truncation alone consumes the other streams); with `serve`, a model
+    version every second and `request_rate` requests/s answered with them."""
 
     minutes: float = 2.0
-    """Length of the run, split evenly over the phases."""
     devices: int = 32
     ranks: int = 4
-    """Gloo ranks training devices 0..ranks-1; the other streams are consumed by truncation alone."""
     producer_procs: int = 4
     b_max: int = 64
     size_mean: float = 16.0
     size_dif: float = 4.0
     sample_every_s: float = 5.0
     phases: tuple[str, ...] = ("truncate", "bounded")
-    """The coordinator's truncation in each phase (restarted between them)."""
     serve: bool = False
-    """The ranks publish a model version every second and `serve` answers a request load with them."""
     request_rate: float | None = None
-    """Requests per second of that load (with `serve`)."""
 
 
-@dataclass(frozen=True)
-class SoakSample:
+class _Sample(NamedTuple):
     """One reading: every process's RSS (bytes), each device's retained records and lag, the records produced."""
 
     t: float
@@ -74,7 +68,7 @@ class SoakSample:
 
 
 class ProcessMemory(Record):
-    """One process's resident memory over the run, and whether it stayed bounded."""
+    """One process's resident memory over the run (`heap_bound_mb`: the broker JVM's heap limit and non-heap)."""
 
     peak_rss_mb: float
     final_rss_mb: float
@@ -82,11 +76,10 @@ class ProcessMemory(Record):
     slope_mb_per_min_second_half: float | None
     bounded: bool
     heap_bound_mb: float | None = None
-    """The broker's JVM: its heap limit plus what a JVM uses besides."""
 
 
 class PhaseFigures(Record):
-    """Records retained and lag during one phase (one coordinator's truncation), from `start_s` to `end_s`."""
+    """Records retained and lag during one phase, from `start_s` to `end_s`; topics growing too fast by device."""
 
     truncation: str
     start_s: float
@@ -96,7 +89,6 @@ class PhaseFigures(Record):
     lag_records_peak: int
     lag_slope_records_per_min_second_half: float | None
     growing_topics_records_per_min: dict[str, float]
-    """Device topics growing at over a quarter of their own arrival rate."""
     retained_bounded: bool
     lag_bounded: bool
 
@@ -135,35 +127,31 @@ def _slope_per_min(points: list[tuple[float, float]]) -> float | None:
     return None if s is None else s * 60.0
 
 
-def _memory(samples: Sequence[SoakSample], broker: LiveBroker) -> dict[str, ProcessMemory]:
+def _memory(samples: Sequence[_Sample], broker: LiveBroker) -> dict[str, ProcessMemory]:
     processes = {}
     for name in sorted({n for s in samples for n in s.rss}):
         pts = [(s.t, s.rss[name] / MIB) for s in samples if name in s.rss]
         peak, per_min = max(v for _, v in pts), _slope_per_min(pts)
-        # A JVM's RSS rises towards its heap limit as the heap fills between collections; -Xmx bounds it, so
-        # the broker is bounded while it stays within its heap plus the JVM's own (non-heap) memory.
+        # -Xmx bounds a JVM's RSS, which rises towards it as the heap fills between collections.
         cap = broker.heap_mb + _JVM_NON_HEAP_MB if name == "broker" and broker.heap_mb else None
         processes[name] = ProcessMemory(
             peak_rss_mb=round(peak, 1), final_rss_mb=round(pts[-1][1], 1), samples=len(pts),
-            slope_mb_per_min_second_half=None if per_min is None else round(per_min, 2),
-            bounded=per_min is None or per_min <= max(2.0, 0.01 * peak) or (cap is not None and peak <= cap),
-            heap_bound_mb=cap)
+            slope_mb_per_min_second_half=None if per_min is None else round(per_min, 2), heap_bound_mb=cap,
+            bounded=per_min is None or per_min <= max(2.0, 0.01 * peak) or (cap is not None and peak <= cap))
     return processes
 
 
-def _phase(truncation: str, start: float, end: float, samples: Sequence[SoakSample],
+def _phase(truncation: str, start: float, end: float, samples: Sequence[_Sample],
            rates: dict[str, float]) -> PhaseFigures:
     rows = [s for s in samples if s.phase == truncation]
     tot = [(s.t, float(sum(s.retained.values()))) for s in rows]
     lags = [(s.t, float(sum(s.lag.values()))) for s in rows]
     r_slope, l_slope = _slope_per_min(tot), _slope_per_min(lags)
-    # A topic nothing deletes from grows at its whole arrival rate; one growing at over a quarter of it is not
-    # bounded, even when the total (1/32 of which it is) looks flat.
+    # A topic growing at over a quarter of its arrival rate is not bounded, even when the total looks flat.
     growing = {d: round(v, 1) for d, rate in rates.items()
                if (v := _slope_per_min([(s.t, float(s.retained.get(d, 0))) for s in rows])) is not None
                and v > 0.25 * rate * 60.0}
-    # Unbounded growth would be (arrivals - training) per second: most of the input. Allow 2% of it.
-    limit = 0.02 * sum(rates.values()) * 60.0
+    limit = 0.02 * sum(rates.values()) * 60.0  # unbounded growth would be most of the input
     return PhaseFigures(
         truncation=truncation, start_s=start, end_s=end, retained_records_peak=int(max((v for _, v in tot), default=0)),
         retained_slope_records_per_min_second_half=None if r_slope is None else round(r_slope, 1),
@@ -242,12 +230,11 @@ class _Soak:
         self.ckpt, self.versions = run_dir / "checkpoints", run_dir / "versions"
         self.follower = TruncationFollower(self.kafka, "soak.trainers", "soak", self.devices[setup.ranks:])
         self.probe = make_consumer(self.kafka, "soak.trainers")  # reads the ranks' and the follower's commits
-        self.samples: list[SoakSample] = []
+        self.samples: list[_Sample] = []
         self.spans: list[tuple[str, float, float]] = []
 
     def coordinator(self, truncation: str) -> None:
-        # absent_after_seconds=0: the follower's devices never send feedback (no rank trains them), and an absent
-        # device's stream waits in Kafka untruncated; here they are truncation-only by design, never absent.
+        # absent_after_seconds=0: the follower's devices never send feedback, yet must not count as absent.
         self.services.start(f"coordinator-{truncation}", "coordinator", "coordinate", "--port", "0",
                             settings=self.setup.coordinator_sets(
                                 truncation, delete_records=True, delete_trained=True, poll_interval_seconds=1.0,
@@ -259,17 +246,15 @@ class _Soak:
         setup = self.setup
         self.coordinator(setup.phases[0])
         if self.ranked:
-            # The ranks outlive the phases' coordinators: the rule that admits every phase's truncation (truncate
-            # and bounded by samples both keep at least the newest record).
+            # The ranks outlive the coordinators: `truncate` admits the plans of every phase's truncation.
             sets = {**setup.trainer_sets(hidden_size=32, num_layers=1, checkpoint_every=5, log_every=50),
                     "coordinator.truncation": "truncate"}
             if setup.serve:
                 sets |= {"versions.dir": str(self.versions), "versions.publish_every_seconds": 1.0, "versions.keep": 3}
             self.services.start("trainers", "trainer", *train_command(self.ranked, self.ckpt), settings=sets)
-            tail, seen = FeedbackTail(self.kafka, "soak"), set[str]()
+            tail = FeedbackTail(self.kafka, "soak")
             try:
-                self.services.await_ranks(lambda: seen.union(fb.device_id for fb in tail.poll()), self.ranked,
-                                          setup.start_timeout_s)
+                self.services.await_ranks(tail.reporting, self.ranked, setup.start_timeout_s)
             finally:
                 tail.close()
             if setup.serve:
@@ -282,7 +267,7 @@ class _Soak:
             self.services.start(f"producer-{i}", "producer", "produce", "--no-progress",
                                 settings=setup.producer_sets(self.devices[i::n], rates[i::n], setup.seed + i))
 
-    def sample(self, t: float, truncation: str) -> SoakSample:
+    def sample(self, t: float, truncation: str) -> _Sample:
         rss: dict[str, int] = {"bench": rss_tree(os.getpid()).get(os.getpid(), 0)}
         if self.broker.pid is not None:
             rss["broker"] = rss_tree(self.broker.pid).get(self.broker.pid, 0)
@@ -295,9 +280,9 @@ class _Soak:
             topics = {self.kafka.topics.device(d): d for d in self.devices}
             parts = self.probe.committed([TopicPartition(t, 0) for t in topics], timeout=10)
             committed = {topics[tp.topic]: tp.offset for tp in parts if tp.error is None and tp.offset >= 0}
-        return SoakSample(round(t, 1), truncation, rss, {d: hi - lo for d, (lo, hi) in marks.items()},
-                          {d: max(0, hi - committed.get(d, lo)) for d, (lo, hi) in marks.items()},
-                          sum(hi for _, hi in marks.values()))
+        return _Sample(round(t, 1), truncation, rss, {d: hi - lo for d, (lo, hi) in marks.items()},
+                       {d: max(0, hi - committed.get(d, lo)) for d, (lo, hi) in marks.items()},
+                       sum(hi for _, hi in marks.values()))
 
     def phases(self) -> None:
         """Each phase in turn (its own coordinator), sampled every `sample_every_s` until its share of the run."""
@@ -347,9 +332,8 @@ class _Soak:
 
 def run_soak(cfg: StreamtrainConfig, setup: SoakSetup, out: Path, external: bool = False,
              launch: LaunchOptions = LaunchOptions()) -> SoakResult:
-    """Run the soak on a private embedded broker (or the configured Kafka with `external`, whose memory is then not
-    measured), write `out/soak.json` and `out/soak.png`, and return the result; RuntimeError when a service failed
-    (with its log's tail) or the ranks did not start."""
+    """Run the soak on a private embedded broker (or, unmeasured, `cfg.kafka` with `external`), write
+    `out/soak.json` and `out/soak.png`; RuntimeError when a service failed or the ranks did not start."""
     with live_broker(cfg, external, "soak") as broker:
         soak = _Soak(broker, setup, setup.work_dir or out / "soak-run", launch)
         try:
@@ -362,26 +346,24 @@ def run_soak(cfg: StreamtrainConfig, setup: SoakSetup, out: Path, external: bool
 
 def plot_soak(result: SoakResult) -> Any:
     """RSS of every process, records retained and lag over time, phases shaded."""
-    series = result.series
-    t = [v / 60.0 for v in series.t]
+    series, setup = result.series, result.setup
+    everything = "all 32 topics" if setup.devices == 32 else "all topics"
+    panels: list[tuple[str, str, dict[str, Sequence[float | None]]]] = [
+        ("RSS (MiB)", "resident memory per process", dict(sorted(series.rss_mb.items()))),
+        ("records", "records retained on the broker",
+         {everything: series.retained_total, "largest topic": series.retained_max_topic}),
+        ("records", "lag (high watermark - committed)", {"total": series.lag_total, "largest device": series.lag_max})]
     fig, axes = pyplot().subplots(1, 3, figsize=(13, 3.6))
-    for name, values in sorted(series.rss_mb.items()):
-        pts = [(x, v) for x, v in zip(t, values, strict=True) if v is not None]
-        axes[0].plot([p[0] for p in pts], [p[1] for p in pts], label=name, lw=1)
-    axes[1].plot(t, series.retained_total, label="all 32 topics" if result.setup.devices == 32 else "all topics")
-    axes[1].plot(t, series.retained_max_topic, label="largest topic")
-    axes[2].plot(t, series.lag_total, label="total")
-    axes[2].plot(t, series.lag_max, label="largest device")
-    panels = (("RSS (MiB)", "resident memory per process"), ("records", "records retained on the broker"),
-              ("records", "lag (high watermark - committed)"))
-    for ax, (ylabel, title) in zip(axes, panels, strict=True):
+    for ax, (ylabel, title, lines) in zip(axes, panels, strict=True):
+        for label, values in lines.items():
+            pts = [(x / 60.0, v) for x, v in zip(series.t, values, strict=True) if v is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, lw=1 if ax is axes[0] else None)
         for phase in result.phases:
             if phase.truncation == "bounded":
                 ax.axvspan(phase.start_s / 60.0, phase.end_s / 60.0, color="grey", alpha=0.12)
         ax.set(xlabel="minutes (grey: bounded; white: truncate)", ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6 if ax is axes[0] else 8, ncol=2 if ax is axes[0] else 1)
-    setup = result.setup
     fig.suptitle(f"soak: {setup.devices} streams at ScaDLES {setup.rate_preset} (~{result.arrival_rate_total:,.0f} "
                  f"samples/s), {setup.ranks} ranks, {setup.minutes:g} min", fontsize=9)
     return fig
@@ -417,12 +399,10 @@ def render_soak(result: SoakResult) -> str:
     """The `soak` section of BENCHMARKS.md: setup, targets, every process's memory."""
     setup = result.setup
     return "\n\n".join([
-        f"Setup: {setup.devices} device streams at ScaDLES {setup.rate_preset} rates (about "
-        f"{result.arrival_rate_total:,.0f} samples/s in all; achieved {num(result.achieved_rate_total, 0)}) from "
-        f"{setup.producer_procs} producer processes; {setup.ranks} gloo ranks train devices 0-{setup.ranks - 1}, "
-        f"the other {setup.devices - setup.ranks} streams are consumed by truncation alone (the benchmark "
-        f"commits the coordinator's truncate-before offsets for them); `truncate` then `bounded` "
-        f"(max {setup.max_lag_samples} samples) for {setup.minutes:g} minutes in all, DeleteRecords on. "
+        f"Setup: {setup.devices} streams at ScaDLES {setup.rate_preset} rates (about {result.arrival_rate_total:,.0f} "
+        f"samples/s; achieved {num(result.achieved_rate_total, 0)}), {setup.producer_procs} producer processes; "
+        f"{setup.ranks} gloo ranks (devices 0-{setup.ranks - 1}), {setup.devices - setup.ranks} streams truncation "
+        f"alone; `truncate` then `bounded` (max {setup.max_lag_samples} samples), {setup.minutes:g} minutes in all. "
         f"Criteria: {CRITERIA}.",
         targets_table(soak_targets(result)),
         table(["process", "peak RSS MiB", "final RSS MiB", "slope MiB/min (2nd half)", "samples"],
@@ -433,28 +413,23 @@ def render_soak(result: SoakResult) -> str:
 
 def soak_command(
     ctx: typer.Context,
-    minutes: Annotated[float, typer.Option(min=0.2, help="Length of the run (half truncate, half bounded). 2 is a "
-                                           "smoke run; --minutes 30 is the real soak.")] = 2.0,
+    minutes: Annotated[float, typer.Option(min=0.2, help="Length of the run, half truncate, half bounded (30: the "
+                                           "real soak).")] = 2.0,
     out: common.Out = Path("reports/bench"),
     devices: Annotated[int, typer.Option(min=1, max=256, help="Device streams.")] = 32,
-    ranks: Annotated[int, typer.Option(min=0, max=32, help="Gloo ranks (one process each, ~0.5 GiB) training "
-                                       "devices 0..R-1; the rest are consumed by truncation alone.")] = 4,
+    ranks: Annotated[int, typer.Option(min=0, max=32, help="Gloo ranks (~0.5 GiB each) training devices 0..R-1; "
+                                       "truncation alone consumes the rest.")] = 4,
     producer_procs: Annotated[int, typer.Option(min=1, help="Producer processes sharing the streams.")] = 4,
     sample_every: Annotated[float, typer.Option(min=0.5, help="Seconds between samples.")] = 5.0,
     max_lag_samples: Annotated[int, typer.Option(min=1, help="bounded: coordinator.max_lag_samples.")] = 512,
     seed: common.Seed = 0,
     external: common.External = False,
     work_dir: common.WorkDir = Path("reports/bench-runs"),
-    serve: Annotated[bool, typer.Option(help="Model versions every second and `serve` answering 20 requests/s "
-                                        "with them, in the loop (needs --ranks >= 1).")] = False,
+    serve: Annotated[bool, typer.Option(help="Model versions every second, `serve` answering 20 requests/s with "
+                                        "them (needs --ranks >= 1).")] = False,
 ) -> None:
-    """Soak: 32 streams at ScaDLES S2 rates through the stack; memory, retained records and lag must stay bounded.
-
-    Producers, a coordinator (truncate for the first half, then restarted with bounded) with DeleteRecords, and
-    --ranks gloo ranks; the streams without a rank are consumed by truncation alone. Samples RSS of every process
-    (/proc), records retained per topic and lag every --sample-every seconds, and judges boundedness on slopes over
-    the second half of each phase. Writes DIR/soak.json and DIR/soak.png; logs in WORK_DIR/soak/logs.
-    """
+    """Soak: 32 streams at ScaDLES S2 rates through the stack; every process's memory, retained records and lag must
+    stay bounded. Writes DIR/soak.json and DIR/soak.png; logs in WORK_DIR/soak/logs."""
     from streamtrain.cli_support import EXIT_CONFIG, config_from, die
 
     cfg = config_from(ctx)

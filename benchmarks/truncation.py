@@ -23,18 +23,16 @@ from . import common
 from .common import TIMES, Bench, LaunchOptions, Record, Result, Target, num, publish, pyplot, table, targets_table
 from .live import FeedbackTail, LiveBroker, Services, StreamsSetup, live_broker, train_command, watermarks
 
-__all__ = ["BENCH", "POLICIES", "PolicySeries", "TruncationCell", "TruncationResult", "TruncationSetup",
-           "against_persist", "run_truncation"]
+__all__ = ["BENCH", "TruncationResult", "TruncationSetup", "against_persist", "run_truncation"]
 
-#: The truncation policies, in the order they run.
 POLICIES: tuple[str, ...] = ("persist", "truncate", "bounded")
 
 
 class TruncationSetup(StreamsSetup):
-    """What every policy runs on (same seeds, same data); `b_max` is what makes the streams outrun training."""
+    """What every policy runs on (same seeds, same data): `steps` counted from the first step that trains a streamed
+    sample; `b_max` makes the streams outrun training; `quick` says whether `--quick` chose devices and steps."""
 
     steps: int = 400
-    """Steps per policy, counted from the first step that trains a streamed sample."""
     signal: float = 0.1
     hidden_size: int = 64
     num_layers: int = 2
@@ -43,7 +41,6 @@ class TruncationSetup(StreamsSetup):
     heldout: int = 2000
     policies: tuple[str, ...] = POLICIES
     quick: bool = False
-    """Whether `--quick` chose the devices and steps."""
 
     def producers(self, seed: int) -> dict[str, object]:
         return {**self.producer_sets(self.device_ids(), self.stream_rates(), seed),
@@ -55,9 +52,8 @@ class TruncationSetup(StreamsSetup):
 
 
 class PolicySeries(Record):
-    """One policy's readings every `sample_every_s` seconds: seconds since the producers started, steps since the
-    first that trained a streamed sample, records the device topics retain on the broker (high watermark - log
-    start offset), samples the trainers buffer (all ranks), and the mean of the ranks' latest training losses."""
+    """One policy's readings: seconds since the producers started, steps, records the device topics retain,
+    samples the trainers buffer (all ranks), the mean of the ranks' latest losses."""
 
     t: list[float] = Field(default_factory=list)
     step: list[int] = Field(default_factory=list)
@@ -74,7 +70,7 @@ class PolicySeries(Record):
 
 
 class TruncationCell(Record):
-    """One truncation policy's figures after its N steps."""
+    """One truncation policy's figures after its N steps (`accuracy`: held-out, of the final checkpoint)."""
 
     policy: str
     retained_records_final: int
@@ -86,15 +82,13 @@ class TruncationCell(Record):
     trained_samples: int
     final_loss: float | None
     accuracy: float | None
-    """Held-out accuracy of the final checkpoint (None without one)."""
 
 
 class TruncationResult(Result):
-    """What `truncation.json` holds."""
+    """What `truncation.json` holds (`rates`: each device's, in samples/s)."""
 
     setup: TruncationSetup
     rates: list[float]
-    """The stream rates drawn from the preset (samples/s per device)."""
     cells: list[TruncationCell]
     series: dict[str, PolicySeries]
     seconds: float
@@ -105,7 +99,7 @@ class TruncationResult(Result):
 
 def against_persist(result: TruncationResult) -> dict[str, tuple[float | None, float | None, bool | None]]:
     """Per policy: (persistence's records retained over its own, its second-half growth in records per step, whether
-    that growth is flat: under 5% of persistence's, which keeps every record and so grows at the input rate)."""
+    that growth is flat: under 5% of persistence's)."""
     persist = result.cell("persist")
     base = persist.retained_records_final if persist else None
     growth = result.series["persist"].growth() if persist else None
@@ -140,7 +134,7 @@ class _PolicyRun:
         self.latest: dict[str, StepFeedback] = {}
         self.marks: dict[str, tuple[int, int]] = {}
         self.idle_step = 0
-        self.step0: int | None = None  # steps count from the first one that trained a streamed sample
+        self.step0: int | None = None  # the first step that trained a streamed sample
 
     def take_feedback(self) -> set[str]:
         """Read the new feedback; returns the devices that have reported a step."""
@@ -212,8 +206,7 @@ class _PolicyRun:
             final_loss=None if final_loss is None else round(final_loss, 4), accuracy=self.accuracy())
 
     def accuracy(self) -> float | None:
-        """Held-out accuracy of the final checkpoint (None without one), on samples of the same task and devices
-        (another seed of the same streams)."""
+        """Held-out accuracy of the final checkpoint (None without one), on another seed of the same streams."""
         from producers.sources import SyntheticSource
         from streamtrain.models.batching import collate_packed
         from streamtrain.models.plugins import build_model
@@ -235,9 +228,8 @@ class _PolicyRun:
 
 def run_truncation(cfg: StreamtrainConfig, setup: TruncationSetup, out: Path, external: bool = False,
                    launch: LaunchOptions = LaunchOptions(), progress: Progress | None = None) -> TruncationResult:
-    """Run every policy of `setup` on a private embedded broker (the Kafka of `cfg.kafka` with `external`), service
-    logs and checkpoints in `setup.work_dir/<policy>` (default `out/truncation-runs`), calling `progress` after every
-    sample; write `out/truncation.json` and `out/truncation.png`, return the result."""
+    """Run every policy of `setup` on a private embedded broker (or `cfg.kafka` with `external`), calling `progress`
+    after every sample; write `out/truncation.json` and `out/truncation.png`, return the result."""
     began = time.monotonic()
     with live_broker(cfg, external, "truncation") as broker:
         runs = [_PolicyRun(policy, broker, setup, (setup.work_dir or out / "truncation-runs") / policy, launch)
@@ -272,12 +264,11 @@ def truncation_targets(result: TruncationResult) -> list[Target]:
     persist, versus = result.cell("persist"), against_persist(result)
     if persist is None:
         return []
-    growth = versus["persist"][1]
-    out = [Target(f"`{c.policy}` keeps retained records flat (second-half growth < 5% of `persist`'s); ratio to "
-                  f"`persist` after {result.setup.steps} steps",
+    out = [Target(f"`{c.policy}`: retained records flat (second-half growth < 5% of `persist`'s); ratio to `persist` "
+                  f"after {result.setup.steps} steps",
                   f"{num(c.retained_records_final)} vs {num(persist.retained_records_final)} records = "
                   f"{num(versus[c.policy][0], 1)}{TIMES} (peak {num(c.retained_records_max)}; growth "
-                  f"{num(versus[c.policy][1], 1)} vs {num(growth, 1)} records/step)", versus[c.policy][2],
+                  f"{num(versus[c.policy][1], 1)} vs {num(versus['persist'][1], 1)} records/step)", versus[c.policy][2],
                   f"ScaDLES Table IV: 848{TIMES}-9,429{TIMES} after their (much longer) runs")
            for c in result.cells if c.policy != "persist"]
     if persist.accuracy is not None:
@@ -294,12 +285,10 @@ def render_truncation(result: TruncationResult) -> str:
     """The `truncation` section of BENCHMARKS.md: setup, targets with the paper's figures, the cells."""
     setup, versus = result.setup, against_persist(result)
     return "\n\n".join([
-        f"Setup: {setup.devices} devices, one gloo rank each, rates drawn from ScaDLES {setup.rate_preset} "
-        f"({', '.join(f'{r:g}' for r in result.rates)} samples/s, seed {setup.seed}); planner "
-        f"`{setup.planner}` with at most {setup.b_max} samples per device per step, so the streams outrun "
-        f"training; `bounded` keeps at most {setup.max_lag_samples} samples per device; DeleteRecords on for "
-        f"`truncate` and `bounded`. N = {setup.steps} steps per policy from the moment the producers start "
-        f"(run time {result.seconds:.0f} s for all three).",
+        f"Setup: {setup.devices} devices, a gloo rank each, ScaDLES {setup.rate_preset} rates "
+        f"{', '.join(f'{r:g}' for r in result.rates)} samples/s (seed {setup.seed}); planner `{setup.planner}`, "
+        f"b_max {setup.b_max}; `bounded` keeps {setup.max_lag_samples} samples per device; N = {setup.steps} steps "
+        f"per policy; {result.seconds:.0f} s in all.",
         targets_table(truncation_targets(result)),
         table(["policy", "retained records", f"ratio persist{TIMES}/policy", "peak retained", "deleted",
                "buffer depth", "truncated", "trained", "final loss", "held-out accuracy"],
@@ -312,13 +301,11 @@ def render_truncation(result: TruncationResult) -> str:
 def truncation_command(
     ctx: typer.Context,
     out: common.Out = Path("reports/bench"),
-    quick: Annotated[bool, typer.Option(help="2 devices and 100 steps per policy (about a minute and a half).")
-                     ] = False,
+    quick: Annotated[bool, typer.Option(help="2 devices, 100 steps per policy (~1.5 min).")] = False,
     steps: Annotated[int | None, typer.Option(min=5, help="Steps per policy (default 400; 100 with --quick).")] = None,
-    devices: Annotated[int | None, typer.Option(min=1, max=16, help="Device streams, one gloo rank each "
-                                                "(default 4; 2 with --quick).")] = None,
-    b_max: Annotated[int, typer.Option(min=1, help="coordinator.b_max: most samples per device per step "
-                                       "(what makes the streams outrun training).")] = 12,
+    devices: Annotated[int | None, typer.Option(min=1, max=16, help="Device streams, a gloo rank each (default 4; "
+                                                "2 with --quick).")] = None,
+    b_max: Annotated[int, typer.Option(min=1, help="coordinator.b_max: most samples per device per step.")] = 12,
     max_lag_samples: Annotated[int, typer.Option(min=1, help="bounded: coordinator.max_lag_samples.")] = 512,
     policy: Annotated[list[str] | None, typer.Option("--policy", help="Truncation policy to run (repeatable; "
                                                      "default all three).")] = None,
@@ -327,9 +314,8 @@ def truncation_command(
     external: common.External = False,
     work_dir: common.WorkDir = Path("reports/bench-runs"),
 ) -> None:
-    """Records retained under persist, truncate and bounded when ScaDLES S2 streams outrun training, and the
-    final model's held-out accuracy. Writes DIR/truncation.json and DIR/truncation.png; service logs go to
-    WORK_DIR/truncation/<policy>/logs."""
+    """Records retained under persist, truncate and bounded when ScaDLES S2 streams outrun training, and held-out
+    accuracy. Writes DIR/truncation.json and .png; logs in WORK_DIR/truncation/<policy>/logs."""
     from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
 
     cfg = config_from(ctx)

@@ -1,6 +1,5 @@
-"""The balance benchmark's figures: each run's window (and held-out curve) from its Kafka records, the runs timed to
-their target, a cell's runs combined, ett-stream against the others and the oracle. The JSON holds the runs; all that
-compares them is computed when a result is rendered, so a stored result's figures are recomputed as they were."""
+"""The balance benchmark's figures: each run's window (and held-out curve) from its Kafka records, timed to its
+target; a cell's runs combined; ett-stream against the others and the oracle (computed when rendered)."""
 
 from __future__ import annotations
 
@@ -29,11 +28,9 @@ __all__ = ["AccuracyPoint", "BalanceResult", "CellRuns", "Comparison", "Curve", 
 
 #: A run's loss over training: (seconds since step 0 began, trailing-mean loss) per step.
 Curve = list[tuple[float, float]]
-
-#: Per-run figures a cell reports as the median over its runs.
 _MEDIANS = ("step_seconds_median", "wall_step_seconds_median", "straggler_effect_median", "samples_per_s",
             "size_per_s", "step_size_median", "trained_size_mean", "plan_wait_seconds_median", "size_dif_measured")
-#: Above the oracle's wall period ett-stream may be: at DIF 0 (every sample costs the same) and with varying sizes.
+#: How far above the oracle ett-stream may be: at DIF 0, and with varying sizes.
 ORACLE_TOLERANCE = {True: 0.05, False: 0.10}
 
 
@@ -43,8 +40,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 class AccuracyPoint(Record):
-    """One held-out evaluation of a run: after `step` steps, at `seconds` of training (earlier evaluations' pauses
-    left out), its value and the trailing mean that meets the target."""
+    """A held-out evaluation after `step` steps, at `seconds` of training (pauses left out): value, trailing mean."""
 
     step: int
     seconds: float
@@ -58,43 +54,40 @@ class Run(Record):
     policy: str
     slowdowns: tuple[float, ...]
     dif: float | None = None
-    """The synthetic workload's std of sample sizes (None: a dataset replayed)."""
     repeat: int = 0
     seconds: float | None = None
-    """Wall time of the whole run, start-up and read-back included."""
     run_dir: str | None = None
     error: str | None = None
     steps_measured: int = 0
     step_seconds_median: float | None = None
     """The slowest rank's step (collate, compute, all-reduce, emulated sleep): LBB Table 2's iteration time."""
     wall_step_seconds_median: float | None = None
-    """Time between consecutive step completions (on a dataset, the periods that held an evaluation left out)."""
+    """Time between step completions (without the periods that held an evaluation)."""
     straggler_effect_median: float | None = None
     """LBB Eq. 4 on the ranks' compute seconds, per step."""
     samples_per_s: float | None = None
     size_per_s: float | None = None
-    """Work: sample size trained per second."""
     step_size_median: float | None = None
     trained_size_mean: float | None = None
     rank_compute_seconds_median: dict[str, float | None] = Field(default_factory=dict)
     rank_samples_median: dict[str, float | None] = Field(default_factory=dict)
     plan_wait_seconds_median: float | None = None
     step_period_split_median: dict[str, float] | None = None
-    """Seconds of each part of the wall period (`WALL_PARTS`), read from the critical-path rank."""
+    """Seconds of each of `WALL_PARTS`, read from the critical-path rank."""
     backlog_held: bool | None = None
-    """Whether every device still had samples waiting after every measured step (False: its steps say nothing)."""
+    """Every device still had samples waiting after every measured step."""
     backlog_drained_steps: list[int] = Field(default_factory=list)
     samples_unaccounted: int | None = None
     """Produced samples neither trained, truncated, dead-lettered nor pending (0 expected)."""
     size_dif_measured: float | None = None
     accuracy: list[AccuracyPoint] = Field(default_factory=list)
     seconds_to_target: float | None = None
-    """From the start of step 0 to the target loss (synthetic) or held-out value (dataset); None: never."""
+    """From the start of step 0 to the target loss or held-out value; None: never."""
     steps_to_target: int | float | None = None
 
     @property
     def control(self) -> bool:
-        """Run on a fleet of equal ranks: the homogeneous control behind the oracle."""
+        """Run on a fleet of equal ranks: the homogeneous control."""
         return len(set(self.slowdowns)) == 1
 
 
@@ -103,14 +96,14 @@ class BalanceResult(Result):
 
     setup: BalanceSetup
     target_loss: dict[str, float]
-    """Per DIF (as `f"{dif:g}"`): the loss to reach (the median over rounds; see `target_loss_rule`)."""
+    """Per DIF (as `f"{dif:g}"`): the loss to reach, the median over rounds."""
     target_loss_rule: str
     seconds: float
     runs: list[Run]
 
 
 class RealdataResult(Result):
-    """What `realdata.json` holds: every run of the dataset workload, in the order they ran, timed to the target."""
+    """What `realdata.json` holds: every run of the dataset workload, in running order, timed to the target."""
 
     setup: RealdataSetup
     target: float | None
@@ -129,13 +122,11 @@ def step_ends(feedback: Sequence[StepFeedback]) -> dict[int, float]:
 
 
 def _trailing_means(values: Sequence[float], n: int) -> list[float]:
-    """Each value's mean with the n - 1 before it (fewer at the start)."""
     return [float(np.mean(values[max(0, i - n + 1):i + 1])) for i in range(len(values))]
 
 
 def _per_rank(window: Sequence[Sequence[StepFeedback]]) -> dict[str, Any]:
-    """Each rank's median compute and samples, and the backlog check: a device whose buffer is empty after a measured
-    step ran out of work."""
+    """Each rank's median compute and samples, and whether any device's buffer was empty after a measured step."""
     records = [fb for step in window for fb in step]
     devices = sorted({fb.device_id for fb in records})
     drained = [step[0].step for step in window if any(fb.buffer_depth <= 0 for fb in step)]
@@ -151,9 +142,8 @@ def _split_medians(splits: Sequence[Mapping[str, float]]) -> dict[str, float] | 
 
 def analyse_window(feedback: Sequence[StepFeedback], devices: int, warmup: int, steps: int,
                    smooth: int = 1) -> tuple[dict[str, Any], Curve]:
-    """A run's figures (`Run`'s) over steps [warmup, warmup + steps), and its loss curve up to the window's end:
-    (seconds since step 0 began, trailing mean of `smooth` steps' loss). A step's wall period is split on the rank
-    with the largest compute, whose waits are on the critical path. ValueError without feedback for step 0."""
+    """A run's figures (`Run`'s) over steps [warmup, warmup + steps) and its loss curve (trailing mean of `smooth`)
+    to the window's end; the wall period split on the rank with the largest compute. ValueError without step 0."""
     end_s, steps_of = step_ends(feedback), by_step(feedback)
     full = {s: r for s, r in steps_of.items() if len({fb.device_id for fb in r}) == devices}
     window = [s for s in range(warmup, warmup + steps) if s in full]
@@ -181,13 +171,10 @@ def analyse_window(feedback: Sequence[StepFeedback], devices: int, warmup: int, 
 
 def accuracy_curve(evaluations: Sequence[Evaluation], feedback: Sequence[StepFeedback],
                    smooth: int, metric: str = "accuracy") -> list[AccuracyPoint]:
-    """Each held-out evaluation of `metric` (accuracy, or one of its `metrics`, e.g. rmse), once per step, and its
-    trailing mean over `smooth`, at the end of feedback step `step - 1` less the pauses of the evaluations before it:
-    a policy is timed by its training, not by how often it was stopped to be measured. ValueError without step 0."""
+    """Each held-out evaluation of `metric` (accuracy, or one of its `metrics`) and its trailing mean over `smooth`,
+    at the end of step `step - 1` less the earlier evaluations' pauses. ValueError without step 0."""
     ends = step_ends(feedback)
-    seen: dict[int, Evaluation] = {}
-    for e in sorted(evaluations, key=lambda e: (e.step, e.sent_at)):
-        seen.setdefault(e.step, e)
+    seen = {e.step: e for e in sorted(evaluations, key=lambda e: (e.step, e.sent_at), reverse=True)}  # first kept
     kept: list[tuple[int, float, float]] = []
     paused = 0.0
     for step, e in sorted(seen.items()):
@@ -202,16 +189,15 @@ def accuracy_curve(evaluations: Sequence[Evaluation], feedback: Sequence[StepFee
 
 def wall_period_median(feedback: Sequence[StepFeedback], evaluated: Sequence[int], first: int,
                        until: int) -> float | None:
-    """Median time between the ends of steps s - 1 and s for s in [first, until), leaving out the periods that held
-    an evaluation (s in `evaluated`: the evaluation after s steps runs before step s)."""
+    """Median period between the ends of steps s - 1 and s, s in [first, until) and not `evaluated` (the evaluation
+    after s steps runs before step s)."""
     ends, skip = step_ends(feedback), set(evaluated)
     return median([ends[s] - ends[s - 1] for s in range(max(first, 1), until)
                    if s in ends and s - 1 in ends and s not in skip])
 
 
 def read_run(ran: CellRun, cell: Cell, repeat: int, setup: BalanceSetup | RealdataSetup) -> tuple[Run, Curve]:
-    """A run's figures from what it left in Kafka, and its loss curve; `error` set (with what could be measured) on
-    failure. A dataset run's held-out curve too, and its wall period without the evaluations' pauses."""
+    """A run's figures from what it left in Kafka (a dataset run's held-out curve too), and its loss curve."""
     identity: dict[str, Any] = {"policy": cell.policy, "slowdowns": cell.slowdowns, "dif": cell.dif, "repeat": repeat,
                                 "seconds": ran.seconds, "run_dir": str(ran.run_dir)}
     if ran.records is None or ran.report is None:
@@ -236,9 +222,8 @@ def read_run(ran: CellRun, cell: Cell, repeat: int, setup: BalanceSetup | Realda
 
 
 def judge_balance(runs: Sequence[tuple[Run, Curve]], setup: BalanceSetup) -> tuple[list[Run], dict[str, float], str]:
-    """Each run timed to its round's target loss, the target losses (per DIF, the median over rounds) and the rule.
-    A DIF's target is the trailing-mean loss static reaches mid-window on that DIF's data (first fleet): halfway, so
-    that a policy with the same loss per step but noise of its own still reaches it."""
+    """Each run timed to its round's target loss (per DIF, static's trailing-mean loss mid-window on the first
+    fleet), the target losses (median over rounds) and the rule."""
     index = setup.warmup_steps + setup.steps // 2 - setup.smooth_steps + 1
     judged, targets = [], defaultdict(list)
     for rep in sorted({run.repeat for run, _ in runs}):
@@ -258,9 +243,8 @@ def judge_balance(runs: Sequence[tuple[Run, Curve]], setup: BalanceSetup) -> tup
 
 
 def judge_realdata(runs: Sequence[Run], setup: RealdataSetup) -> tuple[list[Run], float | None, str]:
-    """Each run timed to the target, the target and its rule: `setup.target_accuracy` when given; else static's
-    smoothed value at its last evaluation by mid-window (on a plateau it would be reached at a random moment of the
-    noise), the median over its runs. A falling metric (an error) is reached from above."""
+    """Each run timed to the target (`setup.target_accuracy`, else static's smoothed value at its last evaluation by
+    mid-window, median over its runs; a falling metric reached from above), the target and its rule."""
     target, rule = setup.target_accuracy, f"fixed at {setup.target_accuracy:g}" if setup.target_accuracy else ""
     if target is None:
         values = [before[-1].smoothed for r in runs if r.policy == "static" and not r.control
@@ -279,8 +263,7 @@ def judge_realdata(runs: Sequence[Run], setup: RealdataSetup) -> tuple[list[Run]
 
 @dataclass(frozen=True)
 class CellRuns:
-    """A cell over its runs: every run (failed ones included), and the median of each figure over those that did
-    not fail (`fig`; its `error` set when every run failed)."""
+    """A cell's runs (failed ones too) and `fig`, each figure's median over those that did not fail."""
 
     runs: list[Run]
     fig: Run
@@ -323,39 +306,35 @@ def combine(runs: Sequence[Run]) -> list[CellRuns]:
 
 
 def control_cell(cells: Sequence[CellRuns]) -> Run | None:
-    """The synthetic workload's homogeneous control: static on equal ranks at its smallest DIF (None when not run)."""
+    """The synthetic workload's control: static on equal ranks at its smallest DIF (None when not run)."""
     controls = [c.fig for c in cells if c.fig.control and c.fig.policy == "static" and c.fig.wall_step_seconds_median]
     return min(controls, key=lambda c: c.dif or 0.0, default=None)
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """ett-stream in one (fleet, DIF) cell against the best policy by work rate, the oracle, static and chronica."""
+    """ett-stream in one (fleet, DIF) cell against the best work rate, the oracle (the control's wall period x
+    n / sum(1 / s_i); `over_oracle_runs`: each round against its own), static and chronica."""
 
     slowdowns: tuple[float, ...]
     dif: float
     best_policy: str
     best_over_ett_stream: float
-    """The best work rate (sample size trained per second) over ett-stream's."""
     ett_stream_wall_seconds: float | None
     oracle_wall_seconds: float | None
-    """The control's wall period x n / sum(1 / s_i): a perfect split of the same batch on this fleet."""
     over_oracle: float | None
     over_oracle_runs: list[float]
-    """Each round's ett-stream wall period over its own round's oracle (the spread behind the median)."""
     tolerance: float
     within_oracle: bool | None
     wall_speedup_vs_static: float | None
     ett_stream_seconds_to_target: float | None
     chronica_seconds_to_target: float | None
     target_no_later_than_chronica: bool | None
-    """None without both figures; a run that never reached the target is later than one that did."""
     backlog_held: bool | None
 
 
 def _oracle_ratios(runs: Sequence[Run]) -> dict[tuple[tuple[float, ...], float | None], list[float]]:
-    """ett-stream's wall period over the oracle of its own round, per (fleet, DIF), in round order: a round's control
-    ran minutes from its ett-stream cells, so the machine's drift falls on both sides."""
+    """ett-stream's wall period over its own round's oracle, per (fleet, DIF), in round order."""
     out: dict[tuple[tuple[float, ...], float | None], list[float]] = defaultdict(list)
     for rep in sorted({r.repeat for r in runs}):
         mine = [r for r in runs if r.repeat == rep and not r.error]
@@ -368,8 +347,7 @@ def _oracle_ratios(runs: Sequence[Run]) -> dict[tuple[tuple[float, ...], float |
 
 
 def comparisons(runs: Sequence[Run], setup: BalanceSetup) -> list[Comparison]:
-    """ett-stream per heterogeneous (fleet, DIF) cell against the best work rate (sample size trained per second:
-    chronica, taking small samples first, does less work per step), the oracle, static and chronica."""
+    """ett-stream per heterogeneous (fleet, DIF) cell against the best work rate, the oracle, static and chronica."""
     cells = combine(runs)
     control, ratios = control_cell(cells), _oracle_ratios(runs) if setup.repeats > 1 else {}
     base = control.wall_step_seconds_median if control else None
@@ -401,32 +379,25 @@ def comparisons(runs: Sequence[Run], setup: BalanceSetup) -> list[Comparison]:
 
 @dataclass(frozen=True)
 class RealdataFigures:
-    """ett-stream (medians over each cell's runs) against the best other policy, static and the oracle: the control's
-    wall period x n / sum(1 / s_i)."""
+    """ett-stream (cell medians) against the other policy that reached the target soonest, static and the oracle
+    (the control x n / sum(1 / s_i); a control slower than ett-stream bounds nothing; the oracle's time to the target
+    is the control's pace to its own in static's steps)."""
 
     ett_stream: Run | None
     static: Run | None
     control: Run | None
     best_other: Run | None
-    """The other policy that reached the target soonest (None: none did)."""
     no_later_than_best: bool | None
-    """ett-stream's time to the target <= the best other policy's (None without both to compare)."""
     speedup_vs_static: float | None
     oracle_step_seconds: float | None
     over_oracle: float | None
     oracle_is_bound: bool | None
-    """Whether the control was no slower than ett-stream on the heterogeneous fleet: four full-speed ranks cannot need
-    longer than three and a slow one for the same batch, so a slower control's oracle bounds nothing."""
     oracle_seconds_to_target: float | None
-    """The control's seconds per step to its target x n / sum(1 / s_i), in static's steps to it: what a perfect split
-    would take, so static's time over it bounds any policy's speed-up over static."""
     oracle_speedup_vs_static: float | None
     pace_over_oracle: float | None
-    """ett-stream's seconds per step to the target over the oracle's."""
 
 
 def _pace(cell: CellRuns | None) -> float | None:
-    """Median over the runs that reached the target of their seconds per step to it (step 0 included)."""
     return median([r.seconds_to_target / r.steps_to_target for r in cell.ok
                    if r.seconds_to_target is not None and r.steps_to_target]) if cell else None
 

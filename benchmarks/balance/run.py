@@ -1,5 +1,5 @@
-"""`streamtrain bench balance` and `streamtrain bench realdata`: each run one `live.run_stack_cell` on one shared
-broker, read back from Kafka, every run timed to its target, the result written."""
+"""`streamtrain bench balance` and `streamtrain bench realdata`: every run one `live.run_stack_cell` on one shared
+broker, read back from Kafka and timed to its target."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ Setup = BalanceSetup | RealdataSetup
 
 def _run_plan(setup: Setup, tag: str, replay: dict[str, object] | None, runs: Path, launch: LaunchOptions,
               bootstrap: str | None) -> list[tuple[Run, Curve]]:
-    """Run each (round, cell) of the setup's plan on one broker (embedded unless `bootstrap` names one), in order,
-    replaying the dataset of `replay` (its settings) or the setup's synthetic streams; a line for each run."""
+    """Run the setup's plan on one broker (embedded unless `bootstrap` names one), replaying the dataset of `replay`
+    (its settings) or the setup's synthetic streams."""
     from streamtrain.cli_support import console
 
     plan, out = setup.plan(), []
@@ -52,12 +52,8 @@ def _run_plan(setup: Setup, tag: str, replay: dict[str, object] | None, runs: Pa
 
 def run_setup(setup: Setup, out: Path, launch: LaunchOptions = LaunchOptions(), bootstrap: str | None = None,
               runs: Path | None = None) -> BalanceResult | RealdataResult:
-    """Run every cell of the setup's plan (each run's directory in `runs`, default DIR/<name>-runs), time each run to
-    its target and write DIR/<name>.json and DIR/<name>.png (name: balance, or realdata for a dataset replayed).
-
-    Raises:
-        ValueError: the dataset cannot be replayed with the benchmark's model, or has no held-out split.
-    """
+    """Run the setup's plan (runs in `runs`, default DIR/<name>-runs), time each run to its target, write
+    DIR/<name>.json and .png (name: balance, or realdata). ValueError: the dataset cannot be replayed or held out."""
     from stack.replay import resolve_replay
 
     from . import BALANCE, REALDATA
@@ -83,7 +79,7 @@ def run_setup(setup: Setup, out: Path, launch: LaunchOptions = LaunchOptions(), 
 
 
 def _main(ctx: typer.Context, name: str, build: Callable[[], Setup], out: Path, work_dir: Path, external: bool) -> None:
-    """Build the setup (a bad one exits 2 saying what to change), run it, exit 1 when any run failed."""
+    """Build the setup (exit 2 when bad), run it, exit 1 when any run failed."""
     from streamtrain.cli_support import EXIT_CONFIG, config_from, die
 
     cfg = config_from(ctx)
@@ -105,49 +101,38 @@ def _fleets(named: Sequence[str], texts: Sequence[str], control: bool, quick: bo
     return tuple(out + ([(1.0,) * len(out[0])] if control and (1.0,) * len(out[0]) not in out else []))
 
 
-Policies = Annotated[list[str] | None, typer.Option("--policy", help="Policy to run (repeatable; default: every one "
-                                                    "the benchmark compares).")]
+Policies = Annotated[list[str] | None, typer.Option("--policy", help="Policy to run (repeatable; default: all).")]
 Steps = Annotated[int | None, typer.Option(min=2, help="Measured steps per run after the warm-up.")]
 Warmup = Annotated[int | None, typer.Option(min=0, help="Warm-up steps left out of the step figures.")]
-GlobalBatch = Annotated[int | None, typer.Option(min=4, help="coordinator.global_batch: samples per step over all "
-                                                 "ranks.")]
-TimeScale = Annotated[float, typer.Option(min=1.0, help="Every rank computes this many times its CPU time (slow-downs "
-                                          "multiply on top), so 4 ranks fit on 2 cores without contending.")]
+GlobalBatch = Annotated[int | None, typer.Option(min=4, help="coordinator.global_batch: samples per step, all ranks.")]
+TimeScale = Annotated[float, typer.Option(min=1.0, help="Each rank computes this x its CPU time x its slow-down.")]
+Control = Annotated[bool, typer.Option(help="Also run the homogeneous control (every factor 1): the oracle's base.")]
 
 
 def balance_command(
     ctx: typer.Context,
     out: Out = Path("reports/bench"),
     work_dir: WorkDir = Path("reports/bench-runs"),
-    quick: Annotated[bool, typer.Option(help="static, lbbsp and ett-stream at DIF 0 and 64 on the one-slow fleet, "
-                                        "12 + 8 steps (about 4 minutes).")] = False,
+    quick: Annotated[bool, typer.Option(help="static, lbbsp, ett-stream; DIF 0,64; one-slow; 12 + 8 steps.")] = False,
     policy: Policies = None,
-    fleet: Annotated[list[str] | None, typer.Option("--fleet", help="A named fleet of slow-downs (repeatable): "
-                                                    + ", ".join(f"{k} ({fleet_label(v)})" for k, v in FLEETS.items())
-                                                    + f"; default {' and '.join(DEFAULT_FLEETS)}.")] = None,
-    slowdowns: Annotated[list[str] | None, typer.Option("--slowdowns", help="Per-rank slow-down factors, one list "
-                                                        "per fleet (repeatable; besides --fleet).")] = None,
-    control: Annotated[bool, typer.Option(help="Also run static on equal ranks at the smallest DIF: identical batches "
-                                          "on identical ranks, the oracle's base and the machine's noise floor.")
-                       ] = False,
-    dif: Annotated[str | None, typer.Option(help="DIF values (std of sample sizes), comma-separated (default "
-                                            "0,16,64).")] = None,
+    fleet: Annotated[list[str] | None, typer.Option("--fleet", help="A named fleet (repeatable): " + ", ".join(
+        f"{k} ({fleet_label(v)})" for k, v in FLEETS.items()) + f"; default {' and '.join(DEFAULT_FLEETS)}.")] = None,
+    slowdowns: Annotated[list[str] | None, typer.Option("--slowdowns", help="A fleet's per-rank slow-down factors "
+                                                        "(repeatable; besides --fleet).")] = None,
+    control: Control = False,
+    dif: Annotated[str | None, typer.Option(help="Comma-separated DIFs (sample sizes' std); default 0,16,64.")] = None,
     global_batch: GlobalBatch = None,
     steps: Steps = None,
     warmup: Warmup = None,
-    model_window: Annotated[int, typer.Option(min=4, help="coordinator.model_window: feedback records each device's "
-                                              "time model is fitted on.")] = 8,
+    model_window: Annotated[int, typer.Option(min=4, help="coordinator.model_window: records a time model fits.")] = 8,
     time_scale: TimeScale = 4.0,
     repeats: Annotated[int, typer.Option(min=1, help="Rounds of the whole matrix (each cell: the median).")] = 1,
     seed: Seed = 0,
     external: External = False,
 ) -> None:
-    """Every planning policy on the live stack: 4 gloo ranks, emulated fleets of slow-downs, DIF 0/16/64 (24 steps
-    after a warm-up of 10 unless set).
-
-    Per cell: step time, wall period and its split on the critical path, straggler effect, work rate, time to a
-    target loss, over a window under a backlog; per fleet and DIF, ett-stream against the oracle (needs
-    --control), static and chronica. Writes DIR/balance.json and DIR/balance.png; each run goes to WORK_DIR/balance.
+    """Every planning policy on the live stack: 4 gloo ranks, fleets of slow-downs, DIF 0/16/64 (global batch 512, 24
+    steps after 10 of warm-up unless set); ett-stream against the oracle (needs --control), static and chronica.
+    Writes DIR/balance.json and DIR/balance.png; each run goes to WORK_DIR/balance.
     """
     _main(ctx, "balance", lambda: BalanceSetup(
         policies=tuple(policy or (("static", "lbbsp", "ett-stream") if quick else POLICY_NAMES)),
@@ -162,35 +147,25 @@ def realdata_command(
     ctx: typer.Context,
     out: Out = Path("reports/bench"),
     work_dir: WorkDir = Path("reports/bench-runs"),
-    quick: Annotated[bool, typer.Option(help="static and ett-stream plus the control, one round, 15 + 3 steps: proves "
-                                        "it works (about 4 minutes), measures little.")] = False,
+    quick: Annotated[bool, typer.Option(help="static, ett-stream and the control; one round; 15 + 3 steps.")] = False,
     policy: Policies = None,
-    slowdowns: Annotated[str, typer.Option(help="Per-rank slow-down factors (one per rank).")] = "1,1,1,4",
-    dataset: Annotated[str, typer.Option(help="The packaged dataset replayed: plaid (classification, timed to a "
-                                         "held-out accuracy), or the regression problem tecator or covid3month "
-                                         "(timed to a held-out RMSE).")] = "plaid",
-    control: Annotated[bool, typer.Option(help="Run the homogeneous control (ett-stream, every factor 1) each "
-                                          "round: its step time gives the oracle.")] = True,
-    repeats: Annotated[int | None, typer.Option(min=1, help="Rounds of every cell, the order rotated each round "
-                                                "(default 3; 1 with --quick).")] = None,
+    slowdowns: Annotated[str, typer.Option(help="Per-rank slow-down factors.")] = "1,1,1,4",
+    dataset: Annotated[str, typer.Option(help="plaid (held-out accuracy), tecator or covid3month (RMSE).")] = "plaid",
+    control: Control = True,
+    repeats: Annotated[int | None, typer.Option(min=1, help="Rounds (default 3; 1 with --quick).")] = None,
     steps: Steps = None,
     warmup: Warmup = None,
     global_batch: GlobalBatch = None,
-    eval_every: Annotated[int, typer.Option(min=1, help="trainer.eval_every: steps between held-out "
-                                            "evaluations.")] = 3,
+    eval_every: Annotated[int, typer.Option(min=1, help="trainer.eval_every: steps between evaluations.")] = 3,
     target_accuracy: Annotated[float | None, typer.Option(min=0.0, help="A fixed target of the held-out metric "
-                                                          "(accuracy, or RMSE for a regression problem) instead of "
-                                                          "static's at mid-window.")] = None,
+                                                          "(default: static's at mid-window).")] = None,
     time_scale: TimeScale = 4.0,
     seed: Seed = 0,
     external: External = False,
 ) -> None:
-    """Time to a held-out accuracy on real data (PLAID), per policy, with one device four times slower (40 steps
-    after a warm-up of 5, a global batch of 64 unless set); or, with --dataset tecator, to a held-out RMSE.
-
-    Judged: ett-stream reaches static's mid-window accuracy (RMSE) no later than the best other policy and >= 2x
-    sooner than static, and its step time is within 15% of the oracle (the control x n / sum(1/s_i)). Writes
-    DIR/realdata.json and DIR/realdata.png. Example: streamtrain bench realdata --quick --out /tmp/rd
+    """Time to a held-out accuracy (RMSE with --dataset tecator) on real data, per policy, one device of four 4x
+    slower (global batch 64, 40 steps after 5 of warm-up unless set). Judged: ett-stream no later than the best other
+    policy, >= 2x sooner than static, its step within 15% of the oracle. Writes DIR/realdata.json and .png.
     """
     _main(ctx, "realdata", lambda: RealdataSetup(
         policies=tuple(policy or (("static", "ett-stream") if quick else REALDATA_POLICIES)),

@@ -1,5 +1,5 @@
 """What the balance benchmark runs: `BalanceSetup` (synthetic streams, fleets x DIF) and `RealdataSetup` (a packaged
-dataset on one fleet, with its homogeneous control), both a `FleetSetup`: policies, global batch, emulation, window."""
+dataset on one fleet, with its homogeneous control), both a `FleetSetup`."""
 
 from __future__ import annotations
 
@@ -29,22 +29,19 @@ FLEETS: dict[str, tuple[float, ...]] = {
 DEFAULT_FLEETS: tuple[str, ...] = ("one-slow", "two-slow")
 #: The policies `bench realdata` compares (scadles sizes batches by stream rate, which a backlog does not have).
 REALDATA_POLICIES: tuple[str, ...] = ("static", "lbbsp", "lbb", "chronica", "ett-stream")
-#: The PLAID demo's sequence model: per-series normalisation, dilated masked convolutions whose compute grows with a
-#: batch's total length, Adam-style steps, no lr scaling.
+#: The PLAID demo's sequence model (its compute grows with a batch's total length).
 _MODEL: dict[str, object] = {
     "trainer.model": "seq", "trainer.num_features": 1, "trainer.num_classes": 11, "trainer.hidden_size": 32,
     "trainer.num_layers": 4, "trainer.optimizer": "adamw", "trainer.lr": 0.003, "trainer.lr_scaling": False}
 _REGRESSION = {**{k: v for k, v in _MODEL.items() if k != "trainer.num_classes"}, "producer.dataset.sharding": "random"}
-#: Each packaged dataset `bench realdata` replays: the held-out metric its runs are timed to, and its settings (PLAID's
-#: shards stratified, so every device sees every class; a regression problem's drawn at random).
+#: Each packaged dataset `bench realdata` replays: the held-out metric its runs are timed to, and its settings.
 DATASETS: dict[str, tuple[str, dict[str, object]]] = {
     "plaid": ("accuracy", {**_MODEL, "producer.dataset.sharding": "stratified"}),
     "tecator": ("rmse", _REGRESSION), "covid3month": ("rmse", _REGRESSION)}
 
-#: The backlog holds this many times the hungriest device's balanced share (a plan fitted on noisy models, or one
-#: that picks small samples first, may ask a device for more than its speed's share for a while).
+#: The backlog holds this many times the hungriest device's balanced share, for the window and the overshoot steps the
+#: ranks may run past `until_step` before they stop.
 _SHARE_MARGIN = 1.35
-#: Steps the ranks may run past `until_step` before they stop (the stack polls twice a second).
 _OVERSHOOT_STEPS = 12
 
 
@@ -54,7 +51,7 @@ def fleet_label(slowdowns: tuple[float, ...], sep: str = ",") -> str:
 
 
 def parse_fleet(text: str) -> tuple[float, ...]:
-    """`1,1,1,4` → its factors (a ValueError names the flag's expected form)."""
+    """`1,1,1,4` → its factors."""
     try:
         return tuple(float(v) for v in text.replace(" ", "").split(",") if v)
     except ValueError:
@@ -62,7 +59,7 @@ def parse_fleet(text: str) -> tuple[float, ...]:
 
 
 def oracle_factor(slowdowns: Sequence[float]) -> float:
-    """n / sum(1 / s_i): how much longer than an equal fleet's step a perfect split of the same batch takes."""
+    """n / sum(1 / s_i): a perfect split's step over an equal fleet's."""
     return len(slowdowns) / sum(1.0 / f for f in slowdowns)
 
 
@@ -73,7 +70,7 @@ def balanced_share(slowdowns: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Cell:
-    """What one run runs: a policy on a fleet, at a DIF (the synthetic workload) or on the dataset."""
+    """What one run runs: a policy on a fleet, at a DIF (None: the dataset)."""
 
     policy: str
     slowdowns: tuple[float, ...]
@@ -81,7 +78,7 @@ class Cell:
 
     @property
     def control(self) -> bool:
-        """A fleet of equal ranks: the homogeneous control behind the oracle."""
+        """A fleet of equal ranks: the homogeneous control."""
         return len(set(self.slowdowns)) == 1
 
     @property
@@ -96,10 +93,8 @@ class FleetSetup(Record):
     policies: tuple[str, ...] = POLICY_NAMES
     global_batch: int = 512
     time_scale: float = 4.0
-    """Every rank computes this many times its training thread's CPU time (the slow-down factors multiply on top,
-    `trainer.slowdown_clock=cpu`): with 4 ranks on 2 cores, the wall clock would time the neighbours' load."""
+    """Every rank computes this x its training thread's CPU time x its slow-down factor."""
     warmup_steps: int = 10
-    """Steps left out of the step figures (a time to a target counts from step 0)."""
     steps: int = 30
     model_window: int = 8
     seed: int = 0
@@ -107,8 +102,7 @@ class FleetSetup(Record):
     start_timeout_s: float = 240.0
     extra_sets: tuple[str, ...] = ()
     backlog_per_device: int = 0
-    """Samples pre-produced per device: the hungriest device's balanced share of every step until the ranks stop,
-    with margin (filled in; the analysis checks that it held)."""
+    """Samples pre-produced per device (filled in)."""
     quick: bool = False
     settings: dict[str, JsonValue] = Field(default_factory=dict)
     """The settings every cell ran with (filled in by the run)."""
@@ -116,21 +110,17 @@ class FleetSetup(Record):
     @model_validator(mode="before")
     @classmethod
     def _derived(cls, data: Any) -> Any:
-        # Stored with the setup (a result says what it ran with), computed when not given.
         if not isinstance(data, dict):
             return data
-
-        def get(name: str) -> Any:
-            return data.get(name, cls.model_fields[name].default)
-
-        fleets = get("slowdowns")
+        given = {**{name: field.default for name, field in cls.model_fields.items()}, **data}
+        fleets = given["slowdowns"]
         fleets = fleets if fleets and isinstance(fleets[0], list | tuple) else [fleets]
         if "devices" in cls.model_fields and "devices" not in data:
             data = {**data, "devices": len(fleets[0])}
         if not data.get("backlog_per_device"):
             share = min(1.0, _SHARE_MARGIN * max((balanced_share(f) for f in fleets if f and min(f) > 0), default=1))
-            until = get("warmup_steps") + get("steps") + _OVERSHOOT_STEPS
-            data = {**data, "backlog_per_device": math.ceil(share * get("global_batch") * until)}
+            until = given["warmup_steps"] + given["steps"] + _OVERSHOOT_STEPS
+            data = {**data, "backlog_per_device": math.ceil(share * given["global_batch"] * until)}
         return data
 
     def _check(self, devices: int) -> None:
@@ -147,15 +137,12 @@ class FleetSetup(Record):
 
     def cell_settings(self, slowdowns: tuple[float, ...]) -> dict[str, object]:
         """The settings a cell on `slowdowns` runs with, besides its broker, topic prefix and job."""
-        return {
-            "coordinator.global_batch": self.global_batch, "coordinator.seed": self.seed,
-            "coordinator.model_window": self.model_window,
-            "trainer.slowdowns": ",".join(f"{self.time_scale * f:g}" for f in slowdowns),
-            "trainer.slowdown_clock": "cpu", "trainer.seed": self.seed,
-            "trainer.base_batch": self.global_batch,  # lr is trainer.lr at the benchmark's global batch
-            "trainer.checkpoint_every": 100_000,  # no checkpoint pauses inside the window (one when it stops)
-            "trainer.log_every": 50, "trainer.device": "cpu", "trainer.backend": "gloo",
-        }
+        return {"coordinator.global_batch": self.global_batch, "coordinator.seed": self.seed,
+                "coordinator.model_window": self.model_window,
+                "trainer.slowdowns": ",".join(f"{self.time_scale * f:g}" for f in slowdowns),
+                "trainer.slowdown_clock": "cpu", "trainer.seed": self.seed, "trainer.base_batch": self.global_batch,
+                "trainer.checkpoint_every": 100_000,  # no checkpoint pauses inside the window
+                "trainer.log_every": 50, "trainer.device": "cpu", "trainer.backend": "gloo"}
 
 
 class BalanceSetup(FleetSetup):
@@ -167,7 +154,6 @@ class BalanceSetup(FleetSetup):
     smooth_steps: int = 5
     """Trailing steps the loss is averaged over before it is compared with the target."""
     devices: int = 0
-    """Ranks: the length of each fleet (filled in)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> BalanceSetup:
@@ -181,8 +167,7 @@ class BalanceSetup(FleetSetup):
         return self
 
     def cells(self) -> list[Cell]:
-        """The matrix, fleets outermost, then DIF, then policy; on a fleet of equal ranks (the control) only static at
-        the smallest DIF."""
+        """Fleets x DIF x policies; on the control's equal ranks only static at the smallest DIF."""
         return [Cell(p, s, d) for s in self.slowdowns for d in self.difs for p in self.policies
                 if len(set(s)) > 1 or (p == "static" and d == min(self.difs))]
 
@@ -191,7 +176,7 @@ class BalanceSetup(FleetSetup):
         return [(rep, cell) for rep in range(self.repeats) for cell in self.cells()]
 
     def streams(self, cell: Cell) -> list[DeviceStream]:
-        """Each device's stream: sizes of mean `size_mean` and std the cell's DIF (the same seed in every cell)."""
+        """Each device's stream: sizes of mean `size_mean` and std the cell's DIF."""
         from stack.services import DeviceStream, size_kind_for
 
         dif = cell.dif or 0.0
@@ -207,27 +192,25 @@ class BalanceSetup(FleetSetup):
 
 
 class RealdataSetup(FleetSetup):
-    """The dataset workload: a packaged dataset replayed from a backlog on one fleet, timed to a held-out metric."""
+    """The dataset workload: a packaged dataset of `DATASETS` replayed on one fleet, timed to a held-out metric."""
 
     dataset: str = "plaid"
-    """A packaged dataset of `DATASETS`: its train split replayed into the device topics, its test split held out."""
     policies: tuple[str, ...] = REALDATA_POLICIES
     slowdowns: tuple[float, ...] = FLEETS["one-slow"]
     control: bool = True
-    """Also run ett-stream with every factor 1: the homogeneous control behind the oracle."""
+    """Also run ett-stream with every factor 1: the homogeneous control."""
     global_batch: int = 64
     warmup_steps: int = 5
     steps: int = 40
     eval_every: int = 3
     smooth_evals: int = 2
-    """Trailing evaluations averaged before the metric is compared with the target."""
     target_accuracy: float | None = Field(default=None, gt=0.0)
-    """A fixed target of the held-out metric; None: static's smoothed value at mid-window, median over its runs."""
+    """A fixed target of the held-out metric; None: static's at mid-window."""
     repeats: int = 3
 
     @property
     def held_out_metric(self) -> str:
-        """The held-out metric the runs are timed to: accuracy, or rmse (a falling one, reached from above)."""
+        """accuracy, or rmse (a falling one)."""
         return DATASETS[self.dataset][0]
 
     @property
@@ -255,7 +238,7 @@ class RealdataSetup(FleetSetup):
 
     @property
     def target_step(self) -> int:
-        """The step whose static accuracy is the target: mid-window."""
+        """Mid-window: the step of static's value that is the target."""
         return self.warmup_steps + self.steps // 2
 
     def cells(self) -> list[Cell]:
@@ -264,13 +247,12 @@ class RealdataSetup(FleetSetup):
                 + ([Cell("ett-stream", (1.0,) * self.devices)] if self.control else []))
 
     def plan(self) -> list[tuple[int, Cell]]:
-        """(round, cell) in running order: round r runs the cells rotated by r, so that slow drift of the shared
-        machine falls on every policy alike."""
+        """(round, cell) in running order, round r's cells rotated by r."""
         cells = self.cells()
         return [(rep, cells[(rep + i) % len(cells)]) for rep in range(self.repeats) for i in range(len(cells))]
 
     def streams(self, cell: Cell) -> list[DeviceStream]:
-        """Replayed from a backlog: a stream's rate and sizes do not apply (a sample's size is its length)."""
+        """Replayed: a stream's rate and sizes do not apply."""
         from stack.services import DeviceStream
 
         return [DeviceStream(str(d), 1.0, 1.0, 0.0) for d in range(self.devices)]

@@ -150,8 +150,7 @@ def bridge_command(
     cfg = config_from(ctx)
     batch = transaction_records
     runs: dict[str, list[float]] = {kind: [] for kind in _KINDS}
-    with live_broker(cfg.model_copy(update={"broker": cfg.broker.model_copy(update={"heap": "1g"})}), False,
-                     "bridge") as broker:
+    with live_broker(cfg, False, "bridge", heap="1g") as broker:
         kafka, source = broker.kafka, "bench-source"
         with console.status("writing the source records ..."):
             size = _write_source(kafka, source, records, features)

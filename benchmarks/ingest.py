@@ -147,10 +147,9 @@ def ingest_command(
     from streamtrain.cli_support import config_from, console
 
     cfg = config_from(ctx)
-    cfg = cfg.model_copy(update={"broker": cfg.broker.model_copy(update={"heap": "1g"})})
     counts, targets = _numbers(streams, "--streams", int), _numbers(rates, "--rates", float)
     cells = []
-    with live_broker(cfg, external, "ingest") as broker:
+    with live_broker(cfg, external, "ingest", heap="1g") as broker:
         kafka = broker.kafka
         for rate in targets:
             for count in counts:

@@ -122,8 +122,7 @@ def kafka_command(
         raise RuntimeError("DeviceProducer would not write the bare loop's records: the comparison would be unfair")
 
     cfg = config_from(ctx)
-    with live_broker(cfg.model_copy(update={"broker": cfg.broker.model_copy(update={"heap": "1g"})}), False,
-                     "kafka") as broker:
+    with live_broker(cfg, False, "kafka", heap="1g") as broker:
         kafka = broker.kafka
 
         def measure(kind: str, r: int) -> float:

@@ -56,10 +56,11 @@ class LiveBroker:
 
 
 @contextlib.contextmanager
-def live_broker(cfg: StreamtrainConfig, external: bool, tag: str,
-                starting: Callable[[], None] | None = None) -> Iterator[LiveBroker]:
-    """A private embedded broker with `cfg.broker`'s settings in a scratch directory (`starting()` is called first),
-    or with `external` the Kafka of `cfg.kafka` under a fresh topic prefix named by `tag`.
+def live_broker(cfg: StreamtrainConfig, external: bool, tag: str, starting: Callable[[], None] | None = None,
+                heap: str | None = None) -> Iterator[LiveBroker]:
+    """A private embedded broker with `cfg.broker`'s settings (its JVM's heap `heap` when given) in a scratch
+    directory (`starting()` is called first), or with `external` the Kafka of `cfg.kafka` under a fresh topic
+    prefix named by `tag`.
 
     Raises:
         RuntimeError: the embedded broker did not start, or no broker answers at the configured address.
@@ -72,8 +73,9 @@ def live_broker(cfg: StreamtrainConfig, external: bool, tag: str,
         yield LiveBroker(cfg.kafka.model_copy(update={"topic_prefix": prefix}), None, False)
         return
     with tempfile.TemporaryDirectory(prefix=f"st-{tag}-") as tmp:
-        broker = EmbeddedBroker(cfg.broker.model_copy(update={"data_dir": Path(tmp) / "kafka", "port": 0,
-                                                               "controller_port": 0}))
+        settings = cfg.broker.model_copy(update={"data_dir": Path(tmp) / "kafka", "port": 0, "controller_port": 0,
+                                                 **({"heap": heap} if heap else {})})
+        broker = EmbeddedBroker(settings)
         if starting is not None:
             starting()
         try:
@@ -83,7 +85,7 @@ def live_broker(cfg: StreamtrainConfig, external: bool, tag: str,
         try:
             kafka = cfg.kafka.model_copy(update={"bootstrap_servers": bootstrap,
                                                  "topic_prefix": f"{cfg.kafka.topic_prefix}.{tag}"})
-            yield LiveBroker(kafka, broker.pid(), True, cfg.broker.heap_mb)
+            yield LiveBroker(kafka, broker.pid(), True, settings.heap_mb)
         finally:
             broker.stop()
 

@@ -47,7 +47,7 @@ def benchmarks_page() -> str:
     for bench in REGISTRY:
         if method := bench.about.strip():
             summary = method.splitlines()[0]
-            text = text.replace(method, f"{summary} How it measures: [{bench.name}](benchmarks/{bench.name}.md).")
+            text = text.replace(method, f"{summary} How it measures: [{bench.name}](docs/benchmarks/{bench.name}.md).")
     return _LINK.sub(_repository_link, text)
 
 

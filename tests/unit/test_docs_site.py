@@ -108,3 +108,21 @@ def test_markdown_escaping_keeps_code_and_neutralises_markup() -> None:
     assert escape_markdown("topic <prefix>.device.<id>, `a|b` *x*") == (
         "topic &lt;prefix&gt;.device.&lt;id&gt;, `a\\|b` \\*x\\*")
     assert re.fullmatch(r"[^\n]*", escape_markdown("two\nlines"))
+
+
+def test_each_benchmark_has_its_method_page_and_the_results_page_links_it_once() -> None:
+    import importlib.util
+
+    from benchmarks.registry import REGISTRY
+
+    spec = importlib.util.spec_from_file_location("docs_hook", DOCS / "hooks" / "reference.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page, nav = hook.benchmarks_page(), _nav()
+    for bench in REGISTRY:
+        method = (DOCS / "benchmarks" / f"{bench.name}.md").read_text()
+        assert bench.about == method and f"benchmarks/{bench.name}.md" in nav
+        # The results page names the method page (a link the site resolves) instead of repeating its text.
+        assert f"How it measures: [{bench.name}](benchmarks/{bench.name}.md)." in page
+        assert method.strip().splitlines()[-1] not in page

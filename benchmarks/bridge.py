@@ -27,7 +27,7 @@ from streamtrain.kafka import (
     produce,
 )
 
-from .common import TIMES, Bench, Out, Result, about, publish, pyplot, table
+from .common import TIMES, Bench, Out, Result, publish, pyplot, table
 from .live import live_broker
 
 __all__ = ["BENCH", "BridgeResult"]
@@ -201,4 +201,4 @@ def render_bridge(result: BridgeResult) -> str:
 
 BENCH = Bench("bridge", bridge_command, BridgeResult, render_bridge, plot=plot_bridge,
               args=("--records", "20000", "--repeats", "3"), quick_args=("--records", "3000", "--repeats", "1"),
-              timeout_s=600, about=about("bridge"), command_line="--records 20000 --repeats 5")
+              timeout_s=600, command_line="--records 20000 --repeats 5")

@@ -30,8 +30,8 @@ from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
 from streamtrain.results import Record
 
 __all__ = ["TIMES", "Bench", "External", "LaunchOptions", "Out", "Quick", "Record", "Result", "RunContext", "Seed",
-           "Target", "WorkDir", "about", "figure", "heldout_score", "interleaved", "median_reached", "num", "problems",
-           "publish", "pyplot", "relative", "robust_slope", "slope", "table", "targets_table"]
+           "Target", "WorkDir", "figure", "heldout_score", "interleaved", "median_reached", "num", "problems",
+           "publish", "pyplot", "relative", "robust_slope", "slope", "table", "targets_table", "trailing_mean"]
 
 logger = logging.getLogger(__name__)
 
@@ -144,12 +144,6 @@ R = TypeVar("R", bound=Result)
 METHODS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 
 
-def about(name: str) -> str:
-    """The Markdown of `docs/benchmarks/<name>.md`: what the benchmark measures and how ("" outside a checkout)."""
-    path = METHODS / f"{name}.md"
-    return path.read_text() if path.is_file() else ""
-
-
 def problems(exc: ValueError) -> str:
     """What is wrong with a setup, for a person: a validation error's messages without pydantic's framing."""
     if isinstance(exc, ValidationError):
@@ -190,14 +184,18 @@ class Bench(Generic[R]):
     """Extra arguments `bench all` passes (`quick_args` with `--quick`), and the most seconds it lets it run."""
     quick_args: tuple[str, ...] = ()
     timeout_s: float = 600.0
-    about: str = ""
-    """What it measures and how (Markdown: the benchmark's module docstring)."""
     command_line: str = ""
     """How the committed figures are measured (the arguments after `streamtrain bench NAME`), when not `args`."""
 
     @property
     def json_name(self) -> str:
         return f"{self.name}.json"
+
+    @property
+    def about(self) -> str:
+        """What it measures and how: the Markdown of `docs/benchmarks/<name>.md` ("" outside a checkout)."""
+        path = METHODS / f"{self.name}.md"
+        return path.read_text() if path.is_file() else ""
 
     def draw(self, result: R, data_dir: Path) -> Path | None:
         """Its plot of `result` as `data_dir/<name>.png` (None without one, or with nothing measured to draw)."""
@@ -298,6 +296,13 @@ def slope(ts: Sequence[float], ys: Sequence[float]) -> float | None:
     if len(ts) < 3 or len(ts) != len(ys) or len(set(ts)) < 2:
         return None
     return float(np.polyfit(ts, ys, 1)[0])
+
+
+def trailing_mean(values: Sequence[float], window: int) -> list[float]:
+    """Each value's mean with the `window - 1` before it (fewer at the start)."""
+    sums = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    end = np.arange(1, len(sums))
+    return [float(x) for x in (sums[end] - sums[np.maximum(end - window, 0)]) / (end - np.maximum(end - window, 0))]
 
 
 def median_reached(seconds: Iterable[float | None]) -> float | None:

@@ -19,10 +19,10 @@ from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
 from . import common
-from .common import TIMES, Bench, Record, Result, Target, about, num, publish, pyplot, table, targets_table
+from .common import TIMES, Bench, Record, Result, Target, num, publish, pyplot, table, targets_table
 
 __all__ = ["AGGREGATIONS", "BENCH", "ConvergenceCell", "ConvergenceResult", "ConvergenceSetup", "Curve", "analyse",
-           "run_convergence", "smoothed"]
+           "run_convergence"]
 
 #: The cells, in the order they run and are reported.
 AGGREGATIONS = ("sgd", "weighted", "plain")
@@ -140,20 +140,12 @@ class ConvergenceCell:
     ratio_to_sgd: float | None
 
 
-def smoothed(accuracy: list[float], window: int) -> np.ndarray:
-    """Trailing mean of the held-out accuracy over `window` evaluations (one per step)."""
-    sums = np.concatenate([[0.0], np.cumsum(accuracy, dtype=np.float64)])
-    end = np.arange(1, len(sums))
-    start = np.maximum(end - window, 0)
-    return (sums[end] - sums[start]) / (end - start)
-
-
 def analyse(setup: ConvergenceSetup, curves: dict[str, Curve]) -> dict[str, ConvergenceCell]:
     """Each cell's figures, the target judged on the trailing mean of `setup.smooth_steps` evaluations."""
     rows: dict[str, ConvergenceCell] = {}
     for name in (n for n in AGGREGATIONS if n in curves):  # sgd first: the others' ratios are to it
         curve = curves[name]
-        above = smoothed(curve.accuracy, setup.smooth_steps) >= setup.target_accuracy
+        above = np.asarray(common.trailing_mean(curve.accuracy, setup.smooth_steps)) >= setup.target_accuracy
         hit = int(np.argmax(above)) if above.any() else None
         below = np.nonzero(~above)[0]
         stay = (int(below[-1]) + 1 if len(below) else 0) if above[-1] else None
@@ -251,7 +243,7 @@ def plot_convergence(result: ConvergenceResult) -> Any:
     fig, (acc_ax, loss_ax) = pyplot().subplots(1, 2, figsize=(11, 4))
     for name, curve in result.curves.items():
         label, color, style, width = _LINES.get(name, (name, "grey", "-", 1.0))
-        for ax, values in ((acc_ax, smoothed(curve.accuracy, setup.smooth_steps)), (loss_ax, curve.loss)):
+        for ax, values in ((acc_ax, common.trailing_mean(curve.accuracy, setup.smooth_steps)), (loss_ax, curve.loss)):
             ax.plot(curve.samples, values, style, color=color, lw=width, label=label)
     acc_ax.axhline(target, color="grey", lw=0.8, ls=":")
     acc_ax.text(0, target, f" target {target:.2f}", va="bottom", color="grey", fontsize=8)
@@ -336,4 +328,4 @@ def convergence_command(
 
 
 BENCH = Bench("convergence", convergence_command, ConvergenceResult, render_convergence, convergence_targets,
-              plot_convergence, quick_args=("--quick",), timeout_s=600, about=about("convergence"))
+              plot_convergence, quick_args=("--quick",), timeout_s=600)

@@ -9,7 +9,7 @@ import typer
 
 from streamtrain.results import Record
 
-from .common import Bench, LaunchOptions, Out, Result, Target, WorkDir, about, num, publish, table, targets_table
+from .common import Bench, LaunchOptions, Out, Result, Target, WorkDir, num, publish, table, targets_table
 from .live import CellRun, StackCell, live_broker, run_stack_cell
 
 __all__ = ["BENCH", "FreshnessCell", "FreshnessResult"]
@@ -138,5 +138,5 @@ def render_freshness(result: FreshnessResult) -> str:
 
 
 BENCH = Bench("freshness", freshness_command, FreshnessResult, render_freshness, freshness_targets,
-              quick_args=("--duration", "30", "--scenario", "line-rate"), timeout_s=900.0, about=about("freshness"),
+              quick_args=("--duration", "30", "--scenario", "line-rate"), timeout_s=900.0,
               command_line="--duration 45")

@@ -15,7 +15,7 @@ from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin
 from streamtrain.results import Record
 
-from .common import TIMES, Bench, External, Out, Result, Target, about, num, publish, pyplot, table, targets_table
+from .common import TIMES, Bench, External, Out, Result, Target, num, publish, pyplot, table, targets_table
 from .kafka import kafka_perf_tool
 from .live import live_broker
 
@@ -221,5 +221,4 @@ def render_ingest(result: IngestResult) -> str:
 
 
 BENCH = Bench("ingest", ingest_command, IngestResult, render_ingest, ingest_targets, plot_ingest,
-              args=("--seconds", "10"), quick_args=("--seconds", "5", "--streams", "1,8,32"), timeout_s=900,
-              about=about("ingest"))
+              args=("--seconds", "10"), quick_args=("--seconds", "5", "--streams", "1,8,32"), timeout_s=900)

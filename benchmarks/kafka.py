@@ -21,7 +21,7 @@ from streamtrain.kafka import TopicSpec, client_settings, ensure_topics, make_ad
 from streamtrain.publish import DeviceProducer, encode_device_sample
 from streamtrain.wire import Sample, encode
 
-from .common import TIMES, Bench, Out, Result, Target, about, interleaved, publish, pyplot, table, targets_table
+from .common import TIMES, Bench, Out, Result, Target, interleaved, publish, pyplot, table, targets_table
 from .live import live_broker
 
 __all__ = ["BENCH", "KafkaResult", "kafka_perf_tool"]
@@ -171,4 +171,4 @@ def render_kafka(result: KafkaResult) -> str:
 
 BENCH = Bench("kafka", kafka_command, KafkaResult, render_kafka, kafka_targets, plot_kafka,
               args=("--records", "100000", "--repeats", "3"), quick_args=("--records", "20000", "--repeats", "1"),
-              timeout_s=540, about=about("kafka"))
+              timeout_s=540)

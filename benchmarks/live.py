@@ -37,8 +37,21 @@ if TYPE_CHECKING:
     from stack.results import StackReport
     from stack.services import DeviceStream
 
-__all__ = ["CellRun", "FeedbackTail", "LiveBroker", "Services", "StackCell", "StreamsSetup", "delete_topics",
-           "live_broker", "rss_tree", "run_stack_cell", "train_command", "watermarks"]
+__all__ = [
+    "CellRun",
+    "FeedbackTail",
+    "LiveBroker",
+    "Services",
+    "StackCell",
+    "StreamsSetup",
+    "assign_topic",
+    "delete_topics",
+    "live_broker",
+    "rss_tree",
+    "run_stack_cell",
+    "train_command",
+    "watermarks",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -130,8 +143,10 @@ def delete_topics(cfg: StreamtrainConfig) -> None:
     admin = make_admin(cfg.kafka)
     names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(cfg.kafka.topic_prefix + ".")]
     for fut in admin.delete_topics(names, operation_timeout=30).values() if names else ():
-        with contextlib.suppress(Exception):  # disk space only: never fail a benchmark over it
+        try:
             fut.result(timeout=30)
+        except Exception as exc:  # disk space only: never fail a benchmark over it
+            logger.warning("could not delete a topic of %s: %s", cfg.kafka.topic_prefix, exc)
 
 
 def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOptions = LaunchOptions(),
@@ -159,8 +174,10 @@ def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOp
         return CellRun(None, None, round(time.monotonic() - began, 1), run_dir, str(exc))
     finally:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # the model is not what a benchmark measures
-        with contextlib.suppress(Exception):  # see delete_topics
+        try:
             delete_topics(stack.cfg.model_copy(update={"kafka": stack.kafka}))
+        except Exception as exc:  # see delete_topics
+            logger.warning("topic clean-up of cell %d failed: %s", cell.index, exc)
     error = "; ".join(stack.failures) or (None if stack.records is not None else "no records read back")
     return CellRun(report, stack.records, round(time.monotonic() - began, 1), run_dir, error)
 
@@ -320,6 +337,16 @@ def watermarks(consumer: Any, kafka: KafkaConfig, devices: Sequence[str], timeou
     return out
 
 
+def assign_topic(consumer: Any, topic: str, offset: int) -> bool:
+    """Assign every partition of `topic` from `offset` (OFFSET_BEGINNING / OFFSET_END); False while it does not exist
+    yet (a topic its first writer creates)."""
+    meta = list_topics(consumer, 5.0, topic).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        return False
+    consumer.assign([TopicPartition(topic, p, offset) for p in meta.partitions])
+    return True
+
+
 class FeedbackTail:
     """Every `StepFeedback` of `job` on the feedback topic, from its beginning (the topic may appear later)."""
 
@@ -331,16 +358,9 @@ class FeedbackTail:
         self.assigned = False
         self.reported: set[str] = set()
 
-    def _assign(self) -> bool:
-        meta = list_topics(self.consumer, 5.0, self.topic).topics.get(self.topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            return False
-        self.consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions])
-        self.assigned = True
-        return True
-
     def poll(self, budget_s: float = 0.2) -> list[StepFeedback]:
-        if not self.assigned and not self._assign():
+        self.assigned = self.assigned or assign_topic(self.consumer, self.topic, OFFSET_BEGINNING)
+        if not self.assigned:
             return []
         out: list[StepFeedback] = []
         deadline = time.monotonic() + budget_s

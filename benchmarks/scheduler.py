@@ -13,7 +13,7 @@ import typer
 from streamtrain.config import CoordinatorConfig
 
 from . import common
-from .common import TIMES, Bench, Record, Result, Target, about, interleaved, publish, pyplot, table, targets_table
+from .common import TIMES, Bench, Record, Result, Target, interleaved, publish, pyplot, table, targets_table
 
 if TYPE_CHECKING:
     from coordinator.state import PlanningState
@@ -137,4 +137,4 @@ def render_scheduler(result: SchedulerResult) -> str:
 
 
 BENCH = Bench("scheduler", scheduler_command, SchedulerResult, render_scheduler, scheduler_targets, plot_scheduler,
-              quick_args=("--repeats", "5"), timeout_s=300, about=about("scheduler"))
+              quick_args=("--repeats", "5"), timeout_s=300)

@@ -18,12 +18,22 @@ import typer
 from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
 from streamtrain.config import KafkaConfig, StreamtrainConfig
-from streamtrain.kafka import list_topics, make_consumer
+from streamtrain.kafka import make_consumer
 from streamtrain.wire import Assignment, WireError, decode
 
 from . import common
-from .common import Bench, LaunchOptions, Record, Result, Target, about, num, publish, pyplot, table, targets_table
-from .live import FeedbackTail, LiveBroker, Services, StreamsSetup, live_broker, rss_tree, train_command, watermarks
+from .common import Bench, LaunchOptions, Record, Result, Target, num, publish, pyplot, table, targets_table
+from .live import (
+    FeedbackTail,
+    LiveBroker,
+    Services,
+    StreamsSetup,
+    assign_topic,
+    live_broker,
+    rss_tree,
+    train_command,
+    watermarks,
+)
 
 __all__ = ["BENCH", "SoakResult", "SoakSetup", "run_soak"]
 
@@ -186,11 +196,7 @@ class TruncationFollower(threading.Thread):
         committer = make_consumer(self.kafka, self.group)
         topic = self.kafka.topics.assignments
         try:
-            while not self.stop_event.is_set():
-                meta = list_topics(plans, 5.0, topic).topics.get(topic)
-                if meta is not None and meta.error is None and meta.partitions:
-                    plans.assign([TopicPartition(topic, p, OFFSET_END) for p in meta.partitions])
-                    break
+            while not self.stop_event.is_set() and not assign_topic(plans, topic, OFFSET_END):
                 self.stop_event.wait(0.5)
             while not self.stop_event.is_set():
                 if fresh := self._plans(plans):
@@ -446,4 +452,4 @@ def soak_command(
 
 
 BENCH = Bench("soak", soak_command, SoakResult, render_soak, soak_targets, plot_soak, args=("--minutes", "5"),
-              quick_args=("--minutes", "1"), timeout_s=600, about=about("soak"))
+              quick_args=("--minutes", "1"), timeout_s=600)

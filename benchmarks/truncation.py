@@ -340,4 +340,4 @@ def truncation_command(
 
 
 BENCH = Bench("truncation", truncation_command, TruncationResult, render_truncation, truncation_targets,
-              plot_truncation, quick_args=("--quick",), timeout_s=600, about=common.about("truncation"))
+              plot_truncation, quick_args=("--quick",), timeout_s=600)

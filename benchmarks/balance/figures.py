@@ -18,7 +18,7 @@ from stack.report import by_step, median, weighted_loss
 from streamtrain.periods import WALL_PARTS, split_wall_period
 from streamtrain.wire import Evaluation, StepFeedback
 
-from ..common import Record, Result, median_reached
+from ..common import Record, Result, median_reached, trailing_mean
 from ..live import CellRun
 from .setup import BalanceSetup, Cell, RealdataSetup, fleet_label, oracle_factor
 
@@ -121,10 +121,6 @@ def step_ends(feedback: Sequence[StepFeedback]) -> dict[int, float]:
     return {s: (max(fb.sent_at for fb in recs) - start_ms) / 1e3 for s, recs in steps.items()}
 
 
-def _trailing_means(values: Sequence[float], n: int) -> list[float]:
-    return [float(np.mean(values[max(0, i - n + 1):i + 1])) for i in range(len(values))]
-
-
 def _per_rank(window: Sequence[Sequence[StepFeedback]]) -> dict[str, Any]:
     """Each rank's median compute and samples, and whether any device's buffer was empty after a measured step."""
     records = [fb for step in window for fb in step]
@@ -153,7 +149,7 @@ def analyse_window(feedback: Sequence[StepFeedback], devices: int, warmup: int, 
     splits = [split_wall_period(full[s], end_s[s] - end_s[s - 1]) for s in window if s - 1 in end_s]
     losses = [(end_s[s], loss) for s in sorted(steps_of) if s < warmup + steps
               and (loss := weighted_loss(steps_of[s])) is not None and math.isfinite(loss)]
-    means = _trailing_means([loss for _, loss in losses], smooth)
+    means = trailing_mean([loss for _, loss in losses], smooth)
     return {
         "steps_measured": len(window),
         "step_seconds_median": median([max(fb.step_seconds for fb in full[s]) for s in window]),
@@ -182,7 +178,7 @@ def accuracy_curve(evaluations: Sequence[Evaluation], feedback: Sequence[StepFee
         if step - 1 in ends and value is not None:
             kept.append((step, round(ends[step - 1] - paused, 4), value))
             paused += e.seconds
-    means = _trailing_means([value for *_, value in kept], smooth)
+    means = trailing_mean([value for *_, value in kept], smooth)
     return [AccuracyPoint(step=step, seconds=seconds, accuracy=value, smoothed=mean)
             for (step, seconds, value), mean in zip(kept, means, strict=True)]
 

@@ -123,14 +123,14 @@ def encode_array(device_id: str, seq: int, array: np.ndarray, *, label: int | No
     """`encode(Sample.from_array(...))` of the same arguments, byte for byte, without building the `Sample`: the
     hot path of a producer whose arguments are checked already (`streamtrain.publish`). `target` is the float
     tuple `Sample.target` holds. Whatever the fast writer does not cover goes the `Sample` way."""
-    name = wire_dtype(array.dtype)
+    name, schema = wire_dtype(array.dtype), load_schema(Sample.SCHEMA)
     produced = now_ms() if produced_at is None else produced_at
     if name is not None and array.ndim > 0:
         data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()  # C order, little-endian
-        body = fields_body(load_schema(Sample.SCHEMA).parsed, device_id, seq, produced, array.shape[0],
-                           array.shape, name, data, label, target, metadata or {})
+        body = fields_body(schema.parsed, device_id, seq, produced, array.shape[0], array.shape, name, data, label,
+                           target, metadata or {})
         if body is not None:
-            return load_schema(Sample.SCHEMA).prefix + body, [(SIZE_HEADER, str(array.shape[0]).encode())]
+            return schema.prefix + body, [(SIZE_HEADER, str(array.shape[0]).encode())]
     return encode(Sample.from_array(device_id, seq, array, label=label, produced_at=produced, metadata=metadata,
                                     target=target))
 

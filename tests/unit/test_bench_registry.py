@@ -11,9 +11,9 @@ import typer
 from typer.testing import CliRunner
 
 from benchmarks.cli import choose, register, with_context
-from benchmarks.common import Bench, LaunchOptions, interleaved
+from benchmarks.common import Bench, LaunchOptions, interleaved, trailing_mean
 from benchmarks.convergence import BENCH as CONVERGENCE
-from benchmarks.convergence import ConvergenceResult, ConvergenceSetup, Curve, analyse, smoothed
+from benchmarks.convergence import ConvergenceResult, ConvergenceSetup, Curve, analyse
 from benchmarks.registry import REGISTRY
 from benchmarks.report import BenchRun, SuiteRuns, render_markdown, render_sections
 from streamtrain_cli import app, bench_app
@@ -30,7 +30,7 @@ def _fake_bench(tmp: Path) -> Bench[ConvergenceResult]:
                           plain_vs_sgd_max_param_diff=0.3, seconds=1.0).write(out / "convergence.json")
 
     return Bench("convergence", command, ConvergenceResult, CONVERGENCE.render, CONVERGENCE.targets,
-                 CONVERGENCE.plot, about="`x`: what it measures.")
+                 CONVERGENCE.plot)
 
 
 def test_bench_records_the_context_its_figures_were_measured_in(tmp_path: Path,
@@ -109,7 +109,7 @@ def test_analysis_judges_the_target_on_the_smoothed_curve() -> None:
     assert rows["weighted"].ratio_to_sgd == 1.0
     assert rows["plain"].samples_to_target == 10 and rows["plain"].ratio_to_sgd == pytest.approx(1 / 3, 1e-3)
     assert rows["plain"].samples_to_stay_at_target is None
-    assert smoothed([1.0, 0.0, 1.0], 2).tolist() == [1.0, 0.5, 0.5]
+    assert trailing_mean([1.0, 0.0, 1.0], 2) == [1.0, 0.5, 0.5]
 
 
 def test_repeats_alternate_so_drift_falls_on_every_kind_alike() -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,8 +20,7 @@ from streamtrain.wire import Sample
 from . import common
 from .common import TIMES, Bench, Record, Result, Target, num, publish, pyplot, table, targets_table
 
-__all__ = ["AGGREGATIONS", "BENCH", "ConvergenceCell", "ConvergenceResult", "ConvergenceSetup", "Curve", "analyse",
-           "run_convergence"]
+__all__ = ["AGGREGATIONS", "BENCH", "ConvergenceResult", "ConvergenceSetup", "Curve", "analyse", "run_convergence"]
 
 #: The cells, in the order they run and are reported.
 AGGREGATIONS = ("sgd", "weighted", "plain")
@@ -129,15 +127,15 @@ class ConvergenceResult(Result):
 
 @dataclass(frozen=True)
 class ConvergenceCell:
-    """One aggregation's figures (`analyse`): samples and steps to the target, samples from which it stays there
-    (None: it falls below again), held-out accuracy and loss over the last tenth of the steps."""
+    """One aggregation's figures (`analyse`), in its table's order: samples and steps to the target, samples from
+    which it stays there (None: it falls below again), held-out accuracy and loss over the last tenth of the steps."""
 
     samples_to_target: int | None
     steps_to_target: int | None
+    ratio_to_sgd: float | None
     samples_to_stay_at_target: int | None
     final_accuracy: float
     final_heldout_loss: float
-    ratio_to_sgd: float | None
 
 
 def analyse(setup: ConvergenceSetup, curves: dict[str, Curve]) -> dict[str, ConvergenceCell]:
@@ -161,15 +159,12 @@ def analyse(setup: ConvergenceSetup, curves: dict[str, Curve]) -> dict[str, Conv
     return rows
 
 
-#: `(cell, step, steps, samples so far, held-out accuracy)`: what a progress display receives.
-Progress = Callable[[str, int, int, int, float], None]
-
-
-def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells: list[str], out: str,
-               messages: Any) -> None:
-    """One rank of a cell's process group (started by torch.multiprocessing with the spawn method)."""
+def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells: list[str], out: str) -> None:
+    """One rank of a cell's process group (started by torch.multiprocessing with the spawn method); rank 0 evaluates
+    after every step, prints every 25th, and saves each cell's curve and parameters in `out`."""
     import torch
 
+    from streamtrain.cli_support import console
     from streamtrain.models.batching import collate_packed
     from trainer.distributed import destroy_distributed, init_distributed
     from trainer.step import build_step_runner
@@ -191,7 +186,9 @@ def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells:
                     accuracy, loss = common.heldout_score(runner.model.module, heldout)
                     for column, value in zip(curve, (step, seen, accuracy, loss), strict=True):
                         curve[column].append(value)
-                    messages.put((cell, step, setup.steps, seen, accuracy))
+                    if step % 25 == 0 or step == setup.steps:
+                        console.print(f"{cell:<8} step {step:>4}/{setup.steps}: {seen:>6,} samples, held-out "
+                                      f"accuracy {accuracy:.3f}", highlight=False)
             if rank == 0:
                 params = {k: v.detach().cpu().clone() for k, v in runner.model.module.state_dict().items()}
                 torch.save({"curve": curve, "params": params}, Path(out) / f"{cell}.pt")
@@ -200,7 +197,7 @@ def _rank_main(rank: int, world: int, port: int, setup: ConvergenceSetup, cells:
         destroy_distributed()
 
 
-def run_convergence(setup: ConvergenceSetup, out: Path, progress: Progress | None = None) -> ConvergenceResult:
+def run_convergence(setup: ConvergenceSetup, out: Path) -> ConvergenceResult:
     """Run the three cells (sgd on one rank, then weighted and plain on `setup.world`), write `out/convergence.json`
     and `convergence.png`, and return the result."""
     import torch
@@ -208,17 +205,10 @@ def run_convergence(setup: ConvergenceSetup, out: Path, progress: Progress | Non
 
     from trainer.distributed import free_port
 
-    show, began = progress or (lambda *_: None), time.perf_counter()
+    began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="st-convergence-") as tmp:
         for world, cells in ((1, ["sgd"]), (setup.world, ["weighted", "plain"])):
-            messages = mp.get_context("spawn").SimpleQueue()
-            group = mp.start_processes(_rank_main, args=(world, free_port(), setup, cells, tmp, messages),
-                                       nprocs=world, join=False, start_method="spawn")
-            done = False
-            while not done:
-                done = group.join(timeout=0.2)
-                while not messages.empty():
-                    show(*messages.get())
+            mp.spawn(_rank_main, args=(world, free_port(), setup, cells, tmp), nprocs=world)
         loaded = {name: torch.load(Path(tmp) / f"{name}.pt", weights_only=False) for name in AGGREGATIONS}
 
     def max_diff_to_sgd(name: str) -> float:
@@ -284,19 +274,15 @@ def convergence_targets(result: ConvergenceResult) -> list[Target]:
 
 def render_convergence(result: ConvergenceResult) -> str:
     """The `convergence` section of BENCHMARKS.md: setup, targets, the cells."""
-    setup, counts = result.setup, result.setup.counts()
-    idle, empty = int((counts == 0).sum()), int((counts.sum(axis=1) == 0).sum())
-    rows = [[name, c.samples_to_target, c.steps_to_target, num(c.ratio_to_sgd, 3),
-             "never" if c.samples_to_stay_at_target is None else c.samples_to_stay_at_target,
-             f"{c.final_accuracy:.3f}", f"{c.final_heldout_loss:.3f}"]
-            for name, c in analyse(setup, result.curves).items()]
+    setup = result.setup
+    rows = [[name, *("never" if value is None else num(value, 3) for value in astuple(cell))]  # None: not reached
+            for name, cell in analyse(setup, result.curves).items()]
     return "\n\n".join([
         f"Setup: {setup.world} gloo ranks, {setup.steps} steps, shares {num(setup.shares)} of a global batch in "
-        f"[{setup.batch_min}, {setup.batch_max}], idle probability {setup.idle_probability} ({idle} of {counts.size} "
-        f"rank-steps idle, {empty} empty steps), {setup.labels_per_device} of {setup.classes} classes per device, "
-        f"sizes mean {setup.size_mean:g} DIF {setup.size_dif:g}, signal {setup.signal:g}, target accuracy "
-        f"{setup.target_accuracy:.2f} (trailing mean of {setup.smooth_steps} steps), {setup.heldout:,} held-out "
-        f"samples; run time {result.seconds:.0f} s.",
+        f"[{setup.batch_min}, {setup.batch_max}], idle probability {setup.idle_probability}, {setup.labels_per_device} "
+        f"of {setup.classes} classes per device, sizes mean {setup.size_mean:g} DIF {setup.size_dif:g}, signal "
+        f"{setup.signal:g}, target accuracy {setup.target_accuracy:.2f} (trailing mean of {setup.smooth_steps} "
+        f"steps), {setup.heldout:,} held-out samples; run time {result.seconds:.0f} s.",
         targets_table(convergence_targets(result)),
         table(["aggregation", "samples to target", "steps", "ratio to SGD", "samples to stay at target",
                "final accuracy", "final held-out loss"], rows),
@@ -313,18 +299,12 @@ def convergence_command(
 ) -> None:
     """Weighted (λ = samples) vs plain gradient averaging on 4 gloo ranks with uneven batches, against single-process
     SGD on the same non-IID stream (--quick: 100 steps, a held-out set of 1,000)."""
-    from streamtrain.cli_support import config_from, console
+    from streamtrain.cli_support import config_from
 
     config_from(ctx)
     chosen = {"steps": steps or (100 if quick else None), "heldout": 1000 if quick else None, "target_accuracy": target}
     setup = ConvergenceSetup.model_validate({"seed": seed, "quick": quick, **{k: v for k, v in chosen.items() if v}})
-
-    def progress(cell: str, step: int, steps: int, samples: int, accuracy: float) -> None:
-        if step % 25 == 0 or step == steps:
-            console.print(f"{cell:<8} step {step:>4}/{steps}: {samples:>6,} samples, held-out accuracy {accuracy:.3f}",
-                          highlight=False)
-
-    run_convergence(setup, out, progress)
+    run_convergence(setup, out)
 
 
 BENCH = Bench("convergence", convergence_command, ConvergenceResult, render_convergence, convergence_targets,

@@ -12,8 +12,7 @@ import typer
 
 from streamtrain.config import CoordinatorConfig
 
-from . import common
-from .common import TIMES, Bench, Record, Result, Target, interleaved, publish, pyplot, table, targets_table
+from .common import TIMES, Bench, Out, Record, Result, Target, interleaved, publish, pyplot, table, targets_table
 
 if TYPE_CHECKING:
     from coordinator.state import PlanningState
@@ -93,7 +92,7 @@ def measure_scheduler(config: CoordinatorConfig, repeats: int, reference: bool) 
 
 def scheduler_command(
     ctx: typer.Context,
-    out: common.Out = Path("reports/bench"),
+    out: Out = Path("reports/bench"),
     repeats: Annotated[int, typer.Option(min=3, help="Plans timed per cell.")] = 30,
     reference: Annotated[bool, typer.Option(help="Also time the plain specifications ('<policy>@reference').")] = False,
 ) -> None:

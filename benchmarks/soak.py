@@ -1,6 +1,4 @@
-"""`streamtrain bench soak`: 32 device streams at ScaDLES S2 rates through the stack, memory and backlog bounded.
-
-How it measures, and why that way: docs/benchmarks/soak.md (also its section of BENCHMARKS.md)."""
+"""`streamtrain bench soak`: 32 device streams at ScaDLES S2 rates through the stack, memory and backlog bounded."""
 
 from __future__ import annotations
 
@@ -17,23 +15,13 @@ from typing import Annotated, Any, NamedTuple
 import typer
 from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
+from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import make_consumer
 from streamtrain.wire import Assignment, WireError, decode
 
-from . import common
+from . import common, live
 from .common import Bench, LaunchOptions, Record, Result, Target, num, publish, pyplot, table, targets_table
-from .live import (
-    FeedbackTail,
-    LiveBroker,
-    Services,
-    StreamsSetup,
-    assign_topic,
-    live_broker,
-    rss_tree,
-    train_command,
-    watermarks,
-)
 
 __all__ = ["BENCH", "SoakResult", "SoakSetup", "run_soak"]
 
@@ -48,7 +36,7 @@ CRITERIA = ("Theil-Sen slopes over the second half of each process's samples (RS
             "rate/min, and no topic growing at over 25% of its own arrival rate")
 
 
-class SoakSetup(StreamsSetup):
+class SoakSetup(live.StreamsSetup):
     """What the soak runs: `minutes` split evenly over `phases` (the coordinator's truncation in each, restarted in
     between), `ranks` training devices 0..ranks-1 (truncation alone consumes the other streams); with `serve`, a model
     version every second and `request_rate` requests/s answered with them."""
@@ -137,7 +125,7 @@ def _slope_per_min(points: list[tuple[float, float]]) -> float | None:
     return None if s is None else s * 60.0
 
 
-def _memory(samples: Sequence[_Sample], broker: LiveBroker) -> dict[str, ProcessMemory]:
+def _memory(samples: Sequence[_Sample], broker: live.LiveBroker) -> dict[str, ProcessMemory]:
     processes = {}
     for name in sorted({n for s in samples for n in s.rss}):
         pts = [(s.t, s.rss[name] / MIB) for s in samples if name in s.rss]
@@ -192,11 +180,10 @@ class TruncationFollower(threading.Thread):
         return {d: o for d, o in wanted.items() if o > self.committed.get(d, -1)}
 
     def run(self) -> None:
-        plans = make_consumer(self.kafka, f"st-bench-soak-plans-{os.getpid()}")
-        committer = make_consumer(self.kafka, self.group)
         topic = self.kafka.topics.assignments
-        try:
-            while not self.stop_event.is_set() and not assign_topic(plans, topic, OFFSET_END):
+        with (contextlib.closing(make_consumer(self.kafka, f"st-bench-soak-plans-{os.getpid()}")) as plans,
+              contextlib.closing(make_consumer(self.kafka, self.group)) as committer):
+            while not self.stop_event.is_set() and not live.assign_topic(plans, topic, OFFSET_END):
                 self.stop_event.wait(0.5)
             while not self.stop_event.is_set():
                 if fresh := self._plans(plans):
@@ -208,9 +195,6 @@ class TruncationFollower(threading.Thread):
                     except KafkaException as exc:
                         self.errors += 1
                         logger.warning("truncation follower: commit failed (%s)", exc)
-        finally:
-            plans.close()
-            committer.close()
 
 
 def _rank_names(tree: dict[int, int], launcher: int) -> dict[str, int]:
@@ -229,10 +213,10 @@ def _rank_names(tree: dict[int, int], launcher: int) -> dict[str, int]:
 class _Soak:
     """The soak's services on one broker: a coordinator per phase, the ranks, the producers, the follower."""
 
-    def __init__(self, broker: LiveBroker, setup: SoakSetup, run_dir: Path, launch: LaunchOptions) -> None:
+    def __init__(self, broker: live.LiveBroker, setup: SoakSetup, run_dir: Path, launch: LaunchOptions) -> None:
         self.broker, self.setup, self.kafka = broker, setup, broker.kafka
         self.devices, self.ranked = setup.device_ids(), setup.device_ids()[:setup.ranks]
-        self.services = Services(self.kafka, "soak", run_dir / "logs", launch, self.devices)
+        self.services = live.Services(self.kafka, "soak", run_dir / "logs", launch, self.devices)
         self.ckpt, self.versions = run_dir / "checkpoints", run_dir / "versions"
         self.follower = TruncationFollower(self.kafka, "soak.trainers", "soak", self.devices[setup.ranks:])
         self.probe = make_consumer(self.kafka, "soak.trainers")  # reads the ranks' and the follower's commits
@@ -257,12 +241,9 @@ class _Soak:
                     "coordinator.truncation": "truncate"}
             if setup.serve:
                 sets |= {"versions.dir": str(self.versions), "versions.publish_every_seconds": 1.0, "versions.keep": 3}
-            self.services.start("trainers", "trainer", *train_command(self.ranked, self.ckpt), settings=sets)
-            tail = FeedbackTail(self.kafka, "soak")
-            try:
+            self.services.start("trainers", "trainer", *live.train_command(self.ranked, self.ckpt), settings=sets)
+            with contextlib.closing(live.FeedbackTail(self.kafka, "soak")) as tail:
                 self.services.await_ranks(tail.reporting, self.ranked, setup.start_timeout_s)
-            finally:
-                tail.close()
             if setup.serve:
                 self.services.start("serve", "serve", "serve", "--port", "0", settings=sets)
                 self.services.start("requests", "requests", "request", "--rate", str(setup.request_rate or 20.0),
@@ -274,13 +255,12 @@ class _Soak:
                                 settings=setup.producer_sets(self.devices[i::n], rates[i::n], setup.seed + i))
 
     def sample(self, t: float, truncation: str) -> _Sample:
-        rss: dict[str, int] = {"bench": rss_tree(os.getpid()).get(os.getpid(), 0)}
-        if self.broker.pid is not None:
-            rss["broker"] = rss_tree(self.broker.pid).get(self.broker.pid, 0)
-        for name, pid in self.services.pids().items():
-            tree = rss_tree(pid)
-            rss.update(_rank_names(tree, pid) if name == "trainers" else {name: tree.get(pid, 0)})
-        marks = watermarks(self.probe, self.kafka, self.devices)
+        rss: dict[str, int] = {}
+        for name, pid in {"bench": os.getpid(), "broker": self.broker.pid, **self.services.pids()}.items():
+            if pid is not None:  # an external broker's memory is not the benchmark's to measure
+                tree = live.rss_tree(pid)
+                rss.update(_rank_names(tree, pid) if name == "trainers" else {name: tree.get(pid, 0)})
+        marks = live.watermarks(self.probe, self.kafka, self.devices)
         committed: dict[str, int] = {}
         with contextlib.suppress(KafkaException):
             topics = {self.kafka.topics.device(d): d for d in self.devices}
@@ -292,8 +272,6 @@ class _Soak:
 
     def phases(self) -> None:
         """Each phase in turn (its own coordinator), sampled every `sample_every_s` until its share of the run."""
-        from streamtrain.cli_support import console
-
         setup, total_s, began = self.setup, self.setup.minutes * 60.0, time.monotonic()
         for index, truncation in enumerate(setup.phases):
             if index > 0:
@@ -340,7 +318,7 @@ def run_soak(cfg: StreamtrainConfig, setup: SoakSetup, out: Path, external: bool
              launch: LaunchOptions = LaunchOptions()) -> SoakResult:
     """Run the soak on a private embedded broker (or, unmeasured, `cfg.kafka` with `external`), write
     `out/soak.json` and `out/soak.png`; RuntimeError when a service failed or the ranks did not start."""
-    with live_broker(cfg, external, "soak") as broker:
+    with live.live_broker(cfg, external, "soak") as broker:
         soak = _Soak(broker, setup, setup.work_dir or out / "soak-run", launch)
         try:
             soak.start()
@@ -353,11 +331,10 @@ def run_soak(cfg: StreamtrainConfig, setup: SoakSetup, out: Path, external: bool
 def plot_soak(result: SoakResult) -> Any:
     """RSS of every process, records retained and lag over time, phases shaded."""
     series, setup = result.series, result.setup
-    everything = "all 32 topics" if setup.devices == 32 else "all topics"
     panels: list[tuple[str, str, dict[str, Sequence[float | None]]]] = [
         ("RSS (MiB)", "resident memory per process", dict(sorted(series.rss_mb.items()))),
         ("records", "records retained on the broker",
-         {everything: series.retained_total, "largest topic": series.retained_max_topic}),
+         {f"all {setup.devices} topics": series.retained_total, "largest topic": series.retained_max_topic}),
         ("records", "lag (high watermark - committed)", {"total": series.lag_total, "largest device": series.lag_max})]
     fig, axes = pyplot().subplots(1, 3, figsize=(13, 3.6))
     for ax, (ylabel, title, lines) in zip(axes, panels, strict=True):
@@ -436,8 +413,6 @@ def soak_command(
 ) -> None:
     """Soak: 32 streams at ScaDLES S2 rates through the stack; every process's memory, retained records and lag must
     stay bounded. Writes DIR/soak.json and DIR/soak.png; logs in WORK_DIR/soak/logs."""
-    from streamtrain.cli_support import EXIT_CONFIG, config_from, die
-
     cfg = config_from(ctx)
     if ranks > devices:
         die(f"--ranks {ranks} is more than --devices {devices}", EXIT_CONFIG)

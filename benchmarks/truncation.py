@@ -1,13 +1,10 @@
-"""`streamtrain bench truncation`: what `persist`, `truncate` and `bounded` retain when streams outrun training.
-
-How it measures, and why that way: docs/benchmarks/truncation.md (also its section of BENCHMARKS.md)."""
+"""`streamtrain bench truncation`: what `persist`, `truncate` and `bounded` retain when streams outrun training."""
 
 from __future__ import annotations
 
 import shutil
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,9 +12,10 @@ import numpy as np
 import typer
 from pydantic import Field
 
+from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
 from streamtrain.config import StreamtrainConfig, load_config
 from streamtrain.kafka import make_consumer
-from streamtrain.wire import StepFeedback
+from streamtrain.wire import Sample, StepFeedback
 
 from . import common
 from .common import TIMES, Bench, LaunchOptions, Record, Result, Target, num, publish, pyplot, table, targets_table
@@ -112,10 +110,6 @@ def against_persist(result: TruncationResult) -> dict[str, tuple[float | None, f
     return out
 
 
-#: (policy, step, of steps, broker records retained, trainer buffer depth).
-Progress = Callable[[str, int, int, int, int], None]
-
-
 class _PolicyRun:
     """One truncation policy live: a coordinator and the ranks, then the producers, sampled until N steps."""
 
@@ -131,37 +125,41 @@ class _PolicyRun:
         self.probe = make_consumer(self.kafka, f"st-bench-truncation-probe-{policy}")
         self.trace = PolicySeries()  # appended to in place while it runs (its lists are not frozen)
         self.fed: list[StepFeedback] = []
-        self.latest: dict[str, StepFeedback] = {}
         self.marks: dict[str, tuple[int, int]] = {}
         self.idle_step = 0
         self.step0: int | None = None  # the first step that trained a streamed sample
 
     def take_feedback(self) -> set[str]:
         """Read the new feedback; returns the devices that have reported a step."""
-        for fb in self.tail.poll():
-            self.latest[fb.device_id] = fb
-            self.fed.append(fb)
-        return set(self.latest)
+        self.fed += self.tail.poll()
+        return self.tail.reported
 
-    def sample(self, seconds: float, progress: Progress | None) -> int:
-        """Read the feedback and the watermarks once (then tell `progress`); returns the step reached."""
+    def latest(self) -> list[StepFeedback]:
+        """Each device's latest feedback."""
+        return list({fb.device_id: fb for fb in self.fed}.values())
+
+    def sample(self, seconds: float) -> int:
+        """Read the feedback and the watermarks once (a console line every 50 steps); returns the step reached."""
         self.take_feedback()
         if self.step0 is None:
             self.step0 = min((fb.step for fb in self.fed if fb.loss is not None and fb.samples
                               and fb.step > self.idle_step), default=None)
         self.marks = watermarks(self.probe, self.kafka, self.devices) or self.marks
-        step = 0 if self.step0 is None else max(0, max(fb.step for fb in self.latest.values()) + 1 - self.step0)
-        recent = [fb.loss for fb in self.latest.values() if fb.loss is not None and fb.samples]
+        latest = self.latest()
+        step = 0 if self.step0 is None else max(0, max(fb.step for fb in latest) + 1 - self.step0)
+        recent = [fb.loss for fb in latest if fb.loss is not None and fb.samples]
+        retained, depth = sum(hi - lo for lo, hi in self.marks.values()), sum(fb.buffer_depth for fb in latest)
+        if step // 50 > (self.trace.step[-1] // 50 if self.trace.step else -1) or step >= self.setup.steps:
+            console.print(f"{self.policy:<8} step {min(step, self.setup.steps):>4}/{self.setup.steps}: broker retains "
+                          f"{retained:>7,}, trainers buffer {depth:>6,}", highlight=False)
         self.trace.t.append(round(seconds, 2))
         self.trace.step.append(step)
-        self.trace.retained_records.append(sum(hi - lo for lo, hi in self.marks.values()))
-        self.trace.buffer_depth.append(sum(fb.buffer_depth for fb in self.latest.values()))
+        self.trace.retained_records.append(retained)
+        self.trace.buffer_depth.append(depth)
         self.trace.loss.append(round(float(np.mean(recent)), 4) if recent else None)
-        if progress is not None:
-            progress(self.policy, step, self.setup.steps, self.trace.retained_records[-1], self.trace.buffer_depth[-1])
         return step
 
-    def run(self, progress: Progress | None) -> tuple[TruncationCell, PolicySeries]:
+    def run(self) -> tuple[TruncationCell, PolicySeries]:
         """Start, sample every `sample_every_s` until N steps, stop in order, score the final checkpoint."""
         setup, policy = self.setup, self.policy
         sets = setup.coordinator_sets(policy, delete_records=policy != "persist", delete_trained=policy != "persist",
@@ -173,11 +171,11 @@ class _PolicyRun:
             self.services.start("trainers", "trainer", *train_command(self.devices, self.ckpt),
                                 settings={**sets, **setup.ranks()})
             self.services.await_ranks(self.take_feedback, self.devices, setup.start_timeout_s)
-            self.idle_step = max(fb.step for fb in self.latest.values())
+            self.idle_step = max(fb.step for fb in self.latest())
             self.services.start("producers", "producer", "produce", "--no-progress",
                                 settings=setup.producers(setup.seed))
             began = time.monotonic()
-            while (step := self.sample(time.monotonic() - began, progress)) < setup.steps:
+            while (step := self.sample(time.monotonic() - began)) < setup.steps:
                 self.services.check(began + setup.run_timeout_s, f"{policy}: {setup.steps} steps not reached "
                                     f"within {setup.run_timeout_s:.0f} s (at step {step})")
                 time.sleep(setup.sample_every_s)
@@ -201,7 +199,7 @@ class _PolicyRun:
             policy=self.policy, retained_records_final=sum(hi - lo for lo, hi in marks),
             retained_records_max=max(self.trace.retained_records, default=0),
             produced_records=sum(hi for _, hi in marks), deleted_records=sum(lo for lo, _ in marks),
-            buffer_depth_final=sum(fb.buffer_depth for fb in self.latest.values()),
+            buffer_depth_final=sum(fb.buffer_depth for fb in self.latest()),
             truncated=sum(fb.dropped for fb in self.fed), trained_samples=sum(fb.samples for fb in self.fed),
             final_loss=None if final_loss is None else round(final_loss, 4), accuracy=self.accuracy())
 
@@ -210,7 +208,6 @@ class _PolicyRun:
         from producers.sources import SyntheticSource
         from streamtrain.models.batching import collate_packed
         from streamtrain.models.plugins import build_model
-        from streamtrain.wire import Sample
         from trainer.checkpoint import load_checkpoint
 
         setup, ckpt = self.setup, load_checkpoint(self.ckpt)
@@ -227,13 +224,13 @@ class _PolicyRun:
 
 
 def run_truncation(cfg: StreamtrainConfig, setup: TruncationSetup, out: Path, external: bool = False,
-                   launch: LaunchOptions = LaunchOptions(), progress: Progress | None = None) -> TruncationResult:
-    """Run every policy of `setup` on a private embedded broker (or `cfg.kafka` with `external`), calling `progress`
-    after every sample; write `out/truncation.json` and `out/truncation.png`, return the result."""
+                   launch: LaunchOptions = LaunchOptions()) -> TruncationResult:
+    """Run every policy of `setup` on a private embedded broker (or `cfg.kafka` with `external`); write
+    `out/truncation.json` and `out/truncation.png`, return the result."""
     began = time.monotonic()
     with live_broker(cfg, external, "truncation") as broker:
         runs = [_PolicyRun(policy, broker, setup, (setup.work_dir or out / "truncation-runs") / policy, launch)
-                .run(progress) for policy in setup.policies]
+                .run() for policy in setup.policies]
     result = TruncationResult(setup=setup, rates=setup.stream_rates(), cells=[c for c, _ in runs],
                               series={c.policy: s for c, s in runs}, seconds=round(time.monotonic() - began, 1))
     return publish(BENCH, result, out)
@@ -242,15 +239,14 @@ def run_truncation(cfg: StreamtrainConfig, setup: TruncationSetup, out: Path, ex
 def plot_truncation(result: TruncationResult) -> Any:
     """Records retained on the broker, trainer buffer depth and loss over steps, one line per policy."""
     fig, axes = pyplot().subplots(1, 3, figsize=(12, 3.4))
-    for policy, curve in result.series.items():
-        axes[0].plot(curve.step, [max(1, r) for r in curve.retained_records], label=policy)
-        axes[1].plot(curve.step, curve.buffer_depth, label=policy)
-        pts = [(s, v) for s, v in zip(curve.step, curve.loss, strict=True) if v is not None]
-        axes[2].plot([p[0] for p in pts], [p[1] for p in pts], label=policy)
-    labels = (("records retained on the broker", "broker log (all device topics)"),
-              ("samples buffered", "trainer buffers (all ranks)"), ("training loss (mean over ranks)", "loss"))
-    for ax, (ylabel, title) in zip(axes, labels, strict=True):
-        ax.set(xlabel="step", ylabel=ylabel, title=title, yscale="log" if ax is axes[0] else "linear")
+    panels = (("retained_records", "records retained on the broker", "broker log (all device topics)", "log"),
+              ("buffer_depth", "samples buffered", "trainer buffers (all ranks)", "linear"),
+              ("loss", "training loss (mean over ranks)", "loss", "linear"))
+    for ax, (column, ylabel, title, yscale) in zip(axes, panels, strict=True):
+        for policy, curve in result.series.items():
+            pts = [(s, v) for s, v in zip(curve.step, getattr(curve, column), strict=True) if v is not None]
+            ax.plot([s for s, _ in pts], [max(1, v) if yscale == "log" else v for _, v in pts], label=policy)
+        ax.set(xlabel="step", ylabel=ylabel, title=title, yscale=yscale)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     setup = result.setup
@@ -316,8 +312,6 @@ def truncation_command(
 ) -> None:
     """Records retained under persist, truncate and bounded when ScaDLES S2 streams outrun training, and held-out
     accuracy. Writes DIR/truncation.json and .png; logs in WORK_DIR/truncation/<policy>/logs."""
-    from streamtrain.cli_support import EXIT_CONFIG, config_from, console, die
-
     cfg = config_from(ctx)
     chosen = tuple(policy or POLICIES)
     if unknown := sorted(set(chosen) - set(POLICIES)):
@@ -325,16 +319,8 @@ def truncation_command(
     setup = TruncationSetup(devices=devices or (2 if quick else 4), steps=steps or (100 if quick else 400),
                             seed=seed, b_max=b_max, max_lag_samples=max_lag_samples, planner=planner,
                             policies=chosen, work_dir=work_dir / "truncation", quick=quick)
-    shown: dict[str, int] = {}
-
-    def progress(name: str, step: int, total: int, retained: int, depth: int) -> None:
-        if step // 50 > shown.get(name, -1) or step >= total:  # a line every 50 steps
-            shown[name] = step // 50
-            console.print(f"{name:<8} step {min(step, total):>4}/{total}: broker retains {retained:>7,}, trainers "
-                          f"buffer {depth:>6,}", highlight=False)
-
     try:
-        run_truncation(cfg, setup, out, external, LaunchOptions.of(ctx), progress)
+        run_truncation(cfg, setup, out, external, LaunchOptions.of(ctx))
     except RuntimeError as exc:
         die(str(exc))
 

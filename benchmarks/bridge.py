@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from bridge.service import Bridge
@@ -27,19 +27,18 @@ from streamtrain.kafka import (
     produce,
 )
 
-from .common import TIMES, Bench, Out, Result, publish, pyplot, table
+from .common import TIMES, Bench, Out, Result, interleaved, publish, pyplot, table
 from .live import live_broker
 
 __all__ = ["BENCH", "BridgeResult"]
 
 DEVICES = ("0", "1", "2", "3")
-_KINDS = {"bare": "bare consume-produce loop, no transactions",
-          "bare_transactions": "bare consume-produce loop, in transactions",
-          "bridge": "the bridge (JSON decode, Sample, transactions)"}
+#: The loops compared (the method page says what each does), in the order they run (reversed every other repeat).
+_KINDS = {"bare": "bare loop", "bare_transactions": "bare loop in transactions", "bridge": "the bridge"}
 
 
 class BridgeResult(Result):
-    """What `bridge.json` holds."""
+    """What `bridge.json` holds: each loop's records/s in each repeat, their medians and two ratios of them."""
 
     records_per_run: int
     mean_record_bytes: float
@@ -57,21 +56,19 @@ def _write_source(cfg: KafkaConfig, topic: str, records: int, features: int) -> 
     """JSON records of 1-8 frames to `topic`, keyed by device; returns their mean size in bytes."""
     ensure_topics(make_admin(cfg), [TopicSpec(topic, 3)])
     rng = np.random.default_rng(0)
+    values = [json.dumps({"values": np.round(rng.standard_normal(int(rng.integers(1, 9)) * features), 4).tolist(),
+                          "label": i % 4}).encode() for i in range(records)]
     producer = make_producer(cfg)
-    total = 0
-    for i in range(records):
-        frames = int(rng.integers(1, 9))
-        value = json.dumps({"values": np.round(rng.standard_normal(frames * features), 4).tolist(),
-                            "label": i % 4}).encode()
-        total += len(value)
+    for i, value in enumerate(values):
         produce(producer, topic, value, key=DEVICES[i % len(DEVICES)].encode())
     if producer.flush(120):
         raise RuntimeError("the source records could not all be written")
-    return total / records
+    return sum(map(len, values)) / records
 
 
 def _bare(cfg: KafkaConfig, source: str, records: int, batch: int | None) -> float:
-    """Records/s of a bare loop: values copied to a fresh topic; with `batch`, in transactions of that many."""
+    """Records/s of a bare loop: values copied to a fresh topic, the group's offsets committed at the end or, with
+    `batch`, in each transaction of that many records."""
     target = f"{cfg.topic_prefix}.copy-{uuid.uuid4().hex[:6]}"
     ensure_topics(make_admin(cfg), [TopicSpec(target, 1)])
     consumer = make_consumer(cfg, f"bench-bare-{uuid.uuid4().hex[:6]}")
@@ -83,33 +80,26 @@ def _bare(cfg: KafkaConfig, source: str, records: int, batch: int | None) -> flo
     try:
         began, done = 0.0, 0
         while done < records:
-            for msg in consume_available(consumer, 500, 0.5):
-                if msg.error() is not None:
-                    continue
-                began = began or time.perf_counter()
-                if batch and done % batch == 0:
-                    producer.begin_transaction()
-                produce(producer, target, msg.value() or b"", key=msg.key())
-                done += 1
-                if batch and done % batch == 0:
-                    _commit(producer, consumer, transaction=True)
-        if not batch or done % batch:
-            _commit(producer, consumer, transaction=bool(batch))
+            if batch:
+                producer.begin_transaction()
+            end = min(records, done + (batch or records))
+            while done < end:
+                for msg in consume_available(consumer, min(500, end - done), 0.5):
+                    if msg.error() is None:
+                        began = began or time.perf_counter()
+                        produce(producer, target, msg.value() or b"", key=msg.key())
+                        done += 1
+            positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+            if batch:
+                producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+                producer.commit_transaction(30)
+            elif producer.flush(60):
+                raise RuntimeError("the bare loop could not deliver every record")
+            else:
+                consumer.commit(offsets=positions, asynchronous=False)
         return records / (time.perf_counter() - began)
     finally:
         consumer.close()
-
-
-def _commit(producer: Producer, consumer: Consumer, transaction: bool) -> None:
-    """The consumer's positions committed: in the producer's open transaction, or after every record is delivered."""
-    positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
-    if transaction:
-        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
-        producer.commit_transaction(30)
-    elif producer.flush(60):
-        raise RuntimeError("the bare loop could not deliver every record")
-    else:
-        consumer.commit(offsets=positions, asynchronous=False)
 
 
 def _bridge(cfg: KafkaConfig, source: str, records: int, features: int, batch: int, seconds: float) -> float:
@@ -149,54 +139,47 @@ def bridge_command(
 
     cfg = config_from(ctx)
     batch = transaction_records
-    runs: dict[str, list[float]] = {kind: [] for kind in _KINDS}
     with live_broker(cfg, False, "bridge", heap="1g") as broker:
         kafka, source = broker.kafka, "bench-source"
         with console.status("writing the source records ..."):
             size = _write_source(kafka, source, records, features)
-        loops = {"bare": lambda: _bare(kafka, source, records, None),
-                 "bare_transactions": lambda: _bare(kafka, source, records, batch),
-                 "bridge": lambda: _bridge(kafka, source, records, features, batch, transaction_seconds)}
-        for r in range(repeats):
-            for kind, loop in loops.items():
-                with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
-                    runs[kind].append(loop())
-                console.print(f"  {kind:<18} {runs[kind][-1]:>10,.0f} records/s")
+
+        def measure(kind: str, r: int) -> float:
+            with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
+                rate = (_bridge(kafka, source, records, features, batch, transaction_seconds) if kind == "bridge"
+                        else _bare(kafka, source, records, batch if kind == "bare_transactions" else None))
+            console.print(f"  {kind:<18} {rate:>10,.0f} records/s")
+            return rate
+
+        runs = interleaved(list(_KINDS), repeats, measure)
     medians = {k: statistics.median(v) for k, v in runs.items()}
-    result = publish(BENCH, BridgeResult(
+    publish(BENCH, BridgeResult(
         records_per_run=records, mean_record_bytes=round(size, 1), features=features, repeats=repeats,
         transaction_records=batch, transaction_seconds=transaction_seconds, records_per_s=runs,
         records_per_s_median=medians, transactions_vs_bare=medians["bare_transactions"] / medians["bare"],
         bridge_vs_bare_transactions=medians["bridge"] / medians["bare_transactions"]), out)
-    console.print(_ratios(result), highlight=False)
 
 
 def plot_bridge(result: BridgeResult) -> Any:
     """The three loops' medians side by side."""
     medians = result.records_per_s_median
     fig, ax = pyplot().subplots(figsize=(7, 2.4))
-    short = {"bare": "bare loop", "bare_transactions": "bare loop, transactions", "bridge": "bridge"}
-    ax.barh([short.get(k, k) for k in medians], list(medians.values()), color="tab:blue")
-    ax.set_xlabel("records/s (median)")
-    ax.set_title(f"{result.mean_record_bytes:.0f}-byte JSON records; transactions of {result.transaction_records}",
-                 fontsize=9)
+    ax.barh([_KINDS.get(k, k) for k in medians], list(medians.values()), color="tab:blue")
+    ax.set(xlabel="records/s (median)",
+           title=f"{result.mean_record_bytes:.0f}-byte JSON records; transactions of {result.transaction_records}")
     return fig
 
 
-def _ratios(result: BridgeResult) -> str:
-    return (f"Bare loop in transactions / without: {result.transactions_vs_bare:.2f}{TIMES}; bridge / bare loop in "
-            f"transactions: {result.bridge_vs_bare_transactions:.2f}{TIMES}.")
-
-
 def render_bridge(result: BridgeResult) -> str:
-    """The `bridge` section of BENCHMARKS.md: the three loops side by side."""
+    """The `bridge` section of BENCHMARKS.md: the three loops side by side, the bridge against the transactional one."""
     medians = result.records_per_s_median
     bare = medians.get("bare") or 0.0
     rows = [[_KINDS.get(k, k), round(v), f"{v / bare:.2f}{TIMES}" if bare else "—"] for k, v in medians.items()]
     return "\n\n".join([
         f"Setup: {result.records_per_run:,} JSON records (mean {result.mean_record_bytes:.0f} bytes) per run from a "
         f"3-partition topic, {result.repeats} repeats (medians), transactions of {result.transaction_records} records "
-        f"or {result.transaction_seconds:g} s.", table(["loop", "records/s", "vs bare"], rows), _ratios(result)])
+        f"or {result.transaction_seconds:g} s.", table(["loop", "records/s", "vs bare"], rows),
+        f"Bridge / bare loop in transactions: {result.bridge_vs_bare_transactions:.2f}{TIMES}."])
 
 
 BENCH = Bench("bridge", bridge_command, BridgeResult, render_bridge, plot=plot_bridge,

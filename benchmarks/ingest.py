@@ -11,11 +11,11 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from streamtrain.config import KafkaConfig, ProducerConfig
-from streamtrain.kafka import TopicSpec, ensure_topics, make_admin
+from streamtrain.config import KafkaConfig, ProducerConfig, TrainerConfig
+from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer
 from streamtrain.results import Record
 
-from .common import TIMES, Bench, External, Out, Result, Target, num, publish, pyplot, table, targets_table
+from .common import TIMES, Bench, External, Out, Result, Target, publish, pyplot, table, targets_table
 from .kafka import kafka_perf_tool
 from .live import live_broker
 
@@ -45,10 +45,10 @@ class IngestResult(Result):
     record_bytes: int
     window_s: float
     producer_records_per_s: float
-    kafka_perf_tool_records_per_s: float | None = None
-    trainer_samples_per_s: float | None = None
-    trainer_samples_per_cpu_s: float | None = None
-    trainer_record_bytes: int | None = None
+    kafka_perf_tool_records_per_s: float
+    trainer_samples_per_s: float
+    trainer_samples_per_cpu_s: float
+    trainer_record_bytes: int
     rate_cells: list[RateCell]
 
 
@@ -83,12 +83,9 @@ def rate_cell(kafka: KafkaConfig, streams: int, rate: float, seconds: float, war
 
 def trainer_rate(kafka: KafkaConfig, samples: int) -> tuple[float, float, int]:
     """(samples/s from the first fetch, samples per CPU second, record bytes) of `samples` 1 KiB records read as a
-    rank does (`RankConsumer`) and packed `_BATCH` at a time; RuntimeError unless all are packed in 300 s, none
-    dead-lettered."""
+    rank does (`RankConsumer`), packed `_BATCH` at a time; RuntimeError unless all are packed in 300 s, none lost."""
     import torch
 
-    from streamtrain.config import TrainerConfig
-    from streamtrain.kafka import make_producer
     from streamtrain.models.batching import collate_packed
     from trainer.consumer import RankConsumer
     from trainer.plans import PlanBook
@@ -158,7 +155,6 @@ def ingest_command(
         unpaced = _producers(kafka, "max", 4, {"kind": "unlimited"}, 15.0).run()
         records_per_s = float(unpaced.mean_rates.sum())
         record_bytes = round(int(unpaced.final.bytes_sent.sum()) / max(int(unpaced.final.sent.sum()), 1))
-        console.print(f"producers, pacing off: {records_per_s:,.0f} records/s of {record_bytes} bytes")
         topic = f"{kafka.topic_prefix}.perf"
         ensure_topics(make_admin(kafka), [TopicSpec.from_config(kafka, topic)])
         perf = kafka_perf_tool(kafka.bootstrap_servers, topic, max(10_000, int(records_per_s * 15.0)), record_bytes,
@@ -176,10 +172,8 @@ def plot_ingest(result: IngestResult) -> Any:
     fig, ax = pyplot().subplots(figsize=(6, 3))
     for target in sorted({c.target_rate for c in cells}):
         line = sorted((c for c in cells if c.target_rate == target), key=lambda c: c.streams)
-        shares = [np.asarray(c.achieved_rates, float) / target for c in line]
-        med = np.array([np.median(r) for r in shares])
-        err = [med - [r.min() for r in shares], [r.max() for r in shares] - med]
-        ax.errorbar([c.streams for c in line], med, yerr=err, marker="o", capsize=3,
+        low, mid, high = np.array([np.percentile(c.achieved_rates, [0, 50, 100]) / target for c in line]).T
+        ax.errorbar([c.streams for c in line], mid, yerr=[mid - low, high - mid], marker="o", capsize=3,
                     label=f"{target:g} samples/s per device")
     ax.axhspan(0.95, 1.05, color="green", alpha=0.1, label="±5% target")
     ax.set_xscale("log", base=2)
@@ -195,19 +189,17 @@ def ingest_targets(result: IngestResult) -> list[Target]:
     """Rates held at 32 streams x 600/s, the producers against Kafka's tool, the trainer's input path."""
     at = next((c.worst() for c in result.rate_cells if (c.streams, c.target_rate) == (32, 600.0)), None)
     perf, per_cpu = result.kafka_perf_tool_records_per_s, result.trainer_samples_per_cpu_s
-    ratio = result.producer_records_per_s / perf if perf else None
+    ratio = result.producer_records_per_s / perf
     return [
         Target("32 streams at 600 samples/s, every device within ±5%",
                "not measured" if at is None else f"worst device off by {at * 100:.1f}%", None if at is None
                else at <= 0.05, "ScaDLES Fig. 6: 100/s held for 1-32 streams; 600/s sagged beyond 16 streams"),
         Target(f"unpaced producers ≥ 0.5{TIMES} Kafka's perf tool",
-               "—" if ratio is None else
-               f"{result.producer_records_per_s:,.0f} vs {perf:,.0f} records/s = {ratio:.2f}{TIMES}",
-               None if ratio is None else ratio >= 0.5, "not reported"),
+               f"{result.producer_records_per_s:,.0f} vs {perf:,.0f} records/s = {ratio:.2f}{TIMES}", ratio >= 0.5,
+               "not reported"),
         Target("trainer consume → decode → collate ≥ 20,000 samples/s on one core (judged per CPU second of its "
-               "thread)", "not measured" if per_cpu is None else f"{per_cpu:,.0f} per CPU second "
-               f"({num(result.trainer_samples_per_s, 0)} samples/s wall), {result.trainer_record_bytes or 0:,}-byte "
-               "records", None if per_cpu is None else per_cpu >= 20_000, "not reported"),
+               "thread)", f"{per_cpu:,.0f} per CPU second ({result.trainer_samples_per_s:,.0f} samples/s wall), "
+               f"{result.trainer_record_bytes:,}-byte records", per_cpu >= 20_000, "not reported"),
     ]
 
 

@@ -84,8 +84,7 @@ def _device_producer(cfg: KafkaConfig, records: int, payloads: list[np.ndarray])
 
 
 def kafka_perf_tool(bootstrap: str, topic: str, records: int, record_size: int,
-                    settings: Mapping[str, str] | None = None, libs: Path | None = None,
-                    timeout_s: float = 600.0) -> float:
+                    settings: Mapping[str, str] | None = None, libs: Path | None = None) -> float:
     """Records/s of Kafka's `kafka-producer-perf-test` sending `records` of `record_size` bytes unpaced to `topic`
     with `settings` (default: this benchmark's); RuntimeError with its output when Java or the tool fails."""
     props = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in (settings or _SETTINGS).items())]
@@ -93,7 +92,7 @@ def kafka_perf_tool(bootstrap: str, topic: str, records: int, record_size: int,
            "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
            "--record-size", str(record_size), "--throughput", "-1", "--producer-props", *props]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeError(f"kafka perf tool did not run: {exc}") from None
     match = _PERF_LINE.findall(done.stdout)
@@ -106,8 +105,7 @@ def kafka_command(
     ctx: typer.Context,
     out: Out = Path("reports/bench"),
     records: Annotated[int, typer.Option(min=1000, help="Records per producer run.")] = 100_000,
-    record_size: Annotated[int, typer.Option(min=16, help="Bytes per record (a 45x16 float32 sample ~2.9 kB).")
-                           ] = 2900,
+    record_size: Annotated[int, typer.Option(min=16, help="Bytes per record (45x16 float32: ~2.9 kB).")] = 2900,
     repeats: Annotated[int, typer.Option(min=1, max=20, help="Alternating runs of each producer.")] = 3,
 ) -> None:
     """DeviceProducer beside a bare confluent-kafka produce loop and kafka-producer-perf-test (target: within 20%)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Generic, TypeVar
 
 import numpy as np
+import psutil
 import typer
 from pydantic import PrivateAttr, ValidationError
 
@@ -67,24 +68,17 @@ class RunContext(Record):
     @classmethod
     def begin(cls) -> RunContext:
         """The context now (`stamp` adds the load at the end and the seconds)."""
-        context = cls(commit=_commit(), cpu_model=_cpu_model(), cores=os.cpu_count(), memory_gib=_memory_gib(),
-                      load_start=_load(), load_end=None, seconds=None,
+        context = cls(commit=_commit(), cpu_model=_cpu_model(), cores=os.cpu_count(), load_start=_load(), load_end=None,
+                      memory_gib=round(psutil.virtual_memory().total / 1024**3, 1), seconds=None,
                       command=shlex.join(["streamtrain", *sys.argv[1:]]),
                       started_at=datetime.now().astimezone().isoformat(timespec="seconds"))
         context._began = time.monotonic()
         return context
 
-    def stamp(self, path: Path) -> bool:
-        """Add this context, ended now, to the JSON file a benchmark just wrote; False when there is none to stamp."""
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return False
-        if not isinstance(data, dict):
-            return False
+    def stamp(self, path: Path) -> None:
+        """Add this context, ended now, to the JSON object a benchmark just wrote at `path`."""
         ended = self.model_copy(update={"load_end": _load(), "seconds": round(time.monotonic() - self._began, 1)})
-        path.write_text(json.dumps({**data, "context": ended.model_dump()}, indent=1) + "\n")
-        return True
+        path.write_text(json.dumps({**json.loads(path.read_text()), "context": ended.model_dump()}, indent=1) + "\n")
 
     def describe(self) -> str:
         """One paragraph for BENCHMARKS.md."""
@@ -117,17 +111,9 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def _memory_gib() -> float | None:
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        return round(int(Path("/proc/meminfo").read_text().split()[1]) / 1024**2, 1)
-    return None
-
-
-def _load() -> tuple[float, float, float] | None:
-    with contextlib.suppress(OSError):
-        one, five, fifteen = os.getloadavg()
-        return round(one, 2), round(five, 2), round(fifteen, 2)
-    return None
+def _load() -> tuple[float, float, float]:
+    one, five, fifteen = psutil.getloadavg()
+    return round(one, 2), round(five, 2), round(fifteen, 2)
 
 
 class Result(Record):
@@ -145,9 +131,12 @@ METHODS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 
 
 def problems(exc: ValueError) -> str:
-    """What is wrong with a setup, for a person: a validation error's messages without pydantic's framing."""
+    """What is wrong with a setup, for a person: a validation error's messages (each after the setting it is about)
+    without pydantic's framing."""
     if isinstance(exc, ValidationError):
-        return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        messages = [str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {m}" if e["loc"] else m
+                         for e, m in zip(exc.errors(), messages, strict=True))
     return str(exc)
 
 

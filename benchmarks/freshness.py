@@ -7,9 +7,7 @@ from typing import Annotated
 
 import typer
 
-from streamtrain.results import Record
-
-from .common import Bench, LaunchOptions, Out, Result, Target, WorkDir, num, publish, table, targets_table
+from .common import Bench, LaunchOptions, Out, Record, Result, Target, WorkDir, num, publish, table, targets_table
 from .live import CellRun, StackCell, live_broker, run_stack_cell
 
 __all__ = ["BENCH", "FreshnessCell", "FreshnessResult"]
@@ -100,11 +98,11 @@ def freshness_command(
         replay = resolve_replay("plaid", launch.config(base), len(RATES)).settings
         for i, name in enumerate(chosen):
             console.print(f"freshness: {name}, {duration:g} s", highlight=False)
-            cell = StackCell(name=name, tag="fresh", index=i, streams=device_streams(len(RATES), RATES),
-                             settings={**base, **replay, "producer.rate.schedule": SCHEDULES[name]},
+            cell = StackCell(streams=device_streams(len(RATES), RATES), out=work_dir / "freshness" / name, tag="fresh",
+                             index=i, settings={**base, **replay, "producer.rate.schedule": SCHEDULES[name]},
                              duration_s=duration, replay=True, serve=True, request_rate=request_rate,
                              drain_timeout_s=10.0)
-            ran = run_stack_cell(cell, broker.kafka.bootstrap_servers, work_dir / "freshness", launch)
+            ran = run_stack_cell(cell, broker.kafka.bootstrap_servers, launch)
             cells.append(c := _cell(name.replace("-", " "), ran))
             console.print(f"  median {num(c.freshness_median_s)} s, p99 {num(c.freshness_p99_s)} s over {c.samples:,} "
                           "samples" + (f"; error: {c.error}" if c.error else ""), highlight=False)

@@ -14,14 +14,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+import psutil
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from pydantic import Field
 
+from stack.options import BrokerMode, StackOptions
 from stack.procs import Child, ChildSet
 from stack.services import ServiceSpec
 from streamtrain.broker import BrokerError, EmbeddedBroker
@@ -35,7 +37,6 @@ from .common import LaunchOptions, Record
 if TYPE_CHECKING:
     from stack.ledger import RunRecords
     from stack.results import StackReport
-    from stack.services import DeviceStream
 
 __all__ = [
     "CellRun",
@@ -54,8 +55,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 @dataclass(frozen=True)
@@ -103,28 +102,20 @@ def live_broker(cfg: StreamtrainConfig, external: bool, tag: str, starting: Call
             broker.stop()
 
 
-@dataclass(frozen=True)
-class StackCell:
-    """One run of the whole local stack (`StackOptions`' fields of the same names): its run directory's `name`, the
-    benchmark's `tag` and its `index` (its topic prefix and job), the dotted settings on top of the launch options
-    that make it this cell (then `extra_sets`)."""
+@dataclass(frozen=True, kw_only=True)
+class StackCell(StackOptions):
+    """One run of the whole local stack: `up`'s options (`out`: its run directory; no Prometheus, on the benchmark's
+    broker), the benchmark's `tag` and the cell's `index` (its topic prefix and job), and the dotted settings that
+    make it this cell, on top of the launch options (then `extra_sets`)."""
 
-    name: str
     tag: str
     index: int
-    streams: Sequence[DeviceStream]
     settings: Mapping[str, object]
-    policy: str | None = None
-    backlog: int = 0
-    until_step: int | None = None
-    duration_s: float | None = None
-    seed: int = 0
-    replay: bool = False
-    serve: bool = False
-    request_rate: float = 20.0
+    extra_sets: Sequence[str] = ()
+    broker: BrokerMode = "external"
+    prometheus: bool = False
     drain_timeout_s: float = 0.0
     start_timeout_s: float = 240.0
-    extra_sets: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -140,33 +131,26 @@ class CellRun:
 
 def delete_topics(cfg: StreamtrainConfig) -> None:
     """Delete every topic under `cfg`'s topic prefix (disk space only: a failure is logged, never raised)."""
-    admin = make_admin(cfg.kafka)
-    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(cfg.kafka.topic_prefix + ".")]
-    for fut in admin.delete_topics(names, operation_timeout=30).values() if names else ():
-        try:
+    try:
+        admin = make_admin(cfg.kafka)
+        names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(cfg.kafka.topic_prefix + ".")]
+        for fut in admin.delete_topics(names, operation_timeout=30).values() if names else ():
             fut.result(timeout=30)
-        except Exception as exc:  # disk space only: never fail a benchmark over it
-            logger.warning("could not delete a topic of %s: %s", cfg.kafka.topic_prefix, exc)
+    except Exception as exc:  # disk space only: never fail a benchmark over it
+        logger.warning("could not delete the topics of %s: %s", cfg.kafka.topic_prefix, exc)
 
 
-def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOptions = LaunchOptions(),
-                   on_step: Callable[[int, str], None] | None = None) -> CellRun:
-    """Run one cell on the broker at `bootstrap` (its run directory in `runs`), calling `on_step(step, phase)` as it
-    goes, and read it back; its checkpoints and topics are deleted afterwards."""
-    from stack.runner import LocalStack, StackError, StackOptions
+def run_stack_cell(cell: StackCell, bootstrap: str, launch: LaunchOptions = LaunchOptions()) -> CellRun:
+    """Run one cell on the broker at `bootstrap` and read it back; its checkpoints and topics are deleted after."""
+    from stack.runner import LocalStack, StackError
 
     run_id = uuid.uuid4().hex[:6]
     settings = {"job": f"{cell.tag}-{run_id}-{cell.index}", "kafka.bootstrap_servers": bootstrap,
                 "kafka.topic_prefix": f"{cell.tag[:3]}{run_id}c{cell.index}", **cell.settings,
                 **dict(parse_assignment(s) for s in cell.extra_sets)}
-    run_dir = runs / cell.name
-    opts = StackOptions(streams=cell.streams, out=run_dir.resolve(), policy=cell.policy, broker="external",
-                        prometheus=False, drain_timeout_s=cell.drain_timeout_s, start_timeout_s=cell.start_timeout_s,
-                        torch_threads=1, seed=cell.seed, global_args=launch.argv(settings), backlog=cell.backlog,
-                        until_step=cell.until_step, duration_s=cell.duration_s, replay=cell.replay, serve=cell.serve,
-                        request_rate=cell.request_rate)
-    stack = LocalStack(launch.config(settings), opts, say=lambda line: logger.info("%s", line),
-                       on_update=lambda snap: on_step(snap.step or 0, snap.phase) if on_step else None)
+    run_dir = cell.out.resolve()
+    opts = replace(cell, out=run_dir, global_args=launch.argv(settings))
+    stack = LocalStack(launch.config(settings), opts, say=lambda line: logger.info("%s", line))
     began = time.monotonic()
     try:
         report = stack.run()
@@ -174,10 +158,7 @@ def run_stack_cell(cell: StackCell, bootstrap: str, runs: Path, launch: LaunchOp
         return CellRun(None, None, round(time.monotonic() - began, 1), run_dir, str(exc))
     finally:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # the model is not what a benchmark measures
-        try:
-            delete_topics(stack.cfg.model_copy(update={"kafka": stack.kafka}))
-        except Exception as exc:  # see delete_topics
-            logger.warning("topic clean-up of cell %d failed: %s", cell.index, exc)
+        delete_topics(stack.cfg.model_copy(update={"kafka": stack.kafka}))
     error = "; ".join(stack.failures) or (None if stack.records is not None else "no records read back")
     return CellRun(report, stack.records, round(time.monotonic() - began, 1), run_dir, error)
 
@@ -301,26 +282,17 @@ class Services(ChildSet):
         return {c.name: c.pid for c in self.children if c.running() and c.pid is not None}
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError):
-                out += [int(p) for p in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-    return out
-
-
 def rss_tree(pid: int) -> dict[int, int]:
-    """Resident memory in bytes of `pid` and every descendant (pid → bytes), from /proc; {} when it is gone."""
+    """Resident memory in bytes of `pid` and every descendant (pid → bytes); {} when it is gone."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return {}
     out: dict[int, int] = {}
-    stack = [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            out[p] = int(Path(f"/proc/{p}/statm").read_text().split()[1]) * _PAGE
-        except (OSError, ValueError, IndexError):
-            continue
-        stack += _children(p)
+    for proc in tree:
+        with contextlib.suppress(psutil.Error):  # a child may exit while it is read
+            out[proc.pid] = proc.memory_info().rss
     return out
 
 
@@ -365,12 +337,7 @@ class FeedbackTail:
         out: list[StepFeedback] = []
         deadline = time.monotonic() + budget_s
         while time.monotonic() < deadline and (msgs := consume_available(self.consumer, 500, 0.05)):
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        logger.debug("feedback read: %s", err)
-                    continue
+            for msg in (m for m in msgs if m.error() is None):  # end-of-partition events, transient errors
                 with contextlib.suppress(WireError):
                     fb = decode(msg.value(), msg.headers(), StepFeedback)
                     if fb.job == self.job:

@@ -5,90 +5,34 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
 import numpy as np
-from pydantic import Field
 
 from coordinator.balance import straggler_effect
 from stack.report import by_step, median, weighted_loss
 from streamtrain.periods import WALL_PARTS, split_wall_period
 from streamtrain.wire import Evaluation, StepFeedback
 
-from ..common import Record, Result, median_reached, trailing_mean
+from ..common import Result, median_reached, trailing_mean
 from ..live import CellRun
-from .setup import BalanceSetup, Cell, RealdataSetup, fleet_label, oracle_factor
+from .setup import AccuracyPoint, BalanceSetup, RealdataSetup, Run, fleet_label, oracle_factor
 
-__all__ = ["AccuracyPoint", "BalanceResult", "CellRuns", "Comparison", "Curve", "RealdataFigures", "RealdataResult",
-           "Run", "accuracy_curve", "analyse_window", "combine", "comparisons", "control_cell", "judge_balance",
-           "judge_realdata", "ratio", "read_run", "realdata_figures", "wall_period_median"]
+__all__ = ["BalanceResult", "CellRuns", "Comparison", "Curve", "RealdataResult", "accuracy_curve", "analyse_window",
+           "combine", "comparisons", "control_cell", "judge_balance", "judge_realdata", "ratio", "read_run"]
 
 #: A run's loss over training: (seconds since step 0 began, trailing-mean loss) per step.
 Curve = list[tuple[float, float]]
 _MEDIANS = ("step_seconds_median", "wall_step_seconds_median", "straggler_effect_median", "samples_per_s",
             "size_per_s", "step_size_median", "trained_size_mean", "plan_wait_seconds_median", "size_dif_measured")
-#: How far above the oracle ett-stream may be: at DIF 0, and with varying sizes.
-ORACLE_TOLERANCE = {True: 0.05, False: 0.10}
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
     """a / b, None without both (or with either 0)."""
     return a / b if a and b else None
-
-
-class AccuracyPoint(Record):
-    """A held-out evaluation after `step` steps, at `seconds` of training (pauses left out): value, trailing mean."""
-
-    step: int
-    seconds: float
-    accuracy: float
-    smoothed: float
-
-
-class Run(Record):
-    """One run of a cell, read back from Kafka: its measured window and its time to the target."""
-
-    policy: str
-    slowdowns: tuple[float, ...]
-    dif: float | None = None
-    repeat: int = 0
-    seconds: float | None = None
-    run_dir: str | None = None
-    error: str | None = None
-    steps_measured: int = 0
-    step_seconds_median: float | None = None
-    """The slowest rank's step (collate, compute, all-reduce, emulated sleep): LBB Table 2's iteration time."""
-    wall_step_seconds_median: float | None = None
-    """Time between step completions (without the periods that held an evaluation)."""
-    straggler_effect_median: float | None = None
-    """LBB Eq. 4 on the ranks' compute seconds, per step."""
-    samples_per_s: float | None = None
-    size_per_s: float | None = None
-    step_size_median: float | None = None
-    trained_size_mean: float | None = None
-    rank_compute_seconds_median: dict[str, float | None] = Field(default_factory=dict)
-    rank_samples_median: dict[str, float | None] = Field(default_factory=dict)
-    plan_wait_seconds_median: float | None = None
-    step_period_split_median: dict[str, float] | None = None
-    """Seconds of each of `WALL_PARTS`, read from the critical-path rank."""
-    backlog_held: bool | None = None
-    """Every device still had samples waiting after every measured step."""
-    backlog_drained_steps: list[int] = Field(default_factory=list)
-    samples_unaccounted: int | None = None
-    """Produced samples neither trained, truncated, dead-lettered nor pending (0 expected)."""
-    size_dif_measured: float | None = None
-    accuracy: list[AccuracyPoint] = Field(default_factory=list)
-    seconds_to_target: float | None = None
-    """From the start of step 0 to the target loss or held-out value; None: never."""
-    steps_to_target: int | float | None = None
-
-    @property
-    def control(self) -> bool:
-        """Run on a fleet of equal ranks: the homogeneous control."""
-        return len(set(self.slowdowns)) == 1
 
 
 class BalanceResult(Result):
@@ -136,10 +80,11 @@ def _split_medians(splits: Sequence[Mapping[str, float]]) -> dict[str, float] | 
     return {p: float(np.median([x.get(p, 0.0) for x in splits])) for p in WALL_PARTS} if splits else None
 
 
-def analyse_window(feedback: Sequence[StepFeedback], devices: int, warmup: int, steps: int,
-                   smooth: int = 1) -> tuple[dict[str, Any], Curve]:
+def analyse_window(feedback: Sequence[StepFeedback], devices: int, warmup: int, steps: int, smooth: int = 1,
+                   skip: Collection[int] = ()) -> tuple[dict[str, Any], Curve]:
     """A run's figures (`Run`'s) over steps [warmup, warmup + steps) and its loss curve (trailing mean of `smooth`)
-    to the window's end; the wall period split on the rank with the largest compute. ValueError without step 0."""
+    to the window's end; the wall period split on the rank with the largest compute, and left out for the steps in
+    `skip` (the evaluation after s steps runs in step s's period). ValueError without step 0."""
     end_s, steps_of = step_ends(feedback), by_step(feedback)
     full = {s: r for s, r in steps_of.items() if len({fb.device_id for fb in r}) == devices}
     window = [s for s in range(warmup, warmup + steps) if s in full]
@@ -153,7 +98,8 @@ def analyse_window(feedback: Sequence[StepFeedback], devices: int, warmup: int, 
     return {
         "steps_measured": len(window),
         "step_seconds_median": median([max(fb.step_seconds for fb in full[s]) for s in window]),
-        "wall_step_seconds_median": median([end_s[s] - end_s[s - 1] for s in window if s - 1 in end_s]),
+        "wall_step_seconds_median": median([end_s[s] - end_s[s - 1] for s in window
+                                            if s - 1 in end_s and s not in skip]),
         "straggler_effect_median": median([straggler_effect([fb.compute_seconds for fb in full[s]]) for s in window]),
         "samples_per_s": sum(samples) / span if span else None,
         "size_per_s": sum(sizes) / span if span else None,
@@ -183,36 +129,24 @@ def accuracy_curve(evaluations: Sequence[Evaluation], feedback: Sequence[StepFee
             for (step, seconds, value), mean in zip(kept, means, strict=True)]
 
 
-def wall_period_median(feedback: Sequence[StepFeedback], evaluated: Sequence[int], first: int,
-                       until: int) -> float | None:
-    """Median period between the ends of steps s - 1 and s, s in [first, until) and not `evaluated` (the evaluation
-    after s steps runs before step s)."""
-    ends, skip = step_ends(feedback), set(evaluated)
-    return median([ends[s] - ends[s - 1] for s in range(max(first, 1), until)
-                   if s in ends and s - 1 in ends and s not in skip])
-
-
-def read_run(ran: CellRun, cell: Cell, repeat: int, setup: BalanceSetup | RealdataSetup) -> tuple[Run, Curve]:
-    """A run's figures from what it left in Kafka (a dataset run's held-out curve too), and its loss curve."""
-    identity: dict[str, Any] = {"policy": cell.policy, "slowdowns": cell.slowdowns, "dif": cell.dif, "repeat": repeat,
-                                "seconds": ran.seconds, "run_dir": str(ran.run_dir)}
+def read_run(ran: CellRun, cell: Run, setup: BalanceSetup | RealdataSetup) -> tuple[Run, Curve]:
+    """The planned `cell` with the figures its run left in Kafka (a dataset's held-out curve too); its loss curve."""
+    done = {**cell.model_dump(), "seconds": ran.seconds, "run_dir": str(ran.run_dir), "error": ran.error}
     if ran.records is None or ran.report is None:
-        return Run.model_validate({**identity, "error": ran.error}), []
+        return Run.model_validate(done), []
     records = ran.records
-    smooth = setup.smooth_steps if isinstance(setup, BalanceSetup) else 1
     try:
-        figures, curve = analyse_window(records.feedback, len(cell.slowdowns), setup.warmup_steps, setup.steps, smooth)
-        if isinstance(setup, RealdataSetup):
-            figures["accuracy"] = accuracy_curve(records.evaluations, records.feedback, setup.smooth_evals,
-                                                 setup.held_out_metric)
-            figures["wall_step_seconds_median"] = wall_period_median(
-                records.feedback, [p.step for p in figures["accuracy"]], setup.warmup_steps, setup.until_step)
+        accuracy = (accuracy_curve(records.evaluations, records.feedback, setup.smooth_evals, setup.held_out_metric)
+                    if isinstance(setup, RealdataSetup) else [])
+        smooth = setup.smooth_steps if isinstance(setup, BalanceSetup) else 1
+        figures, curve = analyse_window(records.feedback, len(cell.slowdowns), setup.warmup_steps, setup.steps, smooth,
+                                        [p.step for p in accuracy])
     except ValueError as exc:
-        return Run.model_validate({**identity, "error": f"{ran.error or ''} analysis: {exc}".strip()}), []
+        return Run.model_validate({**done, "error": f"{ran.error or ''} analysis: {exc}".strip()}), []
     sizes = np.concatenate([r.sizes[r.decoded] for r in records.records.values()] or [np.zeros(0)])
-    missing = isinstance(setup, RealdataSetup) and not figures["accuracy"]
+    missing = isinstance(setup, RealdataSetup) and not accuracy
     return Run.model_validate({
-        **identity, **figures, "samples_unaccounted": ran.report.samples_unaccounted,
+        **done, **figures, "accuracy": accuracy, "samples_unaccounted": ran.report.samples_unaccounted,
         "size_dif_measured": float(np.std(sizes)) if len(sizes) else None,
         "error": ran.error or ("no held-out evaluation read back" if missing else None)}), curve
 
@@ -309,43 +243,25 @@ def control_cell(cells: Sequence[CellRuns]) -> Run | None:
 
 @dataclass(frozen=True)
 class Comparison:
-    """ett-stream in one (fleet, DIF) cell against the best work rate, the oracle (the control's wall period x
-    n / sum(1 / s_i); `over_oracle_runs`: each round against its own), static and chronica."""
+    """ett-stream in one (fleet, DIF) cell against the best work rate, chronica's time to the target loss and the oracle
+    (the control's wall period x n / sum(1 / s_i); within it: at most 5% above at DIF 0, 10% with varying sizes)."""
 
     slowdowns: tuple[float, ...]
     dif: float
     best_policy: str
     best_over_ett_stream: float
-    ett_stream_wall_seconds: float | None
     oracle_wall_seconds: float | None
     over_oracle: float | None
-    over_oracle_runs: list[float]
-    tolerance: float
     within_oracle: bool | None
-    wall_speedup_vs_static: float | None
     ett_stream_seconds_to_target: float | None
     chronica_seconds_to_target: float | None
     target_no_later_than_chronica: bool | None
-    backlog_held: bool | None
-
-
-def _oracle_ratios(runs: Sequence[Run]) -> dict[tuple[tuple[float, ...], float | None], list[float]]:
-    """ett-stream's wall period over its own round's oracle, per (fleet, DIF), in round order."""
-    out: dict[tuple[tuple[float, ...], float | None], list[float]] = defaultdict(list)
-    for rep in sorted({r.repeat for r in runs}):
-        mine = [r for r in runs if r.repeat == rep and not r.error]
-        control = control_cell(combine(mine))
-        base = control.wall_step_seconds_median if control else None
-        for r in mine:
-            if base and r.policy == "ett-stream" and r.wall_step_seconds_median:
-                out[(r.slowdowns, r.dif)].append(r.wall_step_seconds_median / (base * oracle_factor(r.slowdowns)))
-    return out
 
 
 def comparisons(runs: Sequence[Run], setup: BalanceSetup) -> list[Comparison]:
-    """ett-stream per heterogeneous (fleet, DIF) cell against the best work rate, the oracle, static and chronica."""
+    """ett-stream per heterogeneous (fleet, DIF) cell against the best work rate, the oracle and chronica."""
     cells = combine(runs)
-    control, ratios = control_cell(cells), _oracle_ratios(runs) if setup.repeats > 1 else {}
+    control = control_cell(cells)
     base = control.wall_step_seconds_median if control else None
     out = []
     for slow, dif in product(setup.slowdowns, setup.difs):
@@ -354,72 +270,16 @@ def comparisons(runs: Sequence[Run], setup: BalanceSetup) -> list[Comparison]:
         if mine is None or not mine.size_per_s or not rated:
             continue
         best = max(rated, key=lambda c: c.size_per_s or 0.0)
-        static, chronica = group.get("static"), group.get("chronica")
-        wall, ett_t = mine.wall_step_seconds_median, mine.seconds_to_target
-        chronica_t = chronica.seconds_to_target if chronica else None
+        chronica = group.get("chronica")
+        ett_t, chronica_t = mine.seconds_to_target, chronica.seconds_to_target if chronica else None
         oracle = base * oracle_factor(slow) if base else None
-        over, tolerance = ratio(wall, oracle), ORACLE_TOLERANCE[dif == 0]
-        held = [c.backlog_held for c in group.values()]
+        over = ratio(mine.wall_step_seconds_median, oracle)
         out.append(Comparison(
             slowdowns=slow, dif=dif, best_policy=best.policy,
-            best_over_ett_stream=(best.size_per_s or 0.0) / mine.size_per_s, ett_stream_wall_seconds=wall,
-            oracle_wall_seconds=oracle, over_oracle=over, over_oracle_runs=ratios.get((slow, dif), []),
-            tolerance=tolerance, within_oracle=None if over is None else over <= 1.0 + tolerance,
-            wall_speedup_vs_static=ratio(static.wall_step_seconds_median, wall) if static else None,
+            best_over_ett_stream=(best.size_per_s or 0.0) / mine.size_per_s, oracle_wall_seconds=oracle,
+            over_oracle=over, within_oracle=None if over is None else over <= (1.05 if dif == 0 else 1.10),
             ett_stream_seconds_to_target=ett_t, chronica_seconds_to_target=chronica_t,
             target_no_later_than_chronica=None if chronica is None or (ett_t is None and chronica_t is None)
-            else ett_t is not None and (chronica_t is None or ett_t <= chronica_t),
-            backlog_held=None if any(h is None for h in held) else all(held)))
+            else ett_t is not None and (chronica_t is None or ett_t <= chronica_t)))
     return out
 
-
-@dataclass(frozen=True)
-class RealdataFigures:
-    """ett-stream (cell medians) against the other policy that reached the target soonest, static and the oracle
-    (the control x n / sum(1 / s_i); a control slower than ett-stream bounds nothing; the oracle's time to the target
-    is the control's pace to its own in static's steps)."""
-
-    ett_stream: Run | None
-    static: Run | None
-    control: Run | None
-    best_other: Run | None
-    no_later_than_best: bool | None
-    speedup_vs_static: float | None
-    oracle_step_seconds: float | None
-    over_oracle: float | None
-    oracle_is_bound: bool | None
-    oracle_seconds_to_target: float | None
-    oracle_speedup_vs_static: float | None
-    pace_over_oracle: float | None
-
-
-def _pace(cell: CellRuns | None) -> float | None:
-    return median([r.seconds_to_target / r.steps_to_target for r in cell.ok
-                   if r.seconds_to_target is not None and r.steps_to_target]) if cell else None
-
-
-def realdata_figures(result: RealdataResult) -> RealdataFigures:
-    """ett-stream against the best other policy, static and the oracle (medians over each cell's runs)."""
-    cells = combine(result.runs)
-    hetero = {c.fig.policy: c for c in cells if not c.fig.control}
-    control = next((c for c in cells if c.fig.control), None)
-    others = [c.fig for name, c in hetero.items() if name != "ett-stream" and c.fig.seconds_to_target is not None]
-    best = min(others, key=lambda r: r.seconds_to_target or 0.0) if others else None
-    ett_cell, static_cell = hetero.get("ett-stream"), hetero.get("static")
-    ett, static = ett_cell.fig if ett_cell else None, static_cell.fig if static_cell else None
-    ett_t, static_t = ett.seconds_to_target if ett else None, static.seconds_to_target if static else None
-    ett_wall = ett.wall_step_seconds_median if ett else None
-    ctrl_wall = control.fig.wall_step_seconds_median if control else None
-    factor = oracle_factor(result.setup.slowdowns)
-    oracle_pace = pace * factor if (pace := _pace(control)) else None
-    oracle_step = ctrl_wall * factor if ctrl_wall else None
-    oracle_t = oracle_pace * static.steps_to_target if oracle_pace and static and static.steps_to_target else None
-    return RealdataFigures(
-        ett_stream=ett, static=static, control=control.fig if control else None, best_other=best,
-        no_later_than_best=None if ett is None or not hetero.keys() - {"ett-stream"}
-        else ett_t is not None and (best is None or ett_t <= (best.seconds_to_target or 0.0)),
-        speedup_vs_static=static_t / ett_t if ett_t and static_t is not None else None,
-        oracle_step_seconds=oracle_step, over_oracle=ratio(ett_wall, oracle_step),
-        oracle_is_bound=None if not ctrl_wall or ett_wall is None else ctrl_wall <= ett_wall,
-        oracle_seconds_to_target=oracle_t, oracle_speedup_vs_static=ratio(static_t, oracle_t),
-        pace_over_oracle=ratio(_pace(ett_cell), oracle_pace))

@@ -10,8 +10,8 @@ from stack.report import median
 from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import TIMES, Target, figure, pyplot, table, targets_table
-from .figures import BalanceResult, RealdataResult, Run, combine, comparisons, control_cell, ratio, realdata_figures
-from .setup import FleetSetup, fleet_label
+from .figures import BalanceResult, CellRuns, RealdataResult, combine, comparisons, control_cell, ratio
+from .setup import FleetSetup, Run, fleet_label, oracle_factor
 
 __all__ = ["balance_targets", "plot_balance", "plot_realdata", "realdata_targets", "render_balance",
            "render_realdata", "target_cells"]
@@ -116,74 +116,60 @@ def balance_targets(result: BalanceResult) -> list[Target]:
 
 
 def plot_balance(result: BalanceResult) -> Any:
-    """Wall period (and oracle) and SE (and noise floor) per policy vs DIF, a column per heterogeneous fleet."""
+    """Wall period per policy vs DIF, and the oracle, a panel per heterogeneous fleet."""
     cells = [c.fig for c in combine(result.runs) if c.fig.step_seconds_median is not None]
     if not cells:
         raise ValueError("no measured cells to plot")
-    controls = [c for c in cells if c.control]
     slows = (sorted({c.slowdowns for c in cells if not c.control}, key=lambda s: -max(s))
              or sorted({c.slowdowns for c in cells}))
     oracles = {p.slowdowns: p.oracle_wall_seconds for p in comparisons(result.runs, result.setup)}
-    fig, axes = pyplot().subplots(2, len(slows), figsize=(6.0 * len(slows), 6.4), squeeze=False)
-    for col, slow in enumerate(slows):
-        period, se = axes[0][col], axes[1][col]
+    fig, axes = pyplot().subplots(1, len(slows), figsize=(6.0 * len(slows), 3.8), squeeze=False)
+    for ax, slow in zip(axes[0], slows, strict=True):
         for policy in [p for p in POLICY_NAMES if any(c.policy == p for c in cells)]:
-            pts = sorted((c.dif or 0.0, (c.wall_step_seconds_median or c.step_seconds_median or 0.0) * 1e3,
-                          c.straggler_effect_median) for c in cells if c.policy == policy and c.slowdowns == slow)
+            pts = sorted((c.dif or 0.0, (c.wall_step_seconds_median or c.step_seconds_median or 0.0) * 1e3)
+                         for c in cells if c.policy == policy and c.slowdowns == slow)
             style = {"linewidth": 2.5, "color": "black"} if policy == "ett-stream" else {"alpha": 0.8}
-            period.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy, **style)
-            se.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", **style)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy, **style)
         if oracle := oracles.get(slow):
-            period.axhline(oracle * 1e3, color="green", linestyle=":", linewidth=1,
-                           label=f"oracle (control {TIMES} n / Σ 1/s_i)")
-        period.set(title=f"slow-downs {fleet_label(slow)}", ylabel="wall period, median (ms)", ylim=(0, None))
-        se.axhline(0.10, color="green", linestyle=":", linewidth=1, label="SE 0.10 target")
-        for control in controls if slow not in {c.slowdowns for c in controls} else ():
-            se.axhline(control.straggler_effect_median or 0.0, color="grey", linestyle="--", linewidth=1,
-                       label=f"noise floor ({control.policy}, equal ranks, DIF {control.dif:g})")
-        se.set(xlabel="DIF (std of sample sizes)", ylabel="straggler effect, median (log)", yscale="log")
+            ax.axhline(oracle * 1e3, color="green", linestyle=":", linewidth=1,
+                       label=f"oracle (control {TIMES} n / Σ 1/s_i)")
         difs = sorted({c.dif or 0.0 for c in cells if c.slowdowns == slow})
-        for ax in (period, se):
-            ax.set_xticks(difs)
-            if len(difs) == 1:
-                ax.set_xlim(difs[0] - 10, difs[0] + 10)
-        se.legend(fontsize=7, loc="center right")
+        ax.set(title=f"slow-downs {fleet_label(slow)}", xlabel="DIF (std of sample sizes)",
+               ylabel="wall period, median (ms)", ylim=(0, None), xticks=difs)
+        if len(difs) == 1:
+            ax.set_xlim(difs[0] - 10, difs[0] + 10)
     axes[0][0].legend(fontsize=7, loc="center right")
     fig.suptitle(f"{result.setup.devices} gloo ranks, global batch {result.setup.global_batch}, {result.setup.steps} "
                  f"measured steps after {result.setup.warmup_steps} warm-up", fontsize=9)
     return fig
 
 
-def _settings(setup: FleetSetup) -> str:
-    return ", ".join(f"`{k}={v}`" for k, v in setup.settings.items())
+def _setup_line(setup: FleetSetup, seconds: float, fleet: str, target: str) -> str:
+    """A section's setup: the fleet, the window, the rounds and the target, then every setting."""
+    return (f"Setup: {fleet}, time scale {setup.time_scale:g}, global batch {setup.global_batch}, {setup.warmup_steps} "
+            f"warm-up + {setup.steps} measured steps, {setup.repeats} round{'s' if setup.repeats > 1 else ''} "
+            f"(medians), backlog {setup.backlog_per_device:,} per device, run time {seconds / 60:.1f} min. {target}. "
+            "Settings: " + ", ".join(f"`{k}={v}`" for k, v in setup.settings.items()) + ".")
 
 
 def render_balance(result: BalanceResult) -> str:
-    """The `balance` section of BENCHMARKS.md: setup, targets, ett-stream per cell, the full table."""
+    """The `balance` section of BENCHMARKS.md: setup, targets, every cell (its wall period over its fleet's oracle)."""
     setup = result.setup
     repeated = setup.repeats > 1
     fleet, dif, _, _ = target_cells(result)
-    per_cell = [[fleet_label(p.slowdowns), f"{p.dif:g}", figure(p.ett_stream_wall_seconds, ".1f", 1e3),
-                 figure(p.oracle_wall_seconds, ".1f", 1e3), figure(p.over_oracle, ".3f"),
-                 " / ".join(f"{v:.2f}" for v in p.over_oracle_runs) or "—", f"{p.tolerance:.0%}",
-                 figure(p.wall_speedup_vs_static, ".2f"), _s(p.ett_stream_seconds_to_target),
-                 _s(p.chronica_seconds_to_target), {None: "—", True: "held", False: "drained"}[p.backlog_held]]
-                for p in comparisons(result.runs, setup)]
+    control = control_cell(combine(result.runs))
+    base = control.wall_step_seconds_median if control else None
     rows = [[text(c.fig) for _, text in _CELL_COLUMNS]
+            + [figure(ratio(c.fig.wall_step_seconds_median, base and base * oracle_factor(c.fig.slowdowns)), ".3f")]
             + ([" / ".join(figure(r.step_seconds_median, ".0f", 1e3) for r in c.runs)] if repeated else [])
             for c in combine(result.runs)]
     return "\n\n".join([
-        f"Setup: {setup.devices} ranks, time scale {setup.time_scale:g}, global batch {setup.global_batch}, "
-        f"{setup.warmup_steps} warm-up + {setup.steps} measured steps"
-        + (f", the whole matrix run {setup.repeats} times (medians)" if repeated else "")
-        + f", sizes mean {setup.size_mean:g} with std = DIF, backlog {setup.backlog_per_device:,} per device, run "
-        f"time {result.seconds / 60:.1f} min. Target loss " + ", ".join(
-            f"DIF {d}: {v:.4f}" for d, v in result.target_loss.items()) + f" ({result.target_loss_rule}). "
-        f"Settings: {_settings(setup)}.",
+        _setup_line(setup, result.seconds, f"{setup.devices} ranks, sizes mean {setup.size_mean:g} with std = DIF",
+                    "Target loss " + ", ".join(f"DIF {d}: {v:.4f}" for d, v in result.target_loss.items())
+                    + f" ({result.target_loss_rule})"),
         targets_table(balance_targets(result), f"target (speed-up and SE at {fleet_label(fleet)}, DIF {dif:g})"),
-        table(["slow-downs", "DIF", "ett-stream wall ms", "oracle ms", "over oracle", "each run vs its own",
-               "tolerance", f"{TIMES} static (wall)", "s to target: ett-stream", "chronica", "backlog"], per_cell),
-        table([header for header, _ in _CELL_COLUMNS] + (["step ms of each run"] if repeated else []), rows),
+        table([header for header, _ in _CELL_COLUMNS] + ["wall over oracle"]
+              + (["step ms of each run"] if repeated else []), rows),
         "Split ms: compute / communication / plan wait / data wait / hold on the critical path.",
     ])
 
@@ -193,73 +179,76 @@ def _name(run: Run) -> str:
 
 
 def plot_realdata(result: RealdataResult) -> Any:
-    """Every run's held-out metric over training time; per policy the time to the target and the wall period."""
+    """Every run's held-out metric over training time (evaluation pauses left out), and the target."""
     measured = [c for c in combine(result.runs) if not c.fig.error]
     if not measured:
         raise ValueError("no measured runs to plot")
-    colours = {_name(c.fig): f"C{i}" for i, c in enumerate(measured)}
-    fig, (acc, reach, period) = pyplot().subplots(1, 3, figsize=(15.0, 4.6), gridspec_kw={"width_ratios": [1.6, 1, 1]})
-    for c in measured:
-        for i, run in enumerate(c.ok):
-            acc.plot([p.seconds for p in run.accuracy], [p.smoothed for p in run.accuracy], color=colours[_name(c.fig)],
-                     alpha=0.85, linestyle="--" if c.fig.control else "-", label=None if i else
-                     f"{run.policy}{' (control)' if c.fig.control else ''}",
-                     linewidth=2.2 if run.policy == "ett-stream" and not c.fig.control else 1.1)
-    setup, figs, metric = result.setup, realdata_figures(result), result.setup.held_out_metric
+    setup, metric = result.setup, result.setup.held_out_metric
+    fig, ax = pyplot().subplots(figsize=(9.0, 4.6))
+    for i, c in enumerate(measured):
+        for j, run in enumerate(c.ok):
+            ax.plot([p.seconds for p in run.accuracy], [p.smoothed for p in run.accuracy], color=f"C{i}", alpha=0.85,
+                    linestyle="--" if c.fig.control else "-", label=None if j else _name(c.fig),
+                    linewidth=2.2 if run.policy == "ett-stream" and not c.fig.control else 1.1)
     if result.target is not None:
-        acc.axhline(result.target, color="black", linestyle=":", linewidth=1, label=f"target {result.target:.3f}")
-    acc.set(xlabel="training seconds (evaluation pauses left out)", ylabel=f"held-out {metric} (smoothed)",
-            title=f"{setup.dataset}: held-out {metric}, every run")
-    acc.legend(fontsize=7, loc="upper right" if setup.lower_is_better else "lower right")
-    hetero = [c for c in measured if not c.fig.control]
-    reach.bar([_name(c.fig) for c in hetero], [c.fig.seconds_to_target or 0.0 for c in hetero],
-              color=[colours[_name(c.fig)] for c in hetero])
-    for i, c in enumerate(hetero):
-        runs = [r.seconds_to_target for r in c.ok if r.seconds_to_target is not None]
-        reach.scatter([i] * len(runs), runs, color="black", s=10, zorder=3)
-        if c.fig.seconds_to_target is None:
-            reach.text(i, 0, "not reached", rotation=90, ha="center", va="bottom", fontsize=7)
-    reach.set(ylabel="seconds to the target (median; dots: runs)", title=f"time to the target {metric}")
-    period.bar([_name(c.fig) for c in measured], [(c.fig.wall_step_seconds_median or 0.0) * 1e3 for c in measured],
-               color=list(colours.values()))
-    if (oracle := figs.oracle_step_seconds) is not None:
-        period.axhline(oracle * 1e3, color="green", linestyle="--", linewidth=1.2, label=f"oracle {oracle * 1e3:.0f} ms"
-                       + (" (no bound: the control ran slower)" if figs.oracle_is_bound is False else ""))
-        period.axhline(oracle * 1.15e3, color="green", linestyle=":", linewidth=1, label="oracle + 15%")
-        period.legend(fontsize=7)
-    period.set(ylabel="step time, wall period (median, ms)", title="step time against the oracle")
-    for ax in (reach, period):
-        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+        ax.axhline(result.target, color="black", linestyle=":", linewidth=1, label=f"target {result.target:.3f}")
+    ax.set(xlabel="training seconds (evaluation pauses left out)", ylabel=f"held-out {metric} (smoothed)",
+           title=f"{setup.dataset}: held-out {metric}, every run")
+    ax.legend(fontsize=7, loc="upper right" if setup.lower_is_better else "lower right")
     fig.suptitle(f"{setup.devices} gloo ranks, slow-downs {fleet_label(setup.slowdowns)}, global batch "
                  f"{setup.global_batch}, {setup.repeats} round{'s' if setup.repeats > 1 else ''}", fontsize=9)
     return fig
 
 
+def _pace(cell: CellRuns | None) -> float | None:
+    """A cell's median seconds per step to the target."""
+    return median([r.seconds_to_target / r.steps_to_target for r in cell.ok
+                   if r.seconds_to_target is not None and r.steps_to_target]) if cell else None
+
+
+def _oracle_target(ett: Run | None, control: Run | None, factor: float) -> Target:
+    """ett-stream's wall period against the oracle, the control's x `factor` (a slower control bounds nothing)."""
+    ett_wall = ett.wall_step_seconds_median if ett else None
+    control_wall = control.wall_step_seconds_median if control else None
+    oracle = control_wall * factor if control_wall else None
+    over = ratio(ett_wall, oracle)
+    bound = None if not control_wall or ett_wall is None else control_wall <= ett_wall
+    return Target("`ett-stream`'s median wall period within 15% of the oracle",
+                  f"{figure(ett_wall, '.0f', 1e3)} ms against {figure(oracle, '.0f', 1e3)} ms (control "
+                  f"{figure(control_wall, '.0f', 1e3)} ms) = {figure(over, '.2f')}{TIMES}"
+                  + (" — the control ran slower: this oracle bounds nothing" if bound is False else ""),
+                  None if over is None or not bound else over <= 1.15)
+
+
 def realdata_targets(result: RealdataResult) -> list[Target]:
-    """The dataset workload's targets: time to the target against the best other policy and static, the oracle."""
-    t = realdata_figures(result)
-    ett_s = t.ett_stream.seconds_to_target if t.ett_stream else None
-    speed = (f"static {_s(t.static.seconds_to_target if t.static else None, 'not reached')} / ett-stream "
-             f"{_s(ett_s, 'not reached')}" + ("" if t.speedup_vs_static is None
-                                              else f" = {t.speedup_vs_static:.2f}{TIMES}"))
-    if t.oracle_speedup_vs_static is not None:
-        speed += (f"; a perfect split from step 0 would take {_s(t.oracle_seconds_to_target, 'not reached')} = "
-                  f"{t.oracle_speedup_vs_static:.2f}{TIMES}; ett-stream's pace to it "
-                  f"{figure(t.pace_over_oracle, '.2f')}{TIMES} the oracle's")
-    best, control = t.best_other, t.control.wall_step_seconds_median if t.control else None
+    """ett-stream's time to the target against the best other policy and static (and the oracle's: the control's pace
+    to its own x n / sum(1 / s_i), in static's steps); its wall period against the oracle. Cell medians throughout."""
+    cells = combine(result.runs)
+    hetero = {c.fig.policy: c for c in cells if not c.fig.control}
+    control = next((c for c in cells if c.fig.control), None)
+    ett, static = hetero.get("ett-stream"), hetero.get("static")
+    ett_t = ett.fig.seconds_to_target if ett else None
+    static_t = static.fig.seconds_to_target if static else None
+    others = [c.fig for name, c in hetero.items() if name != "ett-stream" and c.fig.seconds_to_target is not None]
+    best = min(others, key=lambda r: r.seconds_to_target or 0.0, default=None)
+    factor, speedup = oracle_factor(result.setup.slowdowns), ratio(static_t, ett_t)
+    oracle_pace = pace * factor if (pace := _pace(control)) else None
+    static_steps = static.fig.steps_to_target if static else None
+    oracle_t = oracle_pace * static_steps if oracle_pace and static_steps else None
+    speed = f"static {_s(static_t, 'not reached')} / ett-stream {_s(ett_t, 'not reached')}" + (
+        "" if speedup is None else f" = {speedup:.2f}{TIMES}")
+    if (oracle_speedup := ratio(static_t, oracle_t)) is not None:
+        speed += (f"; a perfect split from step 0 would take {_s(oracle_t)} = {oracle_speedup:.2f}{TIMES}; "
+                  f"ett-stream's pace to it {figure(ratio(_pace(ett), oracle_pace), '.2f')}{TIMES} the oracle's")
     return [
         Target(f"`ett-stream` reaches the target {result.setup.held_out_metric} no later than the best other policy",
-               f"ett-stream {_s(ett_s, 'not reached')}, best other "
-               + (f"{best.policy} {_s(best.seconds_to_target, 'not reached')}" if best else "none reached it"),
-               t.no_later_than_best),
+               f"ett-stream {_s(ett_t, 'not reached')}, best other "
+               + (f"{best.policy} {_s(best.seconds_to_target)}" if best else "none reached it"),
+               None if ett is None or len(hetero) < 2 else ett_t is not None and (best is None or ett_t <= (
+                   best.seconds_to_target or 0.0))),
         Target(f"`ett-stream` reaches it ≥ 2{TIMES} sooner than `static`", speed,
-               None if t.speedup_vs_static is None else t.speedup_vs_static >= 2.0),
-        Target("`ett-stream`'s median wall period within 15% of the oracle",
-               f"{figure(t.ett_stream.wall_step_seconds_median if t.ett_stream else None, '.0f', 1e3)} ms against "
-               f"{figure(t.oracle_step_seconds, '.0f', 1e3)} ms (control {figure(control, '.0f', 1e3)} ms) = "
-               f"{figure(t.over_oracle, '.2f')}{TIMES}"
-               + (" — the control ran slower: this oracle bounds nothing" if t.oracle_is_bound is False else ""),
-               None if t.over_oracle is None or not t.oracle_is_bound else t.over_oracle <= 1.15),
+               None if speedup is None else speedup >= 2.0),
+        _oracle_target(ett.fig if ett else None, control.fig if control else None, factor),
     ]
 
 
@@ -275,13 +264,9 @@ def render_realdata(result: RealdataResult) -> str:
              figure(median([r.accuracy[-1].accuracy for r in c.ok if r.accuracy]), ".3f"),
              "—" if c.fig.error else str(c.fig.samples_unaccounted)] for c in combine(result.runs)]
     return "\n\n".join([
-        f"Setup: {setup.dataset}, {setup.devices} ranks at slow-downs {fleet_label(setup.slowdowns)}, time scale "
-        f"{setup.time_scale:g}, global batch {setup.global_batch}, held-out {setup.held_out_metric} every "
-        f"{setup.eval_every} steps, {setup.warmup_steps} warm-up + {setup.steps} measured steps, {setup.repeats} "
-        f"rounds, backlog {setup.backlog_per_device:,} per device, run time {result.seconds / 60:.1f} min. Target "
-        f"{setup.held_out_metric} "
-        + ("—" if result.target is None else f"{result.target:.3f}") + f" ({result.target_rule}). "
-        f"Settings: {_settings(setup)}.",
+        _setup_line(setup, result.seconds, f"{setup.dataset}, {setup.devices} ranks at slow-downs "
+                    f"{fleet_label(setup.slowdowns)}, held-out {setup.held_out_metric} every {setup.eval_every} steps",
+                    f"Target {setup.held_out_metric} {figure(result.target, '.3f')} ({result.target_rule})"),
         targets_table(realdata_targets(result)),
         table(["policy", "runs", "s to target (median)", "s to target, each run", "steps to target",
                "step ms (wall period)", "slowest rank's step ms", "SE (median)", "samples per step by device",

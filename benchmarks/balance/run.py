@@ -14,10 +14,10 @@ from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import External, LaunchOptions, Out, Seed, WorkDir, figure, problems, publish
 from ..live import StackCell, live_broker, run_stack_cell
-from .figures import BalanceResult, Curve, RealdataResult, Run, judge_balance, judge_realdata, read_run
-from .setup import DEFAULT_FLEETS, FLEETS, REALDATA_POLICIES, BalanceSetup, RealdataSetup, fleet_label, parse_fleet
+from .figures import BalanceResult, Curve, RealdataResult, judge_balance, judge_realdata, read_run
+from .setup import DEFAULT_FLEETS, FLEETS, REALDATA_POLICIES, BalanceSetup, RealdataSetup, Run, fleet_label, parse_fleet
 
-__all__ = ["balance_command", "realdata_command", "run_setup"]
+__all__ = ["balance_command", "realdata_command"]
 
 Setup = BalanceSetup | RealdataSetup
 
@@ -31,17 +31,18 @@ def _run_plan(setup: Setup, tag: str, replay: dict[str, object] | None, runs: Pa
     plan, out = setup.plan(), []
     cfg = launch.config({"kafka.bootstrap_servers": bootstrap} if bootstrap else None)
     with live_broker(cfg, bootstrap is not None, tag) as broker:
-        for i, (rep, cell) in enumerate(plan):
-            console.print(f"[{i + 1}/{len(plan)}] round {rep}: {cell.label} ...", highlight=False)
+        for i, cell in enumerate(plan):
+            console.print(f"[{i + 1}/{len(plan)}] round {cell.repeat}: {cell.label} ...", highlight=False)
+            name = (f"{i:02d}-{cell.policy}" + ("" if cell.dif is None else f"-dif{cell.dif:g}")
+                    + f"-{fleet_label(cell.slowdowns, 'x')}")
             ran = run_stack_cell(StackCell(
-                name=f"{i:02d}-{cell.policy}" + ("" if cell.dif is None else f"-dif{cell.dif:g}")
-                + f"-{fleet_label(cell.slowdowns, 'x')}", tag=tag, index=i, streams=setup.streams(cell),
-                settings={**setup.settings_of(cell), **(replay or {})}, policy=cell.policy, replay=replay is not None,
+                streams=setup.streams(cell), out=runs / name, tag=tag, index=i, policy=cell.policy,
+                settings={**setup.settings_of(cell), **(replay or {})}, replay=replay is not None,
                 backlog=setup.backlog_per_device, until_step=setup.until_step, seed=setup.seed,
                 start_timeout_s=setup.start_timeout_s, extra_sets=setup.extra_sets), broker.kafka.bootstrap_servers,
-                runs, launch)
-            out.append(read_run(ran, cell, rep, setup))
-            run = out[-1][0]
+                launch)
+            run, curve = read_run(ran, cell, setup)
+            out.append((run, curve))
             console.print(f"  [red]{run.error[:300]}" if run.error else
                           f"  step {figure(run.step_seconds_median, '.1f', 1e3)} ms, wall "
                           f"{figure(run.wall_step_seconds_median, '.1f', 1e3)} ms, SE "
@@ -50,44 +51,39 @@ def _run_plan(setup: Setup, tag: str, replay: dict[str, object] | None, runs: Pa
     return out
 
 
-def run_setup(setup: Setup, out: Path, launch: LaunchOptions = LaunchOptions(), bootstrap: str | None = None,
-              runs: Path | None = None) -> BalanceResult | RealdataResult:
-    """Run the setup's plan (runs in `runs`, default DIR/<name>-runs), time each run to its target, write
-    DIR/<name>.json and .png (name: balance, or realdata). ValueError: the dataset cannot be replayed or held out."""
+def _main(ctx: typer.Context, name: str, build: Callable[[], Setup], out: Path, work_dir: Path, external: bool) -> None:
+    """Build the setup and run its plan (each run in WORK_DIR/<name>), time each run to its target, write
+    DIR/<name>.json and .png; exit 2 when the setup is bad or its dataset has no held-out split, 1 when a run failed."""
     from stack.replay import resolve_replay
+    from streamtrain.cli_support import EXIT_CONFIG, config_from, die
 
     from . import BALANCE, REALDATA
 
+    bootstrap, launch = config_from(ctx).kafka.bootstrap_servers if external else None, LaunchOptions.of(ctx)
     replay: dict[str, object] | None = None
-    if isinstance(setup, RealdataSetup):
-        resolved = resolve_replay(setup.dataset, launch.config(setup.settings_of(setup.cells()[0])))
-        if resolved.held_out is None:
-            raise ValueError(f"dataset {setup.dataset}: no held-out split to measure {setup.held_out_metric} on")
-        replay = resolved.settings
-    name, began = "realdata" if replay is not None else "balance", time.monotonic()
-    ran = _run_plan(setup, name, replay, runs or out / f"{name}-runs", launch, bootstrap)
+    try:
+        setup = build()
+        if isinstance(setup, RealdataSetup):
+            resolved = resolve_replay(setup.dataset, launch.config(setup.settings_of(setup.cells()[0])))
+            if resolved.held_out is None:
+                raise ValueError(f"dataset {setup.dataset}: no held-out split to measure {setup.held_out_metric} on")
+            replay = resolved.settings
+    except ValueError as exc:
+        die(f"bench {name}: {problems(exc)}", EXIT_CONFIG)
+    began = time.monotonic()
+    ran = _run_plan(setup, name, replay, work_dir / name, launch, bootstrap)
     settings = {**setup.settings_of(setup.cells()[0]), **(replay or {}), "trainer.slowdowns": "per cell",
                 **launch.overrides()}
     done = {"setup": setup.model_copy(update={"settings": settings}), "seconds": round(time.monotonic() - began, 1)}
+    result: BalanceResult | RealdataResult
     if isinstance(setup, BalanceSetup):
         judged, targets, rule = judge_balance(ran, setup)
-        return publish(BALANCE, BalanceResult.model_validate(
+        result = publish(BALANCE, BalanceResult.model_validate(
             {**done, "target_loss": targets, "target_loss_rule": rule, "runs": judged}), out)
-    judged, target, rule = judge_realdata([run for run, _ in ran], setup)
-    return publish(REALDATA, RealdataResult.model_validate(
-        {**done, "target": target, "target_rule": rule, "runs": judged}), out)
-
-
-def _main(ctx: typer.Context, name: str, build: Callable[[], Setup], out: Path, work_dir: Path, external: bool) -> None:
-    """Build the setup (exit 2 when bad), run it, exit 1 when any run failed."""
-    from streamtrain.cli_support import EXIT_CONFIG, config_from, die
-
-    cfg = config_from(ctx)
-    try:
-        result = run_setup(build(), out, LaunchOptions.of(ctx), cfg.kafka.bootstrap_servers if external else None,
-                           work_dir / name)
-    except ValueError as exc:
-        die(f"bench {name}: {problems(exc)}", EXIT_CONFIG)
+    else:
+        judged, target, rule = judge_realdata([run for run, _ in ran], setup)
+        result = publish(REALDATA, RealdataResult.model_validate(
+            {**done, "target": target, "target_rule": rule, "runs": judged}), out)
     if any(r.error for r in result.runs):
         raise typer.Exit(1)
 

@@ -1,11 +1,10 @@
-"""What the balance benchmark runs: `BalanceSetup` (synthetic streams, fleets x DIF) and `RealdataSetup` (a packaged
-dataset on one fleet, with its homogeneous control), both a `FleetSetup`."""
+"""What the balance benchmark runs: a `FleetSetup`'s plan of `Run`s (once run, also what each measured), for synthetic
+streams over fleets x DIF (`BalanceSetup`) or a packaged dataset on one fleet and its control (`RealdataSetup`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, JsonValue, model_validator
@@ -17,8 +16,8 @@ from ..common import Record
 if TYPE_CHECKING:
     from stack.services import DeviceStream
 
-__all__ = ["DATASETS", "DEFAULT_FLEETS", "FLEETS", "REALDATA_POLICIES", "BalanceSetup", "Cell", "FleetSetup",
-           "RealdataSetup", "balanced_share", "fleet_label", "oracle_factor", "parse_fleet"]
+__all__ = ["DEFAULT_FLEETS", "FLEETS", "REALDATA_POLICIES", "AccuracyPoint", "BalanceSetup", "FleetSetup",
+           "RealdataSetup", "Run", "balanced_share", "fleet_label", "oracle_factor", "parse_fleet"]
 
 #: Named fleets, one slow-down factor per rank (rank r computes factor_r times slower).
 FLEETS: dict[str, tuple[float, ...]] = {
@@ -68,17 +67,56 @@ def balanced_share(slowdowns: Sequence[float]) -> float:
     return (1.0 / min(slowdowns)) / sum(1.0 / f for f in slowdowns)
 
 
-@dataclass(frozen=True)
-class Cell:
-    """What one run runs: a policy on a fleet, at a DIF (None: the dataset)."""
+class AccuracyPoint(Record):
+    """A held-out evaluation after `step` steps, at `seconds` of training (pauses left out): value, trailing mean."""
+
+    step: int
+    seconds: float
+    accuracy: float
+    smoothed: float
+
+
+class Run(Record):
+    """One run of a cell (a policy on a fleet, at a DIF; None: the dataset) in round `repeat`: planned, then read
+    back from Kafka with its measured window and its time to the target."""
 
     policy: str
     slowdowns: tuple[float, ...]
     dif: float | None = None
+    repeat: int = 0
+    seconds: float | None = None
+    run_dir: str | None = None
+    error: str | None = None
+    steps_measured: int = 0
+    step_seconds_median: float | None = None
+    """The slowest rank's step (collate, compute, all-reduce, emulated sleep): LBB Table 2's iteration time."""
+    wall_step_seconds_median: float | None = None
+    """Time between step completions (without the periods that held an evaluation)."""
+    straggler_effect_median: float | None = None
+    """LBB Eq. 4 on the ranks' compute seconds, per step."""
+    samples_per_s: float | None = None
+    size_per_s: float | None = None
+    step_size_median: float | None = None
+    trained_size_mean: float | None = None
+    rank_compute_seconds_median: dict[str, float | None] = Field(default_factory=dict)
+    rank_samples_median: dict[str, float | None] = Field(default_factory=dict)
+    plan_wait_seconds_median: float | None = None
+    step_period_split_median: dict[str, float] | None = None
+    """Seconds of each of `WALL_PARTS`, read from the critical-path rank."""
+    backlog_held: bool | None = None
+    """Every device still had samples waiting after every measured step."""
+    backlog_drained_steps: list[int] = Field(default_factory=list)
+    samples_unaccounted: int | None = None
+    """Produced samples neither trained, truncated, dead-lettered nor pending (0 expected)."""
+    size_dif_measured: float | None = None
+    accuracy: list[AccuracyPoint] = Field(default_factory=list)
+    seconds_to_target: float | None = None
+    """From the start of step 0 to the target loss or held-out value; None: never."""
+    steps_to_target: int | float | None = None
 
     @property
     def control(self) -> bool:
-        """A fleet of equal ranks: the homogeneous control."""
+        """Run on a fleet of equal ranks: the homogeneous control."""
         return len(set(self.slowdowns)) == 1
 
     @property
@@ -92,13 +130,13 @@ class FleetSetup(Record):
 
     policies: tuple[str, ...] = POLICY_NAMES
     global_batch: int = 512
-    time_scale: float = 4.0
+    time_scale: float = Field(default=4.0, ge=1.0)
     """Every rank computes this x its training thread's CPU time x its slow-down factor."""
-    warmup_steps: int = 10
-    steps: int = 30
+    warmup_steps: int = Field(default=10, ge=0)
+    steps: int = Field(default=30, ge=1)
     model_window: int = 8
     seed: int = 0
-    repeats: int = 1
+    repeats: int = Field(default=1, ge=1)
     start_timeout_s: float = 240.0
     extra_sets: tuple[str, ...] = ()
     backlog_per_device: int = 0
@@ -115,7 +153,7 @@ class FleetSetup(Record):
         given = {**{name: field.default for name, field in cls.model_fields.items()}, **data}
         fleets = given["slowdowns"]
         fleets = fleets if fleets and isinstance(fleets[0], list | tuple) else [fleets]
-        if "devices" in cls.model_fields and "devices" not in data:
+        if "devices" in cls.model_fields:
             data = {**data, "devices": len(fleets[0])}
         if not data.get("backlog_per_device"):
             share = min(1.0, _SHARE_MARGIN * max((balanced_share(f) for f in fleets if f and min(f) > 0), default=1))
@@ -128,8 +166,6 @@ class FleetSetup(Record):
             raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICY_NAMES)}")
         if self.global_batch < devices:
             raise ValueError(f"global_batch {self.global_batch} is below the {devices} devices")
-        if self.time_scale < 1.0 or self.repeats < 1 or self.steps < 1 or self.warmup_steps < 0:
-            raise ValueError("time_scale >= 1, repeats >= 1, steps >= 1 and warmup_steps >= 0 are required")
 
     @property
     def until_step(self) -> int:
@@ -154,6 +190,7 @@ class BalanceSetup(FleetSetup):
     smooth_steps: int = 5
     """Trailing steps the loss is averaged over before it is compared with the target."""
     devices: int = 0
+    """Ranks per fleet (filled in)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> BalanceSetup:
@@ -161,21 +198,19 @@ class BalanceSetup(FleetSetup):
             raise ValueError("slowdowns: give one or more factor lists, all of the same length (one per rank)")
         if any(f <= 0 for s in self.slowdowns for f in s):
             raise ValueError(f"slowdowns: every factor must be positive (got {self.slowdowns})")
-        if self.devices != len(self.slowdowns[0]):
-            raise ValueError(f"devices {self.devices} differs from the {len(self.slowdowns[0])} factors per fleet")
         self._check(self.devices)
         return self
 
-    def cells(self) -> list[Cell]:
+    def cells(self) -> list[Run]:
         """Fleets x DIF x policies; on the control's equal ranks only static at the smallest DIF."""
-        return [Cell(p, s, d) for s in self.slowdowns for d in self.difs for p in self.policies
+        return [Run(policy=p, slowdowns=s, dif=d) for s in self.slowdowns for d in self.difs for p in self.policies
                 if len(set(s)) > 1 or (p == "static" and d == min(self.difs))]
 
-    def plan(self) -> list[tuple[int, Cell]]:
-        """(round, cell) in running order: the whole matrix, `repeats` times."""
-        return [(rep, cell) for rep in range(self.repeats) for cell in self.cells()]
+    def plan(self) -> list[Run]:
+        """The runs in running order: the whole matrix, `repeats` times."""
+        return [cell.model_copy(update={"repeat": rep}) for rep in range(self.repeats) for cell in self.cells()]
 
-    def streams(self, cell: Cell) -> list[DeviceStream]:
+    def streams(self, cell: Run) -> list[DeviceStream]:
         """Each device's stream: sizes of mean `size_mean` and std the cell's DIF."""
         from stack.services import DeviceStream, size_kind_for
 
@@ -183,7 +218,7 @@ class BalanceSetup(FleetSetup):
         kind = size_kind_for(self.size_mean, dif)
         return [DeviceStream(str(d), 1.0, self.size_mean, dif, kind) for d in range(self.devices)]
 
-    def settings_of(self, cell: Cell) -> dict[str, object]:
+    def settings_of(self, cell: Run) -> dict[str, object]:
         """A cell's settings (scadles: b_min = an equal share, as ScaDLES gives equal streams)."""
         sets = {**self.cell_settings(cell.slowdowns), "producer.synthetic.task_seed": self.seed}
         if cell.policy == "scadles":
@@ -200,13 +235,13 @@ class RealdataSetup(FleetSetup):
     control: bool = True
     """Also run ett-stream with every factor 1: the homogeneous control."""
     global_batch: int = 64
-    warmup_steps: int = 5
-    steps: int = 40
-    eval_every: int = 3
-    smooth_evals: int = 2
+    warmup_steps: int = Field(default=5, ge=0)
+    steps: int = Field(default=40, ge=2)
+    eval_every: int = Field(default=3, ge=1)
+    smooth_evals: int = Field(default=2, ge=1)
     target_accuracy: float | None = Field(default=None, gt=0.0)
     """A fixed target of the held-out metric; None: static's at mid-window."""
-    repeats: int = 3
+    repeats: int = Field(default=3, ge=1)
 
     @property
     def held_out_metric(self) -> str:
@@ -228,8 +263,6 @@ class RealdataSetup(FleetSetup):
         self._check(self.devices)
         if "static" not in self.policies and self.target_accuracy is None:
             raise ValueError("the target accuracy is static's: run static too, or give --target-accuracy")
-        if self.steps < 2 or self.eval_every < 1 or self.smooth_evals < 1:
-            raise ValueError("steps >= 2, eval_every >= 1 and smooth_evals >= 1 are required")
         return self
 
     @property
@@ -241,23 +274,24 @@ class RealdataSetup(FleetSetup):
         """Mid-window: the step of static's value that is the target."""
         return self.warmup_steps + self.steps // 2
 
-    def cells(self) -> list[Cell]:
+    def cells(self) -> list[Run]:
         """One round: each policy on the fleet, then the control."""
-        return ([Cell(p, self.slowdowns) for p in self.policies]
-                + ([Cell("ett-stream", (1.0,) * self.devices)] if self.control else []))
+        return ([Run(policy=p, slowdowns=self.slowdowns) for p in self.policies]
+                + ([Run(policy="ett-stream", slowdowns=(1.0,) * self.devices)] if self.control else []))
 
-    def plan(self) -> list[tuple[int, Cell]]:
-        """(round, cell) in running order, round r's cells rotated by r."""
+    def plan(self) -> list[Run]:
+        """The runs in running order, round r's cells rotated by r."""
         cells = self.cells()
-        return [(rep, cells[(rep + i) % len(cells)]) for rep in range(self.repeats) for i in range(len(cells))]
+        return [cells[(rep + i) % len(cells)].model_copy(update={"repeat": rep})
+                for rep in range(self.repeats) for i in range(len(cells))]
 
-    def streams(self, cell: Cell) -> list[DeviceStream]:
+    def streams(self, cell: Run) -> list[DeviceStream]:
         """Replayed: a stream's rate and sizes do not apply."""
         from stack.services import DeviceStream
 
         return [DeviceStream(str(d), 1.0, 1.0, 0.0) for d in range(self.devices)]
 
-    def settings_of(self, cell: Cell) -> dict[str, object]:
+    def settings_of(self, cell: Run) -> dict[str, object]:
         """A cell's settings, besides the dataset's own."""
         return {**DATASETS[self.dataset][1], **self.cell_settings(cell.slowdowns),
                 "trainer.eval_every": self.eval_every, "producer.seed": self.seed}

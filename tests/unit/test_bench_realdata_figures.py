@@ -10,20 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from benchmarks.balance import REALDATA
-from benchmarks.balance.figures import (
-    AccuracyPoint,
-    RealdataFigures,
-    RealdataResult,
-    Run,
-    accuracy_curve,
-    combine,
-    judge_realdata,
-    realdata_figures,
-    wall_period_median,
-)
-from benchmarks.balance.render import render_realdata
-from benchmarks.balance.setup import Cell, RealdataSetup, oracle_factor
-from benchmarks.common import problems
+from benchmarks.balance.figures import RealdataResult, accuracy_curve, analyse_window, combine, judge_realdata
+from benchmarks.balance.render import realdata_targets, render_realdata
+from benchmarks.balance.setup import AccuracyPoint, RealdataSetup, Run, oracle_factor
+from benchmarks.common import TIMES, Target, problems
 from streamtrain.wire import Evaluation, StepFeedback
 
 T0 = 1_700_000_000_000  # ms: when step 0 began
@@ -61,10 +51,14 @@ def test_accuracy_is_timed_by_training_with_evaluation_pauses_left_out() -> None
 
 def test_wall_period_leaves_out_the_periods_that_held_an_evaluation() -> None:
     feedback = _feedback([1.0, 1.5, 3.5, 4.0, 4.5, 6.5])  # steps 2 and 5 hold the evaluations after 2 and 5 steps
-    assert wall_period_median(feedback, [2, 5], first=1, until=6) == pytest.approx(0.5)
-    assert wall_period_median(feedback, [1, 4], first=1, until=6) == pytest.approx(2.0)  # the wrong periods out
-    assert wall_period_median(feedback, [], first=1, until=6) == pytest.approx(0.5)  # 3 of 5 still 0.5 ...
-    assert wall_period_median(feedback, [], first=2, until=6) == pytest.approx(1.25)  # ... but not here
+
+    def wall(skip: list[int], first: int = 1) -> float:
+        return analyse_window(feedback, 2, first, 6 - first, skip=skip)[0]["wall_step_seconds_median"]
+
+    assert wall([2, 5]) == pytest.approx(0.5)
+    assert wall([1, 4]) == pytest.approx(2.0)  # the wrong periods out
+    assert wall([]) == pytest.approx(0.5)  # 3 of 5 still 0.5 ...
+    assert wall([], first=2) == pytest.approx(1.25)  # ... but not here
     with pytest.raises(ValueError, match="step 0"):
         accuracy_curve([], _feedback([1.0, 2.0])[2:], smooth=1)
 
@@ -88,8 +82,9 @@ def _result(runs: list[Run], setup: RealdataSetup = SETUP) -> RealdataResult:
     return RealdataResult(setup=setup, target=target, target_rule=rule, seconds=60.0, runs=judged)
 
 
-def _figures(runs: list[Run], setup: RealdataSetup = SETUP) -> RealdataFigures:
-    return realdata_figures(_result(runs, setup))
+def _targets(runs: list[Run], setup: RealdataSetup = SETUP) -> list[Target]:
+    """No later than the best other policy, ≥ 2x sooner than static, the wall period against the oracle."""
+    return realdata_targets(_result(runs, setup))
 
 
 def test_target_is_statics_mid_window_accuracy_over_its_runs_and_each_run_is_timed_to_it() -> None:
@@ -105,18 +100,18 @@ def test_target_is_statics_mid_window_accuracy_over_its_runs_and_each_run_is_tim
     # static's own runs: 4.8 s, 4 steps x 0.8 s (the faster-rising run), never (the slower one) -> median 4.8
     assert [r.seconds_to_target for r in static.runs] == pytest.approx([4.8, 3.2, None])  # type: ignore[arg-type]
     assert static.fig.seconds_to_target == pytest.approx(4.8)
-    t = _figures(runs)
-    assert t.best_other is not None and t.best_other.policy == "lbb" and t.no_later_than_best is True
-    assert t.speedup_vs_static == pytest.approx(4.8 / 1.5)
-    assert t.oracle_step_seconds is None and t.over_oracle is None  # no control run
+    best, speedup, oracle = _targets(runs)
+    assert best.met is True and best.measured == "ett-stream 1.5 s, best other lbb 1.8 s"
+    assert speedup.met is True and speedup.measured == f"static 4.8 s / ett-stream 1.5 s = {4.8 / 1.5:.2f}{TIMES}"
+    assert oracle.met is None and oracle.measured.startswith("250 ms against — ms")  # no control run
 
 
 def test_never_reaching_the_target_in_most_runs_is_no_time_and_fails_the_verdicts() -> None:
     runs = [_run("static", r, 0.8) for r in range(3)]
     runs += [_run("ett-stream", r, 0.25, rise=0.05 if r else 0.1) for r in range(3)]  # 2 of 3 never reach 0.4
-    t = _figures(runs)
-    assert t.ett_stream is not None and t.ett_stream.seconds_to_target is None
-    assert t.no_later_than_best is False and t.speedup_vs_static is None
+    best, speedup, _ = _targets(runs)
+    assert best.met is False and best.measured == "ett-stream not reached, best other static 4.8 s"
+    assert speedup.met is None and speedup.measured == "static 4.8 s / ett-stream not reached"
 
 
 def test_the_oracle_is_the_control_times_n_over_the_summed_speeds() -> None:
@@ -126,14 +121,13 @@ def test_the_oracle_is_the_control_times_n_over_the_summed_speeds() -> None:
             _run("ett-stream", 0, 0.2, period=0.2, control=True)]
     assert [(c.fig.policy, c.fig.control) for c in combine(runs)] == [("static", False), ("ett-stream", False),
                                                                       ("ett-stream", True)]
-    t = _figures(runs)
-    assert t.oracle_step_seconds == pytest.approx(0.2 * 4 / 3.25)
-    assert t.over_oracle == pytest.approx(0.27 / (0.2 * 4 / 3.25)) and t.oracle_is_bound is True
-    slow = _figures([*runs[:1], _run("ett-stream", 0, 0.3, period=0.29 * 1.2), runs[2]])
-    assert slow.over_oracle is not None and slow.over_oracle > 1.15
+    oracle = _targets(runs)[2]
+    assert oracle.met is True
+    oracle_ms = 0.2e3 * 4 / 3.25
+    assert oracle.measured == f"270 ms against {oracle_ms:.0f} ms (control 200 ms) = {270 / oracle_ms:.2f}{TIMES}"
+    assert _targets([*runs[:1], _run("ett-stream", 0, 0.3, period=0.29 * 1.2), runs[2]])[2].met is False  # 1.41x
     # A control slower than the heterogeneous fleet was slowed by something else: its oracle is not judged.
     loaded = _result([*runs[:2], _run("ett-stream", 0, 0.4, period=0.4, control=True)])
-    assert realdata_figures(loaded).oracle_is_bound is False
     oracle = REALDATA.targets(loaded)[2]  # type: ignore[misc]
     assert oracle.met is None and "bounds nothing" in oracle.measured
 
@@ -143,16 +137,13 @@ def test_the_oracle_time_to_the_target_bounds_the_speedup_over_static() -> None:
     # equal-rank control at 0.2 s. A perfect split of 1,1,1,4 paces 0.2 x 4 / 3.25 s a step over static's 6 steps.
     runs = [_run("static", r, 0.8) for r in range(3)] + [_run("ett-stream", r, 0.3) for r in range(3)]
     runs += [_run("ett-stream", r, 0.2 + 0.01 * r, control=True) for r in range(3)]
-    t = _figures(runs)
     pace = 0.21 * 4 / 3.25  # the control's median pace to its target
-    assert t.oracle_seconds_to_target == pytest.approx(pace * 6)
-    assert t.oracle_speedup_vs_static == pytest.approx(0.8 * 6 / (pace * 6))
-    assert t.pace_over_oracle == pytest.approx(0.3 / pace)
-    # No policy is faster than the oracle: ett-stream's speed-up stays under its bound.
-    assert t.speedup_vs_static is not None and t.speedup_vs_static < t.oracle_speedup_vs_static
+    # No policy is faster than the oracle: ett-stream's speed-up (2.67x) stays under its bound (3.10x).
+    assert _targets(runs)[1].measured == (
+        f"static 4.8 s / ett-stream 1.8 s = {4.8 / 1.8:.2f}{TIMES}; a perfect split from step 0 would take "
+        f"{pace * 6:.1f} s = {0.8 / pace:.2f}{TIMES}; ett-stream's pace to it {0.3 / pace:.2f}{TIMES} the oracle's")
     # Without a control there is no oracle to bound anything.
-    alone = _figures(runs[:6])
-    assert alone.oracle_seconds_to_target is None and alone.oracle_speedup_vs_static is None
+    assert "perfect split" not in _targets(runs[:6])[1].measured
 
 
 def test_a_failed_run_is_counted_apart_and_a_cell_of_failures_is_an_error() -> None:
@@ -165,11 +156,12 @@ def test_a_failed_run_is_counted_apart_and_a_cell_of_failures_is_an_error() -> N
 def test_rounds_rotate_the_order_so_every_cell_runs_first_once() -> None:
     setup = RealdataSetup(policies=("static", "ett-stream"), repeats=3)
     plan = setup.plan()
-    assert [c.policy + ("/c" if c.control else "") for _, c in plan] == [
+    assert [c.policy + ("/c" if c.control else "") for c in plan] == [
         "static", "ett-stream", "ett-stream/c", "ett-stream", "ett-stream/c", "static", "ett-stream/c", "static",
         "ett-stream"]
-    assert [r for r, _ in plan] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-    assert Cell("ett-stream", (1.0,) * 4).control and not Cell("static", (1.0, 4.0)).control
+    assert [c.repeat for c in plan] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert Run(policy="ett-stream", slowdowns=(1.0,) * 4).control
+    assert not Run(policy="static", slowdowns=(1.0, 4.0)).control
     # The backlog outlasts the window whoever plans it: above the largest share any policy gives one device.
     assert setup.backlog_per_device > 0.4 * setup.global_batch * setup.until_step
 
@@ -202,6 +194,10 @@ def test_a_bad_setup_reads_as_what_to_change() -> None:
         RealdataSetup(policies=("static", "fastest"))
     assert problems(caught.value).startswith("unknown policies ['fastest']; known: static,")
     assert problems(ValueError("plain")) == "plain"
+    with pytest.raises(ValidationError) as caught:
+        RealdataSetup(steps=1, eval_every=0)
+    assert problems(caught.value) == ("steps: Input should be greater than or equal to 2; "
+                                      "eval_every: Input should be greater than or equal to 1")
 
 
 def test_the_regression_workload_is_timed_to_a_falling_held_out_rmse() -> None:

@@ -20,33 +20,11 @@ from .authz import REFUSED_CODES, DeliveryCallback, GuardedProducer, raise_if_re
 from .config import KafkaConfig
 from .wire.codec import HeaderList
 
-__all__ = [
-    "COORDINATOR_STARTING",
-    "KafkaAdmin",
-    "KafkaConsumer",
-    "TopicSpec",
-    "auth_failure_message",
-    "client_settings",
-    "committed_offsets",
-    "config_of",
-    "consume_available",
-    "drop_reached",
-    "ensure_topics",
-    "java_client_properties",
-    "list_topics",
-    "make_admin",
-    "make_consumer",
-    "make_control_producer",
-    "make_producer",
-    "make_transactional_producer",
-    "produce",
-    "producer_settings",
-    "read_to_end",
-    "tail_positions",
-    "topic_config",
-    "topic_metadata",
-    "watermarks",
-]
+__all__ = ["COORDINATOR_STARTING", "KafkaAdmin", "KafkaConsumer", "TopicSpec", "auth_failure_message",
+           "client_settings", "committed_offsets", "config_of", "consume_available", "drop_reached", "ensure_topics",
+           "java_client_properties", "list_topics", "make_admin", "make_consumer", "make_control_producer",
+           "make_producer", "make_transactional_producer", "produce", "producer_settings", "read_to_end",
+           "tail_positions", "topic_config", "topic_metadata", "watermarks"]
 
 logger = logging.getLogger(__name__)
 

@@ -133,11 +133,13 @@ METHODS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 def problems(exc: ValueError) -> str:
     """What is wrong with a setup, for a person: a validation error's messages (each after the setting it is about)
     without pydantic's framing."""
-    if isinstance(exc, ValidationError):
-        messages = [str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]
-        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {m}" if e["loc"] else m
-                         for e, m in zip(exc.errors(), messages, strict=True))
-    return str(exc)
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    messages = []
+    for error in exc.errors():
+        message = str(error["msg"]).removeprefix("Value error, ")
+        messages.append(f"{'.'.join(map(str, error['loc']))}: {message}" if error["loc"] else message)
+    return "; ".join(messages)
 
 
 def relative(path: Path, start: Path) -> str:

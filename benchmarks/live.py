@@ -328,7 +328,8 @@ class FeedbackTail:
         self.consumer = make_consumer(kafka, f"st-bench-feedback-{os.getpid()}-{time.monotonic_ns()}",
                                       **{"enable.auto.commit": "false"})
         self.assigned = False
-        self.reported: set[str] = set()
+        self.latest: dict[str, StepFeedback] = {}
+        """Each device's latest feedback read."""
 
     def poll(self, budget_s: float = 0.2) -> list[StepFeedback]:
         self.assigned = self.assigned or assign_topic(self.consumer, self.topic, OFFSET_BEGINNING)
@@ -342,13 +343,13 @@ class FeedbackTail:
                     fb = decode(msg.value(), msg.headers(), StepFeedback)
                     if fb.job == self.job:
                         out.append(fb)
-        self.reported.update(fb.device_id for fb in out)
+        self.latest.update((fb.device_id, fb) for fb in out)
         return out
 
     def reporting(self) -> set[str]:
         """Read what is new; the devices that have reported a step so far."""
         self.poll()
-        return self.reported
+        return set(self.latest)
 
     def close(self) -> None:
         with contextlib.suppress(KafkaException, RuntimeError):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
+import psutil
 import typer
 from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
@@ -201,10 +202,10 @@ def _rank_names(tree: dict[int, int], launcher: int) -> dict[str, int]:
     """Name the trainer processes: the `--local-ranks` launcher, and each rank by its --device-id."""
     out: dict[str, int] = {}
     for pid, rss in tree.items():
-        with contextlib.suppress(OSError):
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"--device-id" in argv:  # a rank (with one device, the trainer process itself)
-                out[f"rank-{argv[argv.index(b'--device-id') + 1].decode()}"] = rss
+        with contextlib.suppress(psutil.Error):  # a rank may exit while it is read
+            argv = psutil.Process(pid).cmdline()
+            if "--device-id" in argv:  # a rank (with one device, the trainer process itself)
+                out[f"rank-{argv[argv.index('--device-id') + 1]}"] = rss
             elif pid == launcher:
                 out["trainer-launcher"] = rss
     return out

@@ -132,11 +132,7 @@ class _PolicyRun:
     def take_feedback(self) -> set[str]:
         """Read the new feedback; returns the devices that have reported a step."""
         self.fed += self.tail.poll()
-        return self.tail.reported
-
-    def latest(self) -> list[StepFeedback]:
-        """Each device's latest feedback."""
-        return list({fb.device_id: fb for fb in self.fed}.values())
+        return set(self.tail.latest)
 
     def sample(self, seconds: float) -> int:
         """Read the feedback and the watermarks once (a console line every 50 steps); returns the step reached."""
@@ -145,7 +141,7 @@ class _PolicyRun:
             self.step0 = min((fb.step for fb in self.fed if fb.loss is not None and fb.samples
                               and fb.step > self.idle_step), default=None)
         self.marks = watermarks(self.probe, self.kafka, self.devices) or self.marks
-        latest = self.latest()
+        latest = self.tail.latest.values()
         step = 0 if self.step0 is None else max(0, max(fb.step for fb in latest) + 1 - self.step0)
         recent = [fb.loss for fb in latest if fb.loss is not None and fb.samples]
         retained, depth = sum(hi - lo for lo, hi in self.marks.values()), sum(fb.buffer_depth for fb in latest)
@@ -171,7 +167,7 @@ class _PolicyRun:
             self.services.start("trainers", "trainer", *train_command(self.devices, self.ckpt),
                                 settings={**sets, **setup.ranks()})
             self.services.await_ranks(self.take_feedback, self.devices, setup.start_timeout_s)
-            self.idle_step = max(fb.step for fb in self.latest())
+            self.idle_step = max(fb.step for fb in self.tail.latest.values())
             self.services.start("producers", "producer", "produce", "--no-progress",
                                 settings=setup.producers(setup.seed))
             began = time.monotonic()
@@ -199,7 +195,7 @@ class _PolicyRun:
             policy=self.policy, retained_records_final=sum(hi - lo for lo, hi in marks),
             retained_records_max=max(self.trace.retained_records, default=0),
             produced_records=sum(hi for _, hi in marks), deleted_records=sum(lo for lo, _ in marks),
-            buffer_depth_final=sum(fb.buffer_depth for fb in self.latest()),
+            buffer_depth_final=sum(fb.buffer_depth for fb in self.tail.latest.values()),
             truncated=sum(fb.dropped for fb in self.fed), trained_samples=sum(fb.samples for fb in self.fed),
             final_loss=None if final_loss is None else round(final_loss, 4), accuracy=self.accuracy())
 

@@ -22,7 +22,8 @@ from ..live import CellRun
 from .setup import AccuracyPoint, BalanceSetup, RealdataSetup, Run, fleet_label, oracle_factor
 
 __all__ = ["BalanceResult", "CellRuns", "Comparison", "Curve", "RealdataResult", "accuracy_curve", "analyse_window",
-           "combine", "comparisons", "control_cell", "judge_balance", "judge_realdata", "ratio", "read_run"]
+           "combine", "comparisons", "control_cell", "judge_balance", "judge_realdata", "oracle_wall", "ratio",
+           "read_run"]
 
 #: A run's loss over training: (seconds since step 0 began, trailing-mean loss) per step.
 Curve = list[tuple[float, float]]
@@ -241,6 +242,12 @@ def control_cell(cells: Sequence[CellRuns]) -> Run | None:
     return min(controls, key=lambda c: c.dif or 0.0, default=None)
 
 
+def oracle_wall(control: Run | None, slowdowns: Sequence[float]) -> float | None:
+    """The oracle's wall period on `slowdowns`: the equal-rank control's x n / sum(1 / s_i) (None without one)."""
+    base = control.wall_step_seconds_median if control else None
+    return base * oracle_factor(slowdowns) if base else None
+
+
 @dataclass(frozen=True)
 class Comparison:
     """ett-stream in one (fleet, DIF) cell against the best work rate, chronica's time to the target loss and the oracle
@@ -262,7 +269,6 @@ def comparisons(runs: Sequence[Run], setup: BalanceSetup) -> list[Comparison]:
     """ett-stream per heterogeneous (fleet, DIF) cell against the best work rate, the oracle and chronica."""
     cells = combine(runs)
     control = control_cell(cells)
-    base = control.wall_step_seconds_median if control else None
     out = []
     for slow, dif in product(setup.slowdowns, setup.difs):
         group = {c.fig.policy: c.fig for c in cells if (c.fig.slowdowns, c.fig.dif) == (slow, dif) and not c.fig.error}
@@ -272,7 +278,7 @@ def comparisons(runs: Sequence[Run], setup: BalanceSetup) -> list[Comparison]:
         best = max(rated, key=lambda c: c.size_per_s or 0.0)
         chronica = group.get("chronica")
         ett_t, chronica_t = mine.seconds_to_target, chronica.seconds_to_target if chronica else None
-        oracle = base * oracle_factor(slow) if base else None
+        oracle = oracle_wall(control, slow)
         over = ratio(mine.wall_step_seconds_median, oracle)
         out.append(Comparison(
             slowdowns=slow, dif=dif, best_policy=best.policy,

@@ -10,7 +10,7 @@ from stack.report import median
 from streamtrain.config.coordinator import POLICY_NAMES
 
 from ..common import TIMES, Target, figure, pyplot, table, targets_table
-from .figures import BalanceResult, CellRuns, RealdataResult, combine, comparisons, control_cell, ratio
+from .figures import BalanceResult, CellRuns, RealdataResult, combine, comparisons, control_cell, oracle_wall, ratio
 from .setup import FleetSetup, Run, fleet_label, oracle_factor
 
 __all__ = ["balance_targets", "plot_balance", "plot_realdata", "realdata_targets", "render_balance",
@@ -157,12 +157,12 @@ def render_balance(result: BalanceResult) -> str:
     setup = result.setup
     repeated = setup.repeats > 1
     fleet, dif, _, _ = target_cells(result)
-    control = control_cell(combine(result.runs))
-    base = control.wall_step_seconds_median if control else None
+    cells = combine(result.runs)
+    control = control_cell(cells)
     rows = [[text(c.fig) for _, text in _CELL_COLUMNS]
-            + [figure(ratio(c.fig.wall_step_seconds_median, base and base * oracle_factor(c.fig.slowdowns)), ".3f")]
+            + [figure(ratio(c.fig.wall_step_seconds_median, oracle_wall(control, c.fig.slowdowns)), ".3f")]
             + ([" / ".join(figure(r.step_seconds_median, ".0f", 1e3) for r in c.runs)] if repeated else [])
-            for c in combine(result.runs)]
+            for c in cells]
     return "\n\n".join([
         _setup_line(setup, result.seconds, f"{setup.devices} ranks, sizes mean {setup.size_mean:g} with std = DIF",
                     "Target loss " + ", ".join(f"DIF {d}: {v:.4f}" for d, v in result.target_loss.items())
@@ -206,11 +206,11 @@ def _pace(cell: CellRuns | None) -> float | None:
                    if r.seconds_to_target is not None and r.steps_to_target]) if cell else None
 
 
-def _oracle_target(ett: Run | None, control: Run | None, factor: float) -> Target:
-    """ett-stream's wall period against the oracle, the control's x `factor` (a slower control bounds nothing)."""
+def _oracle_target(ett: Run | None, control: Run | None, slowdowns: Sequence[float]) -> Target:
+    """ett-stream's wall period against the oracle of `slowdowns` (a control slower than it bounds nothing)."""
     ett_wall = ett.wall_step_seconds_median if ett else None
     control_wall = control.wall_step_seconds_median if control else None
-    oracle = control_wall * factor if control_wall else None
+    oracle = oracle_wall(control, slowdowns)
     over = ratio(ett_wall, oracle)
     bound = None if not control_wall or ett_wall is None else control_wall <= ett_wall
     return Target("`ett-stream`'s median wall period within 15% of the oracle",
@@ -248,7 +248,7 @@ def realdata_targets(result: RealdataResult) -> list[Target]:
                    best.seconds_to_target or 0.0))),
         Target(f"`ett-stream` reaches it ≥ 2{TIMES} sooner than `static`", speed,
                None if speedup is None else speedup >= 2.0),
-        _oracle_target(ett.fig if ett else None, control.fig if control else None, factor),
+        _oracle_target(ett.fig if ett else None, control.fig if control else None, result.setup.slowdowns),
     ]
 
 

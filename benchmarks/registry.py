@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import balance, bridge, convergence, freshness, ingest, kafka, scheduler, soak, truncation
+from . import balance, bridge, convergence, freshness, ingest, scheduler, soak, truncation
 from .common import Bench
 
 __all__ = ["REGISTRY"]
 
-REGISTRY: tuple[Bench[Any], ...] = (kafka.BENCH, ingest.BENCH, bridge.BENCH, scheduler.BENCH, convergence.BENCH,
+REGISTRY: tuple[Bench[Any], ...] = (ingest.BENCH, bridge.BENCH, scheduler.BENCH, convergence.BENCH,
                                     balance.BALANCE, balance.REALDATA, truncation.BENCH, freshness.BENCH, soak.BENCH)

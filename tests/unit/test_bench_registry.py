@@ -56,8 +56,8 @@ def test_bench_records_the_context_its_figures_were_measured_in(tmp_path: Path,
 
 def test_every_benchmark_of_the_registry_is_a_bench_command() -> None:
     names = [b.name for b in REGISTRY]
-    assert names == ["kafka", "ingest", "bridge", "scheduler", "convergence", "balance", "realdata", "truncation",
-                     "freshness", "soak"]
+    assert names == ["ingest", "bridge", "scheduler", "convergence", "balance", "realdata", "truncation", "freshness",
+                     "soak"]
     assert all(b.json_name == f"{b.name}.json" for b in REGISTRY)
     registered = {info.name for info in bench_app.registered_commands}
     assert registered >= {*names, "all", "report"}
@@ -68,7 +68,7 @@ def test_every_benchmark_of_the_registry_is_a_bench_command() -> None:
 
 
 def test_only_and_skip_choose_in_registry_order() -> None:
-    assert [b.name for b in choose(["soak", "kafka"], [])] == ["kafka", "soak"]
+    assert [b.name for b in choose(["soak", "ingest"], [])] == ["ingest", "soak"]
     assert "balance" not in [b.name for b in choose([], ["balance"])]
     with pytest.raises(ValueError, match="nosuch"):
         choose(["nosuch"], [])
@@ -140,12 +140,12 @@ def test_schedule_is_uneven_with_idle_ranks_and_reproducible() -> None:
 def test_report_renders_benchmarks_md_whole_with_relative_plot_links(tmp_path: Path) -> None:
     data = tmp_path / "reports" / "bench"
     with_context(_fake_bench(tmp_path))(out=data)
-    runs = [BenchRun(name="kafka", status="ok", seconds=90.0), BenchRun(name="convergence", status="ok", seconds=60)]
+    runs = [BenchRun(name="ingest", status="ok", seconds=90.0), BenchRun(name="convergence", status="ok", seconds=60)]
     SuiteRuns(quick=False, runs=runs).write(data / "all.json")
     sections = render_sections([data], tmp_path)
     assert set(sections) == {"convergence", "all"}
     assert "2 of 2 benchmarks run, in 2.5 minutes" in sections["all"]
-    assert "| `bench kafka` | ok | 90 s |" in sections["all"]
+    assert "| `bench ingest` | ok | 90 s |" in sections["all"]
     body = sections["convergence"]
     assert "![convergence](reports/bench/convergence.png)" in body
     assert (data / "convergence.png").stat().st_size > 1000

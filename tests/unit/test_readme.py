@@ -71,9 +71,11 @@ def _truncation() -> list[str]:
 
 
 def _ingest() -> list[str]:
-    data = _bench("ingest")
-    ratio = data["producer_records_per_s"] / data["kafka_perf_tool_records_per_s"]
-    return [f"**{data['producer_records_per_s']:,.0f}** records/s", f"{ratio:.2f}{TIMES}"]
+    from benchmarks.ingest import IngestResult
+
+    result = IngestResult.load(BENCH / "ingest.json")
+    ratio = result.ratio("device_producer", "bare_loop")
+    return [f"**{result.medians()['device_producer']:,.0f}** records/s", f"{ratio:.2f}{TIMES}"]
 
 
 @dataclass(frozen=True)

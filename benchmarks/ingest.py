@@ -7,9 +7,10 @@ import re
 import shutil
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +20,15 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from streamtrain.broker import find_kafka_libs
 from streamtrain.config import KafkaConfig, ProducerConfig, TrainerConfig
-from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce, producer_settings
+from streamtrain.kafka import (
+    TopicSpec,
+    ensure_topics,
+    java_client_properties,
+    make_admin,
+    make_producer,
+    produce,
+    producer_settings,
+)
 from streamtrain.publish import DeviceProducer, encode_device_sample
 from streamtrain.results import Record
 from streamtrain.wire import Sample, encode
@@ -27,12 +36,8 @@ from streamtrain.wire import Sample, encode
 from .common import TIMES, Bench, External, Out, Result, Target, interleaved, publish, pyplot, table, targets_table
 from .live import live_broker
 
-__all__ = ["BENCH", "IngestResult", "RateCell", "kafka_perf_tool"]
+__all__ = ["BENCH", "IngestResult", "RateCell", "kafka_perf_tool", "perf_settings"]
 
-#: The Python producers' settings (`streamtrain.kafka.producer_settings`, with librdkafka's 1 MB batches), given to
-#: Kafka's tool for a fair match.
-_PERF_SETTINGS = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", "compression.type": "lz4",
-                  "batch.size": "1000000"}
 _PERF_LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)")
 #: The producers compared, in the order they run (reversed every other repeat) and are shown.
 _PRODUCERS = {"kafka_perf_tool": "`kafka-producer-perf-test` (same jars, same settings)",
@@ -135,18 +140,39 @@ def _device_producer(cfg: KafkaConfig, records: int, payloads: list[np.ndarray])
     return records / (time.perf_counter() - began)
 
 
-def kafka_perf_tool(bootstrap: str, topic: str, records: int, record_size: int,
-                    settings: Mapping[str, str] | None = None, libs: Path | None = None) -> float:
-    """Records/s of Kafka's `kafka-producer-perf-test` sending `records` of `record_size` bytes unpaced to `topic`
-    with `settings` (default: the Python producers'); RuntimeError with its output when Java or the tool fails."""
-    props = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in (settings or _PERF_SETTINGS).items())]
-    cmd = [shutil.which("java") or "java", "-Xmx512m", "-cp", f"{libs or find_kafka_libs()}/*",
-           "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
-           "--record-size", str(record_size), "--throughput", "-1", "--producer-props", *props]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"kafka perf tool did not run: {exc}") from None
+def _replay_producers(kafka: KafkaConfig, tag: str, records: int) -> float:
+    """`streamtrain produce`'s producer: 4 synthetic streams of `records // 4` samples each, unpaced, timed like the
+    others (from opening its client to the last acknowledgement; its own rates leave out the final flush)."""
+    producer = _producers(kafka, tag, 4, {"kind": "unlimited"}, 600.0, max_samples=records // 4)
+    began = time.perf_counter()
+    acknowledged = int(producer.run().final.sent_own.sum())
+    if acknowledged < 4 * (records // 4):
+        raise RuntimeError(f"the replay producers had {acknowledged} of {4 * (records // 4)} samples acknowledged")
+    return acknowledged / (time.perf_counter() - began)
+
+
+def perf_settings(cfg: KafkaConfig) -> dict[str, str]:
+    """The Python producers' own settings (`streamtrain.kafka.producer_settings`) that Kafka's Java producer reads
+    alike, and librdkafka's batch size (1 MB, where Java's default is 16 KB), so that Kafka's tool is a fair match."""
+    ours = producer_settings(cfg)
+    return {key: str(ours[key]).lower() for key in ("acks", "enable.idempotence", "linger.ms", "compression.type")
+            } | {"batch.size": "1000000"}
+
+
+def kafka_perf_tool(cfg: KafkaConfig, topic: str, records: int, record_size: int, libs: Path | None = None) -> float:
+    """Records/s of Kafka's `kafka-producer-perf-test` sending `records` of `record_size` bytes unpaced to `topic` on
+    `cfg`'s Kafka (its security settings too, in a file only this user reads), with `perf_settings`; RuntimeError with
+    its output when Java or the tool fails."""
+    with tempfile.NamedTemporaryFile("w", prefix="st-perf-", suffix=".properties") as props:  # mode 0600
+        props.writelines(f"{k}={v}\n" for k, v in (java_client_properties(cfg) | perf_settings(cfg)).items())
+        props.flush()
+        cmd = [shutil.which("java") or "java", "-Xmx512m", "-cp", f"{libs or find_kafka_libs()}/*",
+               "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
+               "--record-size", str(record_size), "--throughput", "-1", "--producer.config", props.name]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeError(f"kafka perf tool did not run: {exc}") from None
     match = _PERF_LINE.findall(done.stdout)
     if done.returncode != 0 or not match:
         raise RuntimeError(f"kafka perf tool failed ({done.returncode}): {(done.stderr or done.stdout)[-2000:]}")
@@ -166,21 +192,23 @@ def producer_rates(kafka: KafkaConfig, records: int, repeats: int, libs: Path) -
     if encode_device_sample(_DEVICE, 0, payloads[0], label=0, produced_at=_PRODUCED_AT).value != encoded[0][0]:
         raise RuntimeError("DeviceProducer would not write the bare loop's records: the comparison would be unfair")
 
+    admin, size = make_admin(kafka), len(encoded[0][0])
+
     def measure(kind: str, r: int) -> float:
-        run = kafka.model_copy(update={"topic_prefix": f"{kafka.topic_prefix}.{kind}-{r}".replace("_", "-")})
-        if kind != "replay_producers":  # they create their own topics
-            ensure_topics(make_admin(kafka), [TopicSpec.from_config(kafka, run.topics.device(_DEVICE))])
         with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
-            rate = (_bare_loop(run, encoded) if kind == "bare_loop" else
-                    _device_producer(run, records, payloads) if kind == "device_producer" else
-                    float(_producers(kafka, f"replay-{r}", 4, {"kind": "unlimited"}, 600.0,
-                                     max_samples=records // 4).run().mean_rates.sum()) if kind == "replay_producers"
-                    else kafka_perf_tool(kafka.bootstrap_servers, run.topics.device(_DEVICE), records,
-                                         len(encoded[0][0]), libs=libs))
+            if kind == "replay_producers":  # four streams, on topics of their own they create
+                rate = _replay_producers(kafka, f"replay-{r}", records)
+            else:
+                run = kafka.model_copy(update={"topic_prefix": f"{kafka.topic_prefix}.{kind}-{r}".replace("_", "-")})
+                topic = run.topics.device(_DEVICE)
+                ensure_topics(admin, [TopicSpec.from_config(kafka, topic)])
+                rate = (_bare_loop(run, encoded) if kind == "bare_loop" else
+                        _device_producer(run, records, payloads) if kind == "device_producer" else
+                        kafka_perf_tool(run, topic, records, size, libs))
         console.print(f"  {kind:<16} {rate:>10,.0f} records/s")
         return rate
 
-    return interleaved(list(_PRODUCERS), repeats, measure), len(encoded[0][0])
+    return interleaved(list(_PRODUCERS), repeats, measure), size
 
 
 def trainer_rate(kafka: KafkaConfig, samples: int) -> tuple[float, float, int]:

@@ -49,3 +49,11 @@ def test_a_producer_not_measured_is_not_judged() -> None:
     assert _target(result, "`DeviceProducer`") == ("not measured", None)
     assert _target(result, "unpaced replay") == ("not measured", None)
     assert "DeviceProducer" not in render_ingest(result).split("| producer |", 1)[1]
+
+
+def test_kafka_s_tool_gets_the_python_producers_settings_and_their_batch_size() -> None:
+    from benchmarks.ingest import perf_settings
+    from streamtrain.config import KafkaConfig
+
+    assert perf_settings(KafkaConfig()) == {"acks": "all", "enable.idempotence": "true", "linger.ms": "5",
+                                            "compression.type": "lz4", "batch.size": "1000000"}

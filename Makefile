@@ -85,7 +85,7 @@ demo: setup system-deps
 # ruff (style), mypy (types), lint-imports (the package layering in pyproject.toml: the core imports no service),
 # and the docs site built strictly (a broken link or anchor, or a page missing from the nav, fails; a few seconds).
 lint: $(VENV_STAMP)
-	$(VENV)/bin/ruff check streamtrain streamtrain_cli producers coordinator trainer serve bridge stack cluster benchmarks tests examples \
+	$(VENV)/bin/ruff check streamtrain tests examples deploy \
 	  docs/hooks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy examples/*.py docs/hooks/*.py

@@ -40,8 +40,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from streamtrain import scram
+
 from .authz import raise_if_refused
-from .broker import scram
 from .config import StreamtrainConfig
 from .kafka import TopicSpec, config_of, ensure_topics
 

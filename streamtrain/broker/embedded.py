@@ -29,10 +29,11 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from streamtrain import scram
+from streamtrain.runtime.lifeline import tie_to_parent
+
 from ..config import BrokerConfig, KafkaConfig
-from ..lifeline import tie_to_parent
 from ..net import free_port
-from . import scram
 from .properties import (
     BrokerError,
     BrokerState,

@@ -13,8 +13,9 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from streamtrain import scram
+
 from ..config import BrokerConfig
-from . import scram
 
 __all__ = ["BrokerError", "BrokerState", "BrokerStatus", "find_kafka_libs", "kafka_version", "new_cluster_id",
            "replication_properties", "server_properties"]

@@ -7,11 +7,11 @@ that does not import, a name it lacks, something not callable, options the funct
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 from collections.abc import Callable
 
 from ..config import SourceConfig
+from ..plugins import resolve_dotted
 from .builtin import JsonDecoder, RawDecoder
 from .contract import SampleFields, SourceRecord
 
@@ -46,17 +46,8 @@ def build_decoder(source: SourceConfig, setting: str) -> Decoder:
 
 def _user_decoder(source: SourceConfig, setting: str) -> Decoder:
     where = f"{setting}.decoder = {source.decoder!r}"
-    module_name, _, name = source.decoder.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # anything the user's module raises on import says the same: it does not load
-        raise DecoderSetupError(f"{where}: module {module_name} does not import ({type(exc).__name__}: {exc}); "
-                                "is its directory on PYTHONPATH?") from exc
-    function = getattr(module, name, None)
-    if function is None:
-        raise DecoderSetupError(f"{where}: module {module_name} has no {name}")
-    if not callable(function):
-        raise DecoderSetupError(f"{where}: {name} is a {type(function).__name__}, not a function")
+    function = resolve_dotted(source.decoder, f"{setting}.decoder", DecoderSetupError)
+    name = source.decoder.partition(":")[2]
     try:
         inspect.signature(function).bind(_PROBE, **source.options)
     except TypeError as exc:

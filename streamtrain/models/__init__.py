@@ -4,9 +4,11 @@ They live in the core because more than one service needs them: the trainer buil
 published model version is rebuilt from them wherever it is loaded (`streamtrain.load_model`, `serve`).
 """
 
+from streamtrain.plugins import SetupError
+
 from .batching import Batch, PackedBatch, bucketed_length, collate_packed, pack_samples
-from .errors import SetupError
 from .plugins import CollateFn, build_collate, build_model, check_plugins
+from .predicting import predict_samples
 
 __all__ = [
     "Batch",
@@ -19,4 +21,5 @@ __all__ = [
     "check_plugins",
     "collate_packed",
     "pack_samples",
+    "predict_samples",
 ]

@@ -8,30 +8,27 @@ not at the first step with data.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from streamtrain.config.trainer import BUILTIN_MODELS, TrainerConfig
+from streamtrain.objectives import Objective, build_objective
+from streamtrain.plugins import SetupError, resolve_dotted
 from streamtrain.wire import Sample
 
 from .batching import Batch, collate_packed, model_dtype
 from .conv import PackedConvNet
-from .errors import SetupError
 from .sequence import SequenceClassifier
 
-if TYPE_CHECKING:  # objectives build on this module: imported on use at run time
-    from streamtrain.objectives import Objective
-
 __all__ = ["PROBE_DEVICE", "CollateFn", "build_collate", "build_model", "check_objective", "check_plugins",
-           "probe_samples", "resolve_dotted"]
+           "probe_samples"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,34 +37,6 @@ CollateFn = Callable[[Sequence[Sample], TrainerConfig], Batch]
 #: The `device_id` of the probe samples `check_plugins` collates at start-up: a collate with side effects
 #: (a log of what it packed, say) can tell them from a device's samples by it.
 PROBE_DEVICE = "streamtrain-probe"
-
-
-def resolve_dotted(path: str, setting: str) -> Any:
-    """Import `package.module:attr` (attr may itself be dotted) and return the attribute.
-
-    Args:
-        path: The dotted path.
-        setting: The config key it came from, named in every error.
-
-    Raises:
-        SetupError: The path is malformed, its module does not import, or the attribute is missing
-            or not callable.
-    """
-    module_name, sep, attr_path = path.partition(":")
-    if not sep or not module_name or not attr_path:
-        raise SetupError(f"{setting}: {path!r} is not of the form package.module:attribute")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SetupError(f"{setting}: cannot import module {module_name!r} of {path!r}: {exc}") from exc
-    for part in attr_path.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise SetupError(f"{setting}: {module_name!r} has no attribute {attr_path!r}") from None
-    if not callable(target):
-        raise SetupError(f"{setting}: {path!r} is {type(target).__name__}, not a callable")
-    return target
 
 
 def build_model(config: TrainerConfig, output_width: int | None = None) -> nn.Module:
@@ -85,7 +54,6 @@ def build_model(config: TrainerConfig, output_width: int | None = None) -> nn.Mo
     """
     dtype = model_dtype(config)
     if output_width is None and config.model in BUILTIN_MODELS:
-        from streamtrain.objectives import build_objective  # objectives build on this module: import on use
 
         output_width = build_objective(config).output_width()
     # Seeded without disturbing the caller's global RNG; DDP later broadcasts rank 0's parameters anyway.
@@ -122,7 +90,6 @@ def probe_samples(config: TrainerConfig, sizes: Sequence[int] = (1, 3, 8),
     targets `objective` (default: `trainer.objective`'s) trains on, each at least as long as it needs. What
     `check_plugins` feeds a plug-in."""
     if objective is None:
-        from streamtrain.objectives import build_objective  # objectives build on this module: import on use
 
         objective = build_objective(config)
     rng = np.random.default_rng(0)
@@ -156,7 +123,6 @@ def check_plugins(model: nn.Module, collate: CollateFn, config: TrainerConfig,
             finite, `trainer.objective` when its loss or metrics raise or come back in the wrong shape.
     """
     if objective is None:
-        from streamtrain.objectives import build_objective  # objectives build on this module: import on use
 
         objective = build_objective(config)
     names = _Names(_name(config.collate, "the default packing"), _name(config.model, "conv"),

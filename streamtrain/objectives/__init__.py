@@ -6,10 +6,7 @@ sample's target (a sample without it is dead-lettered before it reaches the loss
 loaded model answers with. Built-in: `classification`, `regression`, `multilabel`, `forecast`; any other by
 dotted path (`build_objective`).
 
-A prediction, e.g. in a served model (the samples need no label or target; a forecast's whole series is its
-input):
-
-    predictions = predict_samples(model, samples, config)     # Predictions (.labels, .values, ...); .rows()
+A model's predictions in an objective's terms come from `streamtrain.models.predict_samples`.
 """
 
 from .base import (
@@ -25,7 +22,6 @@ from .base import (
 from .classification import Classification
 from .forecast import Forecast
 from .multilabel import Multilabel
-from .predicting import predict_samples
 from .predictions import Predictions
 from .registry import BUILTIN, build_objective
 from .regression import Regression
@@ -48,5 +44,4 @@ __all__ = [
     "TargetProblem",
     "add_sums",
     "build_objective",
-    "predict_samples",
 ]

@@ -16,8 +16,7 @@ from typing import Any
 import torch
 
 from streamtrain.config.trainer import TrainerConfig
-from streamtrain.models.errors import SetupError
-from streamtrain.models.plugins import resolve_dotted
+from streamtrain.plugins import SetupError, resolve_dotted
 from streamtrain.wire import Sample
 
 from .base import Objective, Predictions, TargetProblem

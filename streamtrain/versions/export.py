@@ -36,8 +36,9 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+from streamtrain.plugins import SetupError
+
 from ..models.batching import PackedBatch, model_dtype
-from ..models.errors import SetupError
 from ..models.plugins import build_model
 from ..objectives import Objective
 from ..wire import Sample

@@ -22,9 +22,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from streamtrain.plugins import SetupError
+
 from ..config.trainer import TrainerConfig
 from ..models.batching import Batch, collate_for_prediction, payload_problem
-from ..models.errors import SetupError
 from ..models.plugins import CollateFn, build_collate, build_model
 from ..objectives import Objective, Predictions, build_objective
 from ..wire import InvalidSampleError, Sample

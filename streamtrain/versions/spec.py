@@ -14,12 +14,12 @@ import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import metadata
 from typing import Any
 
 import torch
 from pydantic import ValidationError
 
-from .. import __version__
 from ..config.trainer import TrainerConfig
 from .errors import VersionError
 
@@ -204,5 +204,5 @@ def spec_for(config: TrainerConfig, *, job: str, version: int, step: int, class_
                      tag_names=tags if tags is not None and len(tags) == config.num_tags else None,
                      offsets=dict(offsets),
                      metrics=dict(metrics), created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
-                     software={"streamtrain": __version__, "torch": torch.__version__,
+                     software={"streamtrain": metadata.version("streamtrain"), "torch": torch.__version__,
                                "python": platform.python_version()})

@@ -20,8 +20,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from run_accounting import RunAccount, account_run, trained_counts
 
-from cluster.bed import ClusterBed
-from cluster.topology import TRAINER_HOSTS, ClusterSpec
+from streamtrain.cluster.bed import ClusterBed
+from streamtrain.cluster.topology import TRAINER_HOSTS, ClusterSpec
 from streamtrain.config import StreamtrainConfig
 from streamtrain.wire import StepFeedback
 

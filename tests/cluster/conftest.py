@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from cluster.bed import ClusterBed
-from cluster.netns import netns_unavailable
-from cluster.topology import HOSTS, KAFKA_HOSTS, ClusterSpec
+from streamtrain.cluster.bed import ClusterBed
+from streamtrain.cluster.netns import netns_unavailable
+from streamtrain.cluster.topology import HOSTS, KAFKA_HOSTS, ClusterSpec
 from streamtrain.config import StreamtrainConfig
 
 _FIGURES: list[dict[str, Any]] = []

@@ -1,7 +1,7 @@
 """The cluster tests' one use of the project's accounting: every produced record of a run, in one bin.
 
-Everything is read back from Kafka by `stack.ledger.collect_records` (device topics, committed offsets,
-feedback, plans, dead letters) and binned by record (topic, partition, offset) by `stack.ledger.tally_devices`,
+Everything is read back from Kafka by `streamtrain.report.ledger.collect_records` (device topics, committed offsets,
+feedback, plans, dead letters) and binned by record (topic, partition, offset) by `streamtrain.report.ledger.tally_devices`,
 as `streamtrain up` and the fault tests do. The seq logs of the trainer tests' collate plug-in add what the
 ranks handed to their steps, crashed steps included, so a sample trained twice is seen even when the feedback
 of its first training died with its node. Only this module knows how accounting is done.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stack.ledger import collect_records, tally_devices
-from streamtrain.accounting import RecordFates
 from streamtrain.config import StreamtrainConfig
+from streamtrain.report.accounting import RecordFates
+from streamtrain.report.ledger import collect_records, tally_devices
 from streamtrain.wire import Assignment, StepFeedback
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "trainer"))

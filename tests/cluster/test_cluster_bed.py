@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from cluster_job import ClusterJob, accounting_figures
 
-from cluster.bed import ClusterBed
-from cluster.health import partition_leaders
-from cluster.netns import Network, namespace_pids, netns_unavailable, new_run_id, process_start_time, sweep
-from cluster.topology import HOSTS, KAFKA_HOSTS, TRAINER_HOSTS
-from streamtrain.cli_support import CLI_MODULE, module_command
+from streamtrain.cluster.bed import ClusterBed
+from streamtrain.cluster.health import partition_leaders
+from streamtrain.cluster.netns import Network, namespace_pids, netns_unavailable, new_run_id, process_start_time, sweep
+from streamtrain.cluster.topology import HOSTS, KAFKA_HOSTS, TRAINER_HOSTS
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import list_topics, make_admin, topic_config
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,9 @@ from cluster_job import (
     resume_figures,
 )
 
-from cluster.bed import ClusterBed
-from cluster.health import partition_leaders, wait_until
-from cluster.topology import KAFKA_HOSTS, TRAINER_HOSTS
+from streamtrain.cluster.bed import ClusterBed
+from streamtrain.cluster.health import partition_leaders, wait_until
+from streamtrain.cluster.topology import KAFKA_HOSTS, TRAINER_HOSTS
 
 pytestmark = pytest.mark.faults
 

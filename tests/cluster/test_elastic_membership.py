@@ -20,8 +20,8 @@ from cluster_job import (
     resume_figures,
 )
 
-from cluster.bed import ClusterBed
-from cluster.topology import ClusterSpec
+from streamtrain.cluster.bed import ClusterBed
+from streamtrain.cluster.topology import ClusterSpec
 
 pytestmark = pytest.mark.faults
 

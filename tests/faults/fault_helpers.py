@@ -1,6 +1,6 @@
 """What the whole-stack fault tests share: the services as real CLI processes, and the accounting at the end.
 
-Each service runs as `python -m streamtrain_cli ...` in its own session (so a SIGKILL reaches the
+Each service runs as `python -m streamtrain.cli ...` in its own session (so a SIGKILL reaches the
 process group: the `--local-ranks` launcher and its ranks, or one service alone). `account` reads the
 run back from Kafka exactly as the run report does (device topics, dead letters, feedback, committed
 offsets) and puts every record in one bin by its offset: trained, truncated, dead-lettered, pending or
@@ -25,15 +25,15 @@ from pathlib import Path
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from stack.ledger import collect_records, tally_devices
-from streamtrain.accounting import RecordFates
 from streamtrain.config import KafkaConfig, StreamtrainConfig
+from streamtrain.report.accounting import RecordFates
+from streamtrain.report.ledger import collect_records, tally_devices
 from streamtrain.wire import StepFeedback, expand_ranges
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "trainer"))
 from trainer_seq_log import rank_environment, read_ledger, train_settings  # the trainer tests' helper
 
-from streamtrain.cli_support import CLI_MODULE, module_command
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 
 REPO = Path(__file__).resolve().parents[2]
 

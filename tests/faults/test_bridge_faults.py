@@ -22,7 +22,7 @@ from trainer_seq_log import committed_offsets, high_watermarks  # on sys.path th
 from streamtrain.broker import EmbeddedBroker
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer
-from streamtrain.source_accounting import SourceTally, collect_sources, tally_sources
+from streamtrain.report.source_accounting import SourceTally, collect_sources, tally_sources
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 

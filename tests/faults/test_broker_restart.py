@@ -14,13 +14,13 @@ import pytest
 from confluent_kafka import KafkaError, Message
 from typer.testing import CliRunner
 
-from streamtrain.accounting import SeqLedger
 from streamtrain.broker import BrokerError, EmbeddedBroker
-from streamtrain.cli_support import CLI_MODULE, module_command
+from streamtrain.cli import app
 from streamtrain.config import BrokerConfig, KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
+from streamtrain.report.accounting import SeqLedger
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 from streamtrain.wire import Sample, decode, encode
-from streamtrain_cli import app
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

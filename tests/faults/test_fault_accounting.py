@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from streamtrain.accounting import SeqLedger, account_records
+from streamtrain.report.accounting import SeqLedger, account_records
 
 pytestmark = pytest.mark.faults
 

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from fault_helpers import REPO, Service
 
-from stack.ledger import ReadInterrupted, collect_records
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce
+from streamtrain.report.ledger import ReadInterrupted, collect_records
 from streamtrain.wire import Sample, encode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "trainer"))
@@ -37,8 +37,8 @@ REPORT_RSS_LIMIT_MB = 500
 
 _REPORT = textwrap.dedent("""
     import json, resource, sys, time
-    from stack.ledger import collect_records, tally_devices
-    from stack.report import build_report, build_series
+    from streamtrain.report.ledger import collect_records, tally_devices
+    from streamtrain.report.figures import build_report, build_series
     from streamtrain.config import StreamtrainConfig
     def peak_rss_mb():
         # VmHWM: the peak of this program's own memory (getrusage's ru_maxrss may keep the forking parent's).

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fault_helpers import FaultStack, scrape, until
+from fuzzing import extreme_sample
 from nan_model import MARKED_SIZE
 from trainer_seq_log import committed_offsets
 
-from stack.ledger import collect_records
 from streamtrain.config import KafkaConfig
-from streamtrain.fuzz import extreme_sample
 from streamtrain.kafka import make_producer, produce
+from streamtrain.report.ledger import collect_records
+from streamtrain.trainer.checkpoint import load_checkpoint, non_finite_tensors
 from streamtrain.wire import DTYPES, Sample, decode, encode, expand_ranges
-from trainer.checkpoint import load_checkpoint, non_finite_tensors
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 

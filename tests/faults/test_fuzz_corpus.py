@@ -17,13 +17,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from prometheus_client.parser import text_string_to_metric_families
-
-from coordinator.service import Coordinator
-from streamtrain.cli_support import CLI_MODULE, module_command
-from streamtrain.config import CoordinatorConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
-from streamtrain.dead_letters import REASON_HEADER
-from streamtrain.fuzz import (
+from fuzzing import (
     FuzzRecord,
     assignment_corpus,
     device_corpus,
@@ -33,7 +27,13 @@ from streamtrain.fuzz import (
     good_sample,
     reason_counts,
 )
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamtrain.config import CoordinatorConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
+from streamtrain.coordinator.service import Coordinator
+from streamtrain.dead_letters import REASON_HEADER
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 from streamtrain.wire import DeadLetter, StepFeedback, decode, encode
 from streamtrain.wire.codec import header_value
 

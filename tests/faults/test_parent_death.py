@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from fault_helpers import REPO, Service, until
 
-from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import KafkaConfig
-from streamtrain.lifeline import ORPHANED_STATUS, can_tie, tie_to_parent
+from streamtrain.runtime.commands import CLI_MODULE, module_command
+from streamtrain.runtime.lifeline import ORPHANED_STATUS, can_tie, tie_to_parent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "trainer"))
 from trainer_seq_log import rank_environment, train_settings  # the trainer tests' helper
@@ -135,7 +135,7 @@ def test_sigkill_of_the_rank_launcher_leaves_no_rank(kafka_cfg: KafkaConfig, tmp
 #: A process that starts a tied copy of itself `depth` times down, plus (at the top) one untied `sleep`.
 _CHAIN = """
 import subprocess, sys, time
-from streamtrain.lifeline import tie_to_parent
+from streamtrain.runtime.lifeline import tie_to_parent
 depth = int(sys.argv[1])
 if depth > 0:
     subprocess.Popen(tie_to_parent([sys.executable, "-c", sys.argv[2], str(depth - 1), sys.argv[2]]))

@@ -25,9 +25,9 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from streamtrain.broker import EmbeddedBroker
-from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import BrokerConfig, KafkaConfig
 from streamtrain.kafka import make_consumer, make_producer, read_to_end
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 from streamtrain.wire import Assignment, DeadLetter, DevicePlan, Sample, StepFeedback, decode, encode, now_ms
 
 pytestmark = pytest.mark.faults

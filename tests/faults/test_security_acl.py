@@ -18,18 +18,18 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+from fuzzing import forged_feedback, forged_plans
 from prometheus_client import CollectorRegistry
 
-from bridge.service import Bridge
-from coordinator.inputs import OffsetProbe
 from streamtrain import DeliveryError, DeviceProducer
 from streamtrain.authz import AuthorizationError
+from streamtrain.bridge.service import Bridge
 from streamtrain.broker import EmbeddedBroker, find_kafka_libs, scram
-from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import BrokerConfig, KafkaConfig, StreamtrainConfig
-from streamtrain.fuzz import forged_feedback, forged_plans
+from streamtrain.coordinator.inputs import OffsetProbe
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, read_to_end
-from streamtrain.source_accounting import collect_sources, tally_sources
+from streamtrain.report.source_accounting import collect_sources, tally_sources
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 from streamtrain.wire import Sample, encode
 
 pytestmark = pytest.mark.faults

@@ -19,12 +19,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry, generate_latest
 
-from coordinator.service import Coordinator
-from producers.service import StreamProducer
 from streamtrain.broker import EmbeddedBroker, find_kafka_libs
-from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import BrokerConfig, KafkaConfig, MetricsConfig, ProducerConfig, StreamtrainConfig
+from streamtrain.coordinator.service import Coordinator
 from streamtrain.kafka import TopicSpec, ensure_topics, java_client_properties, make_admin, make_producer, read_to_end
+from streamtrain.producers.service import StreamProducer
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 
 pytestmark = pytest.mark.faults
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from streamtrain.broker import EmbeddedBroker
-from streamtrain.cli_support import module_command
+from streamtrain.runtime.commands import module_command
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 
@@ -27,7 +27,8 @@ def test_serve_exits_after_its_timeout_without_the_broker_and_keeps_its_log_read
     sets = {"kafka.bootstrap_servers": bootstrap, "kafka.topic_prefix": "gone", "metrics.port": 0,
             "versions.dir": str(tmp_path / "versions"), "serve.broker_timeout_seconds": TIMEOUT_S}
     with log_path.open("wb") as log:
-        server = subprocess.Popen(module_command("serve", "serve", sets=sets), stdout=log, stderr=subprocess.STDOUT,
+        argv = module_command("streamtrain.serve", "serve", sets=sets)
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         deadline = time.monotonic() + 90

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from producers.service import StreamProducer
 from streamtrain.config import KafkaConfig, ProducerConfig
-from trainer.checkpoint import load_checkpoint
+from streamtrain.producers.service import StreamProducer
+from streamtrain.trainer.checkpoint import load_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "trainer"))
 from trainer_seq_log import (  # a helper module of the trainer integration tests
@@ -64,7 +64,7 @@ def test_sigkilled_rank_comes_back_under_torchrun_and_loses_nothing(kafka_cfg: K
     })
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(len(DEVICES)),
            "--max-restarts", "2", "--monitor-interval", "0.5",
-           "-m", "trainer", *sets, "train", "--devices", ",".join(DEVICES), "--steps", str(STEPS)]
+           "-m", "streamtrain.trainer", *sets, "train", "--devices", ",".join(DEVICES), "--steps", str(STEPS)]
     out = tmp_path / "torchrun.log"
     with out.open("wb") as log:
         run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=rank_environment(log_dir),

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.balance.figures import BalanceResult, combine, comparisons
-from benchmarks.balance.render import target_cells
-from streamtrain.cli_support import CLI_MODULE, module_command
+from streamtrain.benchmarks.balance.figures import BalanceResult, combine, comparisons
+from streamtrain.benchmarks.balance.render import target_cells
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

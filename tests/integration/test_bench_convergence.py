@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.convergence import AGGREGATIONS, ConvergenceResult, ConvergenceSetup, analyse, run_convergence
+from streamtrain.benchmarks.convergence import (
+    AGGREGATIONS,
+    ConvergenceResult,
+    ConvergenceSetup,
+    analyse,
+    run_convergence,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~15-30 s: three process groups start torch
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from benchmarks.ingest import _DEVICE, _PRODUCERS, producer_rates
+from streamtrain.benchmarks.ingest import _DEVICE, _PRODUCERS, producer_rates
 from streamtrain.broker import find_kafka_libs
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import make_consumer, watermarks

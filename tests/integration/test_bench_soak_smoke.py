@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.soak import SoakResult, SoakSetup, run_soak
+from streamtrain.benchmarks.soak import SoakResult, SoakSetup, run_soak
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~50 s: the services start, then 30 s of load

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.truncation import TruncationResult, TruncationSetup, against_persist, run_truncation
+from streamtrain.benchmarks.truncation import TruncationResult, TruncationSetup, against_persist, run_truncation
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~40 s: two coordinator + rank start-ups

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from streamtrain.cli_support import module_command
 from streamtrain.config import KafkaConfig
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
 from streamtrain.models import build_collate, build_model, check_plugins
 from streamtrain.objectives import add_sums, build_objective
+from streamtrain.runtime.commands import module_command
 from streamtrain.synthetic import synthetic_samples
+from streamtrain.trainer.step import build_optimizer
 from streamtrain.wire import Sample, StepFeedback, decode, encode
-from trainer.step import build_optimizer
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,7 @@ def test_a_rank_trains_the_example_objective_from_its_stream(kafka_cfg: KafkaCon
             "trainer.torch_threads": 1, "trainer.objective": CONFIG.objective, "trainer.num_features": 2,
             "trainer.hidden_size": 16, "trainer.num_layers": 1, "trainer.local_batch": 16,
             "trainer.plan_wait_seconds": 0.05, "trainer.data_wait_seconds": 0.2}
-    cmd = module_command("trainer", "train", "--local-ranks", "1", "--devices", "0", "--steps", "6",
+    cmd = module_command("streamtrain.trainer", "train", "--local-ranks", "1", "--devices", "0", "--steps", "6",
                          global_args=[x for k, v in sets.items() for x in ("--set", f"{k}={v}")])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), *sys.path])}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from streamtrain.cli_support import CLI_MODULE, module_command
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

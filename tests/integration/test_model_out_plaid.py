@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.datasets import DatasetError, packaged_file
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

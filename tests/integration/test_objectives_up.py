@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streamtrain.cli_support import CLI_MODULE, module_command
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 from streamtrain.synthetic import synthetic_samples
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from streamtrain.accounting import SeqLedger
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, produce, read_to_end
+from streamtrain.report.accounting import SeqLedger
 from streamtrain.wire import SIZE_HEADER, Sample, decode, encode
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import streamtrain
-from streamtrain.cli_support import module_command
 from streamtrain.config import KafkaConfig, TrainerConfig
 from streamtrain.models import build_model
+from streamtrain.runtime.commands import module_command
 from streamtrain.versions import spec_for, write_version
 
 pytestmark = [pytest.mark.integration]
@@ -30,8 +30,8 @@ def test_a_client_gets_each_requests_prediction_back(kafka_cfg: KafkaConfig, tmp
             "kafka.topic_prefix": kafka_cfg.topic_prefix, "versions.dir": str(tmp_path / "versions"),
             "metrics.port": 0, "trainer.model": "seq", "trainer.num_features": 1, "trainer.num_classes": 3}
     log = (tmp_path / "serve.log").open("wb")
-    server = subprocess.Popen(module_command("serve", "serve", sets=sets), stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    argv = module_command("streamtrain.serve", "serve", sets=sets)
+    server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         deadline = time.monotonic() + 90
         while "metrics on http" not in (tmp_path / "serve.log").read_text():

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serve.gate import judge
-from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import KafkaConfig, ServeConfig, TrainerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
 from streamtrain.models import build_model
+from streamtrain.runtime.commands import CLI_MODULE, module_command
+from streamtrain.serve.gate import judge
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.versions import spec_for, write_version
 from streamtrain.wire import ModelVersion, Prediction, Sample, decode, encode

@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
-from stack.dashboard_queries import load_dashboard_queries
-from stack.prometheus import INSTALL_HINT, find_prometheus, instant_query
-from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import KafkaConfig
+from streamtrain.dashboards.queries import load_dashboard_queries
 from streamtrain.kafka import make_producer
 from streamtrain.objectives.classification import Classification
+from streamtrain.runtime.commands import CLI_MODULE, module_command
+from streamtrain.stack.prometheus import INSTALL_HINT, find_prometheus, instant_query
 
 PROMETHEUS = find_prometheus()
 DASHBOARDS = Path(os.environ.get("STREAMTRAIN_TEST_DASHBOARDS")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from streamtrain import DeviceProducer
-from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import KafkaConfig
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from streamtrain.accounting import account_records
 from streamtrain.config import KafkaConfig, TrainerConfig
 from streamtrain.kafka import TopicSpec, client_settings, ensure_topics, make_admin, read_to_end, watermarks
+from streamtrain.report.accounting import account_records
+from streamtrain.trainer.consumer import RankConsumer
+from streamtrain.trainer.plans import PlanBook
 from streamtrain.wire import Sample, encode
-from trainer.consumer import RankConsumer
-from trainer.plans import PlanBook
 
 pytestmark = pytest.mark.integration
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
-from bridge.metrics import BridgeMetrics
-from coordinator.metrics import CoordinatorMetrics
-from producers.metrics import ProducerMetrics
-from serve.metrics import ServeMetrics
+from streamtrain.bridge.metrics import BridgeMetrics
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.coordinator.metrics import CoordinatorMetrics
 from streamtrain.objectives import build_objective
-from trainer.metrics import ObjectiveMetrics, TrainerMetrics
+from streamtrain.producers.metrics import ProducerMetrics
+from streamtrain.serve.metrics import ServeMetrics
+from streamtrain.trainer.metrics import ObjectiveMetrics, TrainerMetrics
 
 
 def service_metric_families() -> list[tuple[str, Metric]]:

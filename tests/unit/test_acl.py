@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
+from streamtrain import scram
 from streamtrain.acl import Acl, plan_acls, role_acls
 from streamtrain.authz import principal_of, refusal
-from streamtrain.broker import scram
 from streamtrain.config import ConfigError, KafkaConfig, StreamtrainConfig, load_config
 
 CFG = StreamtrainConfig(job="cams", kafka=KafkaConfig(topic_prefix="st"))

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.balance import BALANCE
-from benchmarks.balance.figures import BalanceResult, combine, comparisons, judge_balance
-from benchmarks.balance.render import balance_targets, render_balance, target_cells
-from benchmarks.balance.setup import BalanceSetup, Run
+from streamtrain.benchmarks.balance import BALANCE
+from streamtrain.benchmarks.balance.figures import BalanceResult, combine, comparisons, judge_balance
+from streamtrain.benchmarks.balance.render import balance_targets, render_balance, target_cells
+from streamtrain.benchmarks.balance.setup import BalanceSetup, Run
 
 SETUP = BalanceSetup(policies=("static", "ett-stream"), slowdowns=((1.0, 4.0),), difs=(64.0,), steps=4,
                      warmup_steps=2, smooth_steps=1, repeats=3)

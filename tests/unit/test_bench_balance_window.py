@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.balance.figures import BalanceResult, analyse_window, combine, comparisons
-from benchmarks.balance.render import backlog_text, balance_targets, split_text
-from benchmarks.balance.setup import BalanceSetup, Run, balanced_share, oracle_factor
+from streamtrain.benchmarks.balance.figures import BalanceResult, analyse_window, combine, comparisons
+from streamtrain.benchmarks.balance.render import backlog_text, balance_targets, split_text
+from streamtrain.benchmarks.balance.setup import BalanceSetup, Run, balanced_share, oracle_factor
 from streamtrain.wire import StepFeedback
 
 ONE_SLOW = (1.0, 1.0, 1.0, 4.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.ingest import IngestResult, ingest_targets, render_ingest
+from streamtrain.benchmarks.ingest import IngestResult, ingest_targets, render_ingest
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "bench" / "ingest.json"
 TIMES = "\N{MULTIPLICATION SIGN}"
@@ -52,7 +52,7 @@ def test_a_producer_not_measured_is_not_judged() -> None:
 
 
 def test_kafka_s_tool_gets_the_python_producers_settings_and_their_batch_size() -> None:
-    from benchmarks.ingest import perf_settings
+    from streamtrain.benchmarks.ingest import perf_settings
     from streamtrain.config import KafkaConfig
 
     assert perf_settings(KafkaConfig()) == {"acks": "all", "enable.idempotence": "true", "linger.ms": "5",

@@ -9,11 +9,17 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.balance import REALDATA
-from benchmarks.balance.figures import RealdataResult, accuracy_curve, analyse_window, combine, judge_realdata
-from benchmarks.balance.render import realdata_targets, render_realdata
-from benchmarks.balance.setup import AccuracyPoint, RealdataSetup, Run, oracle_factor
-from benchmarks.common import TIMES, Target, problems
+from streamtrain.benchmarks.balance import REALDATA
+from streamtrain.benchmarks.balance.figures import (
+    RealdataResult,
+    accuracy_curve,
+    analyse_window,
+    combine,
+    judge_realdata,
+)
+from streamtrain.benchmarks.balance.render import realdata_targets, render_realdata
+from streamtrain.benchmarks.balance.setup import AccuracyPoint, RealdataSetup, Run, oracle_factor
+from streamtrain.benchmarks.common import TIMES, Target, problems
 from streamtrain.wire import Evaluation, StepFeedback
 
 T0 = 1_700_000_000_000  # ms: when step 0 began

@@ -10,13 +10,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from benchmarks.cli import choose, register, with_context
-from benchmarks.common import Bench, LaunchOptions, interleaved, trailing_mean
-from benchmarks.convergence import BENCH as CONVERGENCE
-from benchmarks.convergence import ConvergenceResult, ConvergenceSetup, Curve, analyse
-from benchmarks.registry import REGISTRY
-from benchmarks.report import BenchRun, SuiteRuns, render_markdown, render_sections
-from streamtrain_cli import app, bench_app
+from streamtrain.benchmarks.cli import choose, register, with_context
+from streamtrain.benchmarks.common import Bench, LaunchOptions, interleaved, trailing_mean
+from streamtrain.benchmarks.convergence import BENCH as CONVERGENCE
+from streamtrain.benchmarks.convergence import ConvergenceResult, ConvergenceSetup, Curve, analyse
+from streamtrain.benchmarks.registry import REGISTRY
+from streamtrain.benchmarks.report import BenchRun, SuiteRuns, render_markdown, render_sections
+from streamtrain.cli import app, bench_app
 
 
 def _fake_bench(tmp: Path) -> Bench[ConvergenceResult]:
@@ -173,7 +173,7 @@ def test_launch_options_pass_the_root_options_on_under_the_benchmarks_own_settin
     cfg = launch.config({"coordinator.global_batch": 96, "coordinator.devices": ["0", "1"]})
     assert (cfg.job, cfg.coordinator.b_max, cfg.coordinator.global_batch) == ("from-file", 7, 96)
     argv = launch.command("coordinator", "coordinate", settings={"coordinator.devices": ["0", "1"]})
-    assert argv[1:3] == ("-m", "coordinator") and argv[-1] == "coordinate"
+    assert argv[1:3] == ("-m", "streamtrain.coordinator") and argv[-1] == "coordinate"
     # Root options first, as given; the benchmark's settings after them (so they win), lists as JSON.
     assert list(argv[3:-1]) == ["--config", str(toml), "--set", "coordinator.b_max=7", "--set",
                                 "trainer.log_every=5", "--set", 'coordinator.devices=["0", "1"]']

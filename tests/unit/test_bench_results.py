@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.common import Record
-from benchmarks.registry import REGISTRY
-from benchmarks.report import SuiteRuns, render_markdown, render_sections
+from streamtrain.benchmarks.common import Record
+from streamtrain.benchmarks.registry import REGISTRY
+from streamtrain.benchmarks.report import SuiteRuns, render_markdown, render_sections
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "bench"

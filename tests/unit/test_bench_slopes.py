@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.common import robust_slope, slope
+from streamtrain.benchmarks.common import robust_slope, slope
 from streamtrain.config import BrokerConfig
 
 

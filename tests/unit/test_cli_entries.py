@@ -1,4 +1,4 @@
-"""The runnable entries: `python -m streamtrain_cli` and each service's own, with the same global options."""
+"""The runnable entries: `python -m streamtrain.cli` and each service's own, with the same global options."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from stack.services import coordinator_spec, device_streams, producer_spec, trainer_spec
-from streamtrain.cli_support import CLI_MODULE, module_command
-from trainer.launch import rank_command
+from streamtrain.runtime.commands import CLI_MODULE, module_command
+from streamtrain.stack.services import coordinator_spec, device_streams, producer_spec, trainer_spec
+from streamtrain.trainer.launch import rank_command
 
 #: Each entry and one of its commands that loads the configuration before it touches Kafka.
 ENTRIES = [
@@ -45,9 +45,10 @@ def test_every_entry_lists_its_commands(module: str, command: tuple[str, ...]) -
 
 
 def test_module_command_puts_global_options_then_settings_then_the_command() -> None:
-    argv = module_command("trainer", "train", "--steps", "3", global_args=("--config", "a.toml"),
+    argv = module_command("streamtrain.trainer", "train", "--steps", "3", global_args=("--config", "a.toml"),
                           sets={"coordinator.devices": ["a", "b"], "trainer.lr": 0.5})
-    assert argv == (sys.executable, "-m", "trainer", "--config", "a.toml", "--set", 'coordinator.devices=["a", "b"]',
+    assert argv == (sys.executable, "-m", "streamtrain.trainer", "--config", "a.toml",
+                    "--set", 'coordinator.devices=["a", "b"]',
                     "--set", "trainer.lr=0.5", "train", "--steps", "3")
 
 
@@ -56,9 +57,10 @@ def test_the_stack_starts_each_service_through_its_own_entry(tmp_path: Path) -> 
     specs = [producer_spec(device_streams(1)[0], 0, 0, 1, common, []),
              coordinator_spec(["0"], None, None, 2, common, []),
              trainer_spec(["0"], 3, tmp_path, 1, common, [])]
-    assert [s.argv[1:3] for s in specs] == [("-m", "producers"), ("-m", "coordinator"), ("-m", "trainer")]
+    assert [s.argv[1:3] for s in specs] == [("-m", "streamtrain.producers"), ("-m", "streamtrain.coordinator"),
+                                            ("-m", "streamtrain.trainer")]
 
 
 def test_local_ranks_run_the_trainer_entry() -> None:
-    """`train --local-ranks` starts each rank as `python -m trainer train --device-id D`, not the whole CLI."""
-    assert rank_command("cam0") == (sys.executable, "-m", "trainer", "train", "--device-id", "cam0")
+    """`train --local-ranks` starts each rank as `python -m streamtrain.trainer train --device-id D`, not the CLI."""
+    assert rank_command("cam0") == (sys.executable, "-m", "streamtrain.trainer", "train", "--device-id", "cam0")

@@ -7,8 +7,8 @@ import typer
 import typer.main
 from typer.testing import CliRunner
 
-from streamtrain.cli_support import prose
-from streamtrain_cli import app
+from streamtrain.cli import app
+from streamtrain.runtime.commands import prose
 
 
 def _commands(group: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

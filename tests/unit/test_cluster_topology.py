@@ -12,12 +12,12 @@ import pytest
 import torch.distributed.run as torchrun
 from typer.testing import CliRunner
 
-from cluster.netns import PREFIX, Network, RunRecord, new_run_id, process_start_time
-from cluster.topology import HOSTS, KAFKA_HOSTS, TRAINER_HOSTS, ClusterSpec, Topology
+from streamtrain.cli import app
+from streamtrain.cluster.netns import PREFIX, Network, RunRecord, new_run_id, process_start_time
+from streamtrain.cluster.topology import HOSTS, KAFKA_HOSTS, TRAINER_HOSTS, ClusterSpec, Topology
 from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
-from streamtrain_cli import app
 
-SERVICE_MODULES = {"streamtrain_cli", "producers", "coordinator", "trainer"}
+SERVICE_MODULES = {"streamtrain.cli", "streamtrain.producers", "streamtrain.coordinator", "streamtrain.trainer"}
 
 
 def _topology(**spec: object) -> Topology:

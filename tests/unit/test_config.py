@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from streamtrain.cli import app
 from streamtrain.config import ConfigError, load_config, parse_assignment
-from streamtrain_cli import app
 
 
 def _toml(tmp_path: Path, text: str) -> Path:

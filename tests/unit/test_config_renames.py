@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import ConfigError, StreamtrainConfig, TrainerConfig, load_config
 from streamtrain.config.renames import Renamed
+from streamtrain.runtime.commands import CLI_MODULE, module_command
 
 
 def _renamed(model: type[BaseModel], path: str = "") -> Iterator[tuple[str, str, Renamed]]:

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producers.sharding import shard
-from producers.sources import DatasetSource
 from streamtrain.datasets import DatasetError, load_dataset, parse_ts
+from streamtrain.producers.sharding import shard
+from streamtrain.producers.sources import DatasetSource
 
 SKTIME = Path((importlib.util.find_spec("sktime").submodule_search_locations or [""])[0]) / "datasets" / "data"
 

@@ -24,8 +24,8 @@ import typer.main
 import yaml
 from typer.testing import CliRunner
 
+from streamtrain.cli import app
 from streamtrain.config import load_config
-from streamtrain_cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "docker-compose.yml"

@@ -11,7 +11,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 import yaml
 from metric_families import service_metric_families
 
-from stack.balance import KEEPS_UP_FRACTION
+from streamtrain.report.run_balance import KEEPS_UP_FRACTION
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
@@ -77,12 +76,7 @@ def _declared_metric_names() -> set[str]:
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_dashboards", ROOT / "deploy/grafana/build_dashboards.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("streamtrain.dashboards.build")
 
 
 def test_dashboards_are_valid_json_with_unique_uids() -> None:
@@ -142,7 +136,7 @@ def test_the_json_is_what_the_generator_writes() -> None:
     assert sorted(generator.DASHBOARDS) == [p.stem for p in FILES]
     for uid in generator.DASHBOARDS:
         assert _load(DASHBOARDS / f"{uid}.json") == generator.dashboard_json(uid), (
-            f"{uid}.json is stale: run python deploy/grafana/build_dashboards.py")
+            f"{uid}.json is stale: run python -m streamtrain.dashboards.build")
 
 
 def test_panels_tile_grafanas_grid_for_the_pinned_grafana() -> None:

@@ -79,7 +79,7 @@ def test_the_old_rendezvous_timeout_name_still_works_and_says_it_is_renamed() ->
 
 
 def test_a_given_rank_is_kept_and_every_replica_serves_one_port() -> None:
-    # A rank serves on metrics.port + LOCAL_RANK (trainer/rank.py); LOCAL_RANK is 0 in a container.
+    # A rank serves on metrics.port + LOCAL_RANK (streamtrain/trainer/rank.py); LOCAL_RANK is 0 in a container.
     env = {"WORLD_SIZE": "4", "RANK": "3", "MASTER_ADDR": "trainer-0", "STREAMTRAIN_TRAINER_METRICS_PORT": "9400"}
     result = _run(env, sys.executable, "-c", _PRINT_ENV)
     assert result.returncode == 0, result.stderr

@@ -12,9 +12,9 @@ import typer
 import yaml
 from pydantic import BaseModel
 
+from streamtrain.cli import app
+from streamtrain.cli.reference import cli_reference, config_reference, escape_markdown
 from streamtrain.config import StreamtrainConfig
-from streamtrain_cli import app
-from streamtrain_cli.reference import cli_reference, config_reference, escape_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -113,7 +113,7 @@ def test_markdown_escaping_keeps_code_and_neutralises_markup() -> None:
 def test_each_benchmark_has_its_method_page_and_the_results_page_links_it_once() -> None:
     import importlib.util
 
-    from benchmarks.registry import REGISTRY
+    from streamtrain.benchmarks.registry import REGISTRY
 
     spec = importlib.util.spec_from_file_location("docs_hook", DOCS / "hooks" / "reference.py")
     assert spec is not None and spec.loader is not None

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from fuzzing import assignment_corpus, device_corpus, feedback_corpus, reason_counts
 
-from streamtrain.fuzz import assignment_corpus, device_corpus, feedback_corpus, reason_counts
 from streamtrain.models.batching import sample_problems
 from streamtrain.wire import Assignment, Sample, StepFeedback, WireError, decode
 

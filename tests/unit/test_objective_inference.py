@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stack.replay import resolve_replay
 from streamtrain.config import StreamtrainConfig
 from streamtrain.config.loader import load_config
+from streamtrain.stack.replay import resolve_replay
 
 SKTIME = Path((importlib.util.find_spec("sktime").submodule_search_locations or [""])[0]) / "datasets" / "data"
 TECATOR = SKTIME / "Tecator" / "Tecator_TRAIN.ts"
@@ -166,7 +166,7 @@ def test_samples_whose_target_is_not_finite_are_left_out_and_said_so(tmp_path: P
 def test_up_checks_an_objective_of_ones_own_before_it_starts_anything(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from streamtrain_cli import app
+    from streamtrain.cli import app
 
     path = _npz(tmp_path / "mine_TRAIN.npz", np.linspace(10.0, 50.0, 12))
     sets = ["--set", "trainer.objective=objective_plugins:NegativeSum"]

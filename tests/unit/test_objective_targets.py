@@ -16,9 +16,9 @@ from streamtrain.config.trainer import TrainerConfig
 from streamtrain.models.batching import collate_packed
 from streamtrain.models.plugins import build_model
 from streamtrain.objectives import add_sums, build_objective
+from streamtrain.trainer.distributed import DistContext
+from streamtrain.trainer.evaluation import HeldOutEvaluator
 from streamtrain.wire import Sample
-from trainer.distributed import DistContext
-from trainer.evaluation import HeldOutEvaluator
 
 VECTOR = TrainerConfig(objective="regression", num_features=1, target_width=3, hidden_size=8, num_layers=1,
                        kernel_size=3, precision="float64", target_shift=(0.0, 10.0, 100.0),

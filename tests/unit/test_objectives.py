@@ -15,8 +15,8 @@ import torch
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.models.batching import collate_for_prediction, collate_packed, pack_samples
 from streamtrain.models.conv import last_frames
-from streamtrain.models.errors import SetupError
 from streamtrain.models.plugins import build_collate, build_model, check_plugins
+from streamtrain.models.predicting import predict_samples
 from streamtrain.objectives import (
     MISSING_TARGET,
     SERIES_TOO_SHORT,
@@ -25,8 +25,8 @@ from streamtrain.objectives import (
     Objective,
     add_sums,
     build_objective,
-    predict_samples,
 )
+from streamtrain.plugins import SetupError
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.wire import Sample
 

@@ -32,8 +32,8 @@ def _one(items: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
 
 def _balance() -> list[str]:
     # The stored JSON holds the runs; the cells (medians over the runs) are what the benchmark's renderer computes.
-    from benchmarks.balance.figures import BalanceResult
-    from benchmarks.balance.render import target_cells
+    from streamtrain.benchmarks.balance.figures import BalanceResult
+    from streamtrain.benchmarks.balance.render import target_cells
 
     _, _, ett, static = target_cells(BalanceResult.load(BENCH / "balance.json"))
     assert ett is not None and static is not None and ett.wall_step_seconds_median and static.wall_step_seconds_median
@@ -42,7 +42,7 @@ def _balance() -> list[str]:
 
 
 def _realdata() -> list[str]:
-    from benchmarks.balance.figures import RealdataResult, combine
+    from streamtrain.benchmarks.balance.figures import RealdataResult, combine
 
     # Cell medians of the heterogeneous fleet (the control is a cell of its own), as the benchmark's targets use them.
     runs = RealdataResult.load(BENCH / "realdata.json").runs
@@ -64,14 +64,14 @@ def _convergence() -> list[str]:
 
 
 def _truncation() -> list[str]:
-    from benchmarks.truncation import TruncationResult, against_persist
+    from streamtrain.benchmarks.truncation import TruncationResult, against_persist
 
     ratios = against_persist(TruncationResult.load(BENCH / "truncation.json"))
     return [f"**{ratios[p][0]:.0f}{TIMES}** fewer with `{p}`" for p in ("truncate", "bounded")]
 
 
 def _ingest() -> list[str]:
-    from benchmarks.ingest import IngestResult
+    from streamtrain.benchmarks.ingest import IngestResult
 
     result = IngestResult.load(BENCH / "ingest.json")
     ratio = result.ratio("device_producer", "bare_loop")

@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry, Counter
 
-from coordinator.status import StatusServer
 from streamtrain.config import BrokerConfig, ConfigError, KafkaConfig, MetricsConfig, load_config
+from streamtrain.coordinator.status import StatusServer
 from streamtrain.kafka import client_settings, java_client_properties
 from streamtrain.metrics import serve_metrics
 

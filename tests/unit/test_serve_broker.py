@@ -7,7 +7,7 @@ import logging
 import pytest
 from confluent_kafka import KafkaError
 
-from serve.broker import LOG_EVERY_S, BrokerGone, BrokerWatch, quiet_connection_failures
+from streamtrain.serve.broker import LOG_EVERY_S, BrokerGone, BrokerWatch, quiet_connection_failures
 
 
 def test_an_outage_is_told_once_in_a_while_ridden_through_when_short_and_given_up_when_long(
@@ -15,7 +15,7 @@ def test_an_outage_is_told_once_in_a_while_ridden_through_when_short_and_given_u
     now = [100.0]
     watch = BrokerWatch("k:9092", timeout_seconds=60.0, clock=lambda: now[0])
     answers = [False]
-    with caplog.at_level(logging.INFO, logger="serve.broker"):
+    with caplog.at_level(logging.INFO, logger="streamtrain.serve.broker"):
         watch.check(lambda: pytest.fail("no probe while the broker is there"))
         watch.on_error(KafkaError(KafkaError._TRANSPORT))  # one connection lost: librdkafka reconnects unasked
         assert watch.down_since is None
@@ -28,7 +28,7 @@ def test_an_outage_is_told_once_in_a_while_ridden_through_when_short_and_given_u
         now[0] += 2.0
         watch.check(lambda: answers[0])
         assert watch.down_since is None and watch.outages == 1
-        said = [r.getMessage() for r in caplog.records if r.name == "serve.broker"]
+        said = [r.getMessage() for r in caplog.records if r.name == "streamtrain.serve.broker"]
         assert len(said) == 3, said  # unreachable; still unreachable after 30 s; answers again
         assert "exits after 60 s without it (serve.broker_timeout_seconds)" in said[0]
         assert said[-1] == "serve: Kafka at k:9092 answers again after 47 s away"

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from serve.gate import judge, misfit
 from streamtrain.config import ServeConfig, StreamtrainConfig, TrainerConfig
+from streamtrain.serve.gate import judge, misfit
 from streamtrain.versions import ModelSpec, spec_for
 
 GATE = ServeConfig(tolerance=0.05)
@@ -81,21 +81,21 @@ def test_a_held_out_figure_decides_only_when_it_is_a_newer_evaluation_and_the_re
 
 
 def test_serve_says_when_the_gate_refuses_again_on_the_same_old_figure(caplog: pytest.LogCaptureFixture) -> None:
-    from serve.service import ModelServer
     from streamtrain.config import KafkaConfig
+    from streamtrain.serve.service import ModelServer
     from streamtrain.wire import ModelVersion
 
     server = ModelServer(StreamtrainConfig(kafka=KafkaConfig(bootstrap_servers="127.0.0.1:1")))  # never connects
     live = {"heldout_accuracy": 0.4022, "heldout_samples": 537.0, "heldout_step": 175.0}
     stale = {"heldout_accuracy": 0.3501, "heldout_samples": 537.0, "heldout_step": 200.0}
     try:
-        with caplog.at_level(logging.INFO, logger="serve.service"):
+        with caplog.at_level(logging.INFO, logger="streamtrain.serve.service"):
             for number in (51, 52, 53):
                 record = ModelVersion(job="j", version=number, step=200 + number, location="", metrics=stale)
                 server._refuse_by_gate(record, judge(stale, live, GATE), quiet=False)
     finally:
         server.close()
-    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "serve.service"]
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "streamtrain.serve.service"]
     assert [level for level, _ in said] == [logging.WARNING, logging.INFO, logging.INFO]
     assert "version 52 (step 252) not served, the promotion gate refused it on the same figure that refused version " \
            "51: heldout_accuracy 0.3501 (step 200, 537 samples)" in said[1][1]

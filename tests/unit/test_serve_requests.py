@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from serve.answers import RefusalTally
-from serve.requests import request_payloads
 from streamtrain.config import StreamtrainConfig, TrainerConfig
 from streamtrain.datasets import DatasetError
 from streamtrain.models import build_model
+from streamtrain.serve.answers import RefusalTally
+from streamtrain.serve.requests import request_payloads
 from streamtrain.versions import spec_for, write_version
 from streamtrain.wire import Prediction
 

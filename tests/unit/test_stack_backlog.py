@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from producers.sizes import make_size_sampler
-from producers.sources import device_rng
-from stack.backlog import backlog_config
-from stack.services import DeviceStream, stream_settings
 from streamtrain.config import ProducerConfig
+from streamtrain.producers.sizes import make_size_sampler
+from streamtrain.producers.sources import device_rng
+from streamtrain.stack.backlog import backlog_config
+from streamtrain.stack.services import DeviceStream, stream_settings
 
 
 def test_backlog_uses_the_live_streams_settings_unpaced_and_bounded() -> None:

@@ -9,8 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from producers.sources import build_source
-from stack.balance import (
+from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
+from streamtrain.models.batching import collate_packed
+from streamtrain.producers.sources import build_source
+from streamtrain.report.figures import build_series
+from streamtrain.report.ledger import DeviceRecords, RunRecords
+from streamtrain.report.run_balance import (
     balance_figures,
     closing_lines,
     fit_time_models,
@@ -20,17 +24,13 @@ from stack.balance import (
     static_step_estimate,
     waiting_work,
 )
-from stack.ledger import DeviceRecords, RunRecords
-from stack.replay import held_out_chance, replay_producer_spec, resolve_replay
-from stack.report import build_series
-from stack.results import HeldoutFigures, StackReport
-from stack.services import device_streams
-from streamtrain.cli_support import set_args
-from streamtrain.config import StreamtrainConfig, load_config, parse_assignment
-from streamtrain.models.batching import collate_packed
+from streamtrain.report.schema import HeldoutFigures, StackReport
+from streamtrain.runtime.commands import set_args
+from streamtrain.stack.replay import held_out_chance, replay_producer_spec, resolve_replay
+from streamtrain.stack.services import device_streams
+from streamtrain.trainer.distributed import DistContext
+from streamtrain.trainer.evaluation import HeldOutEvaluator
 from streamtrain.wire import Evaluation, PendingSample, StepFeedback
-from trainer.distributed import DistContext
-from trainer.evaluation import HeldOutEvaluator
 
 ONE = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from streamtrain_cli import app
+from streamtrain.cli import app
 
 SOURCE = '[[bridge.sources]]\ntopic = "events"\n'
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from stack.external import KAFKA_PORT, ExternalDevice, broker_port, parse_external, publish_instructions
-from stack.launch import plan_services
-from stack.monitor import Monitor
-from stack.options import StackOptions
-from stack.services import device_streams
+from streamtrain.cli import app
 from streamtrain.config import BrokerConfig, KafkaConfig, StreamtrainConfig, load_config, parse_assignment
-from streamtrain_cli import app
+from streamtrain.stack.external import KAFKA_PORT, ExternalDevice, broker_port, parse_external, publish_instructions
+from streamtrain.stack.launch import plan_services
+from streamtrain.stack.monitor import Monitor
+from streamtrain.stack.options import StackOptions
+from streamtrain.stack.services import device_streams
 
 DEVICES = ["0", "1", "2", "3"]
 

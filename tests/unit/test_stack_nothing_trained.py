@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from stack.ledger import RunRecords
-from stack.reporting import nothing_trained
-from stack.results import BridgeFigures, StackReport
 from streamtrain.config import StreamtrainConfig
+from streamtrain.report.ledger import RunRecords
+from streamtrain.report.schema import BridgeFigures, StackReport
+from streamtrain.stack.run_report import nothing_trained
 from streamtrain.wire import DeadLetter
 
 CFG = StreamtrainConfig()

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from stack.objective_figures import (
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.report.objective import (
     closing_objective_lines,
     heldout_metric_figures,
     heldout_rows,
@@ -14,7 +15,6 @@ from stack.objective_figures import (
     objective_for_report,
     prequential_series,
 )
-from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Evaluation, StepFeedback
 
 
@@ -76,8 +76,8 @@ def test_the_live_view_shows_the_fleets_test_then_train_metric_from_the_ranks_su
     from prometheus_client import CollectorRegistry, generate_latest
     from rich.console import Console
 
-    from stack.monitor import Monitor, StackSnapshot, parse_metrics, render_snapshot
-    from trainer.metrics import ObjectiveMetrics
+    from streamtrain.stack.monitor import Monitor, StackSnapshot, parse_metrics, render_snapshot
+    from streamtrain.trainer.metrics import ObjectiveMetrics
 
     objective = objective_for_report(TrainerConfig())
     scraped = []
@@ -101,8 +101,8 @@ def test_the_live_view_shows_the_fleets_test_then_train_metric_from_the_ranks_su
 
 
 def test_up_ends_with_test_then_train_accuracy_beside_held_out_accuracy() -> None:
-    from stack.balance import closing_lines
-    from stack.results import StackReport
+    from streamtrain.report.run_balance import closing_lines
+    from streamtrain.report.schema import StackReport
 
     objective = objective_for_report(TrainerConfig(num_classes=3))
     feedback = [_fb(0, "0", {"count": 10.0, "loss_sum": 9.0, "correct": 4.0, "baseline_correct": 3.0}),

@@ -11,20 +11,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producers.sizes import make_size_sampler
-from stack.dashboard_queries import dashboard_queries, expand_variables
-from stack.ledger import DeviceRecords, RunRecords, tally_devices
-from stack.prometheus import find_prometheus, scrape_config
-from stack.report import build_report, build_series
-from stack.results import StackReport
-from stack.services import (
+from streamtrain.config import ProducerConfig, StreamtrainConfig, load_config, parse_assignment
+from streamtrain.dashboards.queries import dashboard_queries, expand_variables
+from streamtrain.net import free_port_block, free_ports, listening_range
+from streamtrain.producers.sizes import make_size_sampler
+from streamtrain.report.figures import build_report, build_series
+from streamtrain.report.ledger import DeviceRecords, RunRecords, tally_devices
+from streamtrain.report.schema import StackReport
+from streamtrain.stack.prometheus import find_prometheus, scrape_config
+from streamtrain.stack.services import (
     coordinator_spec,
     device_streams,
     producer_spec,
     trainer_spec,
 )
-from streamtrain.config import ProducerConfig, StreamtrainConfig, load_config, parse_assignment
-from streamtrain.net import free_port_block, free_ports, listening_range
 from streamtrain.wire import DeadLetter, StepFeedback, ranges_of
 
 

@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 import pytest
 from typer.testing import CliRunner
 
-from stack.render import (
+from streamtrain.cli import app
+from streamtrain.dashboards.render import (
     BACKGROUND,
     PANEL,
     dashboard_panels,
@@ -24,7 +25,6 @@ from stack.render import (
     legend_name,
     render_dashboard,
 )
-from streamtrain_cli import app
 
 NOW = time.time()
 DASHBOARD: dict[str, Any] = {

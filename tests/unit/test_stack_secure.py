@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stack.secure import Identities, secure_broker_config
 from streamtrain.config import BrokerConfig, KafkaConfig, StreamtrainConfig, load_config
+from streamtrain.stack.secure import Identities, secure_broker_config
 
 CFG = StreamtrainConfig(job="cams", kafka=KafkaConfig(topic_prefix="st"))
 

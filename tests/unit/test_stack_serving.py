@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stack.serving import forget_versions, keep_final_model
 from streamtrain.config import TrainerConfig
 from streamtrain.models import build_model
+from streamtrain.stack.serving import forget_versions, keep_final_model
 from streamtrain.versions import load_model, spec_for, write_version
 
 CFG = TrainerConfig(num_features=2, num_classes=3, hidden_size=4, num_layers=1)
@@ -54,7 +54,7 @@ def test_the_kept_models_line_shows_its_objectives_headline_figures(tmp_path: Pa
 
 
 def test_a_device_has_a_backlog_while_seconds_of_its_stream_wait() -> None:
-    from stack.serving import backlog_from_series
+    from streamtrain.stack.serving import backlog_from_series
 
     # Device 0 produces 9/s (25x in a burst); its lag is what its steps saw: a few records, then hundreds.
     series = {"t0_ms": 1_000_000, "rates": {"devices": {"0": {"produced_per_s": [9.0] * 20 + [225.0] * 6}}},

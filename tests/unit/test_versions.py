@@ -17,6 +17,7 @@ import streamtrain
 from streamtrain.config import TrainerConfig
 from streamtrain.models import build_collate, build_model
 from streamtrain.synthetic import synthetic_samples
+from streamtrain.trainer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from streamtrain.versions import (
     ModelSpec,
     VersionError,
@@ -26,7 +27,6 @@ from streamtrain.versions import (
     version_dirs,
     write_version,
 )
-from trainer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 
 CFG = TrainerConfig(num_features=4, num_classes=3, hidden_size=16, num_layers=1)
 NAMES = ("fan", "heater", "lamp")

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from bridge.service import Bridge
+from streamtrain.bridge.service import Bridge
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.decoders import source_of
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, read_to_end
-from streamtrain.source_accounting import SourceTally, collect_sources, tally_sources
+from streamtrain.report.source_accounting import SourceTally, collect_sources, tally_sources
 from streamtrain.wire import DeadLetter, Sample, decode
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -11,9 +11,9 @@ import pytest
 from bridge_helpers import bridge_until_caught_up, create_source
 from confluent_kafka import Producer, TopicPartition
 
-from stack.bridging import sources_caught_up
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import client_settings, make_consumer, make_producer
+from streamtrain.stack.bridging import sources_caught_up
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from coordinator.service import Coordinator
 from streamtrain.config import CoordinatorConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
+from streamtrain.coordinator.service import Coordinator
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer
 from streamtrain.wire import Assignment, PendingSample, Sample, StepFeedback, decode, encode
 

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 from coordinator_it_helpers import JOB, Plans, Trainers, config, get, produce_samples, running
+from fuzzing import forged_feedback
 
 from streamtrain.config import KafkaConfig
-from streamtrain.fuzz import forged_feedback
 from streamtrain.kafka import make_producer, read_to_end
 from streamtrain.wire import DeadLetter, StepFeedback, decode, encode
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from coordinator_it_helpers import JOB, Plans, Trainers, produce_samples
 
-from streamtrain.cli_support import module_command
 from streamtrain.config import KafkaConfig
+from streamtrain.runtime.commands import module_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[3]
 def coordinator_process(kafka_cfg: KafkaConfig, log: Path, ahead: int) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS": kafka_cfg.bootstrap_servers,
            "STREAMTRAIN_KAFKA__TOPIC_PREFIX": kafka_cfg.topic_prefix, "STREAMTRAIN_JOB": JOB}
-    cmd = module_command("coordinator", "coordinate", "--policy", "chronica", "--port", "0", sets={
+    cmd = module_command("streamtrain.coordinator", "coordinate", "--policy", "chronica", "--port", "0", sets={
         "coordinator.devices": ["cam"], "coordinator.poll_interval_seconds": 0.2, "coordinator.global_batch": 8,
         "coordinator.feedback_wait_seconds": 5, "coordinator.plan_ahead": ahead})
     with log.open("ab") as out:

@@ -9,8 +9,8 @@ import time
 import pytest
 from coordinator_it_helpers import JOB, Plans, Trainers, config, get, produce_samples
 
-from coordinator.service import Coordinator
 from streamtrain.config import KafkaConfig
+from streamtrain.coordinator.service import Coordinator
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from producers.service import ProducerSummary, StreamProducer
-from streamtrain.accounting import SeqLedger
 from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.kafka import read_to_end
+from streamtrain.producers.service import ProducerSummary, StreamProducer
+from streamtrain.report.accounting import SeqLedger
 from streamtrain.wire import Sample, decode
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]

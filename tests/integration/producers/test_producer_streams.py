@@ -16,14 +16,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
-from producers.service import ProducerSummary, StreamProducer
-from producers.synthetic import device_label_sets
-from streamtrain.accounting import SeqLedger
-from streamtrain.cli_support import module_command
+from streamtrain.cli import app
 from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.kafka import read_to_end
+from streamtrain.producers.service import ProducerSummary, StreamProducer
+from streamtrain.producers.synthetic import device_label_sets
+from streamtrain.report.accounting import SeqLedger
+from streamtrain.runtime.commands import module_command
 from streamtrain.wire import SIZE_HEADER, Sample, decode
-from streamtrain_cli import app
 
 pytestmark = pytest.mark.integration
 
@@ -193,7 +193,8 @@ def test_produce_stops_on_sigterm_or_sigint_and_flushes_every_record(kafka_cfg: 
     also when SIGINT was ignored at start, as a background job inherits it."""
     env = {**os.environ, "STREAMTRAIN_KAFKA__BOOTSTRAP_SERVERS": kafka_cfg.bootstrap_servers,
            "STREAMTRAIN_KAFKA__TOPIC_PREFIX": kafka_cfg.topic_prefix, "STREAMTRAIN_PRODUCER__METRICS": "false"}
-    proc = subprocess.Popen(module_command("producers", "produce", "--devices", "2", "--rate", "300", "--no-progress"),
+    argv = module_command("streamtrain.producers", "produce", "--devices", "2", "--rate", "300", "--no-progress")
+    proc = subprocess.Popen(argv,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     topics = [kafka_cfg.topics.device("0"), kafka_cfg.topics.device("1")]

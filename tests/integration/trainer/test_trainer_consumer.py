@@ -9,10 +9,10 @@ import pytest
 
 from streamtrain.config import KafkaConfig, TrainerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer
+from streamtrain.trainer.consumer import RankConsumer
+from streamtrain.trainer.errors import TrainerSetupError
+from streamtrain.trainer.plans import PlanBook
 from streamtrain.wire import Assignment, Sample, encode
-from trainer.consumer import RankConsumer
-from trainer.errors import TrainerSetupError
-from trainer.plans import PlanBook
 
 pytestmark = pytest.mark.integration
 

@@ -31,8 +31,8 @@ from trainer_ranks import (
 from streamtrain.datasets import load_dataset
 from streamtrain.models.batching import collate_packed
 from streamtrain.models.plugins import build_model
+from streamtrain.trainer.compression import topk
 from streamtrain.wire import Sample
-from trainer.compression import topk
 
 pytestmark = pytest.mark.integration
 

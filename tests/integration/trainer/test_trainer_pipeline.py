@@ -24,10 +24,10 @@ from trainer_seq_log import (
     train_settings,
 )
 
-from producers.service import ProducerSummary, StreamProducer
-from streamtrain.cli_support import module_command
 from streamtrain.config import KafkaConfig, ProducerConfig
 from streamtrain.kafka import make_producer, read_to_end
+from streamtrain.producers.service import ProducerSummary, StreamProducer
+from streamtrain.runtime.commands import module_command
 from streamtrain.wire import DeadLetter, Sample, decode, encode
 
 pytestmark = pytest.mark.integration
@@ -69,8 +69,8 @@ def test_producers_to_four_ranks_loss_falls_and_every_seq_is_accounted_for(
     sets = train_settings(kafka_cfg, JOB, tmp_path / "ckpt", **{
         "trainer.num_classes": 4, "trainer.local_batch": BATCH, "trainer.checkpoint_every": 5, "trainer.seed": 1,
     })
-    cmd = module_command("trainer", "train", "--local-ranks", str(len(DEVICES)), "--devices", ",".join(DEVICES),
-                         "--steps", str(STEPS), global_args=sets)
+    cmd = module_command("streamtrain.trainer", "train", "--local-ranks", str(len(DEVICES)),
+                         "--devices", ",".join(DEVICES), "--steps", str(STEPS), global_args=sets)
     with (tmp_path / "train.log").open("wb") as log:
         train = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=rank_environment(log_dir),
                                  start_new_session=True)

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from streamtrain.cli_support import CLI_MODULE, module_command
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, read_to_end
+from streamtrain.runtime.commands import CLI_MODULE, module_command
+from streamtrain.trainer.checkpoint import load_checkpoint
 from streamtrain.wire import Assignment, DeadLetter, DevicePlan, Sample, StepFeedback, decode, encode, expand_ranges
-from trainer.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from trainer_seq_log import feedback_records, rank_environment, read_ledger, train_settings
 
-from streamtrain.cli_support import module_command
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
+from streamtrain.runtime.commands import module_command
 from streamtrain.wire import DeadLetter, Sample, decode, encode
 
 pytestmark = pytest.mark.integration
@@ -55,7 +55,7 @@ def test_samples_without_their_target_are_dead_lettered_naming_the_field(kafka_c
     sets = train_settings(kafka_cfg, JOB, tmp_path / "ckpt", **{
         "trainer.objective": "regression", "trainer.num_features": 2, "trainer.local_batch": 8,
     })
-    cmd = module_command("trainer", "train", "--local-ranks", "1", "--devices", "0", "--steps", "8",
+    cmd = module_command("streamtrain.trainer", "train", "--local-ranks", "1", "--devices", "0", "--steps", "8",
                          global_args=sets)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=rank_environment(log_dir))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

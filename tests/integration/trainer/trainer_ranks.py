@@ -25,11 +25,11 @@ from streamtrain.models.batching import collate_packed
 from streamtrain.models.plugins import build_model
 from streamtrain.objectives import build_objective
 from streamtrain.synthetic import synthetic_samples
+from streamtrain.trainer.compression import TopKCompressor
+from streamtrain.trainer.distributed import destroy_distributed, free_port, init_distributed
+from streamtrain.trainer.evaluation import HeldOutEvaluator
+from streamtrain.trainer.step import build_step_runner, linear_lr_scale
 from streamtrain.wire import Sample
-from trainer.compression import TopKCompressor
-from trainer.distributed import destroy_distributed, free_port, init_distributed
-from trainer.evaluation import HeldOutEvaluator
-from trainer.step import build_step_runner, linear_lr_scale
 
 #: Tiny float64 model: fast, and exact enough to compare at 1e-9.
 BASE = TrainerConfig(

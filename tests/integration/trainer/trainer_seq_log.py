@@ -15,12 +15,12 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from streamtrain.accounting import SeqLedger
 from streamtrain.config import KafkaConfig
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.kafka import make_consumer, read_to_end
 from streamtrain.models.batching import PackedBatch, collate_packed
 from streamtrain.models.plugins import PROBE_DEVICE
+from streamtrain.report.accounting import SeqLedger
 from streamtrain.wire import Sample, StepFeedback, decode
 
 ENV = "TRAINER_TEST_SEQ_LOG"

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from streamtrain.accounting import RecordFates
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin
+from streamtrain.report.accounting import RecordFates
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from fault_helpers import FaultStack  # the whole-stack tests' services as processes, and their accounting

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.checks import try_decoder
-from bridge.errors import BridgeSetupError
+from streamtrain.bridge.checks import try_decoder
+from streamtrain.bridge.errors import BridgeSetupError
 from streamtrain.config import ConfigError, SourceConfig, load_config
 from streamtrain.decoders import (
     ContractError,
@@ -175,8 +175,9 @@ def test_the_example_decoder_decodes_skips_and_rejects(examples_path: object) ->
 
 
 def test_a_user_decoder_that_cannot_load_fails_naming_the_setting(examples_path: object) -> None:
-    cases = [("no_such_module_xyz:decode", {}, "does not import"), ("bridge_decoder:nothing", {}, "has no nothing"),
-             ("bridge_decoder:__doc__", {}, "not a function"),
+    cases = [("no_such_module_xyz:decode", {}, "cannot import module"),
+             ("bridge_decoder:nothing", {}, "has no attribute 'nothing'"),
+             ("bridge_decoder:__doc__", {}, "not a callable"),
              ("bridge_decoder:decode", {"colour": 1}, "bridge.sources.3.options")]
     for decoder, options, says in cases:
         with pytest.raises(DecoderSetupError) as failed:

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from coordinator.perfmodel import PerfModel
-from coordinator.state import DeviceState, PendingIndex, PlanningState
+from streamtrain.coordinator.perfmodel import PerfModel
+from streamtrain.coordinator.state import DeviceState, PendingIndex, PlanningState
 from streamtrain.wire import PendingSample, StepFeedback
 
 

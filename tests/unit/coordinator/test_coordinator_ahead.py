@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from coordinator_helpers import device, state
 
-from coordinator.fleet import FleetTracker
-from coordinator.policies import plan_step
-from coordinator.state import after_batch, after_plan, oldest_within, plan_to_assignment
 from streamtrain.config import CoordinatorConfig
+from streamtrain.coordinator.fleet import FleetTracker
+from streamtrain.coordinator.policies import plan_step
+from streamtrain.coordinator.state import after_batch, after_plan, oldest_within, plan_to_assignment
+from streamtrain.trainer.backlog import named_by
+from streamtrain.trainer.buffer import SampleBuffer
+from streamtrain.trainer.plans import selection_from
 from streamtrain.wire import Assignment, DevicePlan, PendingSample, Sample, StepFeedback
-from trainer.backlog import named_by
-from trainer.buffer import SampleBuffer
-from trainer.plans import selection_from
 
 
 def feedback(step: int, device_id: str = "a", *, new: range | list[int] = range(0), lowest: int = 0,

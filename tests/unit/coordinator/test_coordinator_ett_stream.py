@@ -10,11 +10,11 @@ from coordinator_helpers import device, state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.perfmodel import ModelBank, PerfModel
-from coordinator.policies import POLICIES, plan_step
-from coordinator.policies.ett_stream import choose_step_time
-from coordinator.state import DeviceState, PlanningState
 from streamtrain.config import CoordinatorConfig
+from streamtrain.coordinator.perfmodel import ModelBank, PerfModel
+from streamtrain.coordinator.policies import POLICIES, plan_step
+from streamtrain.coordinator.policies.ett_stream import choose_step_time
+from streamtrain.coordinator.state import DeviceState, PlanningState
 
 
 def test_backlogged_devices_get_equal_ett_whatever_their_speed() -> None:

@@ -12,8 +12,8 @@ import warnings
 
 import numpy as np
 
-from coordinator.fleet import PendingBook
-from coordinator.perfmodel import _row_nanmedian
+from streamtrain.coordinator.fleet import PendingBook
+from streamtrain.coordinator.perfmodel import _row_nanmedian
 from streamtrain.wire import PendingSample, StepFeedback
 
 

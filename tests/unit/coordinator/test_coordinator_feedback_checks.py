@@ -6,10 +6,10 @@ import math
 from dataclasses import replace
 
 import pytest
+from fuzzing import forged_feedback
 
-from coordinator.feedback_checks import feedback_problem
 from streamtrain.config import CoordinatorConfig
-from streamtrain.fuzz import forged_feedback
+from streamtrain.coordinator.feedback_checks import feedback_problem
 from streamtrain.wire import PendingSample, StepFeedback, decode, now_ms
 
 CFG = CoordinatorConfig()

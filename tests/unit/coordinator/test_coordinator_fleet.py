@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from coordinator_helpers import feedback
 
-from coordinator.fleet import FleetTracker, PendingBook, RateEstimator
-from coordinator.policies import plan_step
-from coordinator.state import plan_to_assignment
 from streamtrain.config import CoordinatorConfig
+from streamtrain.coordinator.fleet import FleetTracker, PendingBook, RateEstimator
+from streamtrain.coordinator.policies import plan_step
+from streamtrain.coordinator.state import plan_to_assignment
 from streamtrain.wire import StepFeedback
 
 # --- arrival rate -----------------------------------------------------------------------------

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from coordinator_helpers import feedback
 
-from coordinator.fleet import FleetTracker
-from coordinator.membership import Membership
-from coordinator.policies import plan_step
-from coordinator.state import plan_to_assignment
 from streamtrain.config import CoordinatorConfig
+from streamtrain.coordinator.fleet import FleetTracker
+from streamtrain.coordinator.membership import Membership
+from streamtrain.coordinator.policies import plan_step
+from streamtrain.coordinator.state import plan_to_assignment
 
 # --- Membership alone ----------------------------------------------------------------------------
 

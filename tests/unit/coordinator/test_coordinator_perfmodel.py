@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.perfmodel import (
+from streamtrain.config import CoordinatorConfig
+from streamtrain.coordinator.perfmodel import (
     ModelBank,
     PerfTracker,
     fit_linear_robust,
     fit_profile,
     size_limit_from_memory,
 )
-from streamtrain.config import CoordinatorConfig
 
 CFG = CoordinatorConfig()
 

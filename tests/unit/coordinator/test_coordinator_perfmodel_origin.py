@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from coordinator.perfmodel import PerfTracker, fit_linear_robust
 from streamtrain.config import CoordinatorConfig
+from streamtrain.coordinator.perfmodel import PerfTracker, fit_linear_robust
 
 
 def _fit(x: list[float], y: list[float]) -> tuple[float, float]:

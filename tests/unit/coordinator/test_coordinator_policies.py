@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from coordinator_helpers import device, state
 
-from coordinator.policies import POLICIES, LbbCarry, get_policy, plan_step
-from coordinator.state import plan_to_assignment
 from streamtrain.config import CoordinatorConfig
+from streamtrain.coordinator.policies import POLICIES, LbbCarry, get_policy, plan_step
+from streamtrain.coordinator.state import plan_to_assignment
 from streamtrain.wire.records import Assignment
 
 # CHRONICA §V-B, Figs. 4-5: sample ETTs on two workers (a = 1, b = 0 so size = ETT). Worker 2's

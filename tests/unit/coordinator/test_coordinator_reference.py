@@ -17,12 +17,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.perfmodel import PerfModel
-from coordinator.policies.chronica import _pack_fast, plan_chronica, plan_chronica_reference
-from coordinator.policies.ett_stream import _fill_indexed, plan_ett_stream, plan_ett_stream_reference
-from coordinator.policies.reference import fill_device, fill_reference
-from coordinator.state import DeviceState, PendingIndex, Plan, PlanningState
 from streamtrain.config import CoordinatorConfig
+from streamtrain.coordinator.perfmodel import PerfModel
+from streamtrain.coordinator.policies.chronica import _pack_fast, plan_chronica, plan_chronica_reference
+from streamtrain.coordinator.policies.ett_stream import _fill_indexed, plan_ett_stream, plan_ett_stream_reference
+from streamtrain.coordinator.policies.reference import fill_device, fill_reference
+from streamtrain.coordinator.state import DeviceState, PendingIndex, Plan, PlanningState
 
 #: Integer sizes of one device's pending samples: a few distinct values (ties), or many.
 SIZES = st.sampled_from([5, 60, 3000]).flatmap(lambda top: st.lists(st.integers(1, top), min_size=1, max_size=60))

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from coordinator.sim import SimResult, build_scenario, simulate
+from streamtrain.cli import app
 from streamtrain.config import CoordinatorConfig
-from streamtrain_cli import app
+from streamtrain.coordinator.sim import SimResult, build_scenario, simulate
 
 
 def test_ett_stream_beats_static_on_straggler_effect() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from coordinator_helpers import device, state
 
-from coordinator.perfmodel import PerfModel
-from coordinator.policies import plan_step
-from coordinator.state import DeviceState
-from coordinator.truncation import decide_truncation
 from streamtrain.config import CoordinatorConfig
+from streamtrain.coordinator.perfmodel import PerfModel
+from streamtrain.coordinator.policies import plan_step
+from streamtrain.coordinator.state import DeviceState
+from streamtrain.coordinator.truncation import decide_truncation
 
 
 def backlog() -> DeviceState:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from coordinator.policies import plan_step
-from coordinator.service import Coordinator
-from coordinator.state import plan_to_assignment
 from streamtrain.config import CoordinatorConfig, StreamtrainConfig
+from streamtrain.coordinator.policies import plan_step
+from streamtrain.coordinator.service import Coordinator
+from streamtrain.coordinator.state import plan_to_assignment
 
 
 def _warm(policy: str) -> list[tuple[int | None, int | None]]:

@@ -8,9 +8,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
-from producers.metrics import ProducerMetrics
+from streamtrain.cli import app
 from streamtrain.config import ConfigError, load_config
-from streamtrain_cli import app
+from streamtrain.producers.metrics import ProducerMetrics
 
 
 @pytest.mark.parametrize(

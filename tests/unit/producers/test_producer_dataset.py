@@ -7,9 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producers.sharding import distribution_aware_shards, kmeans, pca, random_shards, shard, stratified_shards
-from producers.sources import DatasetSource
 from streamtrain.datasets import DatasetError, load_dataset
+from streamtrain.producers.sharding import (
+    distribution_aware_shards,
+    kmeans,
+    pca,
+    random_shards,
+    shard,
+    stratified_shards,
+)
+from streamtrain.producers.sources import DatasetSource
 
 
 def test_class_directories_label_npy_files(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producers.rates import Pacer, RateProfile, load_trace, sample_base_rates
 from streamtrain.config.producer import RATE_PRESETS, RateConfig
+from streamtrain.producers.rates import Pacer, RateProfile, load_trace, sample_base_rates
 
 N = 20_000
 

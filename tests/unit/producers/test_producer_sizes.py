@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producers.sizes import make_size_sampler, solve_truncated_normal
 from streamtrain.config.producer import SizeConfig
 from streamtrain.datasets import DatasetError, load_sizes
+from streamtrain.producers.sizes import make_size_sampler, solve_truncated_normal
 
 N = 400_000
 

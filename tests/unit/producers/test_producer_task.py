@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from producers.injection import InjectionPlanner, injection_counts
-from producers.sources import SyntheticSource
-from producers.synthetic import device_label_sets
 from streamtrain.config import ProducerConfig
 from streamtrain.config.producer import InjectionConfig
+from streamtrain.producers.injection import InjectionPlanner, injection_counts
+from streamtrain.producers.sources import SyntheticSource
+from streamtrain.producers.synthetic import device_label_sets
 from streamtrain.synthetic import class_prototypes, make_batch
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from streamtrain.trainer.backlog import ReportLog, hold_backlog, named_by
+from streamtrain.trainer.buffer import SampleBuffer
+from streamtrain.trainer.plans import PlanBook
 from streamtrain.wire import Assignment, DevicePlan, Sample
-from trainer.backlog import ReportLog, hold_backlog, named_by
-from trainer.buffer import SampleBuffer
-from trainer.plans import PlanBook
 
 
 def _plan(step: int, offsets: tuple[int, ...] = (), basis: int | None = None, **budget: int) -> Assignment:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from streamtrain.trainer.buffer import SampleBuffer
 from streamtrain.wire import PendingSample, Sample
-from trainer.buffer import SampleBuffer
 
 
 def _sample(seq: int, size: int = 2) -> Sample:

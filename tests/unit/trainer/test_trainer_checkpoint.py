@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from trainer import checkpoint as ckpt
-from trainer.checkpoint import (
+from streamtrain.trainer import checkpoint as ckpt
+from streamtrain.trainer.checkpoint import (
     CHECKPOINT_NAME,
     Checkpoint,
     NonFiniteCheckpointError,

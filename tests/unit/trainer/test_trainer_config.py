@@ -13,7 +13,8 @@ from streamtrain.config.core import StreamtrainConfig
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.models.batching import PackedBatch, collate_packed
 from streamtrain.models.conv import PackedConvNet
-from streamtrain.models.plugins import build_collate, build_model, resolve_dotted
+from streamtrain.models.plugins import build_collate, build_model
+from streamtrain.plugins import resolve_dotted
 from streamtrain.wire import Sample
 
 

@@ -14,9 +14,9 @@ from streamtrain.config.producer import DatasetConfig
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.models.batching import collate_packed
 from streamtrain.models.plugins import build_model
-from trainer.distributed import DistContext
-from trainer.errors import TrainerSetupError
-from trainer.evaluation import HeldOutEvaluator, deal_by_size, held_out_source, stratified_subset
+from streamtrain.trainer.distributed import DistContext
+from streamtrain.trainer.errors import TrainerSetupError
+from streamtrain.trainer.evaluation import HeldOutEvaluator, deal_by_size, held_out_source, stratified_subset
 
 ONE = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
 
@@ -101,7 +101,7 @@ def test_the_held_out_set_is_read_as_the_replayed_dataset_is(tmp_path: Path, cap
         HeldOutEvaluator(config, ONE, collate_packed)  # read with the defaults, as before the fix
     with pytest.raises(TrainerSetupError, match=r"class 'owl' is not one of producer\.dataset\.class_names"):
         HeldOutEvaluator(config, ONE, collate_packed, reading.model_copy(update={"class_names": ("cat",)}))
-    with caplog.at_level("WARNING", logger="trainer.evaluation"):
+    with caplog.at_level("WARNING", logger="streamtrain.trainer.evaluation"):
         HeldOutEvaluator(config, ONE, collate_packed, reading.model_copy(update={"class_names": None}))
     assert "numbers its classes by its own names (owl=0, cat=1)" in caplog.text
     assert "set producer.dataset.class_names" in caplog.text

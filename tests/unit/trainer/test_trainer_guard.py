@@ -10,21 +10,21 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fuzzing import extreme_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from streamtrain.config.trainer import TrainerConfig
-from streamtrain.fuzz import extreme_sample
 from streamtrain.models.batching import DTYPE_NOT_ACCEPTED, DTYPE_OVERFLOW, PackedBatch, collate_packed, payload_problem
 from streamtrain.models.conv import PackedConvNet
 from streamtrain.models.plugins import build_model
 from streamtrain.synthetic import synthetic_samples
+from streamtrain.trainer.aggregation import AggregationState, aggregation_hook
+from streamtrain.trainer.distributed import DistContext, destroy_distributed, init_distributed
+from streamtrain.trainer.step import StepRunner, build_optimizer, build_step_runner
 from streamtrain.wire import DTYPES, Sample
-from trainer.aggregation import AggregationState, aggregation_hook
-from trainer.distributed import DistContext, destroy_distributed, init_distributed
-from trainer.step import StepRunner, build_optimizer, build_step_runner
 
 CONFIG = TrainerConfig(num_features=4, num_classes=3, hidden_size=8, num_layers=1, kernel_size=3, device="cpu")
 #: Marks a sample the `_NanOnLong` model answers with NaN: its size.

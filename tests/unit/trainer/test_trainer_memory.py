@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from streamtrain.config import load_config
-from trainer import distributed
-from trainer.distributed import allocator_environment, find_jemalloc, keep_freed_memory, malloc_in_use
-from trainer.errors import TrainerSetupError
-from trainer.launch import child_environment
+from streamtrain.trainer import distributed
+from streamtrain.trainer.distributed import allocator_environment, find_jemalloc, keep_freed_memory, malloc_in_use
+from streamtrain.trainer.errors import TrainerSetupError
+from streamtrain.trainer.launch import child_environment
 
 needs_jemalloc = pytest.mark.skipif(find_jemalloc() is None, reason="libjemalloc is not installed")
 
@@ -22,7 +22,7 @@ needs_jemalloc = pytest.mark.skipif(find_jemalloc() is None, reason="libjemalloc
 # tensors the way a step does, and reports the page faults that took.
 _PROBE = """
 import json, resource, sys, torch
-from trainer.distributed import keep_freed_memory, malloc_in_use, reserve_memory
+from streamtrain.trainer.distributed import keep_freed_memory, malloc_in_use, reserve_memory
 if malloc_in_use() == "system":
     keep_freed_memory()
 reserve_memory(int(sys.argv[1]))

@@ -8,9 +8,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from streamtrain.config import StreamtrainConfig, load_config
+from streamtrain.trainer.launch import child_environment
+from streamtrain.trainer.metrics import TrainerMetrics
 from streamtrain.wire import StepFeedback
-from trainer.launch import child_environment
-from trainer.metrics import TrainerMetrics
 
 
 def _feedback(step: int, samples: int, dropped: int = 0, loss: float | None = 0.5) -> StepFeedback:

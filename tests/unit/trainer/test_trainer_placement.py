@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.errors import TrainerSetupError
-from trainer.placement import device_for_rank
+from streamtrain.trainer.errors import TrainerSetupError
+from streamtrain.trainer.placement import device_for_rank
 
 
 def test_devices_are_picked_by_global_rank() -> None:
@@ -43,7 +43,7 @@ def test_both_lists_or_neither_or_a_bad_environment_are_setup_errors() -> None:
 def test_train_stops_at_start_with_exit_status_2_on_a_node_list_that_does_not_fit() -> None:
     from typer.testing import CliRunner
 
-    from streamtrain_cli import app
+    from streamtrain.cli import app
 
     env = {"RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "3", "WORLD_SIZE": "3"}
     result = CliRunner().invoke(app, ["train", "--node-devices", "a,b"], env=env)

@@ -6,12 +6,12 @@ import math
 from dataclasses import replace
 
 import pytest
+from fuzzing import forged_plans
 
 from streamtrain.config import CoordinatorConfig
-from streamtrain.fuzz import forged_plans
+from streamtrain.trainer.plan_checks import PartCheck, kept_by_truncation, plan_problem
+from streamtrain.trainer.plans import PlanBook
 from streamtrain.wire import Assignment, DevicePlan, decode
-from trainer.plan_checks import PartCheck, kept_by_truncation, plan_problem
-from trainer.plans import PlanBook
 
 
 def _plan(step: int = 5, **part: object) -> Assignment:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from streamtrain.trainer.plans import LocalPlanner, PlanBook, selection_from
 from streamtrain.wire import Assignment, DevicePlan
-from trainer.plans import LocalPlanner, PlanBook, selection_from
 
 
 def _plan(step: int, job: str = "job", *devices: DevicePlan) -> Assignment:

@@ -15,10 +15,10 @@ from streamtrain.kafka import make_producer
 from streamtrain.models import build_model
 from streamtrain.objectives import SumWindow, build_objective
 from streamtrain.synthetic import synthetic_samples
+from streamtrain.trainer.distributed import DistContext
+from streamtrain.trainer.metrics import ObjectiveMetrics, TrainerMetrics
+from streamtrain.trainer.publish import VersionPublisher
 from streamtrain.versions import load_model
-from trainer.distributed import DistContext
-from trainer.metrics import ObjectiveMetrics, TrainerMetrics
-from trainer.publish import VersionPublisher
 
 
 def test_the_window_keeps_the_last_steps_that_trained_and_the_run_keeps_all() -> None:

@@ -16,7 +16,7 @@ from streamtrain.config.trainer import TrainerConfig
 from streamtrain.models.batching import pack_samples
 from streamtrain.models.plugins import build_model
 from streamtrain.synthetic import synthetic_samples
-from trainer.profiling import fit_linear, profile_size_time, sizes_summing_to, time_forward_backward
+from streamtrain.trainer.profiling import fit_linear, profile_size_time, sizes_summing_to, time_forward_backward
 
 CONFIG = TrainerConfig(hidden_size=32)
 

@@ -14,8 +14,8 @@ from streamtrain.models.batching import PackedBatch, collate_packed, pack_sample
 from streamtrain.models.plugins import build_collate, build_model, check_plugins
 from streamtrain.models.sequence import SequenceClassifier, series_features
 from streamtrain.synthetic import synthetic_samples
+from streamtrain.trainer.errors import TrainerSetupError
 from streamtrain.wire import Sample
-from trainer.errors import TrainerSetupError
 
 SEQ = TrainerConfig(model="seq", num_features=2, num_classes=5, hidden_size=8, num_layers=3, kernel_size=3)
 

@@ -15,9 +15,9 @@ from typing import ClassVar
 import pytest
 import torch
 
-import trainer.rank as rank_module
+import streamtrain.trainer.rank as rank_module
 from streamtrain.config import load_config
-from trainer.distributed import DistContext
+from streamtrain.trainer.distributed import DistContext
 
 
 class _HoldsTheGroup:

@@ -11,14 +11,14 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from streamtrain.cli import app
 from streamtrain.config import load_config
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.synthetic import synthetic_samples
-from streamtrain_cli import app
-from trainer.distributed import DistContext, destroy_distributed, init_distributed
-from trainer.emulation import slow_device, slowdown_for
-from trainer.errors import TrainerSetupError
-from trainer.step import build_step_runner
+from streamtrain.trainer.distributed import DistContext, destroy_distributed, init_distributed
+from streamtrain.trainer.emulation import slow_device, slowdown_for
+from streamtrain.trainer.errors import TrainerSetupError
+from streamtrain.trainer.step import build_step_runner
 
 CONFIG = TrainerConfig(num_features=4, num_classes=3, hidden_size=8, num_layers=1, kernel_size=3, device="cpu")
 
@@ -132,12 +132,12 @@ def test_train_reports_setup_errors_as_configuration_errors() -> None:
 
 
 def test_train_lets_a_bug_surface_with_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainer.rank
+    from streamtrain.trainer import rank as trainer_rank
 
     def broken(*_: object) -> int:
         raise ValueError("an honest bug, not a setting")
 
-    monkeypatch.setattr(trainer.rank, "run_rank", broken)
+    monkeypatch.setattr(trainer_rank, "run_rank", broken)
     result = CliRunner().invoke(app, ["--set", "trainer.device=cpu", "train", "--device-id", "d0"])
     assert result.exit_code == 1
     assert isinstance(result.exception, ValueError) and "honest bug" in str(result.exception)

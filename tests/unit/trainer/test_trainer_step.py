@@ -10,8 +10,8 @@ import torch
 
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.synthetic import synthetic_samples
-from trainer.compression import CompressionStats, TopKCompressor, energy_loss, topk
-from trainer.distributed import (
+from streamtrain.trainer.compression import CompressionStats, TopKCompressor, energy_loss, topk
+from streamtrain.trainer.distributed import (
     DistContext,
     destroy_distributed,
     init_distributed,
@@ -19,7 +19,7 @@ from trainer.distributed import (
     reset_peak_memory,
     select_device,
 )
-from trainer.step import StepRunner, build_step_runner, linear_lr_scale
+from streamtrain.trainer.step import StepRunner, build_step_runner, linear_lr_scale
 
 CONFIG = TrainerConfig(num_features=4, num_classes=3, hidden_size=8, num_layers=1, kernel_size=3, device="cpu")
 

@@ -72,9 +72,9 @@ build_wheels() {
   else
     step "wheels: pip download (PyPI's torch wheel with its CUDA libraries: about 4 GB the first time)"
     requirements > "$WORK/requirements.txt"
-    python3 -m pip download --progress-bar off --only-binary=:all: --python-version 3.11 \
-      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-      --platform linux_x86_64 --implementation cp -d "$wheels" -r "$WORK/requirements.txt" \
+    # Resolved for this host's interpreter, which must be what the images run: CPython 3.11 on glibc >= 2.36 x86_64.
+    python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "the wheelhouse needs Python 3.11"; return 1; }
+    python3 -m pip download --progress-bar off --only-binary=:all: -d "$wheels" -r "$WORK/requirements.txt" \
       | { grep -E '^(Saved|ERROR)' || true; } | sed 's/^/    /'
     [[ ${PIPESTATUS[0]} == 0 ]] || return 1
     requirements > "$stamp"

@@ -38,8 +38,7 @@ from typing import Any
 
 import torch
 
-from streamtrain.objectives import Objective, Ratio, TargetProblem
-from streamtrain.wire import Sample
+from streamtrain import Objective, Ratio, Sample, TargetProblem
 
 __all__ = ["QUANTILES", "Quantiles"]
 

@@ -5,7 +5,7 @@ function *pads* a batch to its longest series (a (batch, length, features) tenso
 and the model is a small 1-D conv net with masked mean pooling over that padding. (Padding makes a
 batch cost count x longest rather than its total size, so the coordinator's time model fits it less
 well than the packed built-ins: it is the plug-in's choice to make.) The padded length is rounded up
-with `streamtrain.models.bucketed_length`, so a stream of batches comes back to a few shapes and a
+with `streamtrain.bucketed_length`, so a stream of batches comes back to a few shapes and a
 kernel library that builds kernels per shape (oneDNN on a CPU) reuses them.
 
 Train it on a `.ts` dataset of your own (here the toy one `toy_series.py` writes):
@@ -32,9 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from streamtrain.config.trainer import TrainerConfig
-from streamtrain.models.batching import bucketed_length
-from streamtrain.wire import Sample
+from streamtrain import Sample, TrainerConfig, bucketed_length
 
 __all__ = ["PaddedBatch", "PaddedConvNet", "build_model", "collate"]
 

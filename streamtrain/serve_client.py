@@ -6,13 +6,15 @@ requests, remembers where each landed, and reads the predictions topic until eac
 
     from streamtrain import ServeClient
 
-    with ServeClient("localhost:9092") as client:                 # the address `up` prints; topic prefix as configured
-        for answer in client.predict([series_a, series_b]):        # one Prediction each, in order
-            print(answer.version, answer.label_name, answer.probabilities, answer.error)
+    with ServeClient("localhost:9092") as client:        # the address `up` prints; topic prefix as configured
+        predictions = client.predict([series_a, series_b])  # Predictions, as load_model(...).predict answers
+        print(predictions.names, predictions.probabilities, predictions.versions)
 
-A prediction answers its request with the version that made it and the objective's output (`label`,
-`label_name`, `probabilities`; `values`; `tags`), or with an `error` reason and no output (`wrong-shape`,
-`invalid-sample`, ...: see `streamtrain.versions.sample_problem`). `announce_version` puts a version written by
+`predict` answers in the one shape every way to predict has (`Predictions`, one row per array, plus the version
+that made each row) and raises if `serve` refused any. `answers(send(arrays))` gives the `Prediction` records
+themselves: each the version that made it and the objective's output (`label`, `label_name`, `probabilities`;
+`values`; `tags`), or an `error` reason and no output (`wrong-shape`, `invalid-sample`, ...: see
+`streamtrain.versions.sample_problem`). `announce_version` puts a version written by
 hand (or one to roll back to) before `serve`, as the trainers announce theirs.
 """
 
@@ -30,6 +32,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from .config import KafkaConfig, StreamtrainConfig, load_config
 from .kafka import consume_available, make_consumer, make_producer, produce, tail_positions
+from .predictions import Predictions
 from .wire import ModelVersion, Prediction, Sample, WireError, decode, encode
 
 __all__ = ["ServeClient", "announce_version"]
@@ -145,14 +148,17 @@ class ServeClient:
         if answer.request_topic == self.topics.requests:  # other clients' answers are read past, not kept
             self._answers[(answer.request_partition, answer.request_offset)] = answer
 
-    def predict(self, arrays: Sequence[np.ndarray] | np.ndarray, timeout: float = 30.0) -> list[Prediction]:
-        """`send` the arrays and return their predictions (`answers`), in order.
+    def predict(self, arrays: Sequence[np.ndarray] | np.ndarray, timeout: float = 30.0) -> Predictions:
+        """`send` the arrays and return their predictions, one row each in order: the same `Predictions` a loaded
+        model's `predict` answers with, plus `versions` (the model version that made each row). `answers` gives
+        the `Prediction` records themselves, refusals included.
 
         Raises:
             KafkaException: a request could not be delivered.
             TimeoutError: some had no prediction within `timeout`.
+            ValueError: serve refused some of them (the reason is named: the wrong shape, say).
         """
-        return self.answers(self.send(arrays, timeout), timeout)
+        return Predictions.from_records(self.answers(self.send(arrays, timeout), timeout))
 
     def close(self) -> None:
         """Deliver what is queued and leave Kafka."""

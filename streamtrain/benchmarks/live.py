@@ -245,7 +245,8 @@ class Services(ChildSet):
 
     def start(self, name: str, kind: str, *command: str, settings: Mapping[str, object]) -> Child:
         """Start `streamtrain <command>` of the service `kind` as `name`, with the shared settings and `settings`."""
-        argv = self.launch.command(_MODULES.get(kind, kind), *command, settings={**self.common, **settings})
+        module = f"streamtrain.{_MODULES.get(kind, kind)}"
+        argv = self.launch.command(module, *command, settings={**self.common, **settings})
         return self.spawn(ServiceSpec(name, kind, argv, ()), self.env)
 
     def check(self, deadline: float | None = None, what: str = "") -> None:

@@ -9,6 +9,8 @@ dotted path (`build_objective`).
 A model's predictions in an objective's terms come from `streamtrain.models.predict_samples`.
 """
 
+from streamtrain.predictions import Predictions
+
 from .base import (
     MISSING_TARGET,
     SERIES_TOO_SHORT,
@@ -21,8 +23,8 @@ from .base import (
 )
 from .classification import Classification
 from .forecast import Forecast
+from .inference import infer_objective
 from .multilabel import Multilabel
-from .predictions import Predictions
 from .registry import BUILTIN, build_objective
 from .regression import Regression
 from .window import SumWindow
@@ -44,4 +46,5 @@ __all__ = [
     "TargetProblem",
     "add_sums",
     "build_objective",
+    "infer_objective",
 ]

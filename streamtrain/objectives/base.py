@@ -23,9 +23,8 @@ import numpy as np
 import torch
 
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.predictions import Predictions
 from streamtrain.wire import Sample
-
-from .predictions import Predictions
 
 __all__ = ["MISSING_TARGET", "SERIES_TOO_SHORT", "TARGET_RANGE", "TARGET_WIDTH", "UNTRAINABLE", "Objective",
            "Predictions", "Ratio", "TargetProblem", "add_sums"]

@@ -94,7 +94,8 @@ class RunSettings(Record):
 
 
 class RunFigures(Record):
-    """What Kafka holds about the run: every record's fate, and the steps' figures (`streamtrain.report.figures.build_report`)."""
+    """What Kafka holds about the run: every record's fate, and the steps' figures
+    (`streamtrain.report.figures.build_report`)."""
 
     devices: int = 0
     steps: int = 0
@@ -133,7 +134,8 @@ class RunFigures(Record):
 
 
 class DeviceBalanceFigures(Record):
-    """One device over the run: does it keep up, and how much room does it have (`streamtrain.report.run_balance.DeviceBalance`)."""
+    """One device over the run: does it keep up, and how much room does it have
+    (`streamtrain.report.run_balance.DeviceBalance`)."""
 
     arrival_rate: float | None
     lag_trend_per_s: float | None

@@ -82,10 +82,13 @@ def answer_batch(job: str, predictor: Predictor, messages: Sequence[Message]) ->
     return Answered([p for p in out if p is not None], forward)
 
 
-def _record_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """A `Predictions` row as a `Prediction` record's output fields (values flattened, a forecast's time-major)."""
+def _record_fields(row: dict[str, Any], objective: str) -> dict[str, Any]:
+    """A `Predictions` row as a `Prediction` record's output fields (values flattened row-major, a forecast's
+    time-major, with the shape they had)."""
+    shape = np.shape(row["values"])
     return {"label": row["label"], "label_name": row["label_name"], "probabilities": tuple(row["probabilities"]),
-            "values": tuple(float(v) for v in np.ravel(row["values"])), "tags": tuple(row["tags"])}
+            "values": tuple(float(v) for v in np.ravel(row["values"])), "tags": tuple(row["tags"]),
+            "objective": objective, "value_shape": tuple(int(n) for n in shape) if len(shape) > 1 else ()}
 
 
 def _predict(predictor: Predictor, samples: Sequence[Sample]) -> list[dict[str, Any] | tuple[str, str]]:
@@ -94,7 +97,7 @@ def _predict(predictor: Predictor, samples: Sequence[Sample]) -> list[dict[str, 
         return []
     try:
         result = predictor.predict_samples(samples)
-        return [_record_fields(row) for row in result.rows()]
+        return [_record_fields(row, result.objective) for row in result.rows()]
     except Exception as exc:  # a plug-in may raise anything: it must cost only the requests it failed on
         if len(samples) == 1:
             logger.warning("version %d could not answer request %s#%s: %s: %s", predictor.version,

@@ -1,7 +1,9 @@
 """The end of a run: read it back from Kafka, assemble `report.json` (a `StackReport`), draw the plots.
 
-Everything the report says about records and steps comes from the broker (`streamtrain.report.ledger`, `streamtrain.report.figures`,
-`streamtrain.report.run_balance`); the run's settings and how it ended come from the stack itself (`RunSettings`), and the
+Everything the report says about records and steps comes from the broker (`streamtrain.report.ledger`,
+`streamtrain.report.figures`,
+`streamtrain.report.run_balance`); the run's settings and how it ended come from the stack itself (`RunSettings`), and
+the
 coordinator's own figures (plan latency) from its last status page.
 """
 

@@ -460,17 +460,19 @@ class Prediction:
     tags: tuple[int, ...] = ()
     error: str | None = None
     error_detail: str | None = None
+    objective: str | None = None
+    value_shape: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = _fields_of(self)
-        for name in ("probabilities", "values", "tags"):
+        for name in ("probabilities", "values", "tags", "value_shape"):
             d[name] = list(d[name])  # fastavro reads a tuple inside a union as a (branch, value) pair
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Prediction:
         d = dict(d)
-        for name in ("probabilities", "values", "tags"):
+        for name in ("probabilities", "values", "tags", "value_shape"):
             d[name] = tuple(d.get(name) or ())
         return cls(**d)
 

@@ -1,7 +1,8 @@
 """The cluster tests' one use of the project's accounting: every produced record of a run, in one bin.
 
 Everything is read back from Kafka by `streamtrain.report.ledger.collect_records` (device topics, committed offsets,
-feedback, plans, dead letters) and binned by record (topic, partition, offset) by `streamtrain.report.ledger.tally_devices`,
+feedback, plans, dead letters) and binned by record (topic, partition, offset) by
+`streamtrain.report.ledger.tally_devices`,
 as `streamtrain up` and the fault tests do. The seq logs of the trainer tests' collate plug-in add what the
 ranks handed to their steps, crashed steps included, so a sample trained twice is seen even when the feedback
 of its first training died with its node. Only this module knows how accounting is done.

@@ -180,12 +180,13 @@ def test_the_signal_survives_exec_into_the_command() -> None:
 def test_a_parent_already_gone_starts_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     not_the_parent = os.getpid() + 1 if os.getpid() + 1 != os.getppid() else os.getpid() + 2
-    proc = subprocess.run([sys.executable, "-m", "streamtrain.lifeline", str(not_the_parent), "--", "touch",
+    proc = subprocess.run([sys.executable, "-m", "streamtrain.runtime.lifeline", str(not_the_parent), "--", "touch",
                            str(marker)], timeout=60)
     assert proc.returncode == ORPHANED_STATUS and not marker.exists()
 
 
 def test_usage_errors_exit_2() -> None:
-    proc = subprocess.run([sys.executable, "-m", "streamtrain.lifeline", "touch"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "streamtrain.runtime.lifeline", "touch"], capture_output=True,
+    text=True,
                           timeout=60)
     assert proc.returncode == 2 and "usage" in proc.stderr

@@ -40,7 +40,10 @@ def test_a_client_gets_each_requests_prediction_back(kafka_cfg: KafkaConfig, tmp
         streamtrain.announce_version(kafka_cfg, version)
         arrays = [np.sin(np.arange(120.0))[:, None], np.ones((40, 1)), np.zeros((7, 2)), np.arange(9.0)[:, None]]
         with streamtrain.ServeClient(kafka_cfg) as client:
-            answers = client.predict(arrays, timeout=60)
+            answers = client.answers(client.send(arrays), timeout=60)
+            predicted = client.predict([arrays[i] for i in (0, 1, 3)], timeout=60)
+            with pytest.raises(ValueError, match="1 of 1 requests were refused: wrong-shape"):
+                client.predict([arrays[2]], timeout=60)
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0
     finally:
@@ -52,3 +55,8 @@ def test_a_client_gets_each_requests_prediction_back(kafka_cfg: KafkaConfig, tmp
     assert all(a.version == 1 for a in served)
     assert [a.label_name for a in served] == list(expected.names)
     np.testing.assert_allclose([a.probabilities for a in served], expected.probabilities, rtol=1e-5)
+    # predict answers in the shape a loaded model's predict does, with the version of each row
+    assert predicted.objective == expected.objective == "classification" and predicted.names == expected.names
+    np.testing.assert_array_equal(predicted.labels, expected.labels)
+    np.testing.assert_allclose(predicted.probabilities, expected.probabilities, rtol=1e-5)
+    assert predicted.versions.tolist() == [1, 1, 1]

@@ -127,7 +127,7 @@ def test_serve_switches_versions_obeys_the_gate_and_answers_each_request_once(ka
                       sets={**common, "trainer.device": "cpu", "trainer.torch_threads": 1, "trainer.local_batch": 8,
                             "trainer.plan_wait_seconds": 0.05, "trainer.eval_every": 1000,
                             "versions.publish_every_seconds": 1.0, "versions.keep": 4})
-    server = _spawn(tmp_path, "serve", "serve", "serve", sets=common)
+    server = _spawn(tmp_path, "serve", "streamtrain.serve", "serve", sets=common)
     try:
         _wait_for_versions(kafka_cfg, 2, trainers)  # torch takes a while to start on a busy machine
         bad = _bad_versions(kafka_cfg, tmp_path)

@@ -172,7 +172,7 @@ def test_launch_options_pass_the_root_options_on_under_the_benchmarks_own_settin
     launch = LaunchOptions(str(toml), ("coordinator.b_max=7", "trainer.log_every=5"))
     cfg = launch.config({"coordinator.global_batch": 96, "coordinator.devices": ["0", "1"]})
     assert (cfg.job, cfg.coordinator.b_max, cfg.coordinator.global_batch) == ("from-file", 7, 96)
-    argv = launch.command("coordinator", "coordinate", settings={"coordinator.devices": ["0", "1"]})
+    argv = launch.command("streamtrain.coordinator", "coordinate", settings={"coordinator.devices": ["0", "1"]})
     assert argv[1:3] == ("-m", "streamtrain.coordinator") and argv[-1] == "coordinate"
     # Root options first, as given; the benchmark's settings after them (so they win), lists as JSON.
     assert list(argv[3:-1]) == ["--config", str(toml), "--set", "coordinator.b_max=7", "--set",

@@ -16,10 +16,10 @@ from streamtrain.trainer.launch import rank_command
 #: Each entry and one of its commands that loads the configuration before it touches Kafka.
 ENTRIES = [
     (CLI_MODULE, ("config", "show")),
-    ("producers", ("produce", "--no-progress")),
-    ("coordinator", ("coordinate",)),
-    ("trainer", ("train", "--device-id", "0")),
-    ("bridge", ("bridge",)),
+    ("streamtrain.producers", ("produce", "--no-progress")),
+    ("streamtrain.coordinator", ("coordinate",)),
+    ("streamtrain.trainer", ("train", "--device-id", "0")),
+    ("streamtrain.bridge", ("bridge",)),
 ]
 
 

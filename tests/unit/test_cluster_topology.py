@@ -63,7 +63,7 @@ def test_two_elastic_torchrun_nodes_each_train_their_own_devices() -> None:
         assert parsed.rdzv_endpoint == "10.213.7.41:29400" and parsed.rdzv_id == "cams"
         assert f"is_host={int(node == 0)}" in parsed.rdzv_conf and "read_timeout=3600" in parsed.rdzv_conf
         assert parsed.local_addr == topology.addresses[host]
-        assert parsed.module and parsed.training_script == "trainer"
+        assert parsed.module and parsed.training_script == "streamtrain.trainer"
         args = parsed.training_script_args
         assert args[args.index("--node-devices") + 1] == ",".join(("0", "1") if node == 0 else ("2", "3"))
         assert "trainer.collective_timeout_seconds=30.0" in args

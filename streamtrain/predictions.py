@@ -1,7 +1,8 @@
 """`Predictions`: what a model says about a batch of samples, the one result type of every way to predict.
 
-`streamtrain.load_model(...).predict`, `streamtrain.objectives.predict_samples` and `serve` (one `Prediction`
-record per row) all answer with it. Each objective fills the fields it has and leaves the others None:
+`streamtrain.load_model(...).predict`, `streamtrain.models.predict_samples` and `ServeClient.predict` all answer
+with it (`serve` sends one `Prediction` record per row; `Predictions.from_records` puts them back together). Each
+objective fills the fields it has and leaves the others None:
 
 | objective | fields |
 |---|---|
@@ -35,6 +36,7 @@ class Predictions:
             tag's own probability.
         values: Regression: (N, target_width); forecast: (N, horizon, num_features); your own objective's.
         tags: Multi-label: (N, num_tags) bool, the tags predicted present.
+        versions: Answers from `serve`: (N,) int64, the model version that made each row; None from a loaded model.
     """
 
     objective: str
@@ -44,9 +46,10 @@ class Predictions:
     probabilities: np.ndarray | None = None
     values: np.ndarray | None = None
     tags: np.ndarray | None = None
+    versions: np.ndarray | None = None
 
     def __len__(self) -> int:
-        for part in (self.labels, self.probabilities, self.values, self.tags):
+        for part in (self.labels, self.probabilities, self.values, self.tags, self.versions):
             if part is not None:
                 return len(part)
         return 0
@@ -73,6 +76,44 @@ class Predictions:
             return self
         names = tuple(class_names[i] if class_names is not None else str(i) for i in self.labels.tolist())
         return replace(self, names=names)
+
+    @classmethod
+    def from_records(cls, records: Sequence[Any], num_tags: int | None = None) -> Predictions:
+        """`serve`'s answers (`Prediction` records, none of them a refusal, all of one objective) as one `Predictions`.
+
+        Args:
+            records: The answers, in order.
+            num_tags: A multi-label model's number of tags (the records carry the present ones only); default: one
+                more than the highest tag present.
+
+        Raises:
+            ValueError: an answer is a refusal (its reason is named) or the answers are of different objectives.
+        """
+        refused = [r for r in records if r.error is not None]
+        if refused:
+            raise ValueError(f"{len(refused)} of {len(records)} requests were refused: {refused[0].error} "
+                             f"({refused[0].error_detail})")
+        kinds = {r.objective for r in records}
+        if len(kinds) > 1:
+            raise ValueError(f"the answers are of different objectives: {sorted(map(str, kinds))}")
+        objective = kinds.pop() if kinds else "unknown"
+        objective = objective or ("classification" if records and records[0].label is not None else "unknown")
+        out: dict[str, Any] = {"versions": np.array([r.version for r in records], dtype=np.int64)}
+        if records and records[0].label is not None:
+            out["labels"] = np.array([r.label for r in records], dtype=np.int64)
+            out["names"] = tuple(r.label_name if r.label_name is not None else str(r.label) for r in records)
+        if records and records[0].probabilities:
+            out["probabilities"] = np.array([r.probabilities for r in records], dtype=np.float64)
+        if records and records[0].values:
+            shape = tuple(records[0].value_shape) or (len(records[0].values),)
+            out["values"] = np.array([r.values for r in records], dtype=np.float64).reshape(len(records), *shape)
+        if objective == "multilabel":
+            width = num_tags if num_tags is not None else 1 + max((t for r in records for t in r.tags), default=-1)
+            tags = np.zeros((len(records), width), dtype=bool)
+            for i, r in enumerate(records):
+                tags[i, list(r.tags)] = True
+            out["tags"] = tags
+        return cls(objective, **out)
 
     @classmethod
     def concat(cls, parts: Sequence[Predictions], objective: str) -> Predictions:

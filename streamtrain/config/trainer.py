@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from ..datasets.packaged import check_packaged_name
 from ..wire.records import DTYPES
-from .parsing import split_list, text_as_tuple
+from .parsing import numbers_as_tuple, split_list, text_as_tuple
 from .renames import Renamed, seconds_renamed
 
 __all__ = ["BUILTIN_MODELS", "BUILTIN_OBJECTIVES", "DOTTED_PATH", "TrainerConfig"]
@@ -20,7 +20,7 @@ __all__ = ["BUILTIN_MODELS", "BUILTIN_OBJECTIVES", "DOTTED_PATH", "TrainerConfig
 DOTTED_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 #: The models `model` can name instead of a dotted path (built by `streamtrain.models.build_model`).
-BUILTIN_MODELS: tuple[str, ...] = ("conv", "seq")
+BUILTIN_MODELS: tuple[str, ...] = ("conv", "seq", "mlp")
 
 #: The objectives `objective` can name instead of a dotted path.
 BUILTIN_OBJECTIVES: tuple[str, ...] = ("classification", "regression", "multilabel", "forecast")
@@ -56,10 +56,12 @@ class TrainerConfig(BaseModel):
     model: str = "conv"
     """The model every rank trains: `conv` (the packed temporal conv net the synthetic task is made for),
     `seq` (a dilated masked conv net for real series: per-series normalisation, mean and max pooling; e.g.
-    PLAID), or the dotted path `module:attr` of a factory `(TrainerConfig) -> torch.nn.Module` of your own.
+    PLAID), `mlp` (a small MLP with a linear path, for tabular data: one-frame samples), or the dotted path
+    `module:attr` of a factory `(TrainerConfig) -> torch.nn.Module` of your own.
     Whatever it is must take what `collate` returns, an empty batch included, and give outputs of shape
     (batch.num_samples, the objective's width: num_classes logits for classification): each rank checks that on
-    a probe batch at start-up."""
+    a probe batch at start-up. `streamtrain up --dataset` chooses by the data's shape when it is left unset: `mlp`
+    for one-frame samples, `seq` for series (and says why)."""
 
     objective: str = "classification"
     """What the model learns and how it is judged: `classification` (an integer label per sample; cross-entropy),
@@ -94,6 +96,24 @@ class TrainerConfig(BaseModel):
     """Names of the target's values in metric names: `rmse_<name>`, `mae_<name>` (regression, one per value),
     `f1_<name>` (multilabel, one per tag). Empty: their index (`rmse_0`, `f1_2`). `streamtrain up --dataset` sets
     them from `producer.dataset.target_columns`."""
+
+    input_standardise: bool = True
+    """Standardise every input feature before the model, (x - input_shift) / input_scale, as targets are: a
+    column of day numbers near 736,000 and one of fractions then reach the model on one scale (the default packing,
+    `streamtrain export` and `predict` alike). `input_shift` / `input_scale` set: those; unset: estimated by the
+    trainers from the first `input_warmup_samples` samples the group trains, then frozen (devices fed from
+    outside); `streamtrain up --dataset` sets them from the training data. Off: raw inputs. A forecast is never
+    standardised here (it normalises each series itself), nor a batch of your own collate's."""
+
+    input_shift: tuple[float, ...] = ()
+    """Per feature (one number per `num_features`), what `input_standardise` subtracts; with `input_scale`."""
+
+    input_scale: tuple[float, ...] = ()
+    """Per feature, what `input_standardise` divides by (every value above 0; a constant column's is 1)."""
+
+    input_warmup_samples: int = Field(default=512, ge=1, le=100_000_000)
+    """Samples (over all ranks) the trainers' online estimate of `input_shift` / `input_scale` is made from when
+    those are unset; it is updated after every step until then, and frozen after (every version carries it)."""
 
     num_tags: int = Field(default=2, ge=1, le=65536)
     """`multilabel`: tags k; every sample's target is k floats, 1 for a tag it has and 0 for one it has not."""
@@ -357,6 +377,18 @@ class TrainerConfig(BaseModel):
                 raise ValueError(f"{where} is not above 0 (a scale divides the target)")
         return value
 
+    _input_stats_from_text = field_validator("input_shift", "input_scale", mode="before")(numbers_as_tuple)
+
+    @field_validator("input_shift", "input_scale")
+    @classmethod
+    def _input_stats_finite(cls, value: tuple[float, ...], info: ValidationInfo) -> tuple[float, ...]:
+        for i, v in enumerate(value):
+            if not math.isfinite(v) or (info.field_name == "input_scale" and v <= 0):
+                need = "finite and above 0 (a scale divides the feature)" if info.field_name == "input_scale" \
+                    else "finite"
+                raise ValueError(f"feature {i}: {v} is not {need}")
+        return value
+
     @field_validator("accepted_dtypes")
     @classmethod
     def _dtypes_on_the_wire(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -415,6 +447,13 @@ class TrainerConfig(BaseModel):
             if isinstance(value, tuple) and len(value) != self.target_width:
                 raise ValueError(f"{name} has {len(value)} values but target_width is {self.target_width}: give "
                                  f"one number, or one per value of the target")
+        for name in ("input_shift", "input_scale"):
+            got = len(getattr(self, name))
+            if got and got != self.num_features:
+                raise ValueError(f"{name} has {got} values but num_features is {self.num_features}: give one per "
+                                 "feature (or none, to have them estimated)")
+        if bool(self.input_shift) != bool(self.input_scale):
+            raise ValueError("set input_shift and input_scale together (or neither, to have them estimated)")
         width = {"regression": ("target_width", self.target_width), "multilabel": ("num_tags", self.num_tags)}.get(
             self.objective)
         if self.target_names and width is not None and len(self.target_names) != width[1]:

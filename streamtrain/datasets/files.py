@@ -32,7 +32,8 @@ would number the ones after it differently (`Dataset.class_names` says how a loa
 A file that cannot be read or does not fit these layouts is skipped and reported (a `.ts` file with
 the line at fault); the rest loads. A single file that cannot be read is an error naming it. A sample whose
 float target holds NaN or infinity (or a value beyond float32's range) is left out on its own, reported with its
-file and its index there (`Dataset.skipped_samples`); the file's other samples load.
+file and its index there (`Dataset.skipped_samples`); the file's other samples load. So is a sample whose features
+hold NaN (a CSV's empty or `NA` cell), infinity or a value beyond float32's range: the wire takes finite values only.
 """
 
 from __future__ import annotations
@@ -191,18 +192,36 @@ def load_dataset(path: Path, label_column: str = "label", sample_column: str | N
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+def _finite32(values: np.ndarray) -> bool:
+    """Whether every value is finite in float32 (what the wire and the model take)."""
+    return bool(np.isfinite(values).all() and (np.abs(values) <= _FLOAT32_MAX).all())
+
+
+def _bad_value(sample: np.ndarray, target: np.ndarray | None) -> str | None:
+    """Why a sample cannot be replayed as it is (a feature or its target not finite in float32), or None."""
+    if target is not None and not _finite32(target):
+        return "target holds NaN, infinity or a value beyond float32's range"
+    if np.issubdtype(sample.dtype, np.floating) and not _finite32(sample):
+        columns = np.flatnonzero(~np.isfinite(sample.reshape(len(sample), -1)).all(axis=0) |
+                                 (np.abs(sample.reshape(len(sample), -1)) > _FLOAT32_MAX).any(axis=0))
+        return f"feature {', '.join(map(str, columns[:5].tolist()))} holds NaN (a missing value), infinity or a " \
+               "value beyond float32's range"
+    return None
+
+
 def _without_bad_targets(f: Path, samples: list[np.ndarray], labels: list[int], targets: list[np.ndarray | None],
                          left_out: list[SkippedSample]) -> Part:
-    """One file's samples less those whose target is not finite in float32 (each added to `left_out`, and logged)."""
-    bad = [i for i, t in enumerate(targets) if t is not None and not (np.isfinite(t).all() and (
-        np.abs(t) <= _FLOAT32_MAX).all())]
+    """One file's samples less those whose target or features are not finite in float32 (each added to
+    `left_out`, and logged): the wire refuses them, and a model cannot learn from them."""
+    why = [_bad_value(x, t) for x, t in zip(samples, targets, strict=True)]
+    bad = [i for i, w in enumerate(why) if w is not None]
     if not bad:
         return samples, labels, targets
     for i in bad:
-        left_out.append(SkippedSample(str(f), i, "target holds NaN, infinity or a value beyond float32's range"))
+        left_out.append(SkippedSample(str(f), i, str(why[i])))
     shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
-    logger.warning("dataset file %s: %d of its %d samples left out, their targets hold NaN, infinity or a value "
-                   "beyond float32's range (samples %s)", f, len(bad), len(samples), shown)
+    logger.warning("dataset file %s: %d of its %d samples left out: %s (samples %s)", f, len(bad), len(samples),
+                   why[bad[0]], shown)
     keep = [i for i in range(len(samples)) if i not in set(bad)]
     return [samples[i] for i in keep], [labels[i] for i in keep], [targets[i] for i in keep]
 

@@ -30,6 +30,8 @@ import torch
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.wire import Sample
 
+from .standardise import input_scaling
+
 __all__ = ["DTYPE_NOT_ACCEPTED", "DTYPE_OVERFLOW", "Batch", "PackedBatch", "bucketed_length", "collate_for_prediction",
            "collate_packed", "model_dtype", "pack_samples", "payload_problem", "sample_problems"]
 
@@ -219,6 +221,7 @@ def pack_samples(
     require_labels: bool = True,
     target_width: int = 0,
     horizon: int = 0,
+    scaling: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> PackedBatch:
     """Concatenate samples into one packed batch (an empty list gives an empty, well-shaped batch).
 
@@ -232,6 +235,8 @@ def pack_samples(
         target_width: Floats of every sample's `target` packed into `targets` (0: none).
         horizon: Frames held back from the end of every series into `targets` (`forecast`; after the
             magnitude bound, so input and future share one scale); every sample needs more than `horizon` frames.
+        scaling: Per-feature (shift, scale): every frame becomes (frame - shift) / scale before the bound
+            (`streamtrain.models.standardise`).
 
     Returns:
         The packed batch on the CPU.
@@ -257,6 +262,9 @@ def pack_samples(
     values = np.concatenate(frames, axis=0, dtype=np_dtype) if frames else np.empty((0, num_features), np_dtype)
     cu = np.zeros(len(samples) + 1, dtype=np.int64)
     np.cumsum(lengths, out=cu[1:])
+    if scaling is not None and values.size:
+        values -= scaling[0].astype(np_dtype)
+        values /= scaling[1].astype(np_dtype)
     _bound_magnitude(values, cu, lengths, max_abs)
     if horizon:
         values, lengths, cu, targets = _hold_back(values, lengths, cu, horizon)
@@ -311,11 +319,11 @@ def collate_packed(samples: Sequence[Sample], config: TrainerConfig) -> PackedBa
     classes = config.num_classes if require_labels else None  # a label the objective does not use is not checked
     return pack_samples(samples, config.num_features, dtype=model_dtype(config), num_classes=classes,
                         max_abs=config.max_input_abs, require_labels=require_labels, target_width=target_width,
-                        horizon=horizon)
+                        horizon=horizon, scaling=input_scaling(config))
 
 
 def collate_for_prediction(samples: Sequence[Sample], config: TrainerConfig) -> PackedBatch:
     """Samples packed to be predicted on: as `collate_packed`, but no label or target is needed and a forecast's
     series is input as a whole (its future is what is asked for)."""
     return pack_samples(samples, config.num_features, dtype=model_dtype(config), max_abs=config.max_input_abs,
-                        require_labels=False)
+                        require_labels=False, scaling=input_scaling(config))

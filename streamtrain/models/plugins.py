@@ -26,6 +26,7 @@ from streamtrain.wire import Sample
 from .batching import Batch, collate_packed, model_dtype
 from .conv import PackedConvNet
 from .sequence import SequenceClassifier
+from .tabular import TabularMLP
 
 __all__ = ["PROBE_DEVICE", "CollateFn", "build_collate", "build_model", "check_objective", "check_plugins",
            "probe_samples"]
@@ -66,6 +67,8 @@ def build_model(config: TrainerConfig, output_width: int | None = None) -> nn.Mo
             model: Any = PackedConvNet(*shape, last_state=last_state)
         elif config.model == "seq":
             model = SequenceClassifier(*shape, length_buckets=config.length_buckets, last_state=last_state)
+        elif config.model == "mlp":
+            model = TabularMLP(*shape[:4])
         else:
             model = resolve_dotted(config.model, "trainer.model")(config)
             if not isinstance(model, nn.Module):

@@ -239,8 +239,11 @@ def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, d
     say(f"dataset {replay.name}: {replay.samples} samples of {replay.features} dimension(s), {kind}, sharded over "
         f"{devices} devices; held-out set: {replay.held_out or 'none (no evaluation)'}")
     say(f"objective: {replay.objective} ({replay.objective_why})")
+    say(f"model: {replay.model_why}")
+    for note in replay.input_notes:
+        say(escape(note))
     said_apart = ("trainer.objective", "trainer.eval_path", "trainer.eval_packaged", "trainer.num_features",
-                  "trainer.num_classes")
+                  "trainer.num_classes", "trainer.model", "trainer.input_shift", "trainer.input_scale")
     shape = [f"{k}={v}" for k, v in replay.settings.items() if k.startswith("trainer.") and k not in said_apart]
     if shape:
         say(f"set from the data: {escape(', '.join(shape))}")

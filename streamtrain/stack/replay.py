@@ -26,6 +26,8 @@ import numpy as np
 
 from streamtrain.config import KafkaConfig, ProducerConfig, StreamtrainConfig, TrainerConfig
 from streamtrain.datasets import PACKAGED, Dataset, DatasetError, load_dataset, packaged_file
+from streamtrain.models.defaults import default_model
+from streamtrain.models.standardise import fit_input_scaling
 from streamtrain.objectives.inference import fit_objective
 from streamtrain.producers.service import ProducerError, StreamProducer
 from streamtrain.runtime.commands import module_command
@@ -54,6 +56,10 @@ class DatasetReplay:
     """Why this objective: read from the data (and what in it), or set (and what the data carries)."""
     warnings: tuple[str, ...] = ()
     """What in the data will not train as the user may expect (samples left out or to be dead-lettered)."""
+    model_why: str = ""
+    """Why `trainer.model` is the one in force: chosen from the data's shape, or set."""
+    input_notes: tuple[str, ...] = ()
+    """The input standardisation in force, for a person: where its figures came from, and columns of note."""
 
 
 def _held_out_beside(path: Path) -> Path | None:
@@ -122,11 +128,39 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
     trainer = trainer.model_copy(update={k.removeprefix("trainer."): v for k, v in fit.settings.items()})
     classes = (_classes(choice, cfg, trainer, explicit, dataset, held_out, settings)
                if fit.objective == "classification" else 0)
-    batch = cfg.coordinator.global_batch
-    if "global_batch" not in cfg.coordinator.model_fields_set and batch * STEPS_PER_PASS > len(dataset):
+    model_why, input_notes = _model(dataset, trainer, explicit, settings), _inputs(dataset, trainer, explicit,
+                                                                                    fit.objective, settings)
+    if "global_batch" not in cfg.coordinator.model_fields_set and (
+            cfg.coordinator.global_batch * STEPS_PER_PASS > len(dataset)):
         settings["coordinator.global_batch"] = max(devices, len(dataset) // STEPS_PER_PASS)
     return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes, fit.objective,
-                         fit.why, (*_left_out(dataset), *fit.warnings))
+                         fit.why, (*_left_out(dataset), *fit.warnings), model_why, input_notes)
+
+
+def _model(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], settings: dict[str, object]) -> str:
+    """`trainer.model` from the data's shape when the user left it unset (`streamtrain.models.defaults`); why."""
+    if "model" in explicit:
+        return f"{trainer.model}, set by trainer.model"
+    name, why = default_model(dataset.sizes)
+    settings["trainer.model"] = name
+    return f"{name}, chosen from the data's shape: {why} (--set trainer.model=... to choose)"
+
+
+def _inputs(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], objective: str,
+            settings: dict[str, object]) -> tuple[str, ...]:
+    """`trainer.input_shift` / `input_scale` fitted on the training split unless set or off; what to say of them."""
+    if not trainer.input_standardise:
+        return ("inputs: not standardised (trainer.input_standardise=false)",)
+    if objective == "forecast":
+        return ("inputs: not standardised (a forecast normalises each series itself)",)
+    if "input_shift" in explicit or "input_scale" in explicit:
+        return ("inputs: standardised by trainer.input_shift / input_scale as set",)
+    scaling = fit_input_scaling(dataset.samples)
+    settings |= scaling.settings()
+    pairs = ", ".join(f"{s:g}/{c:g}" for s, c in zip(scaling.shift[:6], scaling.scale[:6], strict=True))
+    more = f", ... ({len(scaling.shift)} features)" if len(scaling.shift) > 6 else ""
+    return (f"inputs standardised per feature, (x - shift) / scale from the training split's median and IQR "
+            f"(trainer.input_shift / input_scale; shift/scale: {pairs}{more})", *scaling.notes)
 
 
 def _left_out(dataset: Dataset) -> list[str]:

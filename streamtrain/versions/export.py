@@ -5,7 +5,8 @@ dtype, and `lengths` (num_samples,) int64 — sample i is rows sum(lengths[:i]) 
 what `load_model(...).predict` answers, one row per sample — a classifier's class `probabilities` (argmax: the
 label), a multi-label model's tag probabilities, a regression's `values` in the target's own units, a forecast's
 `values` (N, horizon, num_features), an objective of your own's `predicted` array. The graph does everything
-`predict` does between the two: it scales a sample whose largest |value| exceeds `trainer.max_input_abs` down to
+`predict` does between the two: it standardises every feature as the version says (`trainer.input_shift` /
+`input_scale`), scales a sample whose largest |value| exceeds `trainer.max_input_abs` down to
 it (the default packing's bound), rebuilds the rest of the batch (segment ids, cumulative lengths), runs the
 model and turns its outputs into the objective's terms (`Objective.predicted`).
 
@@ -40,6 +41,7 @@ from streamtrain.plugins import SetupError
 
 from ..models.batching import PackedBatch, model_dtype
 from ..models.plugins import build_model
+from ..models.standardise import input_scaling
 from ..objectives import Objective
 from ..wire import Sample
 from .errors import VersionError
@@ -76,17 +78,28 @@ RTOL, ATOL = 1e-4, 1e-5
 class PackedGraph(nn.Module):
     """`(values, lengths) -> predictions` around a model that takes a `PackedBatch` (see the module doc)."""
 
-    def __init__(self, model: nn.Module, objective: Objective, max_input_abs: float) -> None:
+    input_shift: torch.Tensor
+    input_scale: torch.Tensor
+
+    def __init__(self, model: nn.Module, objective: Objective, max_input_abs: float,
+                 scaling: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         super().__init__()
         self.model = model
         self.objective = objective
         self.max_input_abs = max_input_abs
+        self.scaled = scaling is not None
+        dtype = next((p.dtype for p in model.parameters()), torch.float32)
+        shift, scale = scaling if scaling is not None else (np.zeros(0), np.ones(0))
+        self.register_buffer("input_shift", torch.as_tensor(shift, dtype=dtype))
+        self.register_buffer("input_scale", torch.as_tensor(scale, dtype=dtype))
 
     def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         count = lengths.shape[0]
         # output_size: the frames are the values' rows, a size the graph knows (not one read from the data).
         segment_ids = torch.repeat_interleave(torch.arange(count, device=values.device), lengths,
                                               output_size=values.shape[0])
+        if self.scaled:  # the default packing's input standardisation (`streamtrain.models.standardise`)
+            values = (values - self.input_shift) / self.input_scale
         if self.max_input_abs > 0:
             values = _bounded(values, segment_ids, count, self.max_input_abs)
         cu_seqlens = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
@@ -119,7 +132,7 @@ def _graph(predictor: Predictor) -> PackedGraph:
     except SetupError as exc:
         raise _refuse(predictor, str(exc)) from None
     model.load_state_dict(predictor.model.state_dict())
-    return PackedGraph(model.eval(), predictor.objective, config.max_input_abs).eval()
+    return PackedGraph(model.eval(), predictor.objective, config.max_input_abs, input_scaling(config)).eval()
 
 
 def graph_inputs(arrays: Sequence[np.ndarray], dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,6 +36,8 @@ WEIGHTS_FILE = "model.safetensors"
 MODEL_SETTINGS: tuple[str, ...] = ("model", "collate", "objective", "num_features", "num_classes", "hidden_size",
                                    "num_layers", "kernel_size", "length_buckets", "precision", "accepted_dtypes",
                                    "max_input_abs", "seed",
+                                   # The inputs' standardisation (`streamtrain.models.standardise`): predict applies it.
+                                   "input_standardise", "input_shift", "input_scale",
                                    # The objective's shape: its output width and how outputs become predictions.
                                    "target_width", "target_shift", "target_scale", "num_tags", "tag_threshold",
                                    "horizon", "regression_loss", "huber_delta")

@@ -128,8 +128,11 @@ def _config(**sets: object) -> StreamtrainConfig:
 def test_up_dataset_plaid_replays_the_train_split_and_evaluates_on_the_test_split(tmp_path: Path) -> None:
     cfg = _config(**{"trainer.num_features": 1, "trainer.num_classes": 11, "coordinator.global_batch": 256})
     replay = resolve_replay("plaid", cfg)
-    assert replay.settings == {"producer.dataset.packaged": "plaid", "trainer.eval_packaged": "plaid",
-                               "producer.dataset.class_names": [str(c) for c in range(11)]}
+    chosen = ("trainer.model", "trainer.input_shift", "trainer.input_scale")  # from the data's shape and values
+    assert {k: v for k, v in replay.settings.items() if k not in chosen} == {
+        "producer.dataset.packaged": "plaid", "trainer.eval_packaged": "plaid",
+        "producer.dataset.class_names": [str(c) for c in range(11)]}
+    assert replay.settings["trainer.model"] == "seq" and len(replay.settings["trainer.input_scale"]) == 1
     assert (replay.samples, replay.classes, replay.held_out) == (537, 11, "plaid")
     own = tmp_path / "x.npz"
     np.savez(own, x=np.ones((3, 5, 1), dtype=np.float32), y=np.array([0, 4, 10]))
@@ -167,7 +170,7 @@ def test_up_dataset_file_takes_the_test_file_beside_it_and_one_producer_serves_e
     assert replay.settings["trainer.eval_path"] == str(tmp_path / "X_TEST.ts")
     spec = replay_producer_spec(device_streams(3, rates=[1, 2, 3]), 7, 9100, {}, [])
     sets = dict(parse_assignment(spec.argv[i + 1]) for i, a in enumerate(spec.argv) if a == "--set")
-    child = _config(**sets, **replay.settings)
+    child = _config(**sets, **replay.settings, **{"trainer.num_features": 2})  # as up gives it: the user's too
     assert child.producer.device_ids == ["0", "1", "2"] and child.producer.rate.rates == [1, 2, 3]
     assert child.producer.dataset.path == tmp_path / "X_TRAIN.ts" and spec.ports == (9100,)
     with pytest.raises(ValueError, match="does not exist"):

@@ -196,8 +196,15 @@ def _describe(exc: ValidationError, sources: Mapping[str, str]) -> str:
 
 
 def _source_of(loc: tuple[Any, ...], sources: Mapping[str, str]) -> str:
-    """Where the setting at `loc` came from: its own key's source, else that of the nearest section or list above
-    it (a list of tables, e.g. bridge.sources, is given whole)."""
+    """Where the setting at `loc` came from: its own key's source; for a section (a rule across its settings), the
+    settings in it that were given and where; else that of the nearest section or list above it (a list of
+    tables, e.g. bridge.sources, is given whole)."""
+    key = ".".join(str(p) for p in loc)
+    if key not in sources:
+        given = sorted(k for k in sources if k.startswith(key + ".") and k.count(".") == key.count(".") + 1)
+        if given:
+            return "; ".join(f"{sources[k]}: {k}" for k in given[:4]) + ("; ..." if len(given) > 4 else "") + \
+                "; the others default"
     for end in range(len(loc), 0, -1):
         found = sources.get(".".join(str(p) for p in loc[:end]))
         if found is not None:

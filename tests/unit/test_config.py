@@ -128,3 +128,12 @@ def test_the_demo_configuration_loads_and_its_burst_is_the_one_the_makefile_runs
     rates = [float(r) for r in re.search(r"plaid-demo\.toml up .*--rates ([\d.,]+)", make).group(1).split(",")]
     slow = cfg.trainer.slowdowns
     assert len(rates) == len(slow) and rates[slow.index(max(slow))] == min(rates)
+
+
+def test_a_rule_across_a_section_names_the_settings_given_not_the_default() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(env={}, overrides={"trainer.target_shift": [0, 10, 0.5]})
+    assert "target_shift has 3 values but target_width is 1" in str(refused.value)
+    assert "[from command line: trainer.target_shift; the others default]" in str(refused.value)
+    load_config(env={}, overrides={"trainer.target_shift": [0, 10, 0.5], "trainer.target_width": 3,
+                                   "trainer.objective": "regression"})

@@ -55,3 +55,10 @@ def test_the_examples_import_only_the_public_surface(path: Path) -> None:
 def test_the_guides_import_only_the_public_surface(page: Path) -> None:
     used = set().union(*(_imports(block) for block in _python_blocks(page)))
     assert used <= PUBLIC_MODULES, sorted(used - PUBLIC_MODULES)
+
+
+def test_the_api_reference_documents_every_export() -> None:
+    page = (ROOT / "docs" / "reference" / "api.md").read_text()
+    assert set(re.findall(r"^::: streamtrain\.(\w+)$", page, re.M)) == set(streamtrain.__all__)
+    for module in sorted(PUBLIC_MODULES - {"streamtrain"}):
+        assert f"`{module}`" in page, module

@@ -12,7 +12,7 @@ JAVA_DEVICE := examples/java-device
 JAVA_DEVICE_STAMP := $(JAVA_DEVICE)/target/.built
 PYTEST_ARGS ?=
 
-.PHONY: setup venv kafka java-device system-deps demo test lint unit integration faults cluster clean
+.PHONY: setup venv kafka java-device system-deps demo test lint unit integration faults cluster compose clean
 
 setup: $(VENV_STAMP) $(KAFKA_STAMP) $(JAVA_DEVICE_STAMP)
 
@@ -110,6 +110,13 @@ faults: setup
 cluster: setup system-deps
 	mkdir -p reports/cluster && rm -f reports/cluster/figures.jsonl
 	STREAMTRAIN_CLUSTER_FIGURES=reports/cluster/figures.jsonl $(PY) -m pytest tests/cluster -m cluster $(PYTEST_ARGS)
+
+# The production acceptance (tests/compose, left out of `make test`): Docker Engine installed and started when missing
+# (and stopped again if this started it), every image built offline (deploy/offline/build.sh: base images from Debian
+# packages, a wheelhouse, stand-ins for apache/kafka and prom/prometheus), then the unchanged docker-compose.yml up
+# with the CPU and offline overrides, checked from the host, faulted, audited, down and up again. Needs root.
+compose: setup
+	bash deploy/offline/acceptance.sh $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) kafka/libs $(JAVA_DEVICE)/target .streamtrain .pytest_cache .mypy_cache .ruff_cache

@@ -10,6 +10,7 @@ Each role is one principal (`AclConfig`) with exactly the rights its service use
   DESCRIBE (offsets) and DELETE (DeleteRecords) the device topics, DESCRIBE the trainers' group (lag);
 - trainer (model versions): WRITE the models topic (rank 0 announces each version);
 - serve: READ the requests and the models topics, READ its own group (commits), WRITE predictions;
+- client (an application asking serve, `ServeClient`): WRITE requests, READ predictions (by assignment, no group);
 - admin: CREATE, DESCRIBE_CONFIGS and READ every topic under the prefix, DESCRIBE the trainers' group,
   ALTER and DESCRIBE the cluster (ACLs, SCRAM users);
 - bridge (only when `bridge.sources` names topics): READ its source topics and its group, WRITE the device
@@ -133,6 +134,8 @@ def role_acls(cfg: StreamtrainConfig, devices: Sequence[str]) -> list[Acl]:
     allow("serve", roles.serve, "READ", "TOPIC", topics.models)
     allow("serve", roles.serve, "WRITE", "TOPIC", topics.predictions)
     allow("serve", roles.serve, "READ", "GROUP", cfg.serve_group_id)
+    allow("client", roles.client, "WRITE", "TOPIC", topics.requests)
+    allow("client", roles.client, "READ", "TOPIC", topics.predictions)
     allow("coordinator", roles.coordinator, "READ", "TOPIC", topics.feedback)
     allow("coordinator", roles.coordinator, "READ", "TOPIC", topics.assignments)
     allow("coordinator", roles.coordinator, "WRITE", "TOPIC", topics.assignments)
@@ -294,7 +297,7 @@ def apply_acls(admin: AdminClient, cfg: StreamtrainConfig, devices: Sequence[str
 def role_principals(cfg: StreamtrainConfig, devices: Sequence[str]) -> dict[str, str]:
     """User name -> role, for every principal the roles use with these devices."""
     names = {cfg.acl.admin: "admin", cfg.acl.coordinator: "coordinator", cfg.acl.trainer: "trainer",
-             cfg.acl.serve: "serve"}
+             cfg.acl.serve: "serve", cfg.acl.client: "client"}
     if cfg.bridge.sources:
         names[cfg.acl.bridge] = "bridge"
     names |= {cfg.acl.producer_of(d): "producer" for d in devices}

@@ -75,7 +75,7 @@ build_wheels() {
     # Resolved for this host's interpreter, which must be what the images run: CPython 3.11 on glibc >= 2.36 x86_64.
     python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "the wheelhouse needs Python 3.11"; return 1; }
     python3 -m pip download --progress-bar off --only-binary=:all: -d "$wheels" -r "$WORK/requirements.txt" \
-      | { grep -E '^(Saved|ERROR)' || true; } | sed 's/^/    /'
+      | { grep --line-buffered -E '^(Saved|ERROR)' || true; } | sed -u 's/^/    /'
     [[ ${PIPESTATUS[0]} == 0 ]] || return 1
     requirements > "$stamp"
   fi
@@ -110,7 +110,7 @@ build_kafka() {
   cp -r "$ROOT/kafka/libs" "$ctx/libs"; rm -f "$ctx/libs/.resolved"
   step "kafka stand-in: Kafka $KAFKA_VERSION's jars on Debian's Java 17 -> $KAFKA_IMAGE"
   docker build --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg KAFKA_VERSION="$KAFKA_VERSION" \
-    -t "$KAFKA_IMAGE" "$ctx" | grep -E '^(Step|Successfully|E:)' | sed 's/^/    /'
+    -t "$KAFKA_IMAGE" "$ctx" | grep --line-buffered -E '^(Step|Successfully|E:)' | sed -u 's/^/    /'
   have_image "$KAFKA_IMAGE"
 }
 
@@ -118,7 +118,7 @@ build_prometheus() {
   if have_image "$PROMETHEUS_IMAGE"; then step "prometheus stand-in $PROMETHEUS_IMAGE already built"; return; fi
   step "prometheus stand-in: Debian's Prometheus -> $PROMETHEUS_IMAGE"
   docker build --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$PROMETHEUS_IMAGE" "$ROOT/deploy/offline/prometheus" \
-    | grep -E '^(Step|Successfully|E:)' | sed 's/^/    /'
+    | grep --line-buffered -E '^(Step|Successfully|E:)' | sed -u 's/^/    /'
   have_image "$PROMETHEUS_IMAGE"
 }
 
@@ -140,10 +140,12 @@ build_streamtrain() {
   serve_index
   step "streamtrain images: docker-compose build (offline + CPU overrides; pip from the wheelhouse)"
   cd "$ROOT"
+  local compose=(docker compose)
+  docker compose version >/dev/null 2>&1 || compose=(docker-compose)
   STREAMTRAIN_WHEEL_INDEX=http://127.0.0.1:$INDEX_PORT/simple/ STREAMTRAIN_BASE_IMAGE=$BASE_IMAGE \
-    docker-compose -f docker-compose.yml -f docker-compose.cpu.yml -f docker-compose.offline.yml \
-    build kafka-setup trainer 2>&1 | grep -E '^(Step|Successfully|Building|ERROR|E:)|Error' | sed 's/^/    /'
-  docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^streamtrain' | sed 's/^/    /'
+    "${compose[@]}" -f docker-compose.yml -f docker-compose.cpu.yml -f docker-compose.offline.yml \
+    build kafka-setup trainer 2>&1 | grep --line-buffered -E 'Step [0-9]+/|Successfully|Building|ERROR|E:|Error' | sed -u 's/^/    /'
+  docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep --line-buffered -E '^streamtrain' | sed -u 's/^/    /'
 }
 
 what=${1:-all}

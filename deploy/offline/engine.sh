@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Docker Engine for `make compose` on a machine that may not have one.
 #
-#   deploy/offline/engine.sh start   installs Debian's docker.io and docker-compose when missing, starts dockerd
-#                                    when no daemon answers, and records that it did (STATE_DIR/dockerd.pid)
+#   deploy/offline/engine.sh start   installs Debian's docker.io and docker-compose when missing, and Compose v2
+#                                    (`docker compose`, built from its Go module: the CPU override needs its `!reset`)
+#                                    when the Docker CLI has none; starts dockerd when no daemon answers, and records
+#                                    that it did (STATE_DIR/dockerd.pid)
 #   deploy/offline/engine.sh stop    stops dockerd only when `start` started it (a daemon that was already
 #                                    running, e.g. a system service, is left alone)
 #
@@ -31,6 +33,21 @@ install_engine() {
   fi
 }
 
+COMPOSE_VERSION=${STREAMTRAIN_COMPOSE_VERSION:-v2.29.7}
+PLUGIN=/usr/local/lib/docker/cli-plugins/docker-compose
+
+install_compose_v2() {
+  docker compose version >/dev/null 2>&1 && return 0
+  command -v go >/dev/null || { log "no Go toolchain to build Compose $COMPOSE_VERSION with: install one (go 1.21+)"; return 1; }
+  log "building Compose $COMPOSE_VERSION from its Go module (minutes the first time; log $STATE_DIR/compose-build.log)"
+  local started=$SECONDS
+  GOBIN=$STATE_DIR/bin go install -ldflags "-s -w -X github.com/docker/compose/v2/internal.Version=$COMPOSE_VERSION" \
+    "github.com/docker/compose/v2/cmd@$COMPOSE_VERSION" > "$STATE_DIR/compose-build.log" 2>&1 \
+    || { tail -20 "$STATE_DIR/compose-build.log"; return 1; }
+  install -D -m 0755 "$STATE_DIR/bin/cmd" "$PLUGIN"
+  log "$(docker compose version) installed as $PLUGIN in $((SECONDS - started)) s"
+}
+
 write_daemon_json() {
   # One soft/hard pair per limit, at this machine's hard limit (capped, so an "unlimited" host stays sane).
   local nofile nproc
@@ -51,11 +68,12 @@ JSON
 
 start() {
   mkdir -p "$STATE_DIR"
+  install_engine
+  install_compose_v2
   if daemon_up; then
     log "a Docker daemon is already running ($(docker version -f '{{.Server.Version}}' 2>/dev/null)); using it"
     return 0
   fi
-  install_engine
   local config=/etc/docker/daemon.json
   if [[ ! -f $config ]]; then
     config=$STATE_DIR/daemon.json

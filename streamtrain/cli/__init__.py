@@ -42,6 +42,7 @@ _TOOLS = ("stack", "cluster", "benchmarks")
 
 def _register_commands() -> None:
     from streamtrain.cli.acl import app as acl_app
+    from streamtrain.cli.audit import register as register_audit
     from streamtrain.cli.broker import app as broker_app
     from streamtrain.cli.config import app as config_app
     from streamtrain.cli.demo import register as register_demo
@@ -51,6 +52,7 @@ def _register_commands() -> None:
     app.add_typer(config_app, name="config")
     app.add_typer(acl_app, name="acl")
     register_demo(app)
+    register_audit(app)
     for name in (*_SERVICES, *_TOOLS):
         if name in _TOOLS and importlib.util.find_spec(f"streamtrain.{name}") is None:
             continue

@@ -41,6 +41,9 @@ class AclConfig(BaseModel):
     """The bridge: reads its source topics (bridge.sources), commits in its group through its transactions, writes
     the device topics and dead-letter (granted only when bridge.sources names topics)."""
 
+    client: str = "streamtrain-client"
+    """Applications that ask `serve` for predictions (`ServeClient`): write requests, read predictions."""
+
     producer: str = "streamtrain-producer-{device}"
     """Producers. With `{device}` in it, one principal per device, allowed to write that device's topic only;
     without, one principal (a producer host) that writes every device topic `acl apply` is given."""
@@ -52,7 +55,7 @@ class AclConfig(BaseModel):
     """SCRAM passwords by principal name, created or updated by `acl apply --users` (every SCRAM mechanism);
     masked wherever streamtrain prints settings. From the environment as JSON: STREAMTRAIN_ACL__PASSWORDS."""
 
-    @field_validator("admin", "coordinator", "trainer", "serve", "bridge", "producer")
+    @field_validator("admin", "coordinator", "trainer", "serve", "bridge", "client", "producer")
     @classmethod
     def _name_is_plain(cls, value: str) -> str:
         plain = value.replace("{device}", "device")
@@ -81,9 +84,10 @@ class AclConfig(BaseModel):
 
     @model_validator(mode="after")
     def _roles_are_distinct(self) -> Self:
-        names = [self.admin, self.coordinator, self.trainer, self.serve, self.bridge]
+        names = [self.admin, self.coordinator, self.trainer, self.serve, self.bridge, self.client]
         if len(set(names)) != len(names) or self.producer in names:
-            raise ValueError("admin, coordinator, trainer, serve, bridge and producer must be different principals: "
+            raise ValueError("admin, coordinator, trainer, serve, bridge, client and producer must be different "
+                             "principals: "
                              "a shared principal would hold the rights of both roles")
         return self
 

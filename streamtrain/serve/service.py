@@ -105,7 +105,9 @@ class ModelServer:
 
     def start(self) -> None:
         """Create the topics serve uses, serve /metrics, and take the newest announced version that loads."""
-        names = [self.topics.requests, self.topics.predictions, self.topics.models, self.topics.dead_letter]
+        # Only the topics serve reads or writes: with ACLs on, a topic its role may not see looks missing, and
+        # creating it is refused.
+        names = [self.topics.requests, self.topics.predictions, self.topics.models]
         ensure_topics(make_admin(self.config.kafka), [TopicSpec.from_config(self.config.kafka, n) for n in names])
         self.port = serve_metrics(self.metrics.registry, self.config.metrics.bind_address, self.config.metrics.port)
         ends = tail_positions(self.models, self.topics.models, None, 30.0)
@@ -205,7 +207,8 @@ class ModelServer:
         problem = misfit(predictor.spec, self.config)
         if problem is not None:
             return self._reject("misfit", record, f"it does not fit serve's settings: {problem}", catching_up)
-        verdict = judge(predictor.spec.metrics, live.predictor.spec.metrics if live else None, self.settings)
+        verdict = judge(predictor.spec.metrics, live.predictor.spec.metrics if live else None, self.settings,
+                        predictor.spec.objective)
         if not verdict.passed:
             return self._refuse_by_gate(record, verdict, catching_up)
         self.live = LiveVersion(predictor, record, time.monotonic())

@@ -30,6 +30,8 @@ def test_each_role_gets_exactly_what_its_service_uses() -> None:
     assert _rights(acls, "streamtrain-serve") == {
         ("READ", "TOPIC", "st.requests"), ("READ", "TOPIC", "st.models"), ("WRITE", "TOPIC", "st.predictions"),
         ("READ", "GROUP", "cams.serve")}
+    # An application asking serve: its requests in, the predictions out, nothing else.
+    assert _rights(acls, "streamtrain-client") == {("WRITE", "TOPIC", "st.requests"), ("READ", "TOPIC", "st.predictions")}
     assert _rights(acls, "streamtrain-coordinator") == {
         ("READ", "TOPIC", "st.feedback"), ("READ", "TOPIC", "st.assignments"), ("WRITE", "TOPIC", "st.assignments"),
         ("WRITE", "TOPIC", "st.dead-letter"), ("DESCRIBE", "TOPIC", "st.device.0"), ("DELETE", "TOPIC", "st.device.0"),
@@ -50,7 +52,7 @@ def test_each_role_gets_exactly_what_its_service_uses() -> None:
         "User:streamtrain-trainer"}
     assert {a.principal for a in acls if a.resource == "st.predictions" and a.operation == "WRITE"} == {
         "User:streamtrain-serve"}
-    assert {a.role for a in acls} == {"producer", "trainer", "coordinator", "serve", "admin"}
+    assert {a.role for a in acls} == {"producer", "trainer", "coordinator", "serve", "client", "admin"}
 
 
 def test_the_bridge_role_is_granted_only_its_sources_devices_group_and_transactions() -> None:

@@ -4,7 +4,8 @@
 The official image's conventions, so a compose file written for it runs unchanged:
   - every KAFKA_* variable but the JVM/launcher ones (KAFKA_HEAP_OPTS, KAFKA_OPTS, ...) is a server property:
     the prefix dropped, lower-cased, ``___`` -> ``-``, ``__`` -> ``_``, ``_`` -> ``.``
-    (KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG -> listener.name.client.scram-sha-512.sasl.jaas.config);
+    (KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG ->
+    listener.name.client.scram-sha-512.sasl.jaas.config);
   - with no such variable, the single-node KRaft defaults below;
   - CLUSTER_ID formats the log directories on first start (kept when already formatted);
   - KAFKA_HEAP_OPTS, KAFKA_OPTS, KAFKA_JVM_PERFORMANCE_OPTS, KAFKA_LOG4J_OPTS reach the JVM.

@@ -1,0 +1,278 @@
+"""`make compose`: the production compose stack, built offline and run on Docker Engine, checked end to end.
+
+The tests run in file order against one stack (the session fixture `stack`): up and healthy in the documented
+order; producers publish; every trainer replica finds its rank and trains; rank 0 writes versions to the models
+volume; serve answers a request from the host; Prometheus scrapes every target and every dashboard panel has data;
+a trainer killed and the broker restarted lose nothing (the audit); `down` then `up -d` resumes from the committed
+offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from compose_stack import ROOT, Stack, docker, wait_for
+from confluent_kafka import TopicPartition
+
+pytestmark = pytest.mark.compose
+
+#: Services that run until stopped, each with a health check, and the one-shot set-up.
+RUNNING = ("kafka", "producers", "coordinator", "trainer", "serve", "prometheus")
+DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+
+
+def _when(stamp: str) -> float:
+    """Docker's RFC 3339 time (nanoseconds) as epoch seconds."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head + "+00:00").timestamp() + float("0." + (frac or "0")[:6])
+
+
+def _health(st: Stack, cid: str) -> str:
+    state = st.inspect(cid)["State"]
+    return str(state.get("Health", {}).get("Status", state["Status"]))
+
+
+def _all_healthy(st: Stack) -> bool:
+    for service in RUNNING:
+        ids = st.containers(service)
+        want = st.devices if service == "trainer" else [service]
+        if len(ids) != len(want) or any(_health(st, c) != "healthy" for c in ids):
+            return False
+    setup = st.containers("kafka-setup")
+    return bool(setup) and all(st.inspect(c)["State"]["Status"] == "exited" and
+                               st.inspect(c)["State"]["ExitCode"] == 0 for c in setup)
+
+
+def _committed(st: Stack) -> dict[str, int]:
+    """The trainers' committed offset per device (partition 0), read from the host as the admin."""
+    from streamtrain.kafka import make_consumer
+
+    cfg = st.host_config()
+    consumer = make_consumer(cfg.kafka, cfg.trainer_group_id)
+    try:
+        parts = [TopicPartition(cfg.kafka.topics.device(d), 0) for d in st.devices]
+        return {d: tp.offset for d, tp in zip(st.devices, consumer.committed(parts, timeout=30), strict=True)}
+    finally:
+        consumer.close()
+
+
+def _high_watermarks(st: Stack) -> dict[str, int]:
+    from streamtrain.kafka import make_consumer
+
+    cfg = st.host_config()
+    consumer = make_consumer(cfg.kafka, "streamtrain-acceptance-watermarks")
+    try:
+        return {d: consumer.get_watermark_offsets(TopicPartition(cfg.kafka.topics.device(d), 0), timeout=30)[1]
+                for d in st.devices}
+    finally:
+        consumer.close()
+
+
+def _prom(st: Stack, path: str, **params: str) -> Any:
+    url = f"http://127.0.0.1:{st.prometheus_port}{path}"
+    if params:
+        url += "?" + urllib.parse.urlencode(params)
+    with urllib.request.urlopen(url, timeout=20) as resp:
+        return json.load(resp)
+
+
+def _audit(st: Stack) -> dict[str, Any]:
+    """`streamtrain audit` from the host, as the admin, through the external listener: its JSON and exit status."""
+    out = ROOT / "reports" / "compose" / f"audit-{int(time.time())}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    env = {**st.env, **{f"STREAMTRAIN_{k.upper().replace('.', '__')}": str(v)
+                        for k, v in st.kafka_overrides().items() if not isinstance(v, list)}}
+    result = subprocess.run([str(ROOT / ".venv" / "bin" / "streamtrain"), "audit", "--devices", ",".join(st.devices),
+                             "--out", str(out)],
+                            capture_output=True, text=True, env=env, timeout=300)
+    print(result.stdout[-4000:], result.stderr[-2000:])
+    summary = json.loads(out.read_text())
+    summary["exit"] = result.returncode
+    return dict(summary)
+
+
+def test_the_stack_comes_up_healthy_in_the_documented_order(stack: Stack) -> None:
+    started = time.monotonic()
+    stack.compose("up", "-d", timeout=900)
+    wait_for("every service healthy and kafka-setup done", lambda: _all_healthy(stack), timeout=600, interval=5)
+    stack.record("seconds_up_to_healthy", round(time.monotonic() - started, 1))
+    state = {s: [stack.inspect(c)["State"] for c in stack.containers(s)] for s in (*RUNNING, "kafka-setup")}
+    kafka_started = _when(state["kafka"][0]["StartedAt"])
+    setup_started = min(_when(s["StartedAt"]) for s in state["kafka-setup"])
+    setup_done = max(_when(s["FinishedAt"]) for s in state["kafka-setup"])
+    assert kafka_started < setup_started, "kafka-setup started before Kafka"
+    for service in ("producers", "coordinator", "trainer", "serve"):
+        first = min(_when(s["StartedAt"]) for s in state[service])
+        assert first >= setup_done, f"{service} started before kafka-setup had finished"
+    coordinator_started = _when(state["coordinator"][0]["StartedAt"])
+    assert min(_when(s["StartedAt"]) for s in state["trainer"]) > coordinator_started
+    # Grafana is in the offline override's "grafana" profile: no image of it can be had here.
+    assert not stack.containers("grafana")
+
+
+def test_grafana_is_not_run_here() -> None:
+    pytest.skip("Grafana: no image can be had on this machine (no registry; its licence rules out building one from "
+                "the package registries), so the acceptance runs without it; its dashboards' queries are checked "
+                "against the compose Prometheus instead")
+
+
+def test_producers_publish_to_every_device_topic(stack: Stack) -> None:
+    first = _high_watermarks(stack)
+    later = wait_for("every device topic growing", lambda: (lambda h: h if all(h[d] > first[d] for d in h) else None)(
+        _high_watermarks(stack)), timeout=60)
+    stack.record("records_at_first_check", later)
+
+
+def test_each_trainer_replica_finds_its_rank_and_trains(stack: Stack) -> None:
+    ids = stack.containers("trainer")
+    ranks = {}
+    for cid in ids:
+        found = re.search(r"trainer entrypoint: .*\bRANK=(\d+)", stack.logs(cid))
+        assert found, f"trainer {cid[:12]} logged no rank:\n{stack.logs(cid)[-2000:]}"
+        ranks[cid] = int(found.group(1))
+    assert sorted(ranks.values()) == list(range(len(stack.devices)))
+    up_at = min(_when(stack.inspect(c)["State"]["StartedAt"]) for c in ids)
+    committed = wait_for("every device's records trained and committed",
+                         lambda: (lambda c: c if all(v > 0 for v in c.values()) else None)(_committed(stack)),
+                         timeout=420, interval=5)
+    stack.record("seconds_trainers_started_to_every_device_committed", round(time.time() - up_at, 1))
+    stack.record("committed_at_first_training", committed)
+
+
+def test_rank_0_writes_versions_to_the_models_volume(stack: Stack) -> None:
+    serve = stack.containers("serve")[0]
+
+    def versions() -> list[str]:
+        out = docker("exec", serve, "ls", "/var/lib/streamtrain/models", check=False).stdout.split()
+        return [v for v in out if v.isdigit() or v.startswith("v")]
+
+    found = wait_for("a model version in the models volume", versions, timeout=240, interval=5)
+    stack.record("versions_in_models_volume", len(found))
+
+
+def test_serve_answers_a_request_from_the_host_with_a_gated_version(stack: Stack) -> None:
+    from streamtrain.serve_client import ServeClient
+
+    cfg = stack.host_config("streamtrain-client", "CLIENT_KAFKA")
+    features = cfg.trainer.num_features
+    rng = np.random.default_rng(0)
+    with ServeClient(cfg, timeout=60) as client:
+        def answered() -> Any:
+            answers = client.answers(client.send([rng.normal(size=(45, features)).astype(np.float32)]), timeout=60)
+            return answers if answers and answers[0].version is not None and answers[0].error is None else None
+
+        answers = wait_for("a prediction made by a served version", answered, timeout=300, interval=10)
+    stack.record("served_version", answers[0].version)
+
+
+def _panel_queries() -> list[tuple[str, str, str]]:
+    found = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        model = json.loads(path.read_text())
+        for panel in model.get("panels", []):
+            for target in panel.get("targets", []):
+                if target.get("expr", "").strip():
+                    found.append((path.name, panel["title"], target["expr"]))
+    return found
+
+
+def test_prometheus_scrapes_every_target_and_every_panel_has_data(stack: Stack) -> None:
+    def targets_up() -> Any:
+        active = _prom(stack, "/api/v1/targets")["data"]["activeTargets"]
+        jobs = {t["labels"]["job"] for t in active}
+        down = [(t["labels"]["job"], t["scrapeUrl"], t.get("lastError")) for t in active if t["health"] != "up"]
+        trainers = [t for t in active if t["labels"]["job"] == "streamtrain-trainers"]
+        want = {"streamtrain-producers", "streamtrain-coordinator", "streamtrain-trainers", "streamtrain-serve",
+                "prometheus"}
+        return active if want <= jobs and not down and len(trainers) == len(stack.devices) else None
+
+    active = wait_for("every Prometheus target up", targets_up, timeout=120, interval=5)
+    stack.record("prometheus_targets_up", len(active))
+    queries = _panel_queries()
+    assert len({q[0] for q in queries}) == len(list(DASHBOARDS.glob("*.json")))
+
+    def empty() -> list[tuple[str, str]]:
+        missing = []
+        for board, title, expr in queries:
+            result = _prom(stack, "/api/v1/query", query=expr.replace("$device", ".*"))["data"]["result"]
+            if not result:
+                missing.append((board, title))
+        return missing
+
+    # Rates need two scrapes and some panels count events (versions, evaluations): give them time.
+    deadline = time.monotonic() + 240
+    missing = empty()
+    while missing and time.monotonic() < deadline:
+        time.sleep(10)
+        missing = empty()
+    assert not missing, f"panels without data: {missing}"
+    stack.record("panel_queries_with_data", len(queries))
+
+
+def _progressed(st: Stack, beyond: dict[str, int]) -> dict[str, int] | None:
+    now = _committed(st)
+    return now if all(now[d] > beyond[d] for d in st.devices) else None
+
+
+def test_a_trainer_killed_and_the_broker_restarted_lose_nothing(stack: Stack) -> None:
+    ranks = {int(m.group(1)): cid for cid in stack.containers("trainer")
+             if (m := re.search(r"trainer entrypoint: .*\bRANK=(\d+)", stack.logs(cid)))}
+    victim = ranks[max(ranks)]
+    before = wait_for("committed offsets", lambda: _committed(stack), timeout=60)
+    killed_at = time.time()
+    docker("kill", victim)
+    # restart: on-failure brings the replica back; the others fail their collective, restart and rendezvous again.
+    wait_for("the killed trainer restarted", lambda: stack.inspect(victim)["State"]["Running"] and
+             _when(stack.inspect(victim)["State"]["StartedAt"]) > killed_at, timeout=120)
+    after_kill = wait_for("training past the kill", lambda: _progressed(stack, before), timeout=600, interval=5)
+    stack.record("seconds_trainer_kill_to_every_device_committing_again", round(time.time() - killed_at, 1))
+
+    kafka = stack.containers("kafka")[0]
+    restarted_at = time.time()
+    docker("restart", "-t", "30", kafka, timeout=180)
+    wait_for("Kafka healthy again", lambda: _health(stack, kafka) == "healthy", timeout=300, interval=3)
+    wait_for("training past the broker restart", lambda: _progressed(stack, after_kill), timeout=600, interval=5)
+    stack.record("seconds_broker_restart_to_every_device_committing_again", round(time.time() - restarted_at, 1))
+    assert all(_health(stack, c) in ("healthy", "starting") for s in RUNNING for c in stack.containers(s))
+
+    # Settle: the producers stop, the trainers finish what they hold and stop (SIGTERM: the step in hand, then a
+    # commit), and the audit accounts for every record the run produced.
+    stack.compose("stop", "producers")
+    time.sleep(20)
+    stack.compose("stop", "-t", "60", "trainer", timeout=300)
+    audit = _audit(stack)
+    stack.record("audit_after_faults", {k: audit[k] for k in ("records", "trained", "unaccounted", "versions")} | {
+        "by_device": {d["device"]: {k: d[k] for k in ("records", "trained", "truncated", "dead_lettered", "pending",
+                                                         "unaccounted")} for d in audit["devices"]}})
+    assert audit["exit"] == 0, audit["failures"]
+    assert audit["unaccounted"] == 0 and audit["trained"] > 0
+
+
+def test_down_then_up_resumes_from_the_committed_offsets(stack: Stack) -> None:
+    committed = _committed(stack)
+    stack.compose("down", timeout=300)  # volumes kept: Kafka's log, the checkpoints, the models
+    up_at = time.monotonic()
+    stack.compose("up", "-d", timeout=900)
+    wait_for("every service healthy again", lambda: _all_healthy(stack), timeout=600, interval=5)
+    wait_for("training past the committed offsets", lambda: _progressed(stack, committed), timeout=600, interval=5)
+    stack.record("seconds_up_after_down_to_every_device_committing", round(time.monotonic() - up_at, 1))
+    resumed = {}
+    for cid in stack.containers("trainer"):
+        found = re.search(r"rank \d+ \((\w+)\): resuming at step (\d+) from offset (\d+)", stack.logs(cid))
+        assert found, stack.logs(cid)[-2000:]
+        resumed[found.group(1)] = (int(found.group(2)), int(found.group(3)))
+    assert {d: offset for d, (_step, offset) in resumed.items()} == committed
+    assert all(step > 0 for step, _offset in resumed.values()), f"not resumed from the checkpoints: {resumed}"
+    stack.record("resumed_at", resumed)
+    audit = _audit(stack)
+    assert audit["unaccounted"] == 0, audit["failures"]
+    stack.record("audit_after_restart", {k: audit[k] for k in ("records", "trained", "unaccounted", "versions")})

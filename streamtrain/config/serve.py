@@ -21,11 +21,17 @@ class ServeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    gate_metrics: tuple[str, ...] = ("heldout_accuracy", "prequential_accuracy")
+    gate_metrics: tuple[str, ...] = ()
     """Metrics the promotion gate compares, in order of preference: the first one both the new version and the
-    live one carry decides (accuracies and F1: higher is better; losses, RMSE and MAE: lower). E.g. `--set
-    serve.gate_metrics=heldout_loss`; for a regression model `heldout_rmse` (in the target's units: set the
-    tolerance to match)."""
+    live one carry decides (accuracies and F1: higher is better; losses, RMSE and MAE: lower). Empty (the
+    default): the objective's own, held-out then test-then-train: `accuracy` for classification, `rmse` for
+    regression, `f1_mean` for multi-label, `mae` for a forecast, `loss` for an objective of yours. E.g. `--set
+    serve.gate_metrics=heldout_loss` (RMSE and MAE are in the target's units: set the tolerance to match)."""
+
+    beat_baseline: bool = True
+    """Refuse a version whose gate metric is worse than the trivial baseline's measured beside it (the training
+    mean, the most common class, the last value: `heldout_baseline_rmse` beside `heldout_rmse`), the first version
+    too, and say so: a model that loses to the mean is not worth serving. Off: only the live version is compared."""
 
     tolerance: float = Field(default=0.05, ge=0)
     """How much worse than the live version a new version may be on the gate metric and still be served
@@ -76,7 +82,7 @@ class ServeConfig(BaseModel):
     @classmethod
     def _known_metrics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         unknown = [m for m in value if m not in GATE_METRICS]
-        if unknown or not value:
+        if unknown:
             raise ValueError(f"{', '.join(map(repr, unknown)) or 'nothing'}: name metrics among "
                              f"{', '.join(GATE_METRICS)}")
         return value

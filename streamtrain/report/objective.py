@@ -20,8 +20,8 @@ from streamtrain.plugins import SetupError
 from streamtrain.report.schema import MetricFigures, ObjectiveFigures
 from streamtrain.wire import Evaluation, StepFeedback
 
-__all__ = ["closing_objective_lines", "heldout_metric_figures", "heldout_rows", "objective_figures",
-           "objective_for_report", "per_value", "prequential_series"]
+__all__ = ["closing_objective_lines", "heldout_metric_figures", "heldout_rows", "learned_nothing_lines",
+           "objective_figures", "objective_for_report", "per_value", "prequential_series"]
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +165,34 @@ def closing_objective_lines(figures: ObjectiveFigures | None, heldout: str | Non
                      f"{_shown(final[headline])} at the last{against}")
         lines.extend(_per_value_line(f"held-out {name} at the last evaluation", final, headline, baseline))
     return lines
+
+
+#: What `learned_nothing_lines` suggests, in order.
+TRY_INSTEAD = ("a longer run (--duration, --steps), so that the model sees the data more often",
+               "another model: --set trainer.model=mlp (one-frame samples), seq (series) or conv",
+               "a smaller learning rate (--set trainer.lr=0.01) or --set trainer.optimizer=adamw",
+               "whether the features carry the target at all (the inputs are standardised: trainer.input_shift)")
+
+
+def learned_nothing_lines(figures: ObjectiveFigures | None) -> list[str]:
+    """A warning when the model is no better than the trivial baseline (held-out at the last evaluation, or
+    test-then-train over the last window: past the warm-up), with what to try; none when it is better or no figure
+    can say."""
+    if figures is None or not figures.baseline:
+        return []
+    headline, baseline = figures.headline, figures.baseline
+    name = _DISPLAY.get(headline, headline.replace("_", " "))
+    for what, metrics in (("held-out", figures.heldout_final), ("test-then-train", figures.prequential.recent)):
+        model, trivial = metrics.get(headline), metrics.get(baseline)
+        if model is None or trivial is None:
+            continue
+        if (model > trivial) if figures.higher_is_better else (model < trivial):
+            return []
+        note = f" ({figures.baseline_note})" if figures.baseline_note else ""
+        return [f"the model learned nothing worth serving: {what} {name} {_shown(model)} is no better than the "
+                f"trivial baseline's {_shown(trivial)}{note}; serve's promotion gate refuses such a version "
+                "(serve.beat_baseline). Try: " + "; ".join(TRY_INSTEAD)]
+    return []
 
 
 def heldout_rows(figures: ObjectiveFigures | None) -> list[tuple[str, float]]:

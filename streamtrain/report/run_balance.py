@@ -27,7 +27,7 @@ import numpy as np
 from streamtrain.coordinator.balance import straggler_effect
 from streamtrain.coordinator.perfmodel import fit_linear_robust
 from streamtrain.report.ledger import RunRecords
-from streamtrain.report.objective import closing_objective_lines
+from streamtrain.report.objective import closing_objective_lines, learned_nothing_lines
 from streamtrain.report.schema import (
     BalanceFigures,
     DeviceBalanceFigures,
@@ -288,4 +288,4 @@ def closing_lines(report: StackReport) -> list[str]:
                      f"batches {estimate.static_seconds_median * 1e3:.0f} ms (each device's fitted T = a*size + b "
                      f"at global batch / n) vs measured {estimate.measured_seconds_median * 1e3:.0f} ms "
                      f"with {report.policy}: {estimate.speedup:.2f}x")
-    return lines
+    return [*lines, *learned_nothing_lines(report.objective)]

@@ -28,9 +28,11 @@ def serve(
 
     Versions are announced on <prefix>.models by the trainers (versions.dir). Each prediction goes to
     <prefix>.predictions naming the version that made it and the request's offset; a request's offset is
-    committed only once its prediction is delivered. A version worse than the live one by more than
-    serve.tolerance on the first of serve.gate_metrics that tells them apart (over serve.min_samples samples
-    each; a held-out figure from a newer evaluation), one whose files are missing or corrupt, or one whose
+    committed only once its prediction is delivered. A version worse than the trivial baseline measured beside
+    it (the training mean, the most common class: serve.beat_baseline), one worse than the live one by more than
+    serve.tolerance on the first of serve.gate_metrics (default: the objective's own) that tells them apart (over
+    serve.min_samples samples each; a held-out figure from a newer evaluation), one whose files are missing or
+    corrupt, or one whose
     model.json does not fit this configuration (trainer.num_features, trainer.objective, ...) is not served:
     the log says why, with each figure's step and samples.
     Give the --config the trainers used and kafka.bootstrap_servers (the address `up` prints): requests must

@@ -7,6 +7,10 @@ A metric decides only when it tells the two versions apart: both carry it, each 
 `serve.min_samples` samples, and, for a held-out metric, the new version's evaluation is newer than the live
 one's (with `versions.evaluate` off a version carries the latest evaluation, so consecutive versions often
 share one: comparing it with itself says nothing). The verdict names each figure's step and sample count.
+
+Before any comparison, a version must beat the trivial baseline measured beside its own figures (the training mean,
+the most common class, the last value: `heldout_baseline_rmse` beside `heldout_rmse`; `serve.beat_baseline`), the
+first version as much as any later one. The metrics compared follow the objective unless `serve.gate_metrics` is set.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from streamtrain.config import StreamtrainConfig
 from streamtrain.config.serve import ServeConfig
 from streamtrain.versions import ModelSpec
 
-__all__ = ["GateVerdict", "judge", "lower_is_better", "measured", "misfit"]
+__all__ = ["HEADLINES", "GateVerdict", "baseline_of", "gate_metrics", "judge", "lower_is_better", "measured",
+           "misfit"]
 
 
 def lower_is_better(metric: str) -> bool:
@@ -74,16 +79,64 @@ def _passed_over(metric: str, candidate: Mapping[str, float], live: Mapping[str,
     return None
 
 
-def judge(candidate: Mapping[str, float], live: Mapping[str, float] | None, settings: ServeConfig) -> GateVerdict:
+#: The headline metric of each built-in objective: what the gate compares unless `serve.gate_metrics` says.
+HEADLINES = {"classification": "accuracy", "regression": "rmse", "multilabel": "f1_mean", "forecast": "mae"}
+
+
+def gate_metrics(settings: ServeConfig, objective: str) -> tuple[str, ...]:
+    """The metrics the gate compares: `serve.gate_metrics` when set, else the objective's headline, held-out then
+    test-then-train (an objective of your own: its loss)."""
+    if settings.gate_metrics:
+        return settings.gate_metrics
+    headline = HEADLINES.get(objective, "loss")
+    return (f"heldout_{headline}", f"prequential_{headline}")
+
+
+def baseline_of(metric: str) -> str:
+    """The trivial baseline's figure measured beside `metric`: `heldout_rmse` → `heldout_baseline_rmse`."""
+    source, name = metric.split("_", 1)
+    return f"{source}_baseline_{name}"
+
+
+def _loses_to_baseline(candidate: Mapping[str, float], metrics: tuple[str, ...],
+                       settings: ServeConfig) -> GateVerdict | None:
+    """A refusal when the first gate metric the candidate carries beside its baseline's, over enough samples, is
+    worse than the baseline's (None: it is not, or no figure can say)."""
+    for metric in metrics:
+        base = baseline_of(metric)
+        _, samples = measured(metric, candidate)
+        if metric not in candidate or base not in candidate or (samples is not None and samples < settings.min_samples):
+            continue
+        new, trivial = candidate[metric], candidate[base]
+        worse = new > trivial if lower_is_better(metric) else new < trivial
+        if not worse:
+            return None
+        step, _ = measured(metric, candidate)
+        reason = (f"{metric} {_describe(new, step, samples)} is worse than the trivial baseline's {trivial:.4f} "
+                  f"({base}: the training mean, the most common class or the last value); a model that loses to it "
+                  "is not served (serve.beat_baseline)")
+        return GateVerdict(False, metric, new, None, reason, step)
+    return None
+
+
+def judge(candidate: Mapping[str, float], live: Mapping[str, float] | None, settings: ServeConfig,
+          objective: str = "classification") -> GateVerdict:
     """Whether a version with metrics `candidate` may replace the live one (metrics `live`; None: nothing is live).
 
-    The first of `serve.gate_metrics` that tells the two apart (see the module doc) decides: the candidate passes
-    unless it is worse than the live version by more than `serve.tolerance`. With none, `serve.unmeasured` decides.
+    With `serve.beat_baseline` a version worse than the trivial baseline on the first gate metric that has the
+    baseline's figure beside it is refused, live version or none. Then the first of the gate metrics (`gate_metrics`:
+    `serve.gate_metrics`, or `objective`'s own) that tells the two apart (see the module doc) decides: the candidate
+    passes unless it is worse than the live version by more than `serve.tolerance`. With none, `serve.unmeasured`
+    decides.
     """
+    metrics = gate_metrics(settings, objective)
+    refusal = _loses_to_baseline(candidate, metrics, settings) if settings.beat_baseline else None
+    if refusal is not None:
+        return refusal
     if live is None:
         return GateVerdict(True, None, None, None, "no version is live yet")
     skipped: list[str] = []
-    for metric in settings.gate_metrics:
+    for metric in metrics:
         if metric not in candidate or metric not in live:
             continue
         why = _passed_over(metric, candidate, live, settings)
@@ -99,8 +152,7 @@ def judge(candidate: Mapping[str, float], live: Mapping[str, float] | None, sett
                   f"{'within' if passed else 'beyond'} the tolerance {settings.tolerance:g} (serve.tolerance)")
         return GateVerdict(passed, metric, new, old, reason, step)
     passed = settings.unmeasured == "accept"
-    why = "; ".join(skipped) if skipped else f"no metric of serve.gate_metrics ({', '.join(settings.gate_metrics)}) " \
-                                             "on both versions"
+    why = "; ".join(skipped) if skipped else f"no gate metric ({', '.join(metrics)}) on both versions"
     return GateVerdict(passed, None, None, None, f"{why}: {'accepted' if passed else 'rejected'} (serve.unmeasured)")
 
 

@@ -151,17 +151,23 @@ class HeldOutEvaluator:
         mine = keep[deal_by_size(sizes, ctx.rank, ctx.world_size)]
         self.total = len(keep)
         samples = [_held_out_sample(dataset, int(i)) for i in mine]
+        self._chunks = _chunks(samples, config.eval_batch_size)
+        self._setting = setting
         self.batches: list[Batch] = []
-        for chunk in _chunks(samples, config.eval_batch_size):
-            try:
-                self.batches.append(collate(chunk, config).to(ctx.device))
-            except Exception as exc:  # a plug-in may raise anything: report it as this setting's failure
-                raise TrainerSetupError(f"trainer.collate: failed on held-out samples of {setting} "
-                                        f"({type(exc).__name__}: {exc})") from exc
+        self.collate_with(config, collate)
         self.own_samples = len(samples)
         self.own_size = int(sum(s.size for s in samples))
         logger.info("rank %d: held-out set %s, %d of its %d samples here (total size %d) in %d batches",
                     ctx.rank, self.name, self.own_samples, self.total, self.own_size, len(self.batches))
+
+    def collate_with(self, config: TrainerConfig, collate: CollateFn) -> None:
+        """Collate this rank's held-out samples under `config` (again when the input standardisation in force
+        changes: the trainers' online estimate)."""
+        try:
+            self.batches = [collate(chunk, config).to(self.ctx.device) for chunk in self._chunks]
+        except Exception as exc:  # a plug-in may raise anything: report it as this setting's failure
+            raise TrainerSetupError(f"trainer.collate: failed on held-out samples of {self._setting} "
+                                    f"({type(exc).__name__}: {exc})") from exc
 
     def evaluate(self, model: nn.Module, step: int) -> HeldOutResult:
         """Evaluate `model` (the bare module, not its DDP wrapper) on this rank's slice and combine over ranks.

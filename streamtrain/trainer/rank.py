@@ -23,9 +23,10 @@ import torch.distributed as dist
 from confluent_kafka import KafkaError, Message
 from prometheus_client import CollectorRegistry
 
-from streamtrain.config import StreamtrainConfig
+from streamtrain.config import StreamtrainConfig, TrainerConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_control_producer, produce
 from streamtrain.metrics import serve_metrics
+from streamtrain.models.standardise import InputEstimate, online_inputs
 from streamtrain.pacing import report_hold_seconds
 from streamtrain.wire import Assignment, Evaluation, StepFeedback, encode, ranges_of
 
@@ -71,6 +72,8 @@ class TrainerRank:
         self.feedback_topic = topics.feedback
         slow = slow_device(self.trainer, ctx)  # bad slow-downs or plug-ins fail before Kafka is touched
         self.runner = build_step_runner(self.trainer, ctx)
+        # Devices fed from outside carry no fitted input scaling: the group estimates it (models.standardise).
+        self.runner.inputs = InputEstimate(self.trainer) if online_inputs(self.trainer) else None
         # A benchmark's or demo's emulated slower device (`trainer.slowdowns`) wraps the step; nothing else does.
         self.train_step = slow.wrap(self.runner.run_step) if slow is not None else self.runner.run_step
         self.evaluator = (HeldOutEvaluator(self.trainer, ctx, self.runner.collate, config.producer.dataset,
@@ -197,6 +200,8 @@ class TrainerRank:
         # not a step short for want of data, so no rank holds its report (`_hold`).
         backlog = hold_backlog(self.buffer, self.device_id, plan, self.plans.later(step), self.reports)
         result = self.train_step(samples, stop=self.stop_requested, backlog=backlog, publish=self.publisher.due())
+        if self.runner.config is not self.trainer:
+            self._adopt(self.runner.config)
         self.group_stop = result.stop
         self.group_publish = result.publish
         if not result.skipped:
@@ -240,6 +245,14 @@ class TrainerRank:
         if self.step % self.trainer.log_every == 0:
             self._log(feedback)
         return feedback
+
+    def _adopt(self, trainer: TrainerConfig) -> None:
+        """The settings the step ran under (the online input scaling): evaluated and published under them too."""
+        self.trainer = trainer
+        self.config = self.config.model_copy(update={"trainer": trainer})
+        self.publisher.config = self.config
+        if self.evaluator is not None:
+            self.evaluator.collate_with(trainer, self.runner.collate)
 
     def _dead_letter_step(self, step: int, result: StepResult) -> None:
         """Every rank skipped the step (a loss or the aggregated gradient not finite): its samples, not trained,

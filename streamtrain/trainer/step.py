@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -25,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from streamtrain.config.trainer import TrainerConfig
 from streamtrain.models.batching import Batch
 from streamtrain.models.plugins import CollateFn, build_collate, build_model, check_plugins
+from streamtrain.models.standardise import InputEstimate
 from streamtrain.objectives import Objective, build_objective
 from streamtrain.wire import Sample
 
@@ -166,6 +168,9 @@ class StepRunner:
         self._params = [p for p in model.module.parameters() if p.requires_grad]
         # Float buffers (e.g. batch-norm statistics) change in the forward pass: a skipped step restores them.
         self._buffers = [b for b in model.module.buffers() if b.is_floating_point()]
+        self.inputs: InputEstimate | None = None
+        """The online estimate of the input standardisation while it warms up (`streamtrain.models.standardise`;
+        set by the rank when `trainer.input_shift` is unset): folded in before each step's collate."""
 
     @property
     def compression_stats(self) -> CompressionStats | None:
@@ -214,6 +219,8 @@ class StepRunner:
         reset_peak_memory(self.device)
         started = time.perf_counter()
         cpu_started = time.thread_time()  # forward, backward (CPU autograd) and the optimizer run on this thread
+        if self.inputs is not None and not self.inputs.frozen:  # a collective while it warms up
+            self.config = self.inputs.update(samples, self.config, self._sum_over_ranks)
         batch = self.collate(samples, self.config).to(self.device)
         collated = time.perf_counter()
         own_weight = self._weight_of(samples) if weight is None else float(weight)
@@ -275,6 +282,12 @@ class StepRunner:
             prequential=prequential,
             publish=self.state.group_publish(),
         )
+
+    def _sum_over_ranks(self, local: np.ndarray) -> np.ndarray:
+        summed = torch.as_tensor(local, dtype=torch.float64, device=self.device)
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(summed)
+        return summed.cpu().numpy()
 
     def _forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
         """The step's loss (this rank's mean over its samples: the hook weights it by lambda_i) and, from the same

@@ -3,6 +3,7 @@ bad-input rules obeyed, and every request answered exactly once (counted by offs
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -170,6 +171,10 @@ def test_serve_switches_versions_obeys_the_gate_and_answers_each_request_once(ka
     # Every version the trainers wrote carries its test-then-train figures, the run's final one included.
     trained = [announced[n] for n in sorted(set(announced) - bad)]
     assert all(v.metrics.get("prequential_samples", 0) > 0 and "prequential_accuracy" in v.metrics for v in trained)
+    # The devices were fed from outside: the trainers estimated the input standardisation online, and the versions
+    # carry it (serve's answers applied it).
+    final = json.loads((Path(trained[-1].location) / "model.json").read_text())["model"]["settings"]
+    assert len(final["input_shift"]) == 4 and all(scale > 0 for scale in final["input_scale"])
     # Each version that took over passed the gate against the one before it.
     order = [a.version for a in sorted(served, key=lambda a: a.request_offset)]
     assert order == sorted(order)  # a switch only ever moves forward

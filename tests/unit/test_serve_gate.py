@@ -99,3 +99,48 @@ def test_serve_says_when_the_gate_refuses_again_on_the_same_old_figure(caplog: p
     assert [level for level, _ in said] == [logging.WARNING, logging.INFO, logging.INFO]
     assert "version 52 (step 252) not served, the promotion gate refused it on the same figure that refused version " \
            "51: heldout_accuracy 0.3501 (step 200, 537 samples)" in said[1][1]
+
+
+def test_a_version_worse_than_the_trivial_baseline_is_refused_even_with_nothing_live() -> None:
+    losing = {"heldout_rmse": 165.4, "heldout_baseline_rmse": 73.1, "heldout_samples": 133.0, "heldout_step": 240.0}
+    verdict = judge(losing, None, GATE, "regression")  # the metric follows the objective: rmse, lower is better
+    assert not verdict.passed and verdict.metric == "heldout_rmse"
+    assert "heldout_rmse 165.4000 (step 240, 133 samples) is worse than the trivial baseline's 73.1000" \
+        in verdict.reason and "serve.beat_baseline" in verdict.reason
+    assert judge({**losing, "heldout_rmse": 54.5}, None, GATE, "regression").passed
+    assert judge(losing, None, GATE.model_copy(update={"beat_baseline": False}), "regression").passed
+    few = {**losing, "heldout_samples": 20.0}  # too few samples to say: the next figure (none here) decides
+    assert judge(few, None, GATE, "regression").passed
+    classifier = {"prequential_accuracy": 0.30, "prequential_baseline_accuracy": 0.45, "prequential_samples": 500.0}
+    assert not judge(classifier, None, GATE).passed  # below always answering the most common class
+
+
+def test_the_gate_metric_follows_the_objective_unless_set() -> None:
+    better = {"heldout_rmse": 1.0, "heldout_baseline_rmse": 2.0, "heldout_step": 20.0}
+    live = {"heldout_rmse": 0.5, "heldout_baseline_rmse": 2.0, "heldout_step": 10.0}
+    verdict = judge(better, live, GATE, "regression")
+    assert verdict.metric == "heldout_rmse" and not verdict.passed  # worse by 0.5, beyond the tolerance 0.05
+    assert judge(better, live, ServeConfig(gate_metrics=("heldout_accuracy",)), "regression").metric is None
+    forecast = judge({"prequential_mae": 0.2, "prequential_baseline_mae": 0.1, "prequential_samples": 300.0}, None,
+                     GATE, "forecast")
+    assert not forecast.passed and forecast.metric == "prequential_mae"
+
+
+def test_up_says_when_a_run_learned_nothing_and_what_to_try() -> None:
+    from streamtrain.report.objective import learned_nothing_lines
+    from streamtrain.report.schema import MetricFigures, ObjectiveFigures
+
+    losing = ObjectiveFigures(name="regression", headline="rmse", baseline="baseline_rmse",
+                              baseline_note="the mean of the targets trained so far",
+                              prequential=MetricFigures(recent={"rmse": 0.5, "baseline_rmse": 0.8}),
+                              heldout_final={"rmse": 165.4, "baseline_rmse": 73.1})
+    line, = learned_nothing_lines(losing)  # held-out decides first: 165.4 against the mean's 73.1
+    assert line.startswith("the model learned nothing worth serving: held-out RMSE 165.400 is no better than the "
+                           "trivial baseline's 73.100 (the mean of the targets trained so far)")
+    assert "--set trainer.model=" in line and "--duration" in line
+    assert learned_nothing_lines(losing.model_copy(update={"heldout_final": {"rmse": 54.5,
+                                                                             "baseline_rmse": 73.1}})) == []
+    classifier = ObjectiveFigures(name="classification", headline="accuracy", baseline="baseline_accuracy",
+                                  higher_is_better=True,
+                                  prequential=MetricFigures(recent={"accuracy": 0.3, "baseline_accuracy": 0.3}))
+    assert "test-then-train accuracy" in learned_nothing_lines(classifier)[0]  # no held-out set: the window says

@@ -26,7 +26,7 @@ from ..authz import AuthorizationError, raise_if_refused
 from ..config import KafkaConfig, StreamtrainConfig, load_config
 from ..kafka import TopicSpec, ensure_topics, make_admin, producer_settings
 from .errors import DeliveryError, DeviceProducerError, QueueFullError
-from .samples import EncodedSample, encode_device_sample
+from .samples import DeviceEncoder, EncodedSample, seq_of
 
 __all__ = ["Delivery", "DeliveryCallback", "DeviceProducer"]
 
@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 #: Longest single wait for room in a full queue: callbacks are served and the deadline checked this often.
 _POLL_S = 0.05
+#: Shortest time between two polls for delivery reports from `send`.
+_SEND_POLL_S = 0.001
 #: Failures logged one by one before only the count is kept (a dead broker fails every record).
 _LOGGED_FAILURES = 10
 _GUARANTEES = ("enable.idempotence", "acks")
@@ -154,9 +156,11 @@ class DeviceProducer:
         # report for an ACL refusal itself, and the guard's wrapper would cost a Python call per sample.
         self._client = client if client is not None else Producer(
             producer_settings(cfg, **{**defaults, **overrides, "error_cb": self._on_error}))
+        self._encoder = DeviceEncoder(device)
         self._send_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._next_seq = 0
+        self._next_poll = 0.0
         self._delivered = self._failed = self._queue_waits = 0
         self._reasons: Counter[str] = Counter()
         self._unraised: Counter[str] = Counter()
@@ -198,14 +202,28 @@ class DeviceProducer:
             QueueFullError: the local queue stayed full for `queue_wait_seconds` (nothing was queued).
             DeviceProducerError: the producer is closed, or its client failed fatally.
         """
-        self._check_usable()
+        if self._closed or self._fatal is not None:
+            self._check_usable()
         with self._send_lock:
             seq = self._next_seq
-            record = encode_device_sample(self.device, seq, array, label=label, target=target, metadata=metadata,
+            record = self._encoder.encode(seq, array, label=label, target=target, metadata=metadata,
                                           produced_at=produced_at)
-            self._enqueue(record, partial(self._reported, seq, record.size, on_delivery))
+            # Without callbacks to tell, one bound method counts every report (no per-record closure to make).
+            callback = (self._counted if on_delivery is None and self._on_delivery is None else
+                        partial(self._reported, seq, record.size, on_delivery))
+            try:
+                self._client.produce(self.topic, record.value, headers=record.headers, on_delivery=callback)
+            except BufferError:
+                self._enqueue(record, callback)
+            except KafkaException as exc:
+                raise _refused(exc.args[0], record, self) from None
             self._next_seq = seq + 1  # also the count sent: every sample queued took the next number
-        self._client.poll(0)  # serve the delivery reports that have arrived: the confluent-kafka pattern
+        # Serve the delivery reports that have arrived (the confluent-kafka pattern), at most once a millisecond:
+        # a sender at line rate serves them in batches rather than paying an empty poll per record.
+        now = time.monotonic()
+        if now >= self._next_poll:
+            self._next_poll = now + _SEND_POLL_S
+            self._client.poll(0)
         return seq
 
     def _enqueue(self, record: EncodedSample, callback: Callable[[KafkaError | None, Message], None]) -> None:
@@ -230,6 +248,14 @@ class DeviceProducer:
                 self._check_usable()
             except KafkaException as exc:
                 raise _refused(exc.args[0], record, self) from None
+
+    def _counted(self, err: KafkaError | None, msg: Message) -> None:
+        """A delivery report when no callback is to be told: a delivery is counted, a failure goes the full way."""
+        if err is None:
+            with self._count_lock:
+                self._delivered += 1
+        else:
+            self._reported(seq_of(msg.value() or b"", len(self._encoder.head)), -1, None, err, msg)
 
     def _reported(self, seq: int, size: int, own: DeliveryCallback | None, err: KafkaError | None,
                   msg: Message) -> None:
@@ -280,7 +306,8 @@ class DeviceProducer:
     def poll(self, timeout: float = 0.0) -> None:
         """Serve the delivery reports that have arrived (waiting up to `timeout` seconds for one).
 
-        `send` does this each time; call it when sending rarely, to have callbacks and counters up to date.
+        `send` does this at most once a millisecond; call it when sending rarely, or before reading the counters, to
+        have callbacks and counters up to date.
         """
         self._client.poll(timeout)
 

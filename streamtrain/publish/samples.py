@@ -8,17 +8,20 @@ still fix it, rather than dead-lettered downstream.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from numbers import Integral, Real
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
 from ..wire import DTYPES
-from ..wire.codec import HeaderList, encode_array
-from ..wire.records import wire_dtype
+from ..wire.codec import SIZE_HEADER, HeaderList, Sample, encode_array, load_schema
+from ..wire.records import now_ms, wire_dtype
+from ..wire.sample_writer import varint as _varint
 
-__all__ = ["EncodedSample", "check_payload", "encode_device_sample"]
+__all__ = ["DeviceEncoder", "EncodedSample", "check_payload", "encode_device_sample", "seq_of"]
 
 _LONG = 2**63
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -161,3 +164,128 @@ def encode_device_sample(
                                   produced_at=_check_produced_at(produced_at), metadata=_check_metadata(metadata),
                                   target=_check_target(target))
     return EncodedSample(value, headers, arr.shape[0])
+
+
+#: Records with neither target nor metadata end with both unions' empty branches.
+_NO_TARGET_NO_METADATA = b"\x00\x00"
+#: Layouts, sizes and labels kept as bytes, each (a device has a few; more go the general way or are worked out).
+_KEPT = 1024
+
+
+@dataclass
+class _Layout:
+    """A layout (a sample's shape past its size axis, and its dtype) as written: each size's bytes from the size
+    field to the payload's length, and its size header."""
+
+    ndim: bytes
+    rest: bytes
+    """The shape past the size axis, the array's end, and the dtype's code."""
+    row_bytes: int
+    floats: bool
+    """Whether the payload is floats (checked for NaN and infinity)."""
+    sizes: dict[int, tuple[bytes, HeaderList]] = field(default_factory=dict)
+
+    def middle(self, size: int) -> tuple[bytes, HeaderList]:
+        size_bytes = _varint(size)
+        headers: HeaderList = [(SIZE_HEADER, str(size).encode())]
+        found = (b"".join((size_bytes, self.ndim, size_bytes, self.rest, _varint(size * self.row_bytes))), headers)
+        if len(self.sizes) < _KEPT:
+            self.sizes[size] = found
+        return found
+
+
+#: What `DeviceEncoder` has for a layout it has not seen yet.
+_UNSEEN = _Layout(b"", b"", 0, False)
+
+
+def seq_of(value: bytes, start: int) -> int:
+    """The seq of a record `DeviceEncoder` wrote, read back from its value (its Avro long after the device id,
+    which ends at `start`): for a delivery report, whose message carries no more than the record."""
+    shift = n = 0
+    for byte in value[start:start + 10]:
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+    return (n >> 1) ^ -(n & 1)
+
+
+class DeviceEncoder:
+    """`encode_device_sample` for one device, with what repeats from record to record worked out once.
+
+    A device sends samples of one layout (the shape past the size axis, the dtype) over and over: the schema prefix
+    and device id, each layout's shape and dtype code, each size's bytes and size header, and small labels are kept
+    as bytes, and a record is those joined with its seq, time, payload length and payload (read in place when
+    C-contiguous little-endian, not copied first). The first record of each layout is checked byte for byte against
+    the general encoder (`streamtrain.wire.encode_array`); a layout that differed, a target or metadata take the
+    general path. Not thread-safe: the producer calls it under its send lock.
+    """
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        schema = load_schema(Sample.SCHEMA)
+        self.head = schema.prefix + _varint(len(device.encode())) + device.encode()
+        dtype_field: dict[str, Any] = next((f["type"] for f in schema.parsed["fields"] if f["name"] == "dtype"), {})
+        self._codes = {name: _varint(i) for i, name in enumerate(dtype_field.get("symbols", ()))}
+        self._layouts: dict[tuple[tuple[int, ...], np.dtype], _Layout | None] = {}
+        self._labels: dict[int | None, bytes] = {None: b"\x00"}
+        self._at: tuple[int, bytes] = (-1, b"")
+        self._last: tuple[np.dtype | None, tuple[int, ...], _Layout | None] = (None, (), None)
+
+    def encode(self, seq: int, array: Any, *, label: int | None = None,
+               target: Sequence[float] | np.ndarray | float | None = None, metadata: Mapping[str, str] | None = None,
+               produced_at: int | None = None) -> EncodedSample:
+        """As `encode_device_sample(self.device, seq, array, ...)`, byte for byte, and raising alike."""
+        if type(array) is not np.ndarray or array.ndim < 2 or not array.shape[0] or target is not None or metadata:
+            return encode_device_sample(self.device, seq, array, label=label, target=target, metadata=metadata,
+                                        produced_at=produced_at)
+        last_dtype, last_rest, layout = self._last
+        if array.dtype is not last_dtype or array.shape[1:] != last_rest:  # the common case: as the last record
+            layout = self._layouts.get((array.shape[1:], array.dtype), _UNSEEN)
+            if layout is not _UNSEEN:
+                self._last = (array.dtype, array.shape[1:], layout)
+        if layout is _UNSEEN:
+            return self._first_of_layout(seq, array, label, produced_at)
+        if layout is None:
+            return encode_device_sample(self.device, seq, array, label=label, produced_at=produced_at)
+        if layout.floats and not _all_finite(array):
+            check_payload(array)  # raises, naming the first bad value
+        size = array.shape[0]
+        middle, headers = layout.sizes.get(size) or layout.middle(size)
+        return EncodedSample(b"".join((self.head, _varint(seq), self._time(produced_at), middle,
+                                       cast(bytes, array) if array.flags.c_contiguous else array.tobytes(),
+                                       self._label(label),
+                                       _NO_TARGET_NO_METADATA)), headers, size)
+
+    def _time(self, produced_at: int | None) -> bytes:
+        if produced_at is not None and produced_at == self._at[0] and type(produced_at) is int:
+            return self._at[1]
+        at = now_ms() if produced_at is None else cast(int, _check_produced_at(produced_at))
+        if at != self._at[0]:  # a device stamping its samples sends many in one millisecond
+            self._at = (at, _varint(at))
+        return self._at[1]
+
+    def _label(self, label: int | None) -> bytes:
+        found = self._labels.get(label) if type(label) is int or label is None else None
+        if found is None:
+            found = b"\x02" + _varint(cast(int, _check_label(label)))
+            if len(self._labels) < _KEPT and type(label) is int:
+                self._labels[label] = found
+        return found
+
+    def _first_of_layout(self, seq: int, array: np.ndarray, label: int | None,
+                         produced_at: int | None) -> EncodedSample:
+        """The general encoder's record; the layout kept when the fast path writes the same bytes."""
+        produced = now_ms() if produced_at is None else produced_at
+        record = encode_device_sample(self.device, seq, array, label=label, produced_at=produced)  # raises alike
+        key, name = (array.shape[1:], array.dtype), cast(str, wire_dtype(array.dtype))
+        little = array.dtype.byteorder != ">" and (array.dtype.byteorder != "=" or sys.byteorder == "little")
+        if len(self._layouts) >= _KEPT:
+            return record
+        self._layouts[key] = None
+        if little and name in self._codes:
+            rest = b"".join([*map(_varint, array.shape[1:]), b"\x00", self._codes[name]])
+            self._layouts[key] = _Layout(_varint(array.ndim), rest, array[0].nbytes, name[0] == "f")
+            if self.encode(seq, array, label=label, produced_at=produced).value != record.value:
+                self._layouts[key] = None  # a schema this writer does not know: the general path
+        return record

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["fields_body", "sample_body"]
+__all__ = ["fields_body", "sample_body", "varint"]
 
 #: The Sample schema's fields, in order, as this writer writes them (name, Avro type as parsed).
 _FIELDS: tuple[tuple[str, Any], ...] = (
@@ -40,17 +40,23 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
 
 
-def _varint(value: int) -> bytes:
-    """An Avro int or long: zigzag, then 7 bits a byte, low bits first."""
+def varint(value: int) -> bytes:
+    """An Avro int or long: zigzag, then 7 bits a byte, low bits first; the lengths a producer's seq has most of
+    its life unrolled (the hot path)."""
     n = (value << 1) ^ (value >> 63)
-    if n < 0x80:
-        return _ONE_BYTE[n]
+    if n < 0x4000:
+        return _ONE_BYTE[n] if n < 0x80 else bytes((n & 0x7F | 0x80, n >> 7))
+    if n < 0x200000:
+        return bytes((n & 0x7F | 0x80, (n >> 7) & 0x7F | 0x80, n >> 14))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+_varint = varint
 
 
 def _string(text: str) -> bytes:

@@ -21,6 +21,7 @@ import streamtrain
 from streamtrain import Delivery, DeliveryError, DeviceProducer, DeviceProducerError, QueueFullError
 from streamtrain.config import ConfigError, KafkaConfig, StreamtrainConfig
 from streamtrain.publish import encode_device_sample
+from streamtrain.publish.samples import DeviceEncoder, seq_of
 from streamtrain.wire import Sample, decode, encode
 
 NOBODY = "127.0.0.1:1"  # connection refused at once: nothing is ever delivered
@@ -232,3 +233,57 @@ def test_device_encoding_handles_views_and_big_endian() -> None:
     arr = np.arange(24, dtype=">f4").reshape(6, 4)[:, ::2]
     record = encode_device_sample("d", 0, arr)
     assert np.array_equal(decode(record.value, record.headers, Sample).array(), arr)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sends=st.lists(st.tuples(
+        st.integers(0, 2**62), st.integers(1, 300), st.sampled_from([(16,), (3,), (2, 5), (1,)]),
+        st.sampled_from(["float32", "<f8", ">f4", "int64", "uint8", "float16"]), st.booleans(),
+        st.none() | st.integers(-(2**63), 2**63 - 1), st.none() | st.integers(0, 2**50)), min_size=1, max_size=12),
+)
+def test_a_devices_encoder_writes_what_the_wire_codec_writes_record_after_record(
+    sends: list[tuple[int, int, tuple[int, ...], str, bool, int | None, int | None]],
+) -> None:
+    """The per-device encoder keeps each layout's bytes after its first record: every later record of any size,
+    strided or not, any label and time, is still the wire codec's byte for byte."""
+    encoder = DeviceEncoder("cam-7")
+    for seq, size, rest, dtype, strided, label, at in sends:
+        arr = (np.arange(size * 2 * int(np.prod(rest)), dtype=np.float64).reshape(size * 2, *rest) % 97).astype(dtype)
+        arr = arr[::2] if strided else arr[:size]
+        at = 1_700_000_000_000 if at is None else at
+        record = encoder.encode(seq, arr, label=label, produced_at=at)
+        expected = encode(Sample.from_array("cam-7", seq, arr, label=label, produced_at=at))
+        assert (record.value, record.headers, record.size) == (*expected, size)
+        assert seq_of(record.value, len(encoder.head)) == seq
+
+
+def test_a_devices_encoder_refuses_what_the_general_checks_refuse_after_the_layout_is_known() -> None:
+    encoder = DeviceEncoder("d")
+    good = np.ones((4, 3), dtype=np.float32)
+    encoder.encode(0, good, label=1, produced_at=5)
+    bad = good.copy()
+    bad[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"1 NaN or infinite value\(s\), the first at index \(2, 1\)"):
+        encoder.encode(1, bad)
+    big = np.full((4, 3), 3e38, dtype=np.float32)  # finite, though its sum of squares is not
+    record = encoder.encode(1, big)
+    assert np.array_equal(decode(record.value, record.headers, Sample).array(), big)
+    for kwargs, error in [({"label": True}, TypeError), ({"label": 2**63}, ValueError),
+                          ({"produced_at": 1.5}, TypeError), ({"produced_at": -1}, ValueError)]:
+        with pytest.raises(error):
+            encoder.encode(1, good, **kwargs)
+    with pytest.raises(ValueError, match="empty size axis"):
+        encoder.encode(1, good[:0])
+
+
+def test_without_callbacks_a_failed_delivery_is_logged_with_its_seq(caplog: pytest.LogCaptureFixture) -> None:
+    producer = DeviceProducer(NOBODY, device="0", settings={"delivery.timeout.ms": 300})
+    for _ in range(3):
+        producer.send(np.zeros((2, 2), dtype=np.float32), label=300)
+    with pytest.raises(DeliveryError, match=r"3 sample\(s\)"):
+        producer.flush(10)
+    logged = sorted(r.getMessage() for r in caplog.records if "could not be delivered" in r.getMessage())
+    assert [m.split(": sample ")[1].split(" ")[0] for m in logged] == ["0", "1", "2"]
+    assert (producer.sent, producer.delivered, producer.failed) == (3, 0, 3)
+    producer.close()

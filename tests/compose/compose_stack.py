@@ -62,6 +62,12 @@ class Stack:
     kafka_port: int
     prometheus_port: int
     coordinator_port: int
+    external_host: str
+    """What the external listener advertises: the machine's address on the device namespace's bridge."""
+    ca: Path
+    """The trial CA that signed the external listener's certificate (deploy/tls/make-certs.sh)."""
+    device_namespace: str
+    """The network namespace of the remote device host."""
     figures: dict[str, Any] = field(default_factory=dict)
 
     def compose(self, *args: str, check: bool = True, timeout: float = 600,
@@ -91,7 +97,8 @@ class Stack:
 
     def kafka_overrides(self, user: str = "streamtrain-admin", password_of: str = "KAFKA_ADMIN") -> dict[str, Any]:
         """Settings of a host client on the external listener, logged in as `user`."""
-        return {"kafka.bootstrap_servers": f"localhost:{self.kafka_port}", "kafka.security_protocol": "SASL_PLAINTEXT",
+        return {"kafka.bootstrap_servers": f"{self.external_host}:{self.kafka_port}",
+                "kafka.security_protocol": "SASL_SSL", "kafka.ssl_ca_location": str(self.ca),
                 "kafka.sasl_mechanism": "SCRAM-SHA-512", "kafka.sasl_username": user,
                 "kafka.sasl_password": self.passwords[password_of], "kafka.topic_prefix": "streamtrain",
                 "job": "streamtrain", "coordinator.devices": list(self.devices), "kafka.replication_factor": 1}

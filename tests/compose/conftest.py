@@ -14,26 +14,45 @@ from compose_stack import DEVICES, PROJECT, ROLES, ROOT, Stack, free_port
 
 
 @pytest.fixture(scope="session")
-def stack() -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         pytest.fail("no Docker Engine answers: `make compose` starts one (deploy/offline/engine.sh start)")
+    from streamtrain.cluster.netns import Network, netns_unavailable, new_run_id
+
+    if (why := netns_unavailable()) is not None:
+        pytest.fail(f"the remote device needs a network namespace: {why}")
+    # A device host outside the compose network: a network namespace on a bridge of its own. The machine's address
+    # on that bridge is the external listener's advertised host, and the name its certificate carries.
+    network = Network(new_run_id())
+    net_hosts = network.create({"device": 2}, os.getpid(), tmp_path_factory.mktemp("netns"))
+    certs = tmp_path_factory.mktemp("tls")
+    certs.chmod(0o755)  # the broker runs as its image's user: it reads the (encrypted) keystore through this mount
     passwords = {role: secrets.token_hex(16) for role in ROLES}
+    keystore_password = secrets.token_hex(16)
+    made = subprocess.run([str(ROOT / "deploy" / "tls" / "make-certs.sh"), network.gateway, str(certs)],
+                          capture_output=True, text=True, env={**os.environ,
+                                                               "KAFKA_TLS_KEYSTORE_PASSWORD": keystore_password})
+    assert made.returncode == 0, made.stderr
     devices = [str(i) for i in range(DEVICES)]
     ports = {"KAFKA_EXTERNAL_PORT": free_port(), "PROMETHEUS_PORT": free_port(), "COORDINATOR_PORT": free_port()}
     env = {**os.environ, "COMPOSE_PROJECT_NAME": PROJECT, "DEVICES": str(DEVICES), "DEVICE_IDS": ",".join(devices),
            "PUBLISH_EVERY_SECONDS": "5", "PRODUCER_RATE": "40", "PRODUCER_RATE_STD": "10",
+           "KAFKA_EXTERNAL_HOST": network.gateway, "KAFKA_TLS_DIR": str(certs),
+           "KAFKA_TLS_KEYSTORE_PASSWORD": keystore_password,
            **{f"{role}_PASSWORD": pw for role, pw in passwords.items()}, **{k: str(v) for k, v in ports.items()}}
     env.pop("COMPOSE_FILE", None)
     st = Stack(env, passwords, devices, ports["KAFKA_EXTERNAL_PORT"], ports["PROMETHEUS_PORT"],
-               ports["COORDINATOR_PORT"])
+               ports["COORDINATOR_PORT"], external_host=network.gateway, ca=certs / "ca.crt",
+               device_namespace=net_hosts["device"].namespace)
     st.compose("down", "-v", "--remove-orphans", check=False)  # what an interrupted run left
     try:
         yield st
     finally:
-        for service in ("kafka", "kafka-setup", "coordinator", "trainer", "serve"):
+        for service in ("kafka", "kafka-setup", "coordinator", "trainer", "serve", "bridge"):
             for cid in st.containers(service):
                 (ROOT / "reports" / "compose").mkdir(parents=True, exist_ok=True)
                 (ROOT / "reports" / "compose" / f"{service}-{cid[:12]}.log").write_text(st.logs(cid))
         st.compose("down", "-v", "--remove-orphans", check=False)
+        network.destroy()
         if st.figures:
             print("\ncompose acceptance figures: " + json.dumps(st.figures))

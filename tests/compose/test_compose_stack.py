@@ -10,18 +10,24 @@ offsets.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import time
 import urllib.parse
 import urllib.request
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from compose_stack import ROOT, Stack, docker, wait_for
 from confluent_kafka import TopicPartition
+
+from streamtrain.dashboards.queries import load_dashboard_queries
+from streamtrain.objectives.classification import Classification
 
 pytestmark = pytest.mark.compose
 
@@ -174,15 +180,17 @@ def test_serve_answers_a_request_from_the_host_with_a_gated_version(stack: Stack
     stack.record("served_version", answers[0].version)
 
 
-def _panel_queries() -> list[tuple[str, str, str]]:
-    found = []
-    for path in sorted(DASHBOARDS.glob("*.json")):
-        model = json.loads(path.read_text())
-        for panel in model.get("panels", []):
-            for target in panel.get("targets", []):
-                if target.get("expr", "").strip():
-                    found.append((path.name, panel["title"], target["expr"]))
-    return found
+#: The test-then-train sums a classification run exports (the compose job's default objective); a query for any
+#: other is another objective's, let off when a sibling query of its panel has data (as tests/integration does).
+CLASSIFICATION_SUMS = {name for ratio in Classification.ratios for name in (ratio.numerator, ratio.denominator)}
+#: Held-out evaluation needs a held-out set (trainer.eval_path / eval_packaged), which the compose job does not set:
+#: its panel is let off here and checked by tests/integration/test_stack_prometheus.py on a dataset.
+HELD_OUT = "streamtrain_trainer_heldout"
+
+
+def _other_objectives(expr: str) -> bool:
+    keys = set(re.findall(r'key="([a-z_]+)"', expr))
+    return bool(keys) and not keys & CLASSIFICATION_SUMS
 
 
 def test_prometheus_scrapes_every_target_and_every_panel_has_data(stack: Stack) -> None:
@@ -197,25 +205,122 @@ def test_prometheus_scrapes_every_target_and_every_panel_has_data(stack: Stack) 
 
     active = wait_for("every Prometheus target up", targets_up, timeout=120, interval=5)
     stack.record("prometheus_targets_up", len(active))
-    queries = _panel_queries()
-    assert len({q[0] for q in queries}) == len(list(DASHBOARDS.glob("*.json")))
+    queries = [q for q in load_dashboard_queries(DASHBOARDS) if HELD_OUT not in q.expr]
+    assert len({q.dashboard for q in queries}) == len(list(DASHBOARDS.glob("*.json")))
 
-    def empty() -> list[tuple[str, str]]:
-        missing = []
-        for board, title, expr in queries:
-            result = _prom(stack, "/api/v1/query", query=expr.replace("$device", ".*"))["data"]["result"]
-            if not result:
-                missing.append((board, title))
-        return missing
+    def failures() -> list[str]:
+        answered, let_off, failed = set(), [], []
+        for query in queries:
+            if _prom(stack, "/api/v1/query", query=query.expr)["data"]["result"]:
+                answered.add((query.dashboard, query.panel))
+            elif _other_objectives(query.expr):
+                let_off.append(query)
+            else:
+                failed.append(f"no data: {query}")
+        return failed + [f"no data in the whole panel: {q}" for q in let_off if (q.dashboard, q.panel) not in answered]
 
-    # Rates need two scrapes and some panels count events (versions, evaluations): give them time.
+    # Rates need two scrapes and some panels count events (versions, truncation): give them time.
     deadline = time.monotonic() + 240
-    missing = empty()
-    while missing and time.monotonic() < deadline:
+    failed = failures()
+    while failed and time.monotonic() < deadline:
         time.sleep(10)
-        missing = empty()
-    assert not missing, f"panels without data: {missing}"
+        failed = failures()
+    assert not failed, "\n".join(failed)
     stack.record("panel_queries_with_data", len(queries))
+
+
+def _in_namespace(st: Stack, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a command on the remote device host (its own network namespace: it reaches the machine only through the
+    published external port)."""
+    return subprocess.run(["ip", "netns", "exec", st.device_namespace, *argv], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _remote_device(st: Stack, device: str, count: int, **overrides: Any) -> tuple[int, dict[str, Any], str]:
+    settings = {**st.kafka_overrides("streamtrain-producers", "PRODUCER_KAFKA"), **overrides}
+    done = _in_namespace(st, str(ROOT / ".venv" / "bin" / "python"), str(Path(__file__).with_name("remote_device.py")),
+                         json.dumps(settings), device, str(count), str(st.host_config().trainer.num_features))
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return done.returncode, json.loads(lines[-1]) if lines else {}, done.stderr
+
+
+def _text(value: str | bytes | None) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _trained_offsets(st: Stack, device: str) -> set[int]:
+    """Offsets of `device`'s topic that the feedback says a step trained."""
+    from streamtrain.kafka import read_to_end
+    from streamtrain.wire import StepFeedback, decode, expand_ranges
+
+    cfg = st.host_config()
+    out: set[int] = set()
+    for msg in read_to_end(cfg.kafka, [cfg.kafka.topics.feedback], 60):
+        feedback = decode(msg.value(), msg.headers(), StepFeedback)
+        if feedback.device_id == device:
+            out.update(int(o) for o in expand_ranges(feedback.trained_offsets))
+    return out
+
+
+def test_a_device_in_another_network_namespace_publishes_over_tls(stack: Stack) -> None:
+    # DeviceProducer, as an application on a device would publish: SASL_SSL, the producers' user, the trial CA.
+    code, sent, err = _remote_device(stack, "0", 40)
+    assert code == 0, (sent, err[-2000:])
+    assert sent["delivered"] == 40
+    wait_for("the remote device's samples trained", lambda: set(sent["offsets"]) <= _trained_offsets(stack, "0"),
+             timeout=300, interval=10)
+    stack.record("remote_device_samples_trained", len(sent["offsets"]))
+
+
+def test_kcat_in_another_network_namespace_publishes_over_tls(stack: Stack, tmp_path: Path) -> None:
+    # kcat (librdkafka's command line, no streamtrain on the device): one sample in the wire format, its bytes made
+    # here, its connection settings in a 0600 file rather than on the command line.
+    from streamtrain.wire import Sample, encode
+
+    features = stack.host_config().trainer.num_features
+    value, headers = encode(Sample.from_array("1", 10**9, np.ones((12, features), dtype=np.float32), label=1))
+    record = tmp_path / "sample.bin"
+    record.write_bytes(value)
+    props = tmp_path / "kcat.conf"
+    props.touch(mode=0o600)
+    settings = stack.host_config("streamtrain-producers", "PRODUCER_KAFKA").kafka.security_settings()
+    props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    kcat = _in_namespace(stack, "kcat", "-P", "-b", f"{stack.external_host}:{stack.kafka_port}", "-F", str(props),
+                         "-t", "streamtrain.device.1", *(a for k, v in headers for a in ("-H", f"{k}={_text(v)}")),
+                         "-X", "enable.idempotence=true", "-X", "acks=all", str(record))
+    version = re.search(r"librdkafka (\d+)\.(\d+)", subprocess.run(["kcat", "-V"], capture_output=True,
+                                                                 text=True).stdout)
+    if kcat.returncode != 0 and "invalid credentials" in kcat.stderr and version and \
+            (int(version.group(1)), int(version.group(2))) < (2, 1):
+        # Measured here: Debian bookworm's kcat (librdkafka 2.0.2) fails every SCRAM login to Kafka 4.3, SHA-256 and
+        # SHA-512 alike, where librdkafka 2.16 (confluent-kafka, DeviceProducer) logs in with the same credentials.
+        pytest.xfail(f"kcat's {version.group(0)} cannot log in to Kafka 4.3 with SCRAM: {kcat.stderr[-300:]}")
+    assert kcat.returncode == 0, kcat.stderr
+    offset = _high_watermarks(stack)["1"] - 1
+    wait_for("kcat's sample trained", lambda: offset in _trained_offsets(stack, "1"), timeout=300, interval=10)
+
+
+def test_a_device_with_wrong_credentials_no_tls_or_a_certificate_for_another_host_is_refused(stack: Stack) -> None:
+    before = _committed(stack)
+    code, out, err = _remote_device(stack, "0", 1, **{"kafka.sasl_password": "not-the-password"})
+    assert code == 1 and "uthentication" in out.get("error", "") + err, (out, err[-2000:])
+    code, out, err = _remote_device(stack, "0", 1, **{"kafka.security_protocol": "SASL_PLAINTEXT"})
+    assert code == 1 and "SSL" in out.get("error", "") + err, (out, err[-2000:])
+    # The broker's certificate names the advertised host only: a client reaching it by another name refuses it.
+    from streamtrain import DeviceProducer
+    from streamtrain.config import load_config
+
+    wrong_host = load_config(env={}, overrides={**stack.kafka_overrides("streamtrain-producers", "PRODUCER_KAFKA"),
+                                                "kafka.bootstrap_servers": f"127.0.0.1:{stack.kafka_port}"})
+    errors: list[str] = []
+    producer = DeviceProducer(wrong_host.kafka, device="0", settings={"delivery.timeout.ms": 10000},
+                              on_delivery=lambda d: errors.append(d.error or ""))
+    producer.send(np.zeros((3, wrong_host.trainer.num_features), dtype=np.float32), label=0)
+    with pytest.raises(Exception, match=r"(?i)certificate|ssl|timed out"):
+        producer.close(20)
+    # Nothing else stopped: every service healthy, the trainers still committing.
+    assert _all_healthy(stack)
+    wait_for("training going on", lambda: _progressed(stack, before), timeout=180, interval=5)
 
 
 def _progressed(st: Stack, beyond: dict[str, int]) -> dict[str, int] | None:
@@ -229,8 +334,10 @@ def test_a_trainer_killed_and_the_broker_restarted_lose_nothing(stack: Stack) ->
     victim = ranks[max(ranks)]
     before = wait_for("committed offsets", lambda: _committed(stack), timeout=60)
     killed_at = time.time()
-    docker("kill", victim)
-    # restart: on-failure brings the replica back; the others fail their collective, restart and rendezvous again.
+    # A crash, not a stop: SIGKILL to the rank's process from the host (`docker kill` counts as stopping it by hand,
+    # and Docker does not restart what was stopped by hand). restart: on-failure brings the replica back; the others
+    # fail their collective, restart and rendezvous again.
+    os.kill(int(stack.inspect(victim)["State"]["Pid"]), signal.SIGKILL)
     wait_for("the killed trainer restarted", lambda: stack.inspect(victim)["State"]["Running"] and
              _when(stack.inspect(victim)["State"]["StartedAt"]) > killed_at, timeout=120)
     after_kill = wait_for("training past the kill", lambda: _progressed(stack, before), timeout=600, interval=5)

@@ -228,7 +228,8 @@ def test_multi_broker_variant_is_three_voters_with_replication_three() -> None:
         assert env["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
     assert len({e["KAFKA_ADVERTISED_LISTENERS"] for e in brokers.values()}) == 3
     # Each broker has its own data volume.
-    data = [v if isinstance(v, str) else v["source"] for n in brokers for v in services[n]["volumes"]]
+    data = [v if isinstance(v, str) else v["source"] for n in brokers for v in services[n]["volumes"]
+            if (v if isinstance(v, str) else v["target"]).endswith("/data")]  # not the shared TLS keystore
     assert len({str(d).split(":")[0] for d in data}) == 3
 
 
@@ -324,7 +325,10 @@ def test_every_broker_authenticates_every_listener_and_authorizes_every_request(
         protocols = dict(p.split(":") for p in props["listener.security.protocol.map"].split(","))
         listeners = [entry.split("://")[0] for entry in props["listeners"].split(",")]
         assert set(listeners) == set(protocols) == {"BROKER", "CLIENT", "CONTROLLER", "EXTERNAL"}
-        assert set(protocols.values()) == {"SASL_PLAINTEXT"}, f"{name}: a listener without authentication"
+        assert set(protocols.values()) <= {"SASL_PLAINTEXT", "SASL_SSL"}, f"{name}: a listener without authentication"
+        # Outside the compose network, passwords only over TLS, with the keystore KAFKA_TLS_DIR holds.
+        assert protocols["EXTERNAL"] == "SASL_SSL", name
+        assert props["listener.name.external.ssl.keystore.location"] == "/etc/kafka/tls/external.p12", name
         for listener in listeners:
             for mechanism in props[f"listener.name.{listener.lower()}.sasl.enabled.mechanisms"].split(","):
                 jaas = props[f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"]

@@ -31,7 +31,8 @@ def test_each_role_gets_exactly_what_its_service_uses() -> None:
         ("READ", "TOPIC", "st.requests"), ("READ", "TOPIC", "st.models"), ("WRITE", "TOPIC", "st.predictions"),
         ("READ", "GROUP", "cams.serve")}
     # An application asking serve: its requests in, the predictions out, nothing else.
-    assert _rights(acls, "streamtrain-client") == {("WRITE", "TOPIC", "st.requests"), ("READ", "TOPIC", "st.predictions")}
+    assert _rights(acls, "streamtrain-client") == {("WRITE", "TOPIC", "st.requests"),
+                                                   ("READ", "TOPIC", "st.predictions")}
     assert _rights(acls, "streamtrain-coordinator") == {
         ("READ", "TOPIC", "st.feedback"), ("READ", "TOPIC", "st.assignments"), ("WRITE", "TOPIC", "st.assignments"),
         ("WRITE", "TOPIC", "st.dead-letter"), ("DESCRIBE", "TOPIC", "st.device.0"), ("DELETE", "TOPIC", "st.device.0"),

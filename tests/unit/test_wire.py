@@ -136,8 +136,8 @@ def test_fingerprints_are_distinct_and_stable() -> None:
     assert len(current) == 7 and current <= set(fps)
     # The first versions of StepFeedback and Assignment stay readable beside the current ones.
     assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Evaluation", "Evaluation",
-                                    "ModelVersion", "Prediction", "Prediction", "Sample", "Sample", "StepFeedback", "StepFeedback",
-                                    "StepFeedback"]
+                                    "ModelVersion", "Prediction", "Prediction", "Sample", "Sample", "StepFeedback",
+                                    "StepFeedback", "StepFeedback"]
     assert all(len(fp) == 8 for fp in fps)
 
 

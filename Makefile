@@ -115,7 +115,7 @@ cluster: setup system-deps
 # (and stopped again if this started it), every image built offline (deploy/offline/build.sh: base images from Debian
 # packages, a wheelhouse, stand-ins for apache/kafka and prom/prometheus), then the unchanged docker-compose.yml up
 # with the CPU and offline overrides, checked from the host, faulted, audited, down and up again. Needs root.
-compose: setup
+compose: setup system-deps
 	bash deploy/offline/acceptance.sh $(PYTEST_ARGS)
 
 clean:

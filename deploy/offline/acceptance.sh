@@ -21,6 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl; }
 deploy/offline/engine.sh start
 deploy/offline/build.sh all
 echo "==> tests/compose ($(date +%H:%M:%S))"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -55,7 +55,7 @@ def audit(
         raise typer.Exit(1)
 
 
-def _table(summary: dict[str, object]) -> None:
+def _table(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"audit of job {summary['job']}")
@@ -63,9 +63,7 @@ def _table(summary: dict[str, object]) -> None:
                "in_newest_version")
     for column in columns:
         table.add_column(column.replace("_", " "), justify="left" if column == "device" else "right")
-    devices = summary["devices"]
-    assert isinstance(devices, list)
-    for row in devices:
+    for row in summary["devices"]:
         table.add_row(*(f"{row[c]:,}" if isinstance(row[c], int) else str(row[c] if row[c] is not None else "-")
                         for c in columns))
     console.print(table)
@@ -74,5 +72,5 @@ def _table(summary: dict[str, object]) -> None:
         f", the newest v{newest['version']} at step {newest['step']}" if isinstance(newest, dict) else "")
     console.print(f"{summary['records']:,} records: {summary['trained']:,} trained, {summary['unaccounted']:,} "
                   f"unaccounted; {versions}", highlight=False)
-    for failure in summary["failures"]:  # type: ignore[attr-defined]
+    for failure in summary["failures"]:
         console.print(f"[bold red]failure:[/] {failure}", highlight=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import read_to_end
@@ -56,7 +57,7 @@ class Audit:
             out.append(f"{self.records:,} records in the device topics and none trained")
         return out
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> dict[str, Any]:
         """The audit as JSON: per device the bins (as a run report holds them) and the newest version's lineage."""
         lineage = self.newest_version.offsets if self.newest_version is not None else {}
         return {

@@ -11,6 +11,7 @@ when the connection or the login was refused.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import numpy as np
@@ -20,6 +21,8 @@ from streamtrain.config import load_config
 
 
 def main(settings: str, device: str, count: int, features: int) -> int:
+    # librdkafka's own lines (through the "librdkafka" logger) say why a connection is refused.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     cfg = load_config(env={}, overrides=json.loads(settings))
     offsets: list[int] = []
     rng = np.random.default_rng(7)

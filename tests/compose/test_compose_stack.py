@@ -323,6 +323,28 @@ def test_a_device_with_wrong_credentials_no_tls_or_a_certificate_for_another_hos
     wait_for("training going on", lambda: _progressed(stack, before), timeout=180, interval=5)
 
 
+def test_a_missing_or_placeholder_password_is_refused_naming_it(stack: Stack) -> None:
+    # Missing: Compose itself refuses before anything starts, naming the variable.
+    cluster_id = next(line.split("=", 1)[1] for line in (ROOT / ".env").read_text().splitlines()
+                      if line.startswith("KAFKA_CLUSTER_ID="))
+    env = {k: v for k, v in stack.env.items() if k != "CLIENT_KAFKA_PASSWORD"} | {"KAFKA_CLUSTER_ID": cluster_id}
+    saved, stack.env = stack.env, env
+    try:
+        missing = stack.compose("--env-file", "/dev/null", "config", "-q", check=False)
+    finally:
+        stack.env = saved
+    assert missing.returncode != 0 and "CLIENT_KAFKA_PASSWORD" in missing.stderr, missing.stderr
+    # A placeholder: kafka-setup refuses it, naming the user, and changes nothing; the running stack goes on.
+    stack.env = {**saved, "SERVE_KAFKA_PASSWORD": "change-me-serve"}
+    try:
+        placeholder = stack.compose("run", "--rm", "--no-deps", "kafka-setup", check=False, timeout=300)
+    finally:
+        stack.env = saved
+    said = placeholder.stdout + placeholder.stderr
+    assert placeholder.returncode != 0 and "streamtrain-serve" in said and "change-me" in said, said[-2000:]
+    assert _all_healthy(stack)
+
+
 def _progressed(st: Stack, beyond: dict[str, int]) -> dict[str, int] | None:
     now = _committed(st)
     return now if all(now[d] > beyond[d] for d in st.devices) else None

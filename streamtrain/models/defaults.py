@@ -1,4 +1,5 @@
-"""The built-in model a dataset gets when `trainer.model` is left unset, chosen from the data's shape.
+"""The built-in model a dataset gets when `trainer.model` is left unset, chosen from the data's shape, and how it
+is trained when the optimiser settings are left unset.
 
 - every sample one frame (a CSV row, a feature vector): `mlp`, on standardised features; a row has no time axis
   for a convolution to slide along;
@@ -10,7 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["default_model"]
+__all__ = ["TRAINING_DEFAULTS", "default_model", "default_training"]
+
+#: How `up --dataset` trains each built-in model when the optimiser settings are left unset, chosen on the quality
+#: panel (`streamtrain bench quality`): AdamW, whose per-parameter steps suit the small, uneven global batches a
+#: stream gives, without the linear learning-rate scaling (a burst's large batch would multiply the step); the MLP
+#: a smaller rate (a few hundred rows are seen many times over within a run, and overfit sooner).
+TRAINING_DEFAULTS: dict[str, dict[str, object]] = {
+    model: {"trainer.optimizer": "adamw", "trainer.lr": 0.001 if model == "mlp" else 0.003,
+            "trainer.lr_scaling": False} for model in ("mlp", "seq", "conv")}
 
 
 def default_model(sizes: np.ndarray) -> tuple[str, str]:
@@ -21,3 +30,8 @@ def default_model(sizes: np.ndarray) -> tuple[str, str]:
     length = f"{shortest}" if shortest == longest else f"{shortest} to {longest}"
     return "seq", (f"series of {length} frames: the dilated conv net with per-series normalisation, the best "
                    "built-in series model on the quality panel")
+
+
+def default_training(model: str) -> dict[str, object]:
+    """The optimiser settings `up --dataset` gives `model` when none of them is set (none for a model of yours)."""
+    return dict(TRAINING_DEFAULTS.get(model, {}))

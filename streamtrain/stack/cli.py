@@ -243,7 +243,8 @@ def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, d
     for note in replay.input_notes:
         say(escape(note))
     said_apart = ("trainer.objective", "trainer.eval_path", "trainer.eval_packaged", "trainer.num_features",
-                  "trainer.num_classes", "trainer.model", "trainer.input_shift", "trainer.input_scale")
+                  "trainer.num_classes", "trainer.model", "trainer.input_shift", "trainer.input_scale",
+                  "trainer.optimizer", "trainer.lr", "trainer.lr_scaling")
     shape = [f"{k}={v}" for k, v in replay.settings.items() if k.startswith("trainer.") and k not in said_apart]
     if shape:
         say(f"set from the data: {escape(', '.join(shape))}")

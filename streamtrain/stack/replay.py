@@ -26,7 +26,7 @@ import numpy as np
 
 from streamtrain.config import KafkaConfig, ProducerConfig, StreamtrainConfig, TrainerConfig
 from streamtrain.datasets import PACKAGED, Dataset, DatasetError, load_dataset, packaged_file
-from streamtrain.models.defaults import default_model
+from streamtrain.models.defaults import default_model, default_training
 from streamtrain.models.standardise import fit_input_scaling
 from streamtrain.objectives.inference import fit_objective
 from streamtrain.producers.service import ProducerError, StreamProducer
@@ -138,12 +138,20 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
 
 
 def _model(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], settings: dict[str, object]) -> str:
-    """`trainer.model` from the data's shape when the user left it unset (`streamtrain.models.defaults`); why."""
+    """`trainer.model` from the data's shape when the user left it unset, and its optimiser settings when they are
+    all unset (`streamtrain.models.defaults`); why."""
     if "model" in explicit:
-        return f"{trainer.model}, set by trainer.model"
-    name, why = default_model(dataset.sizes)
-    settings["trainer.model"] = name
-    return f"{name}, chosen from the data's shape: {why} (--set trainer.model=... to choose)"
+        name, why = trainer.model, f"{trainer.model}, set by trainer.model"
+    else:
+        name, shape = default_model(dataset.sizes)
+        settings["trainer.model"] = name
+        why = f"{name}, chosen from the data's shape: {shape} (--set trainer.model=... to choose)"
+    training = default_training(name)
+    if training and not explicit & {"optimizer", "lr", "lr_scaling"}:
+        settings |= training
+        why += (f"; trained with {training['trainer.optimizer']} at lr {training['trainer.lr']}, no linear lr "
+                "scaling (the quality panel's defaults; --set trainer.optimizer / lr / lr_scaling to choose)")
+    return why
 
 
 def _inputs(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], objective: str,

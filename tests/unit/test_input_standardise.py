@@ -80,14 +80,15 @@ def test_up_fits_the_inputs_chooses_the_model_and_reports_a_missing_feature(tmp_
     cfg = StreamtrainConfig.model_validate({"producer": {"dataset": {"target_columns": ["Y"]}}})
     replay = resolve_replay(str(tmp_path / "t_TRAIN.csv"), cfg, devices=2)
     assert replay.settings["trainer.model"] == "mlp" and "one frame" in replay.model_why
+    assert (replay.settings["trainer.optimizer"], replay.settings["trainer.lr"]) == ("adamw", 0.001)
     assert len(replay.settings["trainer.input_shift"]) == 3 and replay.settings["trainer.input_scale"][2] == 1.0
     assert replay.samples == 199 and any("t_TRAIN.csv: sample 5" in w and "feature 1 holds NaN" in w
                                          for w in replay.warnings)
     assert any("constant" in n for n in replay.input_notes)
     off = StreamtrainConfig.model_validate({"producer": {"dataset": {"target_columns": ["Y"]}},
-                                            "trainer": {"input_standardise": False, "model": "conv"}})
+                                            "trainer": {"input_standardise": False, "model": "conv", "lr": 0.1}})
     plain = resolve_replay(str(tmp_path / "t_TRAIN.csv"), off)
-    assert "trainer.input_shift" not in plain.settings and "trainer.model" not in plain.settings
+    assert not {"trainer.input_shift", "trainer.model", "trainer.optimizer", "trainer.lr"} & set(plain.settings)
     assert "not standardised" in plain.input_notes[0] and "set by trainer.model" in plain.model_why
 
 

@@ -128,7 +128,8 @@ def _config(**sets: object) -> StreamtrainConfig:
 def test_up_dataset_plaid_replays_the_train_split_and_evaluates_on_the_test_split(tmp_path: Path) -> None:
     cfg = _config(**{"trainer.num_features": 1, "trainer.num_classes": 11, "coordinator.global_batch": 256})
     replay = resolve_replay("plaid", cfg)
-    chosen = ("trainer.model", "trainer.input_shift", "trainer.input_scale")  # from the data's shape and values
+    chosen = ("trainer.model", "trainer.input_shift", "trainer.input_scale",  # from the data's shape and values
+              "trainer.optimizer", "trainer.lr", "trainer.lr_scaling")
     assert {k: v for k, v in replay.settings.items() if k not in chosen} == {
         "producer.dataset.packaged": "plaid", "trainer.eval_packaged": "plaid",
         "producer.dataset.class_names": [str(c) for c in range(11)]}

@@ -20,10 +20,11 @@ class VersionsConfig(BaseModel):
     `v000001/`, `v000002/`, ... each atomically (a temporary directory renamed into place). None: no versions."""
 
     publish_every_seconds: float = Field(default=1.0, ge=0, le=86_400)
-    """Seconds between two versions while training (the step after this much time has passed publishes, on every
-    rank at once); a final version is always written when the run ends. 0: only the final version. Shorter is
-    fresher (a served model is at most this much behind what was trained) and costs a held-out evaluation and a
-    write of the weights per version."""
+    """Seconds between two versions while training: the step that ends past this much time since the last version
+    publishes (every rank at once), provided something was trained since it (an idle fleet writes no versions of
+    unchanged weights); a final version is always written when the run ends. 0: only the final version. Shorter is
+    fresher (a served model is at most this much behind what was trained) and costs a write of the weights, and
+    with `evaluate` a held-out evaluation, per version."""
 
     keep: int = Field(default=5, ge=1, le=100_000)
     """Versions kept in `dir`; older ones are deleted once a newer one is in place (keep at least 2, so a

@@ -95,6 +95,8 @@ class VersionPublisher:
         """Test-then-train metric sums of this rank's last `trainer.prequential_window` steps that trained."""
         self.published_step: int | None = None
         self._last = time.monotonic()
+        self._asked: float | None = None
+        """When `due` was last asked (a step ago)."""
         self._carry: dict[str, ProducedHistogram] = {}
         """Rank 0: per device, samples of versions that could not be written (they go into the next one)."""
         self._next = next_version(self.directory) if self.directory is not None and ctx.is_main else 0
@@ -104,10 +106,22 @@ class VersionPublisher:
     def enabled(self) -> bool:
         return self.directory is not None
 
-    def due(self) -> bool:
-        """Whether this rank's clock says a version is due (the group publishes when any rank says so)."""
+    def due(self, samples: int = 0) -> bool:
+        """Whether this rank asks for a version after the step it is about to train on `samples` samples (the group
+        publishes when any rank asks; call once a step, before it).
+
+        Asked when the last version will have aged `versions.publish_every_seconds` by the end of this step (the
+        time between two calls is the step's estimate: a version goes out at the step that crosses the interval,
+        not a step later), and only when something was trained since it, this step included: an idle fleet writes
+        no new versions of unchanged weights.
+        """
+        now = time.monotonic()
+        step = now - self._asked if self._asked is not None else 0.0
+        self._asked = now
         every = self.settings.publish_every_seconds
-        return self.enabled and every > 0 and time.monotonic() - self._last >= every
+        if not (self.enabled and every > 0) or (samples <= 0 and not len(self.trained)):
+            return False
+        return now + step - self._last >= every
 
     def note_trained(self, samples: Sequence[Sample], scored: Mapping[str, float]) -> None:
         """Count samples this rank just trained (a step that was not skipped), with their test-then-train metric sums

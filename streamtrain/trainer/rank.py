@@ -199,7 +199,8 @@ class TrainerRank:
         # Samples a plan saw and left behind, and any truncation dropped (streams outran training): either way
         # not a step short for want of data, so no rank holds its report (`_hold`).
         backlog = hold_backlog(self.buffer, self.device_id, plan, self.plans.later(step), self.reports)
-        result = self.train_step(samples, stop=self.stop_requested, backlog=backlog, publish=self.publisher.due())
+        result = self.train_step(samples, stop=self.stop_requested, backlog=backlog,
+                                 publish=self.publisher.due(len(samples)))
         if self.runner.config is not self.trainer:
             self._adopt(self.runner.config)
         self.group_stop = result.stop

@@ -70,3 +70,28 @@ def test_every_version_the_final_one_included_carries_the_windows_test_then_trai
         assert "heldout_accuracy" in metrics
     assert load_model(tmp_path).metrics["prequential_step"] == 4.0
     producer.purge()
+
+
+def test_a_version_is_asked_for_at_the_step_that_crosses_the_interval_and_never_for_an_idle_fleet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = StreamtrainConfig(job="j", kafka=KafkaConfig(bootstrap_servers="127.0.0.1:1"),
+                               versions=VersionsConfig(dir=tmp_path, publish_every_seconds=1.0))
+    ctx = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
+    producer = make_producer(config.kafka)
+    publisher = VersionPublisher(config, ctx, producer, TrainerMetrics(CollectorRegistry(), "0", "j"))
+    clock = [100.0]
+    monkeypatch.setattr("streamtrain.trainer.publish.time.monotonic", lambda: clock[0])
+    publisher._last = 100.0  # the last version: now
+    asked = []
+    for _ in range(6):  # steps of 0.3 s: the one that ends past 1 s asks, not the one after it
+        asked.append(publisher.due(samples=4))
+        clock[0] += 0.3
+    assert asked == [False, False, False, True, True, True]
+    publisher.publish(3, build_model(config.trainer), "0", 0, {})
+    assert not publisher.due(samples=0)  # nothing trained since the version, nor in this step
+    clock[0] += 5.0
+    assert not publisher.due(samples=0)  # an idle fleet: the weights did not change, no version however long
+    publisher.note_trained(synthetic_samples([3], 16, 1), {})
+    assert publisher.due(samples=0)  # trained since the last version: due once the interval is past
+    producer.purge()

@@ -21,10 +21,10 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, R
 from fuzzing import forged_feedback, forged_plans
 from prometheus_client import CollectorRegistry
 
-from streamtrain import DeliveryError, DeviceProducer
+from streamtrain import DeliveryError, DeviceProducer, scram
 from streamtrain.authz import AuthorizationError
 from streamtrain.bridge.service import Bridge
-from streamtrain.broker import EmbeddedBroker, find_kafka_libs, scram
+from streamtrain.broker import EmbeddedBroker, find_kafka_libs
 from streamtrain.config import BrokerConfig, KafkaConfig, StreamtrainConfig
 from streamtrain.coordinator.inputs import OffsetProbe
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, read_to_end

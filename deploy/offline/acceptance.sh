@@ -17,11 +17,13 @@ cleanup() {
       -f docker-compose.offline.yml down -v --remove-orphans >/dev/null 2>&1 || true
   fi
   deploy/offline/engine.sh stop || true
+  [[ -f reports/compose/figures.json ]] && echo "figures (reports/compose/figures.json):" && cat reports/compose/figures.json
   echo "make compose: $((SECONDS - started)) s, exit $status"
 }
 trap cleanup EXIT
 
 command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl; }
+rm -f reports/compose/figures.json
 deploy/offline/engine.sh start
 deploy/offline/build.sh all
 echo "==> tests/compose ($(date +%H:%M:%S))"

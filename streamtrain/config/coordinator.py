@@ -62,6 +62,16 @@ class CoordinatorConfig(BaseModel):
     per-step cost b is at most this fraction of it (short steps waste time on overhead). With only
     backlog (no stream a device keeps up with), T is instead the time the fleet needs for global_batch."""
 
+    sit_out_every: int = Field(default=8, ge=0)
+    """ett-stream: a measured device whose step of even b_min samples would take more than (1 + `sit_out_slack`)
+    times the step-time target the rest of the fleet sets (its fixed per-step cost alone exceeds it) trains no
+    samples, except one step in this many (staggered by device): it neither sets every step's period nor starves.
+    The other devices share the global batch meanwhile. 0 or 1: every device trains b_min each step."""
+
+    sit_out_slack: float = Field(default=0.1, ge=0.0)
+    """ett-stream: how far past the rest of the fleet's step-time target a device's b_min step may run before it
+    sits out (`sit_out_every`)."""
+
     best_fit_rounds: int = Field(default=4, ge=0, le=64)
     """ett-stream: samples added by best fit after the oldest-first prefix, to close the gap to the target."""
 

@@ -51,7 +51,7 @@ from .common import normalized, size_limit
 from .packing import ranges, run_heads
 from .reference import fill_reference
 
-__all__ = ["choose_step_time", "plan_ett_stream", "plan_ett_stream_reference", "warm_share"]
+__all__ = ["choose_step_time", "plan_ett_stream", "plan_ett_stream_reference", "sitting_out", "warm_share"]
 
 
 def warm_share(config: CoordinatorConfig, devices: int) -> int:
@@ -61,15 +61,24 @@ def warm_share(config: CoordinatorConfig, devices: int) -> int:
 
 
 def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig,
-                     overhead_s: float = 0.0, round_trip_s: float = 0.0) -> tuple[float, dict[str, float]]:
+                     overhead_s: float = 0.0, round_trip_s: float = 0.0,
+                     step: int | None = None) -> tuple[float, dict[str, float]]:
     """The step-time target T and the bounds it came from (line rate, overhead, round trip, backlog batch, b_min).
 
     `overhead_s` is the measured per-step time outside compute (`PlanningState.step_overhead_seconds`),
-    `round_trip_s` the plans' round trip when they are made a step ahead (`PlanningState.plan_round_trip_seconds`).
+    `round_trip_s` the plans' round trip when they are made a step ahead (`PlanningState.plan_round_trip_seconds`),
+    `step` the step planned (with it, devices too slow for even b_min samples sit out: `sitting_out`).
     """
-    if config.target_step_seconds is not None:
-        return config.target_step_seconds, {"fixed": config.target_step_seconds}
+    target, bounds, _ = _step_time(devices, config, overhead_s, round_trip_s, step)
+    return target, bounds
+
+
+def _step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig, overhead_s: float,
+               round_trip_s: float, step: int | None) -> tuple[float, dict[str, float], np.ndarray]:
+    """`choose_step_time`, and which devices sit out the step (trained nothing: their b_min step is too long)."""
     n = len(devices)
+    if config.target_step_seconds is not None:
+        return config.target_step_seconds, {"fixed": config.target_step_seconds}, np.zeros(n, dtype=bool)
     a = np.fromiter((d.model.a for d in devices), np.float64, n)
     b = np.fromiter((d.model.b for d in devices), np.float64, n)
     m = np.fromiter((d.mean_size for d in devices), np.float64, n)
@@ -91,9 +100,7 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
         if round_trip_s > 0:
             bounds["round_trip"] = max(round_trip_s - o, 0.0)
     elif active.any():
-        # Backlog only: the equal time at which the fleet trains global_batch samples (LB-BSP, CHRONICA).
-        inv = 1.0 / np.maximum(a[active] * m[active], 1e-12)
-        bounds["global_batch"] = float((config.global_batch + (b[active] * inv).sum()) / inv.sum())
+        bounds["global_batch"] = _batch_time(a, b, m, active, config.global_batch)
     want = max(config.b_min, 1) if measured.any() else warm_share(config, n)
     first = np.full(n, np.nan)
     for i, d in enumerate(devices):
@@ -102,10 +109,47 @@ def choose_step_time(devices: tuple[DeviceState, ...], config: CoordinatorConfig
         elif d.pending is None and d.lag > 0:
             first[i] = min(want, d.lag) * d.mean_size
     some = ~np.isnan(first) & counted
-    bmin = max(float((a[some] * first[some] + b[some]).max()), 0.0) if some.any() else 0.0
+    def rest_time(staying: np.ndarray) -> float:  # the target without the devices sitting out
+        rest = {**bounds, **({"global_batch": _batch_time(a, b, m, active & staying, config.global_batch)}
+                             if "global_batch" in bounds and (active & staying).any() else {})}
+        return float(np.clip(max(rest.values(), default=0.0), config.min_step_seconds, config.max_step_seconds))
+
+    out = sitting_out(a * first + b, some & measured, rest_time, config, step) if bounds else np.zeros(n, dtype=bool)
+    if out.any() and "global_batch" in bounds and (active & ~out).any():
+        bounds["global_batch"] = _batch_time(a, b, m, active & ~out, config.global_batch)  # the rest share it
+    keep = some & ~out
+    bmin = max(float((a[keep] * first[keep] + b[keep]).max()), 0.0) if keep.any() else 0.0
     bounds["b_min" if measured.any() else "warm_share"] = bmin
     target = float(np.clip(max(bounds.values()), config.min_step_seconds, config.max_step_seconds))
-    return target, bounds
+    return target, bounds, out
+
+
+def _batch_time(a: np.ndarray, b: np.ndarray, m: np.ndarray, which: np.ndarray, batch: int) -> float:
+    """Backlog only: the equal time at which devices `which` train `batch` samples (LB-BSP, CHRONICA)."""
+    inv = 1.0 / np.maximum(a[which] * m[which], 1e-12)
+    return float((batch + (b[which] * inv).sum()) / inv.sum())
+
+
+def sitting_out(one_seconds: np.ndarray, eligible: np.ndarray, rest_time: Callable[[np.ndarray], float],
+                config: CoordinatorConfig, step: int | None) -> np.ndarray:
+    """Which devices train nothing in `step` (`CoordinatorConfig.sit_out_every`).
+
+    The slowest eligible device sits out while its b_min step (`one_seconds`) would run past (1 + `sit_out_slack`)
+    times the target the others set without it (`rest_time` of the devices still in: they carry the global batch
+    then), and so on for the next slowest; never every eligible device. Each trains anyway in one step of
+    `sit_out_every`, staggered by device index, so none starves.
+    """
+    n = len(one_seconds)
+    out = np.zeros(n, dtype=bool)
+    if step is None or config.sit_out_every <= 1 or not eligible.any():
+        return out
+    for i in np.argsort(-np.where(eligible, one_seconds, -np.inf)):
+        trial = out.copy()
+        trial[i] = True
+        if not eligible[i] or trial[eligible].all() or one_seconds[i] <= rest_time(~trial) * (1 + config.sit_out_slack):
+            break
+        out = trial
+    return out & ((step + np.arange(n)) % config.sit_out_every != 0)
 
 
 def _prefix_count(cum: np.ndarray, starts: np.ndarray, lengths: np.ndarray, base: np.ndarray,
@@ -275,7 +319,8 @@ def _plan(state: PlanningState, config: CoordinatorConfig, fill: _Fill) -> Plan:
     devices = state.devices
     if not devices:
         return Plan("ett-stream", state.step, 0.0, 0.0, ())
-    target, bounds = choose_step_time(devices, config, state.step_overhead_seconds, state.plan_round_trip_seconds)
+    target, bounds, out = _step_time(devices, config, state.step_overhead_seconds, state.plan_round_trip_seconds,
+                                     state.step)
     limits = np.array([size_limit(d, config) for d in devices])
     budgets = np.minimum([_trusted_capacity(d, target, config) for d in devices], limits)
     n = len(devices)
@@ -284,7 +329,7 @@ def _plan(state: PlanningState, config: CoordinatorConfig, fill: _Fill) -> Plan:
     offsets: list[np.ndarray | None] = [None] * n
     counts = np.zeros(n, dtype=np.int64)
     totals = np.zeros(n)
-    indexed = [i for i, d in enumerate(devices) if d.pending is not None and len(d.pending)]
+    indexed = [i for i, d in enumerate(devices) if d.pending is not None and len(d.pending) and not out[i]]
     if indexed:
         picks = fill([devices[i] for i in indexed], budgets[indexed], limits[indexed], config)
         chunks = []
@@ -300,8 +345,8 @@ def _plan(state: PlanningState, config: CoordinatorConfig, fill: _Fill) -> Plan:
     for i, d in enumerate(devices):
         if offsets[i] is not None:
             continue
-        if d.pending is not None:  # indexed but empty
-            offsets[i] = d.pending.offsets[:0]
+        if d.pending is not None or out[i]:  # indexed but empty, or sitting the step out: nothing to train
+            offsets[i] = d.pending.offsets[:0] if d.pending is not None else None
             continue
         room = budgets[i]
         fits = limits[i] // d.mean_size if np.isfinite(limits[i]) else d.lag

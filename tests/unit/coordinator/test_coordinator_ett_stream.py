@@ -21,7 +21,8 @@ def test_backlogged_devices_get_equal_ett_whatever_their_speed() -> None:
     rng = np.random.default_rng(0)
     devs = [device(f"d{i}", rng.integers(5, 120, 400).astype(float), a=a, b=0.02)
             for i, a in enumerate([1e-3, 5e-4, 2.5e-4, 1e-4])]
-    plan = plan_step(state(*devs), CoordinatorConfig(global_batch=200), "ett-stream")
+    # Every device trains b_min each step (no sitting out): the b_min bound sets T here.
+    plan = plan_step(state(*devs), CoordinatorConfig(global_batch=200, sit_out_every=0), "ett-stream")
     predicted = np.array([d.predicted_seconds for d in plan.devices])
     assert predicted.max() <= plan.step_time_target + 1e-9
     assert (predicted.max() - predicted.min()) / predicted.mean() < 0.02
@@ -181,7 +182,7 @@ def test_no_plan_repeats_a_sample_or_breaks_memory(fleet: tuple[PlanningState, C
 @given(fleets())
 def test_ett_stream_never_idles_a_device_with_trainable_samples(fleet: tuple[PlanningState, CoordinatorConfig]) -> None:
     st_, cfg = fleet
-    plan = plan_step(st_, cfg, "ett-stream")
+    plan = plan_step(st_, cfg.model_copy(update={"sit_out_every": 0}), "ett-stream")
     for dev, batch in zip(st_.devices, plan.devices, strict=True):
         assert dev.pending is not None
         limit = np.inf if dev.size_limit is None else dev.size_limit * cfg.memory_headroom
@@ -211,3 +212,36 @@ def test_a_fit_flat_over_the_sizes_it_saw_does_not_promise_a_batch_far_beyond_th
     assert plan.devices[1].total_size == pytest.approx(10_000, abs=50)  # (0.3 - 0.05) / 2.5e-5: not capped
     unbounded = cfg.model_copy(update={"target_step_seconds": 0.3, "max_batch_growth": None})
     assert plan_step(state(fast, steady), unbounded, "ett-stream").devices[0].total_size > 50_000
+
+
+@settings(max_examples=60, deadline=None)
+@given(fleets())
+def test_a_device_sitting_out_trains_its_oldest_sample_within_sit_out_every_steps(
+    fleet: tuple[PlanningState, CoordinatorConfig],
+) -> None:
+    st_, cfg = fleet
+    cfg = cfg.model_copy(update={"sit_out_every": 4})
+    plans = [plan_step(replace(st_, step=s), cfg, "ett-stream") for s in range(4)]
+    for i, dev in enumerate(st_.devices):
+        assert dev.pending is not None
+        limit = np.inf if dev.size_limit is None else dev.size_limit * cfg.memory_headroom
+        if (dev.pending.sizes <= limit).any():
+            oldest = dev.pending.offsets[np.flatnonzero(dev.pending.sizes <= limit)[0]]
+            assert any(oldest in set(p.devices[i].offsets.tolist()) for p in plans)
+
+
+def test_a_device_whose_fixed_cost_alone_outlasts_the_fleets_step_sits_out_but_one_step_in_n() -> None:
+    # Tecator's shape: each rank's step costs b + a per sample, the slow rank 4x both (an emulated device).
+    sizes = np.full(400, 100.0)
+    fast = [device(f"d{i}", sizes, a=2.4e-5, b=0.027, mean_size=100.0) for i in range(3)]
+    slow = device("slow", sizes, a=9.6e-5, b=0.109, mean_size=100.0)
+    cfg = CoordinatorConfig(global_batch=64, sit_out_every=8)
+    counts = []
+    for step in range(8):
+        plan = plan_step(replace(state(*fast, slow), step=step), cfg, "ett-stream")
+        counts.append([b.count for b in plan.devices])
+        if plan.devices[3].count == 0:  # the others carry the global batch, at their equal time
+            assert sum(counts[-1]) >= 63 and plan.step_time_target < 0.085
+    assert sum(c[3] == 0 for c in counts) == 7 and sum(c[3] > 0 for c in counts) == 1
+    always = plan_step(state(*fast, slow), cfg.model_copy(update={"sit_out_every": 0}), "ett-stream")
+    assert always.devices[3].count >= 1 and always.step_time_target >= 0.109 + 9.6e-3

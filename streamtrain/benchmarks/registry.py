@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import balance, bridge, convergence, freshness, ingest, overhead, scheduler, soak, truncation
+from . import balance, bridge, convergence, freshness, ingest, overhead, quality, scheduler, soak, truncation
 from .common import Bench
 
 __all__ = ["REGISTRY"]
 
 REGISTRY: tuple[Bench[Any], ...] = (ingest.BENCH, bridge.BENCH, scheduler.BENCH, convergence.BENCH,
                                     balance.BALANCE, balance.REALDATA, overhead.BENCH, truncation.BENCH,
-                                    freshness.BENCH, soak.BENCH)
+                                    freshness.BENCH, soak.BENCH, quality.BENCH)

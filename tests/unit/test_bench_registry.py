@@ -57,7 +57,7 @@ def test_bench_records_the_context_its_figures_were_measured_in(tmp_path: Path,
 def test_every_benchmark_of_the_registry_is_a_bench_command() -> None:
     names = [b.name for b in REGISTRY]
     assert names == ["ingest", "bridge", "scheduler", "convergence", "balance", "realdata", "overhead", "truncation",
-                     "freshness", "soak"]
+                     "freshness", "soak", "quality"]
     assert all(b.json_name == f"{b.name}.json" for b in REGISTRY)
     registered = {info.name for info in bench_app.registered_commands}
     assert registered >= {*names, "all", "report"}

@@ -51,6 +51,8 @@ class Checkpoint:
         world_size: Ranks of the group that wrote it.
         done_ahead: Device id -> offsets above its `offsets` entry already processed (trained out of order),
             as [start, end) pairs: a resume skips them instead of training them twice.
+        inputs: The input standardisation the ranks estimated online (shift, scale), so a resumed group keeps the
+            scale its weights were trained on; empty when none was estimated.
     """
 
     step: int
@@ -60,12 +62,14 @@ class Checkpoint:
     job: str = ""
     world_size: int = 1
     done_ahead: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    inputs: list[list[float]] = field(default_factory=list)
 
     def state_dict(self) -> dict[str, Any]:
         return {"version": 1, "step": self.step, "model": self.model, "optimizer": self.optimizer,
                 "offsets": dict(self.offsets), "job": self.job, "world_size": self.world_size,
                 # Plain lists and dicts only: what a weights-only load accepts.
-                "done_ahead": {d: [list(r) for r in ranges] for d, ranges in self.done_ahead.items()}}
+                "done_ahead": {d: [list(r) for r in ranges] for d, ranges in self.done_ahead.items()},
+                "inputs": [list(map(float, v)) for v in self.inputs]}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Checkpoint:
@@ -73,7 +77,8 @@ class Checkpoint:
                    offsets={str(k): int(v) for k, v in state.get("offsets", {}).items()},
                    job=str(state.get("job", "")), world_size=int(state.get("world_size", 1)),
                    done_ahead={str(d): [(int(a), int(b)) for a, b in ranges]
-                               for d, ranges in state.get("done_ahead", {}).items()})
+                               for d, ranges in state.get("done_ahead", {}).items()},
+                   inputs=[[float(x) for x in v] for v in state.get("inputs", [])])
 
 
 class CheckpointError(TrainerSetupError):

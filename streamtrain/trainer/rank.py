@@ -133,6 +133,11 @@ class TrainerRank:
             self.step = self._checkpointed_step = checkpoint.step
             self._offsets = dict(checkpoint.offsets)
             self._ahead = dict(checkpoint.done_ahead)
+            if checkpoint.inputs and self.runner.inputs is not None:  # the scale the weights were trained on
+                self.runner.inputs.frozen = True
+                shift, scale = checkpoint.inputs
+                self._adopt(self.trainer.model_copy(update={"input_shift": tuple(shift), "input_scale": tuple(scale)}))
+                self.runner.config = self.trainer
             own = checkpoint.offsets.get(self.device_id)
             ahead = checkpoint.done_ahead.get(self.device_id, []) if own is not None else []
         committed = self.consumer.committed_offset()
@@ -397,7 +402,9 @@ class TrainerRank:
                 self._offsets[device], self._ahead[device] = device_offset, device_ahead
             state = Checkpoint(step=self.step, model=self.runner.model.module.state_dict(),
                                optimizer=self.runner.optimizer.state_dict(), offsets=dict(self._offsets),
-                               job=self.config.job, world_size=self.ctx.world_size, done_ahead=dict(self._ahead))
+                               job=self.config.job, world_size=self.ctx.world_size, done_ahead=dict(self._ahead),
+                               inputs=[list(self.trainer.input_shift), list(self.trainer.input_scale)]
+                               if self.runner.inputs is not None and self.trainer.input_shift else [])
             try:
                 save_checkpoint(self.trainer.checkpoint_dir, state)
             except (OSError, NonFiniteCheckpointError) as exc:

@@ -162,3 +162,13 @@ def test_a_feature_column_of_missing_values_leaves_its_samples_out_named(tmp_pat
     _write_csv(tmp_path / "d.csv", x, y, blank=(2, 0))
     data = load_dataset(tmp_path / "d.csv", target_columns=("Y",))
     assert len(data) == 9 and data.skipped_samples[0].index == 2 and "feature 0" in data.skipped_samples[0].reason
+
+
+def test_a_checkpoint_keeps_the_online_estimate_so_a_resumed_group_keeps_its_scale(tmp_path: Path) -> None:
+    from streamtrain.trainer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+
+    model = build_model(TrainerConfig(num_features=2, num_classes=2, hidden_size=4, num_layers=1))
+    save_checkpoint(tmp_path, Checkpoint(step=3, model=model.state_dict(), optimizer={}, inputs=[[736_000.5, 2.0],
+                                                                                                   [5.0, 0.1]]))
+    loaded = load_checkpoint(tmp_path)
+    assert loaded is not None and loaded.inputs == [[736_000.5, 2.0], [5.0, 0.1]]

@@ -116,7 +116,7 @@ def _run_one(entry: QualitySet, index: int, duration: float, work: Path, bootstr
 def quality_command(
     ctx: typer.Context,
     out: Out = Path("reports/bench"),
-    duration: Annotated[float, typer.Option(min=10.0, help="Seconds of training per dataset.")] = 45.0,
+    duration: Annotated[float, typer.Option(min=10.0, help="Seconds of training per dataset.")] = 60.0,
     dataset: Annotated[list[str] | None, typer.Option(help="Only these panel datasets (default: all).")] = None,
     work_dir: WorkDir = Path("reports/bench-runs"),
 ) -> None:
@@ -189,5 +189,5 @@ def render_quality(result: QualityResult) -> str:
 
 
 BENCH = Bench("quality", quality_command, QualityResult, render_quality, quality_targets,
-              args=("--duration", "45"), quick_args=("--duration", "20", "--dataset", "wine", "--dataset",
+              args=("--duration", "60"), quick_args=("--duration", "20", "--dataset", "wine", "--dataset",
                                                      "GunPoint"), timeout_s=2400.0)

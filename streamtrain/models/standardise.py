@@ -84,7 +84,7 @@ def fit_input_scaling(samples: Sequence[np.ndarray], names: Sequence[str] = ()) 
     frames = np.concatenate([np.asarray(s, dtype=np.float64).reshape(len(s), -1) for s in samples], axis=0)
     if len(frames) > FIT_MAX_FRAMES:
         frames = frames[:: -(-len(frames) // FIT_MAX_FRAMES)]
-    shift, scale, notes = [], [], []
+    shift, scale, still, far = [], [], [], []
     for j in range(frames.shape[1]):
         column = frames[:, j]
         s, c, special = _column_scale(column[np.isfinite(column)])
@@ -92,10 +92,17 @@ def fit_input_scaling(samples: Sequence[np.ndarray], names: Sequence[str] = ()) 
         scale.append(c)
         name = names[j] if j < len(names) else f"feature {j}"
         if special is not None:
-            notes.append(f"{name} is {special}: it enters the model as 0")
+            still.append(name)
         elif abs(s) > 100 * c:
-            notes.append(f"{name} lies near {s:g} and varies by {c:g}: centred before it reaches the model")
+            far.append(f"{name} near {s:g}, varying by {c:g}")
+    notes = [f"{_listed(still)} {'is' if len(still) == 1 else 'are'} constant: "
+             f"{'it enters' if len(still) == 1 else 'they enter'} the model as 0"] if still else []
+    notes += [f"far from 0 for their spread, centred before they reach the model: {_listed(far)}"] if far else []
     return InputScaling(tuple(shift), tuple(scale), tuple(notes))
+
+
+def _listed(items: Sequence[str], most: int = 8) -> str:
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
 def input_scaling(config: TrainerConfig) -> tuple[np.ndarray, np.ndarray] | None:

@@ -99,6 +99,7 @@ def audit_deployment(cfg: StreamtrainConfig, devices: Sequence[str], timeout: fl
         ledger.ReadInterrupted, TimeoutError, KafkaException: as `collect_records`.
     """
     run = collect_records(cfg, devices, timeout, stop=stop)
-    tallies = tally_devices(cfg, run)
+    # A deployment goes on while it is read: what it trained after the device topics were read is not counted.
+    tallies = tally_devices(cfg, run, running=True)
     newest, count = newest_version(cfg, timeout)
     return Audit(cfg.job, tallies, newest, count, run.unreadable)

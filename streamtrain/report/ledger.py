@@ -198,21 +198,39 @@ def _read(cfg: StreamtrainConfig, topic: str, kind: type[_T], timeout: float, ou
     return items
 
 
-def tally_devices(cfg: StreamtrainConfig, run: RunRecords) -> list[DeviceTally]:
-    """Account for every record of every device topic (its partition 0: a rank trains one partition)."""
+def tally_devices(cfg: StreamtrainConfig, run: RunRecords, running: bool = False) -> list[DeviceTally]:
+    """Account for every record of every device topic (its partition 0: a rank trains one partition).
+
+    Args:
+        cfg: The run's configuration.
+        run: What `collect_records` read.
+        running: The deployment was still running while it was read: what the feedback and dead letters say of
+            offsets past the last record read (records that arrived, and were trained, after the device topic was
+            read) is left out, rather than counted as offsets the topic never held.
+    """
     topics = cfg.kafka.topics
     tallies = []
     for device in run.devices:
         topic = topics.device(device)
-        feedback = [fb for fb in run.feedback if fb.device_id == device]
-        letters = [d for d in run.dead_letters if d.topic == topic and d.partition == 0]
         records = run.records.get(device, DeviceRecords.empty())
         mine = records.partitions == 0
+        high: int | None = None
+        if running:
+            read_to = records.offsets[mine]
+            high = int(read_to.max()) + 1 if len(read_to) else run.high.get((topic, 0), 0)
+        feedback = [fb for fb in run.feedback if fb.device_id == device]
+        letters = [d for d in run.dead_letters if d.topic == topic and d.partition == 0
+                   and (high is None or d.offset < high)]
+
+        def read(offsets: np.ndarray, high: int | None = high) -> np.ndarray:
+            return offsets if high is None else offsets[offsets < high]
+
         fates = account_records(
             records.offsets[mine],
-            trained=np.concatenate([expand_ranges(fb.trained_offsets) for fb in feedback] or [np.zeros(0, np.int64)]),
-            truncated=np.concatenate([expand_ranges(fb.dropped_offsets) for fb in feedback]
-                                     or [np.zeros(0, np.int64)]),
+            trained=read(np.concatenate([expand_ranges(fb.trained_offsets) for fb in feedback]
+                                        or [np.zeros(0, np.int64)])),
+            truncated=read(np.concatenate([expand_ranges(fb.dropped_offsets) for fb in feedback]
+                                          or [np.zeros(0, np.int64)])),
             dead_lettered=[d.offset for d in letters], committed=run.committed.get((topic, 0)),
             log_start=run.log_start.get((topic, 0)), identities=records.identities[mine & records.decoded],
             undecodable=int((mine & ~records.decoded).sum()))

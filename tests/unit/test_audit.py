@@ -34,3 +34,22 @@ def test_a_record_processed_past_without_a_fate_fails_naming_the_device_and_offs
 def test_records_and_nothing_trained_fails() -> None:
     audit = Audit("job", [_tally("0", 4, 0, 0)], None, 0, 0)
     assert audit.failures() == ["4 records in the device topics and none trained"]
+
+
+def test_what_a_running_deployment_trained_after_the_read_is_left_out() -> None:
+    from streamtrain.config import load_config
+    from streamtrain.report.ledger import DeviceRecords, RunRecords, tally_devices
+    from streamtrain.wire import StepFeedback, ranges_of
+
+    cfg = load_config(env={})
+    offsets = np.arange(10)
+    records = DeviceRecords(np.zeros(10, np.int64), offsets, offsets, np.ones(10, bool), offsets, offsets, offsets)
+    topic = cfg.kafka.topics.device("0")
+    # Steps trained offsets 0..14 by the time the feedback was read; the topic had been read to offset 9.
+    feedback = StepFeedback(cfg.job, 1, "0", 0, 1, 15, 15, 0.1, 0.0, 0.0, 0.1, 0, 15, 0,
+                            trained_offsets=ranges_of(range(15)))
+    run = RunRecords(["0"], {"0": records}, {(topic, 0): 0}, {(topic, 0): 10}, {(topic, 0): 8}, [feedback])
+    [stopped] = tally_devices(cfg, run)
+    [running] = tally_devices(cfg, run, running=True)
+    assert stopped.fates.unaccounted == 5  # offsets 10..14: claimed, never read
+    assert running.fates.unaccounted == 0 and running.fates.trained == 10

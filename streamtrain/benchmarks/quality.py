@@ -190,4 +190,4 @@ def render_quality(result: QualityResult) -> str:
 
 BENCH = Bench("quality", quality_command, QualityResult, render_quality, quality_targets,
               args=("--duration", "60"), quick_args=("--duration", "20", "--dataset", "wine", "--dataset",
-                                                     "GunPoint"), timeout_s=2400.0)
+                                                     "GunPoint"), timeout_s=3600.0)

@@ -289,11 +289,11 @@ class StepRunner:
         outputs, the objective's metric sums of the samples under the model before the step (test, then train);
         a rank with no samples gets an exact zero that reaches every parameter, and no sums."""
         if batch.num_samples == 0:
-            return self._idle_loss(), None
+            return self._idle_loss(batch), None
         outputs = self.model(batch)
         return self.objective.losses(outputs, batch).mean(), self.objective.metric_sums(outputs.detach(), batch)
 
-    def _idle_loss(self) -> torch.Tensor:
+    def _idle_loss(self, batch: Batch) -> torch.Tensor:
         """An exact zero that reaches every parameter, for a rank with no samples, without running the model's layers.
 
         DDP all-reduces a bucket only once every parameter in it has a gradient, and every rank must run the same
@@ -305,7 +305,10 @@ class StepRunner:
         forward is the zero that reaches every parameter, and nothing else.
         """
         module = self.model.module
-        module.forward = self._touch_all  # an instance attribute: DDP's call of the module runs it instead
+        try:
+            module.forward = self._touch_all  # an instance attribute: DDP's call of the module runs it instead
+        except (AttributeError, RuntimeError, TypeError):  # a module that takes no attribute (TorchScript): its layers
+            return (self.model(batch).sum() + self._touch_all()) * 0.0
         try:
             return self.model(None) * 0.0
         finally:

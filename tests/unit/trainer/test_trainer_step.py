@@ -58,6 +58,36 @@ def test_empty_step_does_not_move_parameters_despite_momentum(ctx: DistContext) 
     assert all(torch.equal(a, b) for a, b in zip(before, _params(runner), strict=True))
 
 
+def test_an_idle_step_runs_none_of_the_models_layers_and_leaves_its_forward_as_it_was(ctx: DistContext) -> None:
+    runner = build_step_runner(CONFIG, ctx)
+    module = runner.model.module
+    layers = [m for m in module.modules() if m is not module]
+    calls: list[str] = []
+    for layer in layers:
+        layer.register_forward_hook(lambda m, *_: calls.append(type(m).__name__))
+    runner.run_step([])
+    assert calls == [] and "forward" not in vars(module)  # the stand-in is gone again
+    runner.run_step(synthetic_samples([4], num_features=4, num_classes=3))
+    assert calls  # a step with samples runs them
+
+
+def test_an_idle_step_of_a_module_that_refuses_a_forward_attribute_runs_its_layers(
+    ctx: DistContext, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runner = build_step_runner(CONFIG, ctx)
+    kind = type(runner.model.module)
+
+    def refuse(self: torch.nn.Module, name: str, value: object) -> None:
+        if name == "forward":
+            raise AttributeError("forward is read-only here")
+        torch.nn.Module.__setattr__(self, name, value)
+
+    monkeypatch.setattr(kind, "__setattr__", refuse)
+    before = _params(runner)
+    result = runner.run_step([])
+    assert result.samples == 0 and all(torch.equal(a, b) for a, b in zip(before, _params(runner), strict=True))
+
+
 def test_weight_and_lr_scale_overrides(ctx: DistContext) -> None:
     runner = build_step_runner(CONFIG, ctx)
     result = runner.run_step(synthetic_samples([2], num_features=4, num_classes=3), weight=5.0, lr_scale=2.0)

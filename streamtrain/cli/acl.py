@@ -20,8 +20,9 @@ app = typer.Typer(
         "only their device topics; trainers read the device topics and plans and write feedback and dead "
         "letters; only the coordinator writes plans and deletes records; the admin sets up topics, users and "
         "ACLs; the bridge (when bridge.sources names topics) reads its sources and writes device topics and dead "
-        "letters in its transactions. Principals are acl.admin, acl.coordinator, acl.trainer, acl.producer and "
-        "acl.bridge. The client runs as "
+        "letters in its transactions; serve reads requests and versions and writes predictions; an application "
+        "asking serve (the client role) writes requests and reads predictions. Principals are acl.admin, "
+        "acl.coordinator, acl.trainer, acl.producer, acl.bridge, acl.serve and acl.client. The command runs as "
         "kafka.sasl_username (a super user, or the admin role once it has its ACLs)."
     ),
     no_args_is_help=True,

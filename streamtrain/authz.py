@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from .config import KafkaConfig
+from .config import ClusterConfig
 
 __all__ = [
     "REFUSED_CODES",
@@ -56,7 +56,7 @@ class AuthorizationError(KafkaException):
         return self.message
 
 
-def principal_of(cfg: KafkaConfig | None) -> str:
+def principal_of(cfg: ClusterConfig | None) -> str:
     """The principal a client of `cfg` authenticates as, as the broker's ACLs name it."""
     if cfg is None:
         return "this client's principal"
@@ -65,10 +65,10 @@ def principal_of(cfg: KafkaConfig | None) -> str:
         return f"User:{user}"
     if cfg.ssl_certificate_location:
         return f"the certificate principal of {cfg.ssl_certificate_location}"
-    return "User:ANONYMOUS (no kafka.sasl_username)"
+    return f"User:ANONYMOUS (no {cfg.setting}.sasl_username)"
 
 
-def refusal(cfg: KafkaConfig | None, error: KafkaError | None, operation: str, resource: str | None = None,
+def refusal(cfg: ClusterConfig | None, error: KafkaError | None, operation: str, resource: str | None = None,
             kind: str | None = None) -> AuthorizationError | None:
     """The `AuthorizationError` for `error` when it is an authorizer's refusal, else None.
 
@@ -86,12 +86,13 @@ def refusal(cfg: KafkaConfig | None, error: KafkaError | None, operation: str, r
     where = f"Kafka at {cfg.bootstrap_servers}" if cfg is not None else "Kafka"
     message = (f"{where} refused {principal_of(cfg)} {operation} on {what} "
                f"({error.name()}): that principal has no ACL allowing it. `streamtrain acl show` lists the ACLs of "
-               "every streamtrain role and `streamtrain acl apply` creates them; check kafka.sasl_username is "
+               "every streamtrain role and `streamtrain acl apply` creates them; check "
+               f"{cfg.setting if cfg is not None else 'kafka'}.sasl_username is "
                "the role this service runs as")
     return AuthorizationError(error, message)
 
 
-def raise_if_refused(cfg: KafkaConfig | None, error: KafkaError | None, operation: str, resource: str | None = None,
+def raise_if_refused(cfg: ClusterConfig | None, error: KafkaError | None, operation: str, resource: str | None = None,
                      kind: str | None = None) -> None:
     """Raise `refusal(...)` when `error` is an authorizer's refusal; otherwise do nothing."""
     refused = refusal(cfg, error, operation, resource, kind)
@@ -112,7 +113,7 @@ class GuardedProducer(Producer):
         settings: librdkafka settings (`streamtrain.kafka.client_settings`).
     """
 
-    def __init__(self, cfg: KafkaConfig, settings: dict[str, object]) -> None:
+    def __init__(self, cfg: ClusterConfig, settings: dict[str, object]) -> None:
         super().__init__(settings)
         self.kafka = cfg
 

@@ -16,8 +16,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, TopicMetadata
 
-from .authz import REFUSED_CODES, DeliveryCallback, GuardedProducer, raise_if_refused
-from .config import KafkaConfig
+from .authz import DeliveryCallback, GuardedProducer, raise_if_refused
+from .config import ClusterConfig, KafkaConfig
+from .kafka_errors import auth_failure_message, guard
 from .wire.codec import HeaderList
 
 __all__ = ["COORDINATOR_STARTING", "KafkaAdmin", "KafkaConsumer", "TopicSpec", "auth_failure_message",
@@ -37,7 +38,7 @@ COORDINATOR_STARTING = frozenset({
 _RDKAFKA_LOG = logging.getLogger("librdkafka")
 
 
-def client_settings(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
+def client_settings(cfg: ClusterConfig, **overrides: Any) -> dict[str, Any]:
     """librdkafka settings shared by every client: bootstrap, security (secrets revealed), extras, then overrides.
 
     The result holds passwords in clear: hand it to a client, never to a log (`KafkaConfig.redacted_client`).
@@ -47,44 +48,11 @@ def client_settings(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
     settings.update(cfg.security_settings())
     settings.update(cfg.client)
     settings.update(overrides)
-    settings["error_cb"] = _auth_guard(cfg, overrides.get("error_cb"))
+    settings["error_cb"] = guard(cfg, overrides.get("error_cb"))
     return settings
 
 
-def _auth_guard(cfg: KafkaConfig, inner: Callable[[KafkaError], None] | None) -> Callable[[KafkaError], None]:
-    """An error callback that turns a refused login into an exception naming the settings to check.
-
-    librdkafka would otherwise retry a wrong password forever, and a caller would see only timeouts. The
-    exception surfaces from the client's next poll/flush/consume (confluent-kafka re-raises callback errors).
-    """
-    def on_error(err: KafkaError) -> None:
-        if inner is not None:
-            inner(err)
-        if err.code() == KafkaError._AUTHENTICATION and not _lost_mid_handshake(err):
-            raise KafkaException(KafkaError(KafkaError._AUTHENTICATION, auth_failure_message(cfg, err.str()),
-                                            fatal=True))
-        if err.fatal() and err.code() in REFUSED_CODES:
-            # The one fatal refusal: an idempotent producer's InitProducerId, allowed by WRITE on any topic.
-            raise_if_refused(cfg, err, "IDEMPOTENT_WRITE (implied by WRITE on a topic)")
-    return on_error
-
-
-def _lost_mid_handshake(err: KafkaError) -> bool:
-    """An _AUTHENTICATION error that is the connection lost during the SASL handshake (a busy or restarting
-    broker, retried by librdkafka itself), not a refused login."""
-    return any(w in err.str() for w in ("Local: Broker transport failure", "Local: Timed out", "Disconnected"))
-
-
-def auth_failure_message(cfg: KafkaConfig, detail: str) -> str:
-    """What to tell someone whose credentials the broker refused (names the settings, never the password)."""
-    who = cfg.sasl_username or cfg.client.get("sasl.username") or "(no kafka.sasl_username)"
-    how = cfg.sasl_mechanism or cfg.client.get("sasl.mechanism") or "(no kafka.sasl_mechanism)"
-    return (f"Kafka at {cfg.bootstrap_servers} refused to authenticate user {who!r} with {how}: {detail}. "
-            "Check kafka.sasl_username, kafka.sasl_password and kafka.sasl_mechanism "
-            "(and kafka.security_protocol / kafka.ssl_* for TLS)")
-
-
-def java_client_properties(cfg: KafkaConfig) -> dict[str, str]:
+def java_client_properties(cfg: ClusterConfig) -> dict[str, str]:
     """The same connection and security settings for Kafka's Java clients and tools (`--producer.config` files).
 
     Holds the password in clear (in `sasl.jaas.config`): write it to a file only its owner can read, never to
@@ -115,7 +83,7 @@ def _jaas_quote(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def producer_settings(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
+def producer_settings(cfg: ClusterConfig, **overrides: Any) -> dict[str, Any]:
     """librdkafka settings of an idempotent producer with `acks=all`: no duplicates from retries, nothing acked
     and then lost. Holds secrets in clear, like `client_settings`."""
     defaults: dict[str, Any] = {
@@ -131,7 +99,7 @@ def producer_settings(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
     return client_settings(cfg, **{**defaults, **overrides})
 
 
-def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
+def make_producer(cfg: ClusterConfig, **overrides: Any) -> Producer:
     """An idempotent producer with `acks=all` (`producer_settings`).
 
     A write the broker's ACLs refuse raises `AuthorizationError` from the next poll or flush (`GuardedProducer`).
@@ -139,13 +107,13 @@ def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
     return GuardedProducer(cfg, producer_settings(cfg, **overrides))
 
 
-def make_control_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
+def make_control_producer(cfg: ClusterConfig, **overrides: Any) -> Producer:
     """`make_producer` for the control plane (feedback, plans): every step waits for these records, so they are
     sent at once rather than lingering for a batch."""
     return make_producer(cfg, **{"linger.ms": 0, **overrides})
 
 
-def make_transactional_producer(cfg: KafkaConfig, transactional_id: str, timeout_s: float,
+def make_transactional_producer(cfg: ClusterConfig, transactional_id: str, timeout_s: float,
                                 **overrides: Any) -> Producer:
     """`make_producer` whose writes, and a consumer's offsets, commit or abort together (Kafka transactions).
 
@@ -173,12 +141,12 @@ def produce(producer: Producer, topic: str, value: bytes, headers: HeaderList | 
 class KafkaConsumer(Consumer):
     """A `Consumer` that remembers the settings it was made from (its principal names refusals)."""
 
-    def __init__(self, cfg: KafkaConfig, settings: dict[str, Any]) -> None:
+    def __init__(self, cfg: ClusterConfig, settings: dict[str, Any]) -> None:
         super().__init__(settings)
         self.kafka = cfg
 
 
-def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaConsumer:
+def make_consumer(cfg: ClusterConfig, group_id: str, **overrides: Any) -> KafkaConsumer:
     """A consumer that never auto-commits: offsets are committed only after the work they cover."""
     defaults: dict[str, Any] = {
         "group.id": group_id,
@@ -193,17 +161,17 @@ def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaCon
 class KafkaAdmin(AdminClient):
     """An `AdminClient` that remembers the settings it was made from (its principal names refusals)."""
 
-    def __init__(self, cfg: KafkaConfig, settings: dict[str, Any]) -> None:
+    def __init__(self, cfg: ClusterConfig, settings: dict[str, Any]) -> None:
         super().__init__(settings)
         self.kafka = cfg
 
 
-def make_admin(cfg: KafkaConfig, **overrides: Any) -> KafkaAdmin:
+def make_admin(cfg: ClusterConfig, **overrides: Any) -> KafkaAdmin:
     """An admin client (topics, lag, DeleteRecords, ACLs)."""
     return KafkaAdmin(cfg, client_settings(cfg, **overrides))
 
 
-def config_of(client: object) -> KafkaConfig | None:
+def config_of(client: object) -> ClusterConfig | None:
     """The settings a client of these factories was made from (None for any other client)."""
     return client.kafka if isinstance(client, (KafkaAdmin, KafkaConsumer, GuardedProducer)) else None
 
@@ -417,7 +385,7 @@ def consume_available(consumer: Consumer, max_records: int, timeout: float) -> l
     return [first, *consumer.consume(num_messages=max_records - 1, timeout=0)]
 
 
-def read_to_end(cfg: KafkaConfig, topics: Iterable[str], timeout: float = 60.0,  # noqa: C901  the confluent-kafka poll / check error / process loop with its end-of-partition and timeout cases
+def read_to_end(cfg: ClusterConfig, topics: Iterable[str], timeout: float = 60.0,  # noqa: C901  the confluent-kafka poll / check error / process loop with its end-of-partition and timeout cases
                 last: int | None = None, stop: Callable[[], bool] | None = None) -> Iterator[Message]:
     """Every record now in `topics` (or each partition's `last` records), up to the high watermarks on entry.
 

@@ -2,6 +2,7 @@
 
 from .acl import AclConfig
 from .bridge import BridgeConfig, JsonMapping, RawLayout, SourceConfig
+from .cluster import ClusterConfig
 from .coordinator import CoordinatorConfig
 from .core import BrokerConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
 from .loader import ENV_PREFIX, ConfigError, config_environment, load_config, parse_assignment
@@ -15,6 +16,7 @@ __all__ = [
     "AclConfig",
     "BridgeConfig",
     "BrokerConfig",
+    "ClusterConfig",
     "ConfigError",
     "CoordinatorConfig",
     "JsonMapping",

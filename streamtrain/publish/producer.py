@@ -41,6 +41,8 @@ _LOGGED_FAILURES = 10
 _GUARANTEES = ("enable.idempotence", "acks")
 _TOO_LARGE = (KafkaError.MSG_SIZE_TOO_LARGE,)
 _BROKER_DOWN = (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)
+#: Codes of the fatal errors `streamtrain.kafka_errors` makes of a setting the broker refuses (login, TLS).
+_REFUSED_SETTINGS = (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError._TRANSPORT)
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,8 @@ class DeviceProducer:
             ValueError: a 0-d array, an empty size axis, NaN or infinity in a float array or the target, or
                 a record over librdkafka's `message.max.bytes`.
             QueueFullError: the local queue stayed full for `queue_wait_seconds` (nothing was queued).
-            DeviceProducerError: the producer is closed, or its client failed fatally.
+            DeviceProducerError: the producer is closed, its client failed fatally, or the cluster refused a
+                setting (a login, TLS: the message names it and the setting to change).
         """
         if self._closed or self._fatal is not None:
             self._check_usable()
@@ -289,10 +292,20 @@ class DeviceProducer:
             raise_if_refused(self.kafka, err, "WRITE", self.topic)
 
     def _on_error(self, err: KafkaError) -> None:
-        """Client-level errors of a client this producer made (a shared client's owner serves its own)."""
+        """Client-level errors of a client this producer made (a shared client's owner serves its own).
+
+        A setting the broker refuses (credentials, TLS: `streamtrain.kafka_errors` explains it) ends the call
+        that served it (`send`, `poll`, `flush`) with a `DeviceProducerError` saying which, as does every later
+        call: librdkafka would retry it for good, and the samples would only time out.
+        """
         if err.fatal():
+            refused = err.code() in _REFUSED_SETTINGS
+            if self._fatal is None:
+                logger.error("device %s: %s%s", self.device, "" if refused else "the producer failed fatally: ",
+                             err.str())
             self._fatal = err
-            logger.error("device %s: the producer failed fatally: %s", self.device, err.str())
+            if refused:
+                raise DeviceProducerError(f"device {self.device!r}: {err.str()}")
         elif err.code() in _BROKER_DOWN:
             if self._broker_up:
                 logger.warning("device %s: Kafka unreachable (%s): samples wait in the local queue and are retried",
@@ -366,13 +379,19 @@ class DeviceProducer:
         if self._closed:
             raise DeviceProducerError(f"device {self.device!r}: the producer is closed")
         if self._fatal is not None:
-            raise DeviceProducerError(f"device {self.device!r}: the producer failed fatally: {self._fatal.str()}")
+            raise DeviceProducerError(self._fatal_message())
+
+    def _fatal_message(self) -> str:
+        assert self._fatal is not None
+        if self._fatal.code() in _REFUSED_SETTINGS:
+            return f"device {self.device!r}: {self._fatal.str()}"
+        return f"device {self.device!r}: the producer failed fatally: {self._fatal.str()}"
 
     def _raise_failures(self) -> None:
         with self._count_lock:
             unraised, self._unraised = self._unraised, Counter()
         if self._fatal is not None:
-            raise DeviceProducerError(f"device {self.device!r}: the producer failed fatally: {self._fatal.str()}")
+            raise DeviceProducerError(self._fatal_message())
         if unraised:
             raise DeliveryError(self.device, self.topic, unraised)
 

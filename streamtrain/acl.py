@@ -15,7 +15,9 @@ Each role is one principal (`AclConfig`) with exactly the rights its service use
   ALTER and DESCRIBE the cluster (ACLs, SCRAM users);
 - bridge (only when `bridge.sources` names topics): READ its source topics and its group, WRITE the device
   topics and dead-letter, WRITE its transactional ids (`<bridge group>.*`); the admin also READs the sources
-  and DESCRIBEs the bridge's group (accounting).
+  and DESCRIBEs the bridge's group (accounting). With the sources on another cluster (`bridge.source_cluster`,
+  whose own ACLs are its owner's: READ on the source topics), it READs, CREATEs and ALTERs (grows) their twins
+  `<prefix>.bridge-offsets.<topic>` here instead of READing the sources.
 
 Nobody else may write plans, feedback, model announcements or predictions, or delete records: with the broker's
 authorizer on, a request no ACL allows is refused. `apply_acls` is idempotent (it creates what is missing and
@@ -159,14 +161,20 @@ def _bridge_acls(cfg: StreamtrainConfig, devices: Sequence[str]) -> list[Acl]:
     (one per instance). The admin reads the sources and the group's offsets back for the run report.
     """
     bridge, admin, group = cfg.acl.bridge, cfg.acl.admin, cfg.bridge.group(cfg.job)
-    out = [Acl(f"User:{bridge}", "READ", "TOPIC", "LITERAL", s.topic, role="bridge") for s in cfg.bridge.sources]
+    if cfg.bridge.source_cluster is not None:  # the sources are read elsewhere; their twins hold the offsets here
+        twins = [cfg.kafka.topics.bridge_offsets(s.topic) for s in cfg.bridge.sources]
+        out = [Acl(f"User:{bridge}", op, "TOPIC", "LITERAL", t, role="bridge")
+               for t in twins for op in ("READ", "CREATE", "ALTER")]
+    else:
+        out = [Acl(f"User:{bridge}", "READ", "TOPIC", "LITERAL", s.topic, role="bridge") for s in cfg.bridge.sources]
     out += [Acl(f"User:{bridge}", "WRITE", "TOPIC", "LITERAL", cfg.kafka.topics.device(d), role="bridge")
             for d in devices]
     out += [Acl(f"User:{bridge}", "WRITE", "TOPIC", "LITERAL", cfg.kafka.topics.dead_letter, role="bridge"),
             Acl(f"User:{bridge}", "READ", "GROUP", "LITERAL", group, role="bridge"),
             Acl(f"User:{bridge}", "WRITE", "TRANSACTIONAL_ID", "PREFIXED", f"{group}.", role="bridge"),
             Acl(f"User:{admin}", "DESCRIBE", "GROUP", "LITERAL", group, role="admin")]
-    out += [Acl(f"User:{admin}", "READ", "TOPIC", "LITERAL", s.topic, role="admin") for s in cfg.bridge.sources]
+    if cfg.bridge.source_cluster is None:  # else read on their own cluster, as its owner allows
+        out += [Acl(f"User:{admin}", "READ", "TOPIC", "LITERAL", s.topic, role="admin") for s in cfg.bridge.sources]
     return out
 
 

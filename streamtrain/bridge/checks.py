@@ -1,7 +1,8 @@
 """What the bridge checks before it starts: each source topic exists, and its decoder works on its first records.
 
 The first records are the ones the bridge would bridge next (from its group's committed offsets, else the log
-start), read by a consumer that is assigned, never subscribed, and never commits: peeking changes nothing.
+start), read from the sources' cluster (`bridge.source_cluster`, else `kafka`) by a consumer that is assigned,
+never subscribed, and never commits: peeking changes nothing.
 A decoder that breaks the contract on any of them, or that rejects most of them (more than
 `bridge.check_min_decoded` allows: a shape that fits a few records by chance passes "any"), is a setting to fix,
 not bad data: the bridge does not start, and the message names the setting.
@@ -20,16 +21,10 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPart
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import StreamtrainConfig
 from streamtrain.decoders import ContractError, Decoder, Rejected, SourceRecord, to_sample
-from streamtrain.kafka import (
-    KafkaConsumer,
-    committed_offsets,
-    consume_available,
-    make_consumer,
-    topic_metadata,
-    watermarks,
-)
+from streamtrain.kafka import KafkaConsumer, consume_available, topic_metadata, watermarks
 
 from .errors import BridgeSetupError
+from .progress import BridgeProgress
 
 __all__ = ["SourceCheck", "check_sources", "try_decoder"]
 
@@ -59,23 +54,22 @@ def check_sources(cfg: StreamtrainConfig, decoders: Mapping[str, Decoder],
         AuthorizationError: the bridge's principal may not read a source topic.
     """
     bridge = cfg.bridge
-    # The bridge's own group, for its committed offsets (a consumer that is only assigned never joins it).
-    consumer = make_consumer(cfg.kafka, bridge.group(cfg.job))
-    try:
+    progress = BridgeProgress(cfg)
+    # A reader of the sources, and the bridge's own group for its committed offsets (neither joins it).
+    with progress.clients() as (consumer, member):
         checks = []
         for i, source in enumerate(bridge.sources):
             setting = f"bridge.sources.{i}"
-            parts = _partitions(consumer, source.topic, setting, min(bridge.check_seconds, 10.0))
+            parts = _partitions(consumer, source.topic, setting, min(bridge.check_seconds, 10.0), progress)
             count = bridge.check_records
-            messages = _peek(consumer, parts, count, bridge.check_seconds) if count else []
+            starts = progress.committed(member, parts, max(bridge.check_seconds, 30.0)) if count else []
+            messages = _peek(consumer, starts, count, bridge.check_seconds, progress) if count else []
             found = try_decoder(decoders[source.topic], [SourceRecord.from_message(m) for m in messages], devices,
                                 setting, bridge.check_min_decoded)
             checks.append(SourceCheck(source.topic, len(parts), *found))
             logger.info("checked %s (%d partitions): %d of its next %d records decode (%d skipped, %d rejected)",
                         source.topic, len(parts), found[1], found[0], found[2], found[3])
         return checks
-    finally:
-        consumer.close()
 
 
 def try_decoder(decoder: Decoder, records: list[SourceRecord], devices: Collection[str], setting: str,
@@ -130,22 +124,26 @@ def _too_few(rejected: list[tuple[SourceRecord, Rejected]], samples: int, tried:
             f"the first {first}")
 
 
-def _partitions(consumer: KafkaConsumer, topic: str, setting: str, timeout: float) -> list[TopicPartition]:
+def _partitions(consumer: KafkaConsumer, topic: str, setting: str, timeout: float,
+                progress: BridgeProgress) -> list[TopicPartition]:
     try:
         meta = topic_metadata(consumer, topic, timeout=timeout)
     except KafkaException as exc:
         raise_if_refused(consumer.kafka, exc.args[0], "DESCRIBE", topic, "topic")
-        raise BridgeSetupError(f"{setting}.topic: topic {topic} is not there ({exc.args[0].str()}): create it, or "
-                               "fix the name") from None
+        where = f" on {progress.where}" if progress.remote else ""
+        raise BridgeSetupError(f"{setting}.topic: topic {topic} is not there{where} ({exc.args[0].str()}): create "
+                               "it, or fix the name") from None
     return [TopicPartition(topic, pid) for pid in sorted(meta.partitions)]
 
 
-def _peek(consumer: KafkaConsumer, parts: list[TopicPartition], count: int, seconds: float) -> list[Message]:
-    """Up to `count` records from where the group stands (or the log start), waiting at most `seconds`."""
+def _peek(consumer: KafkaConsumer, parts: list[TopicPartition], count: int, seconds: float,
+          progress: BridgeProgress) -> list[Message]:
+    """Up to `count` records from where the group stands (`parts`: its committed offsets, negative where none: the
+    log start), waiting at most `seconds`."""
     deadline = time.monotonic() + seconds
     ends: dict[int, int] = {}
     start = []
-    for tp in committed_offsets(consumer, parts, timeout=max(seconds, 30.0)):
+    for tp in parts:
         low, high = watermarks(consumer, TopicPartition(tp.topic, tp.partition), max(0.1, deadline - time.monotonic()))
         if high > max(tp.offset, low):
             ends[tp.partition] = high
@@ -158,7 +156,7 @@ def _peek(consumer: KafkaConsumer, parts: list[TopicPartition], count: int, seco
                 err = msg.error()
                 if err is None:
                     found.append(msg)
-                else:
+                elif not progress.ignored(err):
                     raise_if_refused(consumer.kafka, err, "READ", msg.topic(), "topic")
             for tp in consumer.position([TopicPartition(parts[0].topic, p) for p in ends]):
                 if tp.offset >= ends[tp.partition]:

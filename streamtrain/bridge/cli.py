@@ -15,6 +15,10 @@ group; every record becomes one Sample in its device's topic (<prefix>.device.<i
 record's key or a field), or a dead letter with the decoder's reason. Samples, dead letters and the group's
 offsets commit in one Kafka transaction: a crash at any point loses and duplicates nothing.
 
+The sources may be on another cluster than the stack's (`\\[bridge.source_cluster]`: its bootstrap_servers,
+security_protocol, sasl_* and ssl_*, as in `\\[kafka]`; STREAMTRAIN_BRIDGE__SOURCE_CLUSTER__* in the environment):
+the bridge then reads them there and keeps its progress on the stack's cluster, in the same transactions.
+
 Decoders: `json` (a field mapping: the array, its shape, label or target, device, time), `raw` (little-endian
 arrays of one dtype and shape, the device from the key), or your own `package.module:function`, which gets
 each record (key, value, headers, timestamp, topic/partition/offset) and returns the sample's fields, or None
@@ -80,6 +84,9 @@ def bridge(
         die(str(exc), EXIT_CONFIG)
     except (BridgeFatalError, KafkaException, TimeoutError) as exc:
         service.close(commit=False)  # what the open transaction held is read again at the next start
-        die(str(exc) if isinstance(exc, BridgeFatalError) else f"Kafka at {cfg.kafka.bootstrap_servers}: {exc}")
+        detail = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args else str(exc)
+        # An explained refusal names its own cluster (the stack's, or the sources'); anything else is the stack's.
+        told = isinstance(exc, BridgeFatalError) or detail.startswith("Kafka at ")
+        die(detail if told else f"Kafka at {cfg.kafka.bootstrap_servers}: {exc}")
     service.close()
     console.print("bridge stopped: what it read is committed", highlight=False)

@@ -9,6 +9,9 @@ restarted bridge, which fences its previous self by its transactional id, or by 
 timeout) and its records are read again from the committed offsets. Readers see only committed transactions
 (`isolation.level=read_committed`: the trainers, and the bridge's own consumer of topics written the same way).
 
+Its sources may be on another cluster than the one it writes (`bridge.source_cluster`): its progress is then
+kept on the cluster it writes, under twins of the source topics (`progress`), in the same transactions.
+
 Errors: one that needs an abort (`txn_requires_abort`) aborts and rewinds the consumer to the committed
 offsets; a retriable one retries the call; a fatal one (fenced) stops the bridge with `BridgeFatalError`.
 A record the decoder rejects never stops it: it goes to the dead-letter topic, inside the same transaction.
@@ -39,8 +42,8 @@ from streamtrain.decoders import (
     to_sample,
 )
 from streamtrain.kafka import (
+    KafkaConsumer,
     TopicSpec,
-    committed_offsets,
     consume_available,
     ensure_topics,
     make_admin,
@@ -53,6 +56,7 @@ from streamtrain.wire import WireError, encode
 from .checks import SourceCheck, check_sources
 from .errors import BridgeFatalError, BridgeSetupError
 from .metrics import BridgeMetrics
+from .progress import BridgeProgress, close_quietly
 
 __all__ = ["Bridge"]
 
@@ -109,10 +113,15 @@ class Bridge:
         self.metrics = BridgeMetrics(registry if registry is not None else CollectorRegistry(), config.job,
                                      list(self.decoders), self.devices)
         self.producer = self._new_producer()
+        self.progress = BridgeProgress(config)
         # Static membership: a restarted bridge takes its partitions back at once, rather than after the session
         # timeout of the member it was before the crash (its transactional id names it just as stably).
-        self.consumer = make_consumer(config.kafka, self.settings.group(config.job),
-                                      **{"group.instance.id": self.transactional_id})
+        self.member = make_consumer(config.kafka, self.settings.group(config.job),
+                                    **{"group.instance.id": self.transactional_id})
+        # The consumer of the sources: the group's member itself, or on another cluster one that is only assigned
+        # the source partitions of the group's twins (`progress`).
+        self.consumer: KafkaConsumer = self.progress.reader() if self.progress.remote else self.member
+        self._source_partitions: dict[str, int] = {}
         self.dead_letters = DeadLetterSink(self.producer, self.topics.dead_letter, "bridge")
         self._txn: _Transaction | None = None
         self._renewals = 0
@@ -136,13 +145,16 @@ class Bridge:
         if self.settings.create_topics:
             names = [*(self.topics.device(d) for d in self.devices), self.topics.dead_letter]
             ensure_topics(make_admin(self.config.kafka), [TopicSpec.from_config(self.config.kafka, n) for n in names])
+        if self.progress.remote:
+            self._source_partitions = self.progress.source_partitions(min(self.settings.check_seconds, 10.0) + 5.0)
+            self.progress.ensure_twins(self._source_partitions)
         checks = check_sources(self.config, self.decoders, self.devices)
         self._init_transactions()
-        self.consumer.subscribe(list(self.decoders), on_assign=self._assigned, on_revoke=self._revoked,
-                                on_lost=self._lost)
-        logger.info("bridging %s to the topics of devices %s (transactional id %s, group %s)",
-                    ", ".join(self.decoders), ", ".join(self.devices), self.transactional_id,
-                    self.settings.group(self.config.job))
+        self.member.subscribe(self.progress.group_topics(), on_assign=self._assigned, on_revoke=self._revoked,
+                              on_lost=self._lost)
+        logger.info("bridging %s%s to the topics of devices %s (transactional id %s, group %s)",
+                    ", ".join(self.decoders), f" of {self.progress.where}" if self.progress.remote else "",
+                    ", ".join(self.devices), self.transactional_id, self.settings.group(self.config.job))
         return checks
 
     def _new_producer(self) -> Producer:
@@ -191,7 +203,9 @@ class Bridge:
             if commit and self._txn is not None and not self._commit():
                 logger.warning("the open transaction could not commit: its records are bridged at the next start")
         finally:
-            self.consumer.close()
+            close_quietly(self.member)  # first: revoking its partitions unassigns them from the reader of the sources
+            if self.consumer is not self.member:
+                close_quietly(self.consumer)
 
     # ---- the loop -------------------------------------------------------------------------------------------
 
@@ -204,25 +218,35 @@ class Bridge:
         """Bridge what arrives within `timeout` (at most a transaction's worth); returns the records consumed."""
         room = self.settings.transaction_records - (self._txn.records if self._txn else 0)
         wait = timeout if self._txn is None else min(timeout, max(0.0, self._txn_deadline() - time.monotonic()))
+        if self.consumer is not self.member:  # the group's events (rebalances, errors); its twins are paused
+            event = self.member.poll(0)
+            if event is not None and event.error() is not None:
+                self._consumer_error(event, self.member)
         messages = consume_available(self.consumer, max(1, room), wait)
         for msg in messages:
-            err = msg.error()
-            if err is None:
+            if msg.error() is None:
                 self._bridge(msg)
-            elif err.fatal() or err.code() == KafkaError._FATAL:  # librdkafka's fatal event is not flagged fatal
-                raise BridgeFatalError(f"the consumer failed for good ({err.str()}): another bridge with instance "
-                                       f"{self.settings.instance} in group {self.settings.group(self.config.job)} "
-                                       "took its place, or the consumer broke; this one stops")
             else:
-                raise_if_refused(self.config.kafka, err, "READ", msg.topic(), "topic")
-                if err.code() != KafkaError._PARTITION_EOF:
-                    logger.warning("consumer error (retrying): %s", err)
+                self._consumer_error(msg, self.consumer)
         txn = self._txn
         if txn is not None and (txn.records >= self.settings.transaction_records
                                 or time.monotonic() >= self._txn_deadline()):
             self._commit()
         self._observe_lag()
         return len(messages)
+
+    def _consumer_error(self, msg: Message, consumer: KafkaConsumer) -> None:
+        err = msg.error()
+        assert err is not None
+        if err.fatal() or err.code() == KafkaError._FATAL:  # librdkafka's fatal event is not flagged fatal
+            raise BridgeFatalError(f"the consumer failed for good ({err.str()}): another bridge with instance "
+                                   f"{self.settings.instance} in group {self.settings.group(self.config.job)} "
+                                   "took its place, or the consumer broke; this one stops")
+        if consumer is not self.member and self.progress.ignored(err):
+            return
+        raise_if_refused(consumer.kafka, err, "READ", msg.topic(), "topic")
+        if err.code() != KafkaError._PARTITION_EOF:
+            logger.warning("consumer error (retrying): %s", err)
 
     def _txn_deadline(self) -> float:
         return (self._txn.began if self._txn else time.monotonic()) + self.settings.transaction_seconds
@@ -275,8 +299,8 @@ class Bridge:
         assert txn is not None
         positions = [tp for tp in self.consumer.position(self.consumer.assignment()) if tp.offset >= 0]
         try:
-            self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(),
-                                                      CALL_TIMEOUT_S)
+            self.producer.send_offsets_to_transaction(self.progress.tracked(positions),
+                                                      self.member.consumer_group_metadata(), CALL_TIMEOUT_S)
         except KafkaException as exc:
             # Not retried, even when retriable: called again after a coordinator went away, it may block for good
             # (librdkafka ignores its timeout there). Aborting and reading the records again costs a transaction.
@@ -347,7 +371,7 @@ class Bridge:
         deadline = time.monotonic() + self.settings.transaction_timeout_seconds
         while True:
             try:
-                for tp in committed_offsets(self.consumer, parts, CALL_TIMEOUT_S):
+                for tp in self.progress.committed(self.member, parts, CALL_TIMEOUT_S):
                     offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
                     self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
                 return
@@ -363,12 +387,24 @@ class Bridge:
 
     def _assigned(self, _consumer: object, parts: list[TopicPartition]) -> None:
         logger.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in parts) or "nothing")
+        if self.consumer is self.member:
+            return
+        # Two clusters: the group's twins are never fetched; the reader takes their source partitions, from the
+        # group's committed offsets (a twin partition past the source's, from an older layout, has none).
+        self.member.assign(parts)
+        self.member.pause(parts)
+        sources = [tp for tp in self.progress.sources_of(parts)
+                   if tp.partition < self._source_partitions.get(tp.topic, 0)]
+        starts = self.progress.committed(self.member, sources, self.settings.transaction_timeout_seconds)
+        self.consumer.incremental_assign([TopicPartition(tp.topic, tp.partition,
+                                                         tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+                                          for tp in starts])
 
     def _revoked(self, _consumer: object, parts: list[TopicPartition]) -> None:
         """Partitions go to another bridge: commit what was bridged of them first (or abort it)."""
         if self._txn is not None:
             self._commit()
-        self._forget_lag(parts)
+        self._release(parts)
 
     def _lost(self, _consumer: object, parts: list[TopicPartition]) -> None:
         """Partitions already belong to another bridge: their offsets can no longer be committed by this one."""
@@ -379,7 +415,15 @@ class Bridge:
             self.metrics.transactions.labels(self.config.job, "aborted").inc()
             logger.warning("partitions lost (%d records of the open transaction aborted; another bridge reads them)",
                            txn.records)
-        self._forget_lag(parts)
+        self._release(parts)
+
+    def _release(self, parts: list[TopicPartition]) -> None:
+        """Stop reading the source partitions of the group's `parts` (on two clusters: unassign them)."""
+        sources = self.progress.sources_of(parts)
+        if self.consumer is not self.member:
+            held = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+            self.consumer.incremental_unassign([tp for tp in sources if (tp.topic, tp.partition) in held])
+        self._forget_lag(sources)
 
     def _forget_lag(self, parts: list[TopicPartition]) -> None:
         for tp in parts:

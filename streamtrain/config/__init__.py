@@ -1,7 +1,7 @@
 """One typed configuration shared by every service (TOML < environment < flags)."""
 
 from .acl import AclConfig
-from .bridge import BridgeConfig, JsonMapping, RawLayout, SourceConfig
+from .bridge import BridgeConfig, JsonMapping, RawLayout, SourceClusterConfig, SourceConfig
 from .cluster import ClusterConfig
 from .coordinator import CoordinatorConfig
 from .core import BrokerConfig, KafkaConfig, MetricsConfig, StreamtrainConfig
@@ -25,6 +25,7 @@ __all__ = [
     "ProducerConfig",
     "RawLayout",
     "ServeConfig",
+    "SourceClusterConfig",
     "SourceConfig",
     "StreamtrainConfig",
     "TrainerConfig",

@@ -3,20 +3,23 @@
 The bridge reads topics that already exist in a user's own format and writes each record, decoded, to its
 device's topic as a `Sample`, exactly once (Kafka transactions). Each source topic names its decoder: the
 built-in `json` (a field mapping) or `raw` (little-endian arrays of one dtype and shape), or a user's
-`package.module:function`.
+`package.module:function`. The topics are on the stack's own cluster (`kafka`), or on another one
+(`bridge.source_cluster`: its own address and security).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..wire.topics import validate_name_part
+from .cluster import ClusterConfig
 from .parsing import text_as_tuple
 
-__all__ = ["BUILTIN_DECODERS", "BridgeConfig", "JsonMapping", "RawLayout", "SourceConfig", "WireDType"]
+__all__ = ["BUILTIN_DECODERS", "BridgeConfig", "JsonMapping", "RawLayout", "SourceClusterConfig", "SourceConfig",
+           "WireDType"]
 
 #: Decoders the bridge has built in; anything else is a user's `package.module:function`.
 BUILTIN_DECODERS = ("json", "raw")
@@ -153,6 +156,18 @@ class SourceConfig(_Section):
         return self
 
 
+class SourceClusterConfig(ClusterConfig):
+    """The Kafka cluster the bridge reads its sources from, when it is not the stack's (`kafka`): its own address
+    and security, the fields of `kafka` that say how to reach a cluster. The bridge writes to the stack's cluster
+    and keeps its progress there (see docs/guides/bridge.md: exactly once across two clusters)."""
+
+    setting: ClassVar[str] = "bridge.source_cluster"
+
+    bootstrap_servers: str
+    """Comma-separated host:port list of the source cluster's brokers (required: no default, so a section set by
+    its password alone does not read the stack's own cluster by mistake)."""
+
+
 def _decoder_of(section: str) -> str:
     return {"mapping": "the json decoder", "layout": "the raw decoder"}.get(section, "a user's decoder")
 
@@ -166,6 +181,11 @@ class BridgeConfig(_Section):
     devices: tuple[str, ...] = ()
     """Devices whose topics the bridge writes; a record for any other is dead-lettered (unknown-device).
     Empty: coordinator.devices."""
+
+    source_cluster: SourceClusterConfig | None = None
+    """The cluster the sources are on, when it is not the stack's: its bootstrap_servers, security_protocol,
+    sasl_* and ssl_* as in `kafka` ([bridge.source_cluster] in TOML, STREAMTRAIN_BRIDGE__SOURCE_CLUSTER__* in the
+    environment, where an empty value leaves a setting unset). None: the sources are on `kafka`'s cluster."""
 
     group_id: str | None = None
     """Consumer group of the bridge's reads (its committed offsets are its progress); None: <job>.bridge."""
@@ -212,6 +232,17 @@ class BridgeConfig(_Section):
             raise ValueError(f"devices {list(value)} name a device more than once")
         for device in value:
             validate_name_part("device id", device)
+        return value
+
+    @field_validator("source_cluster", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        """Empty values are unset settings (Compose's `${VAR:-}`); a section of nothing but those is no section."""
+        if value == "":
+            return None
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if v != ""}
+            return value or None
         return value
 
     @field_validator("group_id", "instance")

@@ -257,7 +257,13 @@ class StreamtrainConfig(_Section):
         topics = self.kafka.topics
         own = {topics.feedback, topics.assignments, topics.dead_letter, topics.evaluations}
         for i, source in enumerate(self.bridge.sources):
-            if source.topic in own or topics.device_of(source.topic) is not None:
+            if self.bridge.source_cluster is not None:  # another cluster's topic; its progress is kept under ours
+                try:
+                    topics.bridge_offsets(source.topic)
+                except ValueError as exc:
+                    raise ValueError(f"bridge.sources.{i}.topic: the bridge keeps its progress in {source.topic} "
+                                     f"under a topic of the stack's cluster, and {exc}") from None
+            elif source.topic in own or topics.device_of(source.topic) is not None:
                 raise ValueError(f"bridge.sources.{i}.topic: {source.topic} is one of this job's own topics "
                                  f"(kafka.topic_prefix {self.kafka.topic_prefix}); the bridge reads a user's topics")
         return self

@@ -9,6 +9,9 @@ Kafka alone:
 - pending: none of these, at or above the bridge group's committed offset (not bridged yet, and it will be);
 - lost: none of these, below the committed offset.
 
+The source topics are read from the sources' cluster (`bridge.source_cluster`, else `kafka`); the device
+topics, the dead letters and the group's committed offsets from the stack's (`streamtrain.bridge.progress`).
+
 A source record bridged more than once (a duplicate in the device topics) counts in `duplicated`: exactly once
 means 0 lost and 0 duplicated, whatever crashed.
 """
@@ -24,9 +27,10 @@ from typing import TypeVar
 import numpy as np
 from confluent_kafka import Message, TopicPartition
 
+from streamtrain.bridge.progress import BridgeProgress
 from streamtrain.config import StreamtrainConfig
 from streamtrain.decoders import SKIPPED_REASON, source_of
-from streamtrain.kafka import committed_offsets, make_consumer, read_to_end, tail_positions
+from streamtrain.kafka import read_to_end, tail_positions
 from streamtrain.report.accounting import RecordFates, account_records
 from streamtrain.wire import DeadLetter, Sample, WireError, decode
 
@@ -90,19 +94,17 @@ def collect_sources(cfg: StreamtrainConfig, timeout: float = 60.0,
     """
     kafka, sources = cfg.kafka, [s.topic for s in cfg.bridge.sources]
     out = SourceRecords()
-    consumer = make_consumer(kafka, cfg.bridge.group(cfg.job))  # asks for the group's offsets, never joins
-    try:
+    progress = BridgeProgress(cfg)
+    with progress.clients() as (reader, member):  # the group's offsets are asked for, it is never joined
         parts = []
         for topic in sources:
-            for pid, (low, _high) in tail_positions(consumer, topic, None, timeout).items():
+            for pid, (low, _high) in tail_positions(reader, topic, None, timeout).items():
                 out.log_start[(topic, pid)] = low
                 parts.append(TopicPartition(topic, pid))
-        for tp in committed_offsets(consumer, parts, timeout):
+        for tp in progress.committed(member, parts, timeout):
             out.committed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
-    finally:
-        consumer.close()
     offsets: dict[_Partition, array[int]] = defaultdict(lambda: array("q"))
-    for msg in read_to_end(kafka, sources, timeout, stop=stop):
+    for msg in read_to_end(progress.source, sources, timeout, stop=stop):
         offsets[(msg.topic() or "", msg.partition() or 0)].append(msg.offset() or 0)
     bridged: dict[_Partition, array[int]] = defaultdict(lambda: array("q"))
     for sample in _decoded(read_to_end(kafka, [kafka.topics.device(d) for d in cfg.bridge_devices], timeout,

@@ -11,6 +11,7 @@ rejected, skipped or pending, and none lost or duplicated (`streamtrain.source_a
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import tomllib
@@ -20,13 +21,12 @@ from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from streamtrain.config import KafkaConfig, StreamtrainConfig
+from streamtrain.bridge.progress import BridgeProgress
+from streamtrain.config import ENV_PREFIX, KafkaConfig, StreamtrainConfig
 from streamtrain.kafka import (
     KafkaConsumer,
-    committed_offsets,
     consume_available,
     drop_reached,
-    make_consumer,
     tail_positions,
 )
 from streamtrain.report.ledger import ReadInterrupted
@@ -73,10 +73,17 @@ def run_bridge_settings(section: Mapping[str, Any], kafka: KafkaConfig, devices:
 
 def bridge_spec(port: int, section: Mapping[str, Any], common: dict[str, object],
                 global_args: Sequence[str]) -> ServiceSpec:
-    """`python -m streamtrain.bridge bridge`, with `section` as its settings (`run_bridge_settings`)."""
-    sets: dict[str, object] = {**common, "bridge": dict(section), "metrics.port": port}
+    """`python -m streamtrain.bridge bridge`, with `section` as its settings (`run_bridge_settings`).
+
+    Its source cluster (`bridge.source_cluster`, with its login) goes in its environment, never on its command line;
+    so each setting of the section is set on its own (a `--set bridge=...` of the whole table would replace it).
+    """
+    sets: dict[str, object] = {**common, **{f"bridge.{k}": v for k, v in section.items() if k != "source_cluster"},
+                               "metrics.port": port}
     argv = module_command("streamtrain.bridge", "bridge", global_args=global_args, sets=sets)
-    return ServiceSpec("bridge", "bridge", argv, (port,))
+    source = section.get("source_cluster")
+    env = {f"{ENV_PREFIX}BRIDGE__SOURCE_CLUSTER": json.dumps(source, default=str)} if source else {}
+    return ServiceSpec("bridge", "bridge", argv, (port,), env)
 
 
 def sources_caught_up(cfg: StreamtrainConfig, timeout: float = 10.0) -> bool:
@@ -89,26 +96,25 @@ def sources_caught_up(cfg: StreamtrainConfig, timeout: float = 10.0) -> bool:
     (it commits only with records). So a partition short of its end is read from there: caught up when the
     reader's position passes the end with no record given.
     """
-    consumer = make_consumer(cfg.kafka, cfg.bridge.group(cfg.job))  # reads the group's offsets, never joins it
+    progress = BridgeProgress(cfg)
     try:
-        spans: dict[tuple[str, int], tuple[int, int]] = {}
-        for source in cfg.bridge.sources:
-            for pid, span in tail_positions(consumer, source.topic, None, timeout).items():
-                spans[(source.topic, pid)] = span
-        behind: dict[tuple[str, int], int] = {}
-        starts = []
-        for tp in committed_offsets(consumer, [TopicPartition(t, p) for t, p in spans], timeout):
-            low, high = spans[(tp.topic, tp.partition)]
-            start = max(tp.offset, low)  # no commit (OFFSET_INVALID, negative): the bridge starts at the log start
-            if start < high:
-                behind[(tp.topic, tp.partition)] = high
-                starts.append(TopicPartition(tp.topic, tp.partition, start))
-        return not behind or _nothing_to_read(consumer, starts, behind, min(timeout, 2.0))
+        with progress.clients() as (consumer, member):  # reads the group's offsets, never joins it
+            spans: dict[tuple[str, int], tuple[int, int]] = {}
+            for source in cfg.bridge.sources:
+                for pid, span in tail_positions(consumer, source.topic, None, timeout).items():
+                    spans[(source.topic, pid)] = span
+            behind: dict[tuple[str, int], int] = {}
+            starts = []
+            for tp in progress.committed(member, [TopicPartition(t, p) for t, p in spans], timeout):
+                low, high = spans[(tp.topic, tp.partition)]
+                start = max(tp.offset, low)  # no commit (OFFSET_INVALID, negative): the bridge starts at the log start
+                if start < high:
+                    behind[(tp.topic, tp.partition)] = high
+                    starts.append(TopicPartition(tp.topic, tp.partition, start))
+            return not behind or _nothing_to_read(consumer, starts, behind, min(timeout, 2.0))
     except (KafkaException, TimeoutError) as exc:
         logger.warning("cannot tell whether the bridge caught up (%s)", exc)
         return False
-    finally:
-        consumer.close()
 
 
 def _nothing_to_read(consumer: KafkaConsumer, starts: list[TopicPartition], ends: dict[tuple[str, int], int],

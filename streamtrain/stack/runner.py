@@ -291,8 +291,10 @@ class LocalStack:
         """The configuration on the Kafka the run uses, with the bridge's settings as the run gave them."""
         update: dict[str, Any] = {"kafka": self.kafka}
         if self.opts.bridge is not None:
-            update["bridge"] = self.cfg.bridge.model_validate(run_bridge_settings(self.opts.bridge, self.kafka,
-                                                                                  self.devices))
+            # The source cluster as the bridge has it: the --bridge file's, else the run's configuration's.
+            section = {"source_cluster": self.cfg.bridge.source_cluster,
+                       **run_bridge_settings(self.opts.bridge, self.kafka, self.devices)}
+            update["bridge"] = self.cfg.bridge.model_validate(section)
         return self.cfg.model_copy(update=update)
 
     def _stop_bridge(self) -> None:

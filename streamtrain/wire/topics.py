@@ -31,15 +31,21 @@ class TopicNames:
     def device(self, device_id: str) -> str:
         """The topic of one device's sample stream."""
         validate_name_part("device id", device_id)
-        name = f"{self.prefix}.device.{device_id}"
-        if len(name) > _MAX_TOPIC:
-            raise ValueError(f"topic {name[:40]}... is longer than Kafka's {_MAX_TOPIC} characters")
-        return name
+        return _within_limit(f"{self.prefix}.device.{device_id}")
 
     def device_of(self, topic: str) -> str | None:
         """The device id of a device topic under this prefix, or None for any other topic."""
-        head = f"{self.prefix}.device."
-        return topic[len(head):] if topic.startswith(head) and len(topic) > len(head) else None
+        return _after(f"{self.prefix}.device.", topic)
+
+    def bridge_offsets(self, source_topic: str) -> str:
+        """The empty topic under which a bridge reading another cluster keeps its progress in `source_topic`: its
+        group's committed offset of partition p is the next offset of the source's partition p (a broker keeps
+        offsets only of topics it holds)."""
+        return _within_limit(f"{self.prefix}.bridge-offsets.{source_topic}")
+
+    def bridge_source_of(self, topic: str) -> str | None:
+        """The source topic a `bridge_offsets` topic keeps the progress of, or None for any other topic."""
+        return _after(f"{self.prefix}.bridge-offsets.", topic)
 
     @property
     def feedback(self) -> str:
@@ -72,3 +78,14 @@ class TopicNames:
     def predictions(self) -> str:
         """`serve`'s answers, one `Prediction` per request, naming the version that made it."""
         return f"{self.prefix}.predictions"
+
+
+def _within_limit(name: str) -> str:
+    if len(name) > _MAX_TOPIC:
+        raise ValueError(f"topic {name[:40]}... is longer than Kafka's {_MAX_TOPIC} characters")
+    return name
+
+
+def _after(head: str, topic: str) -> str | None:
+    """What follows `head` in `topic`, or None when it does not start with it (or nothing follows)."""
+    return topic[len(head):] if topic.startswith(head) and len(topic) > len(head) else None

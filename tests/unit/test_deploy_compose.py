@@ -383,6 +383,32 @@ def test_each_service_is_its_own_role_and_the_setup_grants_exactly_those_roles()
     assert configs["trainer"].coordinator.max_lag_samples == configs["coordinator"].coordinator.max_lag_samples
 
 
+def test_the_bridge_reads_a_cluster_of_your_own_when_env_names_it_and_the_setup_grants_its_twins(
+        tmp_path: Path) -> None:
+    from streamtrain.acl import role_acls
+
+    services = resolved(BASE)["services"]
+    env = {n: {k: str(v) for k, v in services[n]["environment"].items()} for n in ("bridge", "kafka-setup")}
+    assert load_config(env=env["bridge"]).bridge.source_cluster is None  # .env leaves it empty: the stack's own
+    ca = tmp_path / "source-ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    values = {"BOOTSTRAP_SERVERS": "kafka.example.com:9093", "SECURITY_PROTOCOL": "SASL_SSL",
+              "SASL_MECHANISM": "SCRAM-SHA-512", "SASL_USERNAME": "bridge-reader", "SASL_PASSWORD": "s3cret",
+              "SSL_CA_LOCATION": str(ca)}
+    named = {k for k in env["bridge"] if k.startswith("STREAMTRAIN_BRIDGE__SOURCE_CLUSTER__")}
+    assert named == {f"STREAMTRAIN_BRIDGE__SOURCE_CLUSTER__{k}" for k in values}  # none misspelt (empty is unset)
+    sources = {"STREAMTRAIN_BRIDGE__SOURCES": '[{"topic": "sensors", "decoder": "json"}]'}
+    bridge = load_config(env={**env["bridge"], **sources, **{k: values[k.rsplit("__", 1)[1]] for k in named}})
+    source = bridge.bridge.source_cluster
+    assert source is not None and source.bootstrap_servers == "kafka.example.com:9093"
+    assert source.sasl_username == "bridge-reader" and source.ssl_ca_location == ca
+    setup = load_config(env={**env["kafka-setup"], **sources,
+                             "STREAMTRAIN_BRIDGE__SOURCE_CLUSTER__BOOTSTRAP_SERVERS": "kafka.example.com:9093"})
+    twin = setup.kafka.topics.bridge_offsets("sensors")
+    granted = {(a.operation, a.resource) for a in role_acls(setup, ["0"]) if a.principal == "User:streamtrain-bridge"}
+    assert {("READ", twin), ("CREATE", twin), ("ALTER", twin)} <= granted and ("READ", "sensors") not in granted
+
+
 def test_no_password_is_written_into_the_compose_files_and_the_placeholders_are_refused() -> None:
     from streamtrain.acl import apply_users
     from streamtrain.kafka import make_admin

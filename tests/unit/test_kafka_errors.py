@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from streamtrain.config import KafkaConfig
+from streamtrain.config import KafkaConfig, SourceClusterConfig
 from streamtrain.kafka import client_settings
 from streamtrain.kafka_errors import TlsProbe, explain, probe_tls
 
@@ -79,6 +79,18 @@ def test_a_tls_client_at_a_plain_listener_is_told_so_and_a_handshake_that_passes
     assert plain is not None and "does not speak TLS" in plain.str()
     assert "kafka.security_protocol=SASL_PLAINTEXT" in plain.str()
     assert explain(_sasl("SASL_SSL"), VERIFY, Probe(TlsProbe(True, True))) is None
+
+
+def test_messages_name_the_section_the_settings_come_from() -> None:
+    source = SourceClusterConfig(bootstrap_servers="upstream:9092", security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism="SCRAM-SHA-512", sasl_username="reader", sasl_password="pw")
+    found = explain(source, DOWN, Probe(TlsProbe(True, True)))
+    assert found is not None and "bridge.source_cluster.security_protocol=SASL_SSL" in found.str()
+    on_error = client_settings(source)["error_cb"]
+    refused = KafkaError(KafkaError._AUTHENTICATION, "sasl://upstream:9092/1: SASL authentication error: "
+                         "Authentication failed during authentication due to invalid credentials")
+    with pytest.raises(KafkaException, match=r"user 'reader'.*bridge\.source_cluster\.sasl_password"):
+        on_error(refused)
 
 
 def test_the_inner_callback_is_handed_the_explained_error_before_it_is_raised() -> None:

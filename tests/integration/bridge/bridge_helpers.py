@@ -11,12 +11,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from streamtrain.bridge.service import Bridge
 from streamtrain.config import KafkaConfig, StreamtrainConfig
 from streamtrain.decoders import source_of
-from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, read_to_end
+from streamtrain.kafka import (
+    TopicSpec,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+    read_to_end,
+    topic_metadata,
+    watermarks,
+)
 from streamtrain.report.source_accounting import SourceTally, collect_sources, tally_sources
 from streamtrain.wire import DeadLetter, Sample, decode
 
@@ -50,7 +59,28 @@ def bridge_until_caught_up(cfg: StreamtrainConfig, expected: int, timeout: float
             bridge.run_once(0.1)
     finally:
         bridge.close()
+    kafka = cfg.kafka
+    settled([kafka.topics.device(d) for d in cfg.bridge_devices] + [kafka.topics.dead_letter], kafka)
     return bridge
+
+
+def settled(topics: Sequence[str], kafka: KafkaConfig, timeout: float = 15.0) -> None:
+    """Wait until the last transaction's commit markers are written in `topics`: a commit returns once the
+    coordinator has decided it, and the markers follow, so for a moment a read_committed reader's end (the last
+    stable offset) is behind the records, and a read back from it at once would miss them."""
+    committed = make_consumer(kafka, "settled")
+    uncommitted = make_consumer(kafka, "settled", **{"isolation.level": "read_uncommitted"})
+    try:
+        deadline = time.monotonic() + timeout
+        for topic in topics:
+            for pid in topic_metadata(committed, topic, timeout).partitions:
+                tp = TopicPartition(topic, pid)
+                while watermarks(committed, tp, timeout)[1] < watermarks(uncommitted, tp, timeout)[1]:
+                    assert time.monotonic() < deadline, f"{topic}[{pid}]: a transaction stays open"
+                    time.sleep(0.1)
+    finally:
+        committed.close()
+        uncommitted.close()
 
 
 def records_in(bridge: Bridge) -> int:

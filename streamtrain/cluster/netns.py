@@ -4,7 +4,10 @@ One test bed run owns a bridge `stc<run>br` in the machine's own namespace, hold
 address `.1` of a private /24, and one namespace `stc<run>-<host>` per host, joined to the bridge by a
 veth pair (`stc<run>v<n>` on the bridge, `eth0` inside). A namespace has no route beyond its /24, so
 its processes reach only each other and the machine's own address on the bridge; nothing else on any
-network sees their traffic. Pulling a host's cable is setting its bridge-side veth down.
+network sees their traffic. Pulling a host's cable is setting its bridge-side veth down. Where the
+machine filters bridged traffic through iptables (Docker's engine loads br_netfilter and sets the FORWARD
+chain's policy to DROP), the run also puts one ACCEPT rule for traffic within its bridge at the head of
+FORWARD, and takes it out with the bridge.
 
 A run is registered under `/run/streamtrain-cluster/<run>.json` with its owner (the process whose
 end should end it: a test session) before anything is created, and unregistered after everything
@@ -64,6 +67,28 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if check and done.returncode != 0:
         raise NetworkError(f"ip {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
     return done
+
+
+def _forward_within(bridge: str, allow: bool) -> None:
+    """Insert (or delete, every copy) the FORWARD rule that accepts traffic between the ports of `bridge`.
+
+    With br_netfilter loaded and `net.bridge.bridge-nf-call-iptables` set, frames between two ports of a Linux
+    bridge pass the FORWARD chain, whose policy Docker's engine sets to DROP: the hosts of a run could not reach
+    each other. Without an `iptables` command there is nothing to open.
+    """
+    if shutil.which("iptables") is None:
+        return
+    rule = ["FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"]
+    if allow:
+        done = subprocess.run(["iptables", "-w", "-I", *rule], capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode != 0:
+            logger.warning("could not open forwarding within %s (%s): hosts may not reach each other where the "
+                           "FORWARD chain drops bridged traffic", bridge, done.stderr.strip())
+        return
+    for _ in range(16):  # a rule inserted twice is deleted twice
+        done = subprocess.run(["iptables", "-w", "-D", *rule], capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode != 0:
+            return
 
 
 def netns_unavailable() -> str | None:
@@ -193,6 +218,7 @@ class Network:
                 _ip("link", "add", self.bridge, "type", "bridge")
                 _ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
                 _ip("link", "set", self.bridge, "up")
+                _forward_within(self.bridge, allow=True)
                 for index, (name, octet) in enumerate(hosts.items()):
                     self.hosts[name] = self._add_host(name, index, str(self.subnet.network_address + octet))
             except (NetworkError, subprocess.TimeoutExpired):
@@ -285,6 +311,7 @@ def destroy_run(run_id: str) -> None:
     # A namespace goes away lazily; its veth end with it. Deleting the bridge-side ends now does not wait.
     for link in sorted(links, key=lambda name: name.endswith("br")):  # the bridge last
         _ip("link", "del", link, check=False)
+    _forward_within(f"{PREFIX}{run_id}br", allow=False)
     with contextlib.suppress(FileNotFoundError):
         (RUNS_DIR / f"{run_id}.json").unlink()
 

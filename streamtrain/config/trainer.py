@@ -20,7 +20,7 @@ __all__ = ["BUILTIN_MODELS", "BUILTIN_OBJECTIVES", "DOTTED_PATH", "TrainerConfig
 DOTTED_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 #: The models `model` can name instead of a dotted path (built by `streamtrain.models.build_model`).
-BUILTIN_MODELS: tuple[str, ...] = ("conv", "seq", "mlp")
+BUILTIN_MODELS: tuple[str, ...] = ("conv", "seq", "seqflat", "mlp")
 
 #: The objectives `objective` can name instead of a dotted path.
 BUILTIN_OBJECTIVES: tuple[str, ...] = ("classification", "regression", "multilabel", "forecast")
@@ -56,12 +56,31 @@ class TrainerConfig(BaseModel):
     model: str = "conv"
     """The model every rank trains: `conv` (the packed temporal conv net the synthetic task is made for),
     `seq` (a dilated masked conv net for real series: per-series normalisation, mean and max pooling; e.g.
-    PLAID), `mlp` (a small MLP with a linear path, for tabular data: one-frame samples), or the dotted path
-    `module:attr` of a factory `(TrainerConfig) -> torch.nn.Module` of your own.
-    Whatever it is must take what `collate` returns, an empty batch included, and give outputs of shape
+    PLAID), `seqflat` (`seq` beside an MLP over the whole series, position by position, resampled to
+    `series_points`: series of one length, e.g. spectra), `mlp` (a small MLP with a linear path, for tabular data:
+    one-frame samples), or the dotted path `module:attr` of a factory `(TrainerConfig) -> torch.nn.Module` of your
+    own. Whatever it is must take what `collate` returns, an empty batch included, and give outputs of shape
     (batch.num_samples, the objective's width: num_classes logits for classification): each rank checks that on
     a probe batch at start-up. `streamtrain up --dataset` chooses by the data's shape when it is left unset: `mlp`
-    for one-frame samples, `seq` for series (and says why)."""
+    for one-frame samples, `seqflat` for series of one length, `seq` for series of varying length (and says why)."""
+
+    series_points: int = Field(default=64, ge=1, le=4096)
+    """`seqflat`: points per channel its whole-series path resamples every series to (unchanged at this length,
+    interpolated when shorter, averaged in equal bins when longer). `streamtrain up --dataset` sets it to the
+    dataset's series length (at most 256) when it chooses `seqflat`."""
+
+    dropout: float | None = Field(default=None, ge=0, lt=1)
+    """Dropout of the built-in MLPs in training (`mlp`, and `seqflat`'s whole-series path): the share of their
+    inputs and hidden units zeroed at each step. A small dataset is replayed many times over within a run, and
+    without it they fit its noise. Unset: the model's own, 0.2 for `mlp`, 0.5 for `seqflat` (hundreds of inputs
+    per series)."""
+
+    ema_decay: float = Field(default=0.0, ge=0, lt=1)
+    """Held-out evaluations and published model versions use an exponential moving average of the weights
+    (updated after every optimizer step, this decay per step, warming up as `min(decay, (1 + n) / (10 + n))` after
+    n steps), not the last step's weights: the last step of small, noisy batches lands anywhere in the optimum's
+    neighbourhood, the average near its middle. Training itself runs on the live weights. 0: off (the last
+    step's weights). `streamtrain up --dataset` sets 0.95 for a built-in model when it is unset."""
 
     objective: str = "classification"
     """What the model learns and how it is judged: `classification` (an integer label per sample; cross-entropy),

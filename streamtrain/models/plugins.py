@@ -26,7 +26,8 @@ from streamtrain.wire import Sample
 from .batching import Batch, collate_packed, model_dtype
 from .conv import PackedConvNet
 from .sequence import SequenceClassifier
-from .tabular import TabularMLP
+from .tabular import DROPOUT, TabularMLP
+from .whole import WHOLE_DROPOUT, WholeSeriesNet
 
 __all__ = ["PROBE_DEVICE", "CollateFn", "build_collate", "build_model", "check_objective", "check_plugins",
            "probe_samples"]
@@ -67,8 +68,11 @@ def build_model(config: TrainerConfig, output_width: int | None = None) -> nn.Mo
             model: Any = PackedConvNet(*shape, last_state=last_state)
         elif config.model == "seq":
             model = SequenceClassifier(*shape, length_buckets=config.length_buckets, last_state=last_state)
+        elif config.model == "seqflat":
+            model = WholeSeriesNet(*shape, points=config.series_points, dropout=_dropout(config, WHOLE_DROPOUT),
+                                   length_buckets=config.length_buckets, last_state=last_state)
         elif config.model == "mlp":
-            model = TabularMLP(*shape[:4])
+            model = TabularMLP(*shape[:4], dropout=_dropout(config, DROPOUT))
         else:
             model = resolve_dotted(config.model, "trainer.model")(config)
             if not isinstance(model, nn.Module):
@@ -76,6 +80,10 @@ def build_model(config: TrainerConfig, output_width: int | None = None) -> nn.Mo
                 raise SetupError(f"trainer.model: {config.model!r} returned {got}, not nn.Module")
             logger.info("using model %s from trainer.model", config.model)
     return model.to(dtype)
+
+
+def _dropout(config: TrainerConfig, default: float) -> float:
+    return default if config.dropout is None else config.dropout
 
 
 def build_collate(config: TrainerConfig) -> CollateFn:

@@ -95,6 +95,11 @@ class SequenceClassifier(nn.Module):
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """Logits of shape (batch.num_samples, num_classes); an empty batch gives (0, num_classes)."""
+        return self.head(self.pooled(batch))
+
+    def pooled(self, batch: PackedBatch) -> torch.Tensor:
+        """What the head reads: each series' mean and max (and last frame) of the conv blocks' output, (n, 2H or
+        3H)."""
         seg, lengths = batch.segment_ids, batch.lengths
         h = self.embed(series_features(batch.values, seg, lengths))
         n_frames, n_series = h.shape[0], lengths.shape[0]
@@ -111,4 +116,4 @@ class SequenceClassifier(nn.Module):
         pooled = [segment_mean(h, seg, lengths), pooled_max]
         if self.last_state:
             pooled.append(last_frames(h, batch.cu_seqlens))
-        return self.head(torch.cat(pooled, dim=1))
+        return torch.cat(pooled, dim=1)

@@ -129,6 +129,8 @@ class TrainerRank:
         ahead: list[tuple[int, int]] = []
         if checkpoint is not None:
             self.runner.model.module.load_state_dict(checkpoint.model)
+            if self.runner.average is not None:
+                self.runner.average.reset(self.runner.model.module)
             self.runner.optimizer.load_state_dict(checkpoint.optimizer)
             self.step = self._checkpointed_step = checkpoint.step
             self._offsets = dict(checkpoint.offsets)
@@ -327,9 +329,10 @@ class TrainerRank:
         return self.buffer.select_oldest(selection.count, selection.size_budget, exclude=reserved)
 
     def evaluate(self) -> None:
-        """Collective: evaluate the shared model on the held-out set; rank 0 publishes the result."""
+        """Collective: evaluate the shared model (the moving average of its weights when `trainer.ema_decay` is set) on
+        the held-out set; rank 0 publishes the result."""
         assert self.evaluator is not None
-        result = self.evaluator.evaluate(self.runner.model.module, self.step)
+        result = self.evaluator.evaluate(self.runner.handed_out, self.step)
         self._evaluated_step = self.step
         self._heldout = result
         self.metrics.record_heldout(result.step, result.accuracy, result.loss, result.seconds)
@@ -348,11 +351,11 @@ class TrainerRank:
                         shown, result.samples, result.seconds)
 
     def publish(self) -> None:
-        """Collective: publish a model version of the current weights (held-out evaluated first when
-        `versions.evaluate`, so the version's metrics are its own)."""
+        """Collective: publish a model version of the current weights or their moving average (`trainer.ema_decay`),
+        held-out evaluated first when `versions.evaluate`, so the version's metrics are its own."""
         if self.evaluator is not None and self.config.versions.evaluate and self._evaluated_step != self.step:
             self.evaluate()
-        self.publisher.publish(self.step, self.runner.model.module, self.device_id, self.buffer.lowest_unprocessed(),
+        self.publisher.publish(self.step, self.runner.handed_out, self.device_id, self.buffer.lowest_unprocessed(),
                                heldout_metrics(self._heldout))
 
     def _feedback_delivered(self, err: KafkaError | None, _msg: Message) -> None:

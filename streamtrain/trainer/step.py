@@ -31,6 +31,7 @@ from streamtrain.objectives import Objective, build_objective
 from streamtrain.wire import Sample
 
 from .aggregation import AggregationState, aggregation_hook
+from .averaging import WeightAverage
 from .compression import CompressionStats, TopKCompressor
 from .distributed import (
     DistContext,
@@ -163,9 +164,17 @@ class StepRunner:
         self._params = [p for p in model.module.parameters() if p.requires_grad]
         # Float buffers (e.g. batch-norm statistics) change in the forward pass: a skipped step restores them.
         self._buffers = [b for b in model.module.buffers() if b.is_floating_point()]
+        self.average = WeightAverage(model.module, config.ema_decay) if config.ema_decay > 0 else None
+        """The moving average of the weights that evaluations and versions use (`trainer.ema_decay`; None: off)."""
         self.inputs: InputEstimate | None = None
         """The online estimate of the input standardisation while it warms up (`streamtrain.models.standardise`;
         set by the rank when `trainer.input_shift` is unset): folded in before each step's collate."""
+
+    @property
+    def handed_out(self) -> nn.Module:
+        """The bare module held-out evaluations and published versions use: the moving average of the weights when
+        `trainer.ema_decay` is set, else the live model."""
+        return self.average.module if self.average is not None else self.model.module
 
     @property
     def compression_stats(self) -> CompressionStats | None:
@@ -240,7 +249,7 @@ class StepRunner:
         # An empty global batch has all-zero gradients; stepping would still apply momentum and decay.
         stepped = global_samples > 0 and not skipped
         if stepped:
-            self.optimizer.step()
+            self._optimizer_step()
         elif skipped:
             self.skipped_steps += 1
             with torch.no_grad():
@@ -277,6 +286,11 @@ class StepRunner:
             prequential=prequential,
             publish=self.state.group_publish(),
         )
+
+    def _optimizer_step(self) -> None:
+        self.optimizer.step()
+        if self.average is not None:
+            self.average.update(self.model.module)
 
     def _sum_over_ranks(self, local: np.ndarray) -> np.ndarray:
         summed = torch.as_tensor(local, dtype=torch.float64, device=self.device)

@@ -257,7 +257,7 @@ EXPORTED = {  # what predict answers, by objective: the array an exported graph 
 @pytest.mark.parametrize("fmt", ["export", "torchscript", "onnx"])
 @pytest.mark.parametrize(("model", "objective"), [("conv", "classification"), ("seq", "classification"),
                                                   ("conv", "regression"), ("seq", "forecast"),
-                                                  ("conv", "multilabel")])
+                                                  ("seqflat", "regression"), ("conv", "multilabel")])
 def test_an_exported_graph_answers_as_predict_does(tmp_path: Path, fmt: str, model: str, objective: str) -> None:
     if fmt == "onnx":
         pytest.importorskip("onnx")

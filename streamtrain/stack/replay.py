@@ -26,7 +26,7 @@ import numpy as np
 
 from streamtrain.config import KafkaConfig, ProducerConfig, StreamtrainConfig, TrainerConfig
 from streamtrain.datasets import PACKAGED, Dataset, DatasetError, load_dataset, packaged_file
-from streamtrain.models.defaults import default_model, default_training
+from streamtrain.models.defaults import EMA_DECAY, default_model, default_training
 from streamtrain.models.standardise import fit_input_scaling
 from streamtrain.objectives.inference import fit_objective
 from streamtrain.producers.service import ProducerError, StreamProducer
@@ -143,14 +143,20 @@ def _model(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], setting
     if "model" in explicit:
         name, why = trainer.model, f"{trainer.model}, set by trainer.model"
     else:
-        name, shape = default_model(dataset.sizes)
-        settings["trainer.model"] = name
-        why = f"{name}, chosen from the data's shape: {shape} (--set trainer.model=... to choose)"
+        choice = default_model(dataset.sizes, trainer.num_features)
+        name = choice.name
+        settings |= {"trainer.model": name, **{k: v for k, v in choice.settings.items()
+                                                 if k.removeprefix("trainer.") not in explicit}}
+        why = f"{name}, chosen from the data's shape: {choice.why} (--set trainer.model=... to choose)"
     training = default_training(name)
     if training and not explicit & {"optimizer", "lr", "lr_scaling"}:
         settings |= training
         why += (f"; trained with {training['trainer.optimizer']} at lr {training['trainer.lr']}, no linear lr "
                 "scaling (the quality panel's defaults; --set trainer.optimizer / lr / lr_scaling to choose)")
+    if training and "ema_decay" not in explicit:
+        settings["trainer.ema_decay"] = EMA_DECAY
+        why += (f"; evaluated and published as the moving average of its weights (trainer.ema_decay={EMA_DECAY:g}; "
+                "0: the last step's)")
     return why
 
 

@@ -69,9 +69,9 @@ def test_settings_are_validated_with_the_setting_named() -> None:
 
 
 def test_the_default_model_follows_the_data_shape() -> None:
-    assert default_model(np.ones(10, dtype=np.int64))[0] == "mlp"
-    name, why = default_model(np.array([20, 40, 1]))
-    assert name == "seq" and "series of 1 to 40 frames" in why
+    assert default_model(np.ones(10, dtype=np.int64)).name == "mlp"
+    choice = default_model(np.array([20, 40, 1]))
+    assert choice.name == "seq" and "series of 1 to 40 frames" in choice.why
 
 
 def test_up_fits_the_inputs_chooses_the_model_and_reports_a_missing_feature(tmp_path: Path) -> None:

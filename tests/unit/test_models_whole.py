@@ -1,0 +1,162 @@
+"""`seqflat`, the model for series of one length: its resampling, its isolation of series, its dropout, the rule that
+chooses it from the data's shape (and says why), and that `up --dataset`'s defaults for it beat the mean on a small
+low-signal regression problem and read a position-dependent target that pooling cannot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from streamtrain.config import StreamtrainConfig, TrainerConfig
+from streamtrain.models import build_collate, build_model, pack_samples
+from streamtrain.models.defaults import MAX_SERIES_POINTS, default_model
+from streamtrain.models.tabular import TabularMLP
+from streamtrain.models.whole import WholeSeriesNet, resample
+from streamtrain.objectives import build_objective
+from streamtrain.stack.replay import resolve_replay
+from streamtrain.trainer.averaging import WeightAverage
+from streamtrain.trainer.step import build_optimizer
+from streamtrain.wire import Sample
+
+
+def _packed(series: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(s) for s in series])
+    cu = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
+    return torch.from_numpy(np.concatenate(series)).double(), cu, lengths
+
+
+def test_resampling_keeps_a_series_of_the_grids_length_interpolates_a_shorter_one_and_averages_a_longer_one() -> None:
+    same = np.arange(8.0).reshape(4, 2)
+    short = np.array([[0.0], [3.0]]).repeat(2, axis=1)
+    one = np.array([[5.0, -1.0]])
+    long = np.arange(16.0).reshape(8, 2)
+    values, cu, lengths = _packed([same, short, one, long])
+    grid = resample(values, cu, lengths, 4).numpy()
+    np.testing.assert_allclose(grid[0], same)  # unchanged
+    np.testing.assert_allclose(grid[1][:, 0], [0.0, 1.0, 2.0, 3.0])  # a line from 0 to 3 on 4 points
+    np.testing.assert_allclose(grid[2], np.repeat(one, 4, axis=0))  # one frame, repeated
+    np.testing.assert_allclose(grid[3], (long[0::2] + long[1::2]) / 2)  # 8 frames: the mean of each pair
+    assert resample(values[:0], cu[:1], lengths[:0], 4).shape == (0, 4, 2)
+
+
+def test_a_packed_batch_equals_each_series_alone_and_dropout_acts_in_training_only() -> None:
+    torch.manual_seed(0)
+    net = WholeSeriesNet(2, 3, hidden_size=8, num_layers=2, kernel_size=3, points=6, length_buckets=0).double()
+    rng = np.random.default_rng(1)
+    samples = [Sample.from_array("d", i, rng.standard_normal((n, 2)).astype(np.float32)) for i, n in
+               enumerate([6, 6, 1, 11, 6])]
+    net.eval()
+    together = net(pack_samples(samples, 2, dtype=torch.float64, require_labels=False))
+    alone = torch.cat([net(pack_samples([s], 2, dtype=torch.float64, require_labels=False)) for s in samples])
+    torch.testing.assert_close(together, alone)  # no path reads across a series boundary
+    assert net(pack_samples([], 2, dtype=torch.float64)).shape == (0, 3)
+    net.train()
+    batch = pack_samples(samples, 2, dtype=torch.float64, require_labels=False)
+    assert not torch.allclose(net(batch), net(batch))  # the whole-series MLP drops units in training
+
+
+def test_the_dropout_setting_reaches_both_mlps_and_unset_gives_each_its_own() -> None:
+    def rates(model: torch.nn.Module) -> set[float]:
+        return {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)}
+
+    base = {"num_features": 2, "num_classes": 3}
+    assert rates(build_model(TrainerConfig(model="mlp", **base))) == {0.2}
+    assert rates(build_model(TrainerConfig(model="seqflat", **base))) == {0.5}
+    assert rates(build_model(TrainerConfig(model="seqflat", dropout=0.0, **base))) == {0.0}
+    assert isinstance(build_model(TrainerConfig(model="seqflat", **base)).whole, TabularMLP)
+
+
+def test_the_model_follows_the_data_shape_and_says_why() -> None:
+    assert default_model(np.ones(10, dtype=np.int64)).name == "mlp"
+    fixed = default_model(np.full(30, 100), num_features=1)
+    assert fixed.name == "seqflat" and fixed.settings == {"trainer.series_points": 100, "trainer.num_layers": 4}
+    assert "series all of 100 frames" in fixed.why and "position by position (as they are)" in fixed.why
+    long = default_model(np.full(5, 1460), num_features=1)  # ACSF1's length: averaged onto at most 256 points
+    assert long.settings["trainer.series_points"] == MAX_SERIES_POINTS and "averaged onto 256 points" in long.why
+    wide = default_model(np.full(5, 100), num_features=64)  # 64 channels: at most 4096 values per series
+    assert wide.settings["trainer.series_points"] == 64
+    varying = default_model(np.array([20, 40, 7]))
+    assert varying.name == "seq" and not varying.settings and "series of 7 to 40 frames" in varying.why
+
+
+def _series(n: int, rng: np.random.Generator, signal: float) -> tuple[np.ndarray, np.ndarray]:
+    """Series of 24 frames around a level of 100 (so the inputs need standardising); the target follows the mean
+    of frames 4 to 7 by `signal` and noise of 1 (low signal: a few percent of the variance)."""
+    x = 100.0 + rng.standard_normal((n, 24, 1))
+    y = signal * x[:, 4:8, 0].mean(axis=1) + rng.standard_normal(n)
+    return x.astype(np.float32), y
+
+
+def _train_as_up_does(train: Path, test: Path, steps: int) -> tuple[float, float, str]:
+    """`up --dataset`'s choices for `train` (model, optimiser, moving average, standardisation, global batch), trained
+    on replayed batches for `steps` steps in one process: (held-out RMSE, the training mean's, the model)."""
+    replay = resolve_replay(str(train), StreamtrainConfig(), devices=2)
+    trainer = {k.removeprefix("trainer."): v for k, v in replay.settings.items() if k.startswith("trainer.")}
+    trainer.pop("eval_path", None)
+    config = TrainerConfig.model_validate(trainer)
+    torch.manual_seed(0)  # the weights' initialisation and dropout: one figure per run, not a draw
+    model, collate, objective = build_model(config), build_collate(config), build_objective(config)
+    optimizer, average = build_optimizer(model, config), WeightAverage(model, config.ema_decay)
+    data = np.load(train)
+    pairs = zip(data["x"], data["y"][:, 0], strict=True)
+    samples = [Sample.from_array("0", i, x, target=[float(t)]) for i, (x, t) in enumerate(pairs)]
+    batch_size = int(replay.settings["coordinator.global_batch"])  # type: ignore[call-overload]
+    order = np.random.default_rng(0).permutation(np.tile(np.arange(len(samples)), steps * batch_size // len(samples)
+                                                         + 1))
+    model.train()
+    for step in range(steps):
+        batch = collate([samples[i] for i in order[step * batch_size: (step + 1) * batch_size]], config)
+        optimizer.zero_grad()
+        objective.losses(model(batch), batch).mean().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        average.update(model)
+    held = np.load(test)
+    batch = collate([Sample.from_array("0", i, x, target=[float(t)]) for i, (x, t) in
+                     enumerate(zip(held["x"], held["y"][:, 0], strict=True))], config)
+    average.module.eval()
+    with torch.no_grad():
+        predicted = objective.predicted(average.module(batch), batch)[:, 0].double().numpy()
+    rmse = float(np.sqrt(np.mean((predicted - held["y"][:, 0]) ** 2)))
+    return rmse, float(np.sqrt(np.mean((data["y"].mean() - held["y"]) ** 2))), config.model
+
+
+def _trained_on(tmp_path: Path, seed: int, sizes: tuple[int, int],
+                make: Callable[[int, np.random.Generator], tuple[np.ndarray, np.ndarray]]) -> tuple[float, float, str]:
+    """`_train_as_up_does` on a training and a held-out split of `sizes` series drawn by `make` (series, targets)."""
+    rng = np.random.default_rng(seed)
+    for split, n in zip(("TRAIN", "TEST"), sizes, strict=True):
+        x, y = make(n, rng)
+        np.savez(tmp_path / f"{split}.npz", x=x, y=y[:, None])
+    return _train_as_up_does(tmp_path / "TRAIN.npz", tmp_path / "TEST.npz", steps=250)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "open (issue 35): RMSE 1.141 against the mean's 1.046; ridge with its penalty chosen by GCV reaches 1.039, "
+    "no fixed setting of seqflat tried does (dropout 0-0.8, weight decay, lr, EMA 0.99, zero-initialised heads, "
+    "hidden 16): it needs a regulariser chosen from the data"))
+@pytest.mark.timeout(120)
+def test_the_default_for_series_of_one_length_beats_the_mean_on_a_low_signal_regression(tmp_path: Path) -> None:
+    rmse, mean_rmse, model = _trained_on(tmp_path, 0, (160, 400), lambda n, rng: _series(n, rng, signal=0.5))
+    # The best possible here is the noise's RMSE, 1.0, against the mean's ~1.02: the model must get below the mean
+    # by more than a run's noise, not only match it.
+    assert model == "seqflat" and rmse < mean_rmse - 0.005, (rmse, mean_rmse)
+
+
+def _positions(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Series whose target is what frame 5 holds against frame 17 (noise of 0.1)."""
+    x, _ = _series(n, rng, signal=0.0)
+    return x, x[:, 5, 0] - x[:, 17, 0] + 0.1 * rng.standard_normal(n)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "open (issue 35): RMSE 1.04 against the mean's 1.33 (0.79x; 0.27x at dropout 0, but dropout 0.5 is what holds "
+    "the panel's small sets): the whole-series path's input dropout acts as a ridge penalty of about n per input"))
+@pytest.mark.timeout(120)
+def test_the_default_for_series_of_one_length_reads_a_target_set_by_positions(tmp_path: Path) -> None:
+    rmse, mean_rmse, model = _trained_on(tmp_path, 1, (160, 200), _positions)
+    assert model == "seqflat" and rmse < 0.4 * mean_rmse, (rmse, mean_rmse)

@@ -57,10 +57,20 @@ def _scheduler() -> list[str]:
     return ["1,024 devices with 256 pending", f"**{cell['latency_ms_median']:.1f} ms**"]
 
 
-def _convergence() -> list[str]:
-    data = _bench("convergence")
-    return [f"**{data['weighted_vs_sgd_max_param_diff']:.1e}**",
-            f"plain averaging: {data['plain_vs_sgd_max_param_diff']:.2f}"]
+def _quality() -> list[str]:
+    import statistics
+
+    from streamtrain.benchmarks.quality import QualityResult
+
+    cells = [c for c in QualityResult.load(BENCH / "quality.json").cells if c.error is None]
+    beaten = sum(bool(c.beats_baseline) for c in cells)
+
+    def median(kind: str) -> float:
+        return statistics.median(c.ratio for c in cells if c.kind == kind and c.ratio is not None)
+
+    return [f"{len(cells)} datasets", f"**{beaten} of {len(cells)}**",
+            f"median {median('classification'):.2f}{TIMES} the reference's accuracy",
+            f"{median('regression'):.2f}{TIMES} its RMSE"]
 
 
 def _truncation() -> list[str]:
@@ -87,7 +97,7 @@ class Headline:
 
 
 HEADLINES = (Headline("balance", _balance), Headline("realdata", _realdata), Headline("scheduler", _scheduler),
-             Headline("convergence", _convergence), Headline("truncation", _truncation), Headline("ingest", _ingest))
+             Headline("quality", _quality), Headline("truncation", _truncation), Headline("ingest", _ingest))
 
 
 def _results_rows() -> dict[str, str]:

@@ -129,11 +129,12 @@ def test_up_dataset_plaid_replays_the_train_split_and_evaluates_on_the_test_spli
     cfg = _config(**{"trainer.num_features": 1, "trainer.num_classes": 11, "coordinator.global_batch": 256})
     replay = resolve_replay("plaid", cfg)
     chosen = ("trainer.model", "trainer.input_shift", "trainer.input_scale",  # from the data's shape and values
-              "trainer.optimizer", "trainer.lr", "trainer.lr_scaling")
+              "trainer.optimizer", "trainer.lr", "trainer.lr_scaling", "trainer.ema_decay")
     assert {k: v for k, v in replay.settings.items() if k not in chosen} == {
         "producer.dataset.packaged": "plaid", "trainer.eval_packaged": "plaid",
         "producer.dataset.class_names": [str(c) for c in range(11)]}
     assert replay.settings["trainer.model"] == "seq" and len(replay.settings["trainer.input_scale"]) == 1
+    assert replay.settings["trainer.ema_decay"] == 0.95  # versions are the weights' moving average
     assert (replay.samples, replay.classes, replay.held_out) == (537, 11, "plaid")
     own = tmp_path / "x.npz"
     np.savez(own, x=np.ones((3, 5, 1), dtype=np.float32), y=np.array([0, 4, 10]))

@@ -8,9 +8,14 @@ import os
 import secrets
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from compose_stack import DEVICES, PROJECT, ROLES, ROOT, Stack, free_port
+
+#: A device's own system for kcat: Debian trixie's kcat 1.7.1 on librdkafka 2.8. Bookworm's (the machine's own) is on
+#: librdkafka 2.0.2, which fails every SCRAM login to Kafka 4.3 (SHA-256 and SHA-512 alike; measured here).
+KCAT_ROOT = ROOT / ".streamtrain" / "offline" / "kcat-trixie"
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +61,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         network.destroy()
         if st.figures:
             print("\ncompose acceptance figures: " + json.dumps(st.figures))
+
+
+@pytest.fixture(scope="session")
+def kcat_root() -> Path:
+    """A root file system with a current kcat (debootstrap --variant=minbase trixie, about 45 s the first time; kept
+    for later runs): the kcat test runs it with chroot inside the device's network namespace."""
+    if not (KCAT_ROOT / "usr" / "bin" / "kcat").exists():
+        partial = KCAT_ROOT.with_name(KCAT_ROOT.name + ".partial")
+        subprocess.run(["rm", "-rf", str(partial)], check=True)
+        made = subprocess.run(["debootstrap", "--variant=minbase", "--include=kcat", "trixie", str(partial),
+                               os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")],
+                              capture_output=True, text=True, timeout=900)
+        assert made.returncode == 0, f"debootstrap of kcat's root failed:\n{made.stdout[-3000:]}{made.stderr[-2000:]}"
+        partial.rename(KCAT_ROOT)
+    return KCAT_ROOT

@@ -272,29 +272,31 @@ def test_a_device_in_another_network_namespace_publishes_over_tls(stack: Stack) 
     stack.record("remote_device_samples_trained", len(sent["offsets"]))
 
 
-def test_kcat_in_another_network_namespace_publishes_over_tls(stack: Stack, tmp_path: Path) -> None:
+def test_kcat_in_another_network_namespace_publishes_over_tls(stack: Stack, kcat_root: Path) -> None:
     # kcat (librdkafka's command line, no streamtrain on the device): one sample in the wire format, its bytes made
-    # here, its connection settings in a 0600 file rather than on the command line.
+    # here, its connection settings in a 0600 file rather than on the command line. The device runs its own system
+    # (kcat_root, chrooted) in its own network namespace: it has the CA's certificate and nothing else of the stack.
     from streamtrain.wire import Sample, encode
 
     features = stack.host_config().trainer.num_features
     value, headers = encode(Sample.from_array("1", 10**9, np.ones((12, features), dtype=np.float32), label=1))
-    record = tmp_path / "sample.bin"
-    record.write_bytes(value)
-    props = tmp_path / "kcat.conf"
+    device = kcat_root / "device"
+    device.mkdir(mode=0o700, exist_ok=True)
+    (device / "sample.bin").write_bytes(value)
+    (device / "ca.crt").write_bytes(stack.ca.read_bytes())
+    settings = {**stack.host_config("streamtrain-producers", "PRODUCER_KAFKA").kafka.security_settings(),
+                "ssl.ca.location": "/device/ca.crt"}
+    props = device / "kcat.conf"
     props.touch(mode=0o600)
-    settings = stack.host_config("streamtrain-producers", "PRODUCER_KAFKA").kafka.security_settings()
     props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-    kcat = _in_namespace(stack, "kcat", "-P", "-b", f"{stack.external_host}:{stack.kafka_port}", "-F", str(props),
-                         "-t", "streamtrain.device.1", *(a for k, v in headers for a in ("-H", f"{k}={_text(v)}")),
-                         "-X", "enable.idempotence=true", "-X", "acks=all", str(record))
-    version = re.search(r"librdkafka (\d+)\.(\d+)", subprocess.run(["kcat", "-V"], capture_output=True,
-                                                                 text=True).stdout)
-    if kcat.returncode != 0 and "invalid credentials" in kcat.stderr and version and \
-            (int(version.group(1)), int(version.group(2))) < (2, 1):
-        # Measured here: Debian bookworm's kcat (librdkafka 2.0.2) fails every SCRAM login to Kafka 4.3, SHA-256 and
-        # SHA-512 alike, where librdkafka 2.16 (confluent-kafka, DeviceProducer) logs in with the same credentials.
-        pytest.xfail(f"kcat's {version.group(0)} cannot log in to Kafka 4.3 with SCRAM: {kcat.stderr[-300:]}")
+    try:
+        kcat = _in_namespace(stack, "chroot", str(kcat_root), "kcat", "-P", "-b",
+                             f"{stack.external_host}:{stack.kafka_port}", "-F", "/device/kcat.conf",
+                             "-t", "streamtrain.device.1", *(a for k, v in headers for a in ("-H", f"{k}={_text(v)}")),
+                             "-X", "enable.idempotence=true", "-X", "acks=all", "/device/sample.bin")
+    finally:
+        for name in ("kcat.conf", "ca.crt", "sample.bin"):
+            (device / name).unlink(missing_ok=True)
     assert kcat.returncode == 0, kcat.stderr
     offset = _high_watermarks(stack)["1"] - 1
     wait_for("kcat's sample trained", lambda: offset in _trained_offsets(stack, "1"), timeout=300, interval=10)

@@ -22,7 +22,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl; }
+# openssl for the test's certificates; debootstrap for the base image and the remote device's own root (its kcat).
+for tool in openssl debootstrap; do
+  command -v $tool >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $tool; }
+done
 rm -f reports/compose/figures.json
 deploy/offline/engine.sh start
 deploy/offline/build.sh all

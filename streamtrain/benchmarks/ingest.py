@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 from confluent_kafka import KafkaError, Message, Producer
+from pydantic import Field
 
 from streamtrain.broker import find_kafka_libs
 from streamtrain.config import KafkaConfig, ProducerConfig, TrainerConfig
@@ -74,6 +75,10 @@ class IngestResult(Result):
     trainer_samples_per_s: float
     trainer_samples_per_cpu_s: float
     trainer_record_bytes: int
+    sender_cpu_us: dict[str, list[float]] = Field(default_factory=dict)
+    """CPU microseconds per record of the sending thread (its Python, the client's `produce` and `poll` calls, the
+    delivery callbacks it serves; not librdkafka's own threads), for the bare loop and `DeviceProducer`, each repeat:
+    what `DeviceProducer` adds per record, measured apart from a shared machine's wall-clock noise."""
 
     def medians(self) -> dict[str, float]:
         return {k: statistics.median(v) for k, v in self.records_per_s.items()}
@@ -113,8 +118,9 @@ def rate_cell(kafka: KafkaConfig, streams: int, rate: float, seconds: float, war
     return RateCell(streams=streams, target_rate=float(rate), achieved_rates=[round(float(a), 2) for a in achieved])
 
 
-def _bare_loop(cfg: KafkaConfig, records: list[tuple[bytes, Any]]) -> float:
-    """confluent-kafka's own pattern (`streamtrain.kafka.produce`: poll(0), wait when full) with a delivery report."""
+def _bare_loop(cfg: KafkaConfig, records: list[tuple[bytes, Any]]) -> tuple[float, float]:
+    """confluent-kafka's own pattern (`streamtrain.kafka.produce`: poll(0), wait when full) with a delivery report:
+    (records/s, the sending thread's CPU microseconds per record)."""
     producer = Producer(producer_settings(cfg))
     failed = 0
 
@@ -122,22 +128,29 @@ def _bare_loop(cfg: KafkaConfig, records: list[tuple[bytes, Any]]) -> float:
         nonlocal failed
         failed += err is not None
 
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.thread_time()
     for value, headers in records:
         produce(producer, cfg.topics.device(_DEVICE), value, headers=headers, on_delivery=report)
     if producer.flush(120) != 0 or failed:
         raise RuntimeError("the bare produce loop could not deliver every record")
-    return len(records) / (time.perf_counter() - began)
+    return _per_record(len(records), began, cpu)
 
 
-def _device_producer(cfg: KafkaConfig, records: int, payloads: list[np.ndarray]) -> float:
-    """`DeviceProducer.send` of the same samples: checked, numbered and encoded on the way."""
+def _per_record(records: int, began: float, cpu: float) -> tuple[float, float]:
+    """(records/s, CPU microseconds per record of this thread) since `perf_counter()` was `began`, `thread_time()`
+    was `cpu`."""
+    wall, cpu = time.perf_counter() - began, time.thread_time() - cpu
+    return records / wall, round(cpu / records * 1e6, 3)
+
+
+def _device_producer(cfg: KafkaConfig, records: int, payloads: list[np.ndarray]) -> tuple[float, float]:
+    """`DeviceProducer.send` of the same samples, checked, numbered and encoded on the way: as `_bare_loop`."""
     producer = DeviceProducer(cfg, device=_DEVICE)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.thread_time()
     for i in range(records):
         producer.send(payloads[i % _POOL], label=i % 10, produced_at=_PRODUCED_AT)
     producer.close(120)  # raises DeliveryError unless every record was delivered
-    return records / (time.perf_counter() - began)
+    return _per_record(records, began, cpu)
 
 
 def _replay_producers(kafka: KafkaConfig, tag: str, records: int) -> float:
@@ -179,9 +192,11 @@ def kafka_perf_tool(cfg: KafkaConfig, topic: str, records: int, record_size: int
     return float(match[-1][1])
 
 
-def producer_rates(kafka: KafkaConfig, records: int, repeats: int, libs: Path) -> tuple[dict[str, list[float]], int]:
+def producer_rates(kafka: KafkaConfig, records: int, repeats: int,
+                   libs: Path) -> tuple[dict[str, list[float]], int, dict[str, list[float]]]:
     """Each of `_PRODUCERS` sending `records` of the same samples to fresh topics, `repeats` times alternating;
-    (records/s of each in each repeat, the record's bytes)."""
+    (records/s of each in each repeat, the record's bytes, the sending thread's CPU microseconds per record of the
+    bare loop and `DeviceProducer` in each repeat)."""
     from streamtrain.runtime.commands import console
 
     rng = np.random.default_rng(0)
@@ -193,6 +208,7 @@ def producer_rates(kafka: KafkaConfig, records: int, repeats: int, libs: Path) -
         raise RuntimeError("DeviceProducer would not write the bare loop's records: the comparison would be unfair")
 
     admin, size = make_admin(kafka), len(encoded[0][0])
+    cpu: dict[str, list[float]] = {"bare_loop": [], "device_producer": []}
 
     def measure(kind: str, r: int) -> float:
         with console.status(f"run {r + 1}/{repeats}: {kind} ..."):
@@ -202,13 +218,16 @@ def producer_rates(kafka: KafkaConfig, records: int, repeats: int, libs: Path) -
                 run = kafka.model_copy(update={"topic_prefix": f"{kafka.topic_prefix}.{kind}-{r}".replace("_", "-")})
                 topic = run.topics.device(_DEVICE)
                 ensure_topics(admin, [TopicSpec.from_config(kafka, topic)])
-                rate = (_bare_loop(run, encoded) if kind == "bare_loop" else
-                        _device_producer(run, records, payloads) if kind == "device_producer" else
-                        kafka_perf_tool(run, topic, records, size, libs))
+                if kind in cpu:
+                    rate, per_record = (_bare_loop(run, encoded) if kind == "bare_loop" else
+                                        _device_producer(run, records, payloads))
+                    cpu[kind].append(per_record)
+                else:
+                    rate = kafka_perf_tool(run, topic, records, size, libs)
         console.print(f"  {kind:<16} {rate:>10,.0f} records/s")
         return rate
 
-    return interleaved(list(_PRODUCERS), repeats, measure), size
+    return interleaved(list(_PRODUCERS), repeats, measure), size, cpu
 
 
 def trainer_rate(kafka: KafkaConfig, samples: int) -> tuple[float, float, int]:
@@ -284,10 +303,11 @@ def ingest_command(
             for count in counts:
                 cells.append(rate_cell(kafka, count, rate, seconds))
                 console.print(f"{count:>3} streams at {rate:g}/s: worst device off by {cells[-1].worst():.1%}")
-        runs, record_bytes = producer_rates(kafka, records, repeats, find_kafka_libs(cfg.broker.libs_dir))
+        runs, record_bytes, cpu = producer_rates(kafka, records, repeats, find_kafka_libs(cfg.broker.libs_dir))
         wall, per_cpu, trainer_bytes = trainer_rate(kafka, trainer_samples)
     publish(BENCH, IngestResult(record_bytes=record_bytes, window_s=seconds, rate_cells=cells, records_per_run=records,
-                                repeats=repeats, records_per_s=runs, trainer_samples_per_s=round(wall, 1),
+                                repeats=repeats, records_per_s=runs, sender_cpu_us=cpu,
+                                trainer_samples_per_s=round(wall, 1),
                                 trainer_samples_per_cpu_s=round(per_cpu, 1), trainer_record_bytes=trainer_bytes), out)
 
 
@@ -347,11 +367,13 @@ def render_ingest(result: IngestResult) -> str:
         f"{result.records_per_run:,} records per producer run, {result.repeats} alternating repeats (medians).",
         targets_table(ingest_targets(result)),
         table(["streams", "target/s", "min", "median", "max", "worst deviation"], rows),
-        table(["producer", "records/s", "vs perf tool"], [[_PRODUCERS.get(k, k), round(v), f"{v / perf:.2f}{TIMES}"
-                                                            if perf else "—"] for k, v in medians.items()])])
+        table(["producer", "records/s", "vs perf tool", "sending thread's CPU µs/record"],
+              [[_PRODUCERS.get(k, k), round(v), f"{v / perf:.2f}{TIMES}" if perf else "—",
+                f"{statistics.median(result.sender_cpu_us[k]):.2f}" if result.sender_cpu_us.get(k) else "—"]
+               for k, v in medians.items()])])
 
 
 BENCH = Bench("ingest", ingest_command, IngestResult, render_ingest, ingest_targets, plot_ingest,
               args=("--seconds", "10"), quick_args=("--seconds", "5", "--streams", "1,8,32", "--records", "20000",
                                                    "--repeats", "1"), timeout_s=900,
-              command_line="--seconds 10 --records 200000 --repeats 5")
+              command_line="--seconds 10 --records 200000 --repeats 9")

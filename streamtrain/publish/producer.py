@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 #: Longest single wait for room in a full queue: callbacks are served and the deadline checked this often.
 _POLL_S = 0.05
+_monotonic = time.monotonic
 #: Shortest time between two polls for delivery reports from `send`.
 _SEND_POLL_S = 0.001
 #: Failures logged one by one before only the count is kept (a dead broker fails every record).
@@ -159,6 +160,8 @@ class DeviceProducer:
         self._client = client if client is not None else Producer(
             producer_settings(cfg, **{**defaults, **overrides, "error_cb": self._on_error}))
         self._encoder = DeviceEncoder(device)
+        self._encode = self._encoder.encode
+        self._count = self._counted  # bound once: send hands it to every record
         self._send_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._next_seq = 0
@@ -207,12 +210,13 @@ class DeviceProducer:
         """
         if self._closed or self._fatal is not None:
             self._check_usable()
-        with self._send_lock:
+        lock = self._send_lock
+        lock.acquire()
+        try:
             seq = self._next_seq
-            record = self._encoder.encode(seq, array, label=label, target=target, metadata=metadata,
-                                          produced_at=produced_at)
+            record = self._encode(seq, array, label=label, target=target, metadata=metadata, produced_at=produced_at)
             # Without callbacks to tell, one bound method counts every report (no per-record closure to make).
-            callback = (self._counted if on_delivery is None and self._on_delivery is None else
+            callback = (self._count if on_delivery is None and self._on_delivery is None else
                         partial(self._reported, seq, record.size, on_delivery))
             try:
                 self._client.produce(self.topic, record.value, headers=record.headers, on_delivery=callback)
@@ -221,9 +225,11 @@ class DeviceProducer:
             except KafkaException as exc:
                 raise _refused(exc.args[0], record, self) from None
             self._next_seq = seq + 1  # also the count sent: every sample queued took the next number
+        finally:
+            lock.release()
         # Serve the delivery reports that have arrived (the confluent-kafka pattern), at most once a millisecond:
         # a sender at line rate serves them in batches rather than paying an empty poll per record.
-        now = time.monotonic()
+        now = _monotonic()
         if now >= self._next_poll:
             self._next_poll = now + _SEND_POLL_S
             self._client.poll(0)
@@ -255,8 +261,12 @@ class DeviceProducer:
     def _counted(self, err: KafkaError | None, msg: Message) -> None:
         """A delivery report when no callback is to be told: a delivery is counted, a failure goes the full way."""
         if err is None:
-            with self._count_lock:
+            lock = self._count_lock
+            lock.acquire()
+            try:
                 self._delivered += 1
+            finally:
+                lock.release()
         else:
             self._reported(seq_of(msg.value() or b"", len(self._encoder.head)), -1, None, err, msg)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, NamedTuple, cast
 
@@ -19,6 +19,7 @@ import numpy as np
 from ..wire import DTYPES
 from ..wire.codec import SIZE_HEADER, HeaderList, Sample, encode_array, load_schema
 from ..wire.records import now_ms, wire_dtype
+from ..wire.sample_writer import _ONE_BYTE
 from ..wire.sample_writer import varint as _varint
 
 __all__ = ["DeviceEncoder", "EncodedSample", "check_payload", "encode_device_sample", "seq_of"]
@@ -170,6 +171,9 @@ def encode_device_sample(
 _NO_TARGET_NO_METADATA = b"\x00\x00"
 #: Layouts, sizes and labels kept as bytes, each (a device has a few; more go the general way or are worked out).
 _KEPT = 1024
+#: A varint's first byte when more follow (the continuation bit set), by its low 7 bits.
+_LOW = tuple(bytes((n | 0x80,)) for n in range(0x80))
+_new_tuple = tuple.__new__
 
 
 @dataclass
@@ -183,19 +187,20 @@ class _Layout:
     row_bytes: int
     floats: bool
     """Whether the payload is floats (checked for NaN and infinity)."""
-    sizes: dict[int, tuple[bytes, HeaderList]] = field(default_factory=dict)
 
     def middle(self, size: int) -> tuple[bytes, HeaderList]:
         size_bytes = _varint(size)
         headers: HeaderList = [(SIZE_HEADER, str(size).encode())]
-        found = (b"".join((size_bytes, self.ndim, size_bytes, self.rest, _varint(size * self.row_bytes))), headers)
-        if len(self.sizes) < _KEPT:
-            self.sizes[size] = found
-        return found
+        return b"".join((size_bytes, self.ndim, size_bytes, self.rest, _varint(size * self.row_bytes))), headers
 
 
 #: What `DeviceEncoder` has for a layout it has not seen yet.
 _UNSEEN = _Layout(b"", b"", 0, False)
+
+
+def _unsigned(n: int) -> bytes:
+    """`n` >= 0 as LEB128, 7 bits a byte, low bits first: the varint of the long whose zigzag is `n`."""
+    return _varint((n >> 1) ^ -(n & 1))
 
 
 def seq_of(value: bytes, start: int) -> int:
@@ -214,11 +219,12 @@ class DeviceEncoder:
     """`encode_device_sample` for one device, with what repeats from record to record worked out once.
 
     A device sends samples of one layout (the shape past the size axis, the dtype) over and over: the schema prefix
-    and device id, each layout's shape and dtype code, each size's bytes and size header, and small labels are kept
-    as bytes, and a record is those joined with its seq, time, payload length and payload (read in place when
-    C-contiguous little-endian, not copied first). The first record of each layout is checked byte for byte against
-    the general encoder (`streamtrain.wire.encode_array`); a layout that differed, a target or metadata take the
-    general path. Not thread-safe: the producer calls it under its send lock.
+    and device id, each whole shape's bytes (shape, dtype code, payload length) and size header, the seq's high
+    bytes, the time and small labels are kept as bytes, and a record is those joined with its seq's low byte and its
+    payload (read in place when C-contiguous, not copied first). A shape seen before is found with one dict lookup
+    on `array.shape`; its NaN/infinity check is one dot product. The first record of each layout is checked byte for
+    byte against the general encoder (`streamtrain.wire.encode_array`); a layout that differed, a target or metadata
+    take the general path. Not thread-safe: the producer calls it under its send lock.
     """
 
     def __init__(self, device: str) -> None:
@@ -228,50 +234,64 @@ class DeviceEncoder:
         dtype_field: dict[str, Any] = next((f["type"] for f in schema.parsed["fields"] if f["name"] == "dtype"), {})
         self._codes = {name: _varint(i) for i, name in enumerate(dtype_field.get("symbols", ()))}
         self._layouts: dict[tuple[tuple[int, ...], np.dtype], _Layout | None] = {}
+        #: Whole shapes of the fast path: (dtype, bytes from the size field to the payload's length, size header,
+        #: floats, size). One dtype a shape: a shape sent with another dtype replaces it.
+        self._shapes: dict[tuple[int, ...], tuple[np.dtype, bytes, HeaderList, bool, int]] = {}
         self._labels: dict[int | None, bytes] = {None: b"\x00"}
-        self._at: tuple[int, bytes] = (-1, b"")
-        self._last: tuple[np.dtype | None, tuple[int, ...], _Layout | None] = (None, (), None)
+        self._at, self._at_bytes = -1, b""
+        self._seq_high, self._seq_high_bytes = 0, b""
 
     def encode(self, seq: int, array: Any, *, label: int | None = None,
                target: Sequence[float] | np.ndarray | float | None = None, metadata: Mapping[str, str] | None = None,
                produced_at: int | None = None) -> EncodedSample:
         """As `encode_device_sample(self.device, seq, array, ...)`, byte for byte, and raising alike."""
-        if type(array) is not np.ndarray or array.ndim < 2 or not array.shape[0] or target is not None or metadata:
+        if type(array) is not np.ndarray or target is not None or metadata:
             return encode_device_sample(self.device, seq, array, label=label, target=target, metadata=metadata,
                                         produced_at=produced_at)
-        last_dtype, last_rest, layout = self._last
-        if array.dtype is not last_dtype or array.shape[1:] != last_rest:  # the common case: as the last record
-            layout = self._layouts.get((array.shape[1:], array.dtype), _UNSEEN)
-            if layout is not _UNSEEN:
-                self._last = (array.dtype, array.shape[1:], layout)
+        known = self._shapes.get(array.shape)
+        if known is None or known[0] is not array.dtype:
+            return self._unknown_shape(seq, array, label, produced_at)
+        flat = array.ravel()  # a view when C-contiguous, else the C-order copy tobytes() would make
+        if known[3] and not math.isfinite(flat.dot(flat)) and not np.isfinite(flat).all():
+            check_payload(array)  # raises, naming the first bad value (a finite sum of squares may overflow)
+        # The seq's varint: its low byte, and the bytes above it (unchanged for 64 records in a row).
+        n = (seq << 1) ^ (seq >> 63)
+        high = n >> 7
+        if high != self._seq_high:
+            self._seq_high, self._seq_high_bytes = high, _unsigned(high) if high else b""
+        if produced_at is None or produced_at != self._at or type(produced_at) is not int:
+            self._stamp(produced_at)
+        labelled = self._labels.get(label) if label is None or type(label) is int else None
+        return _new_tuple(EncodedSample, (b"".join((
+            self.head, _LOW[n & 0x7F] if high else _ONE_BYTE[n], self._seq_high_bytes, self._at_bytes, known[1],
+            cast(bytes, flat), labelled or self._label(label), _NO_TARGET_NO_METADATA)), known[2], known[4]))
+
+    def _stamp(self, produced_at: int | None) -> None:
+        """Keep the time's varint (a device stamping its samples sends many in one millisecond)."""
+        at = now_ms() if produced_at is None else cast(int, _check_produced_at(produced_at))
+        if at != self._at:
+            self._at, self._at_bytes = at, _varint(at)
+
+    def _label(self, label: int | None) -> bytes:
+        found = b"\x02" + _varint(cast(int, _check_label(label)))
+        if len(self._labels) < _KEPT and type(label) is int:
+            self._labels[label] = found
+        return found
+
+    def _unknown_shape(self, seq: int, array: np.ndarray, label: int | None, produced_at: int | None) -> EncodedSample:
+        """A shape not on the fast path yet: its layout's bytes worked out (or the general encoder's record)."""
+        if array.ndim < 2 or not array.shape[0]:
+            return encode_device_sample(self.device, seq, array, label=label, produced_at=produced_at)
+        layout = self._layouts.get((array.shape[1:], array.dtype), _UNSEEN)
         if layout is _UNSEEN:
             return self._first_of_layout(seq, array, label, produced_at)
         if layout is None:
             return encode_device_sample(self.device, seq, array, label=label, produced_at=produced_at)
-        if layout.floats and not _all_finite(array):
-            check_payload(array)  # raises, naming the first bad value
-        size = array.shape[0]
-        middle, headers = layout.sizes.get(size) or layout.middle(size)
-        return EncodedSample(b"".join((self.head, _varint(seq), self._time(produced_at), middle,
-                                       cast(bytes, array) if array.flags.c_contiguous else array.tobytes(),
-                                       self._label(label),
-                                       _NO_TARGET_NO_METADATA)), headers, size)
-
-    def _time(self, produced_at: int | None) -> bytes:
-        if produced_at is not None and produced_at == self._at[0] and type(produced_at) is int:
-            return self._at[1]
-        at = now_ms() if produced_at is None else cast(int, _check_produced_at(produced_at))
-        if at != self._at[0]:  # a device stamping its samples sends many in one millisecond
-            self._at = (at, _varint(at))
-        return self._at[1]
-
-    def _label(self, label: int | None) -> bytes:
-        found = self._labels.get(label) if type(label) is int or label is None else None
-        if found is None:
-            found = b"\x02" + _varint(cast(int, _check_label(label)))
-            if len(self._labels) < _KEPT and type(label) is int:
-                self._labels[label] = found
-        return found
+        if len(self._shapes) >= _KEPT:
+            self._shapes.clear()  # a device of more shapes than that works them out again
+        middle, headers = layout.middle(array.shape[0])
+        self._shapes[array.shape] = (array.dtype, middle, headers, layout.floats, array.shape[0])
+        return self.encode(seq, array, label=label, produced_at=produced_at)
 
     def _first_of_layout(self, seq: int, array: np.ndarray, label: int | None,
                          produced_at: int | None) -> EncodedSample:
@@ -288,4 +308,5 @@ class DeviceEncoder:
             self._layouts[key] = _Layout(_varint(array.ndim), rest, array[0].nbytes, name[0] == "f")
             if self.encode(seq, array, label=label, produced_at=produced).value != record.value:
                 self._layouts[key] = None  # a schema this writer does not know: the general path
+                self._shapes.pop(array.shape, None)
         return record

@@ -17,10 +17,11 @@ pytestmark = pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_every_producer_delivers_every_record_and_the_pair_writes_the_same_records(kafka_cfg: KafkaConfig) -> None:
     records = 2_000
-    rates, record_bytes = producer_rates(kafka_cfg, records, 2, find_kafka_libs())
+    rates, record_bytes, cpu = producer_rates(kafka_cfg, records, 2, find_kafka_libs())
 
     assert list(rates) == list(_PRODUCERS)
     assert all(len(runs) == 2 and min(runs) > 0 for runs in rates.values())
+    assert set(cpu) == {"bare_loop", "device_producer"} and all(len(us) == 2 and min(us) > 0 for us in cpu.values())
     assert 2_800 < record_bytes < 3_100  # 45 x 16 float32 and the record's own fields
     consumer = make_consumer(kafka_cfg, "bench-ingest-check")
     try:

@@ -31,6 +31,8 @@ PROJECT = os.environ.get("STREAMTRAIN_COMPOSE_PROJECT", "streamtrain-acceptance"
 FIGURES = ROOT / "reports" / "compose" / "figures.json"
 #: Trainer replicas (= devices = ranks) of the acceptance run: two CPU cores run them beside Kafka and the services.
 DEVICES = int(os.environ.get("STREAMTRAIN_COMPOSE_DEVICES", "2"))
+#: The bridge test's source topic, on a cluster outside the stack, and the bridge's user there.
+BRIDGE_TOPIC, BRIDGE_USER = "sensors", "streamtrain-reader"
 ROLES = ("KAFKA_BROKER", "KAFKA_ADMIN", "COORDINATOR_KAFKA", "TRAINER_KAFKA", "PRODUCER_KAFKA", "BRIDGE_KAFKA",
          "SERVE_KAFKA", "CLIENT_KAFKA")
 

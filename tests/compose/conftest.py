@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from compose_stack import DEVICES, PROJECT, ROLES, ROOT, Stack, free_port
+from compose_stack import BRIDGE_TOPIC, BRIDGE_USER, DEVICES, PROJECT, ROLES, ROOT, Stack, free_port
 
 #: A device's own system for kcat: Debian trixie's kcat 1.7.1 on librdkafka 2.8. Bookworm's (the machine's own) is on
 #: librdkafka 2.0.2, which fails every SCRAM login to Kafka 4.3 (SHA-256 and SHA-512 alike; measured here).
@@ -40,11 +40,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     assert made.returncode == 0, made.stderr
     devices = [str(i) for i in range(DEVICES)]
     ports = {"KAFKA_EXTERNAL_PORT": free_port(), "PROMETHEUS_PORT": free_port(), "COORDINATOR_PORT": free_port()}
+    # The bridge's source: a cluster of the user's own outside the stack (the bridge test starts it on this address,
+    # the machine's on the device bridge), with its own SCRAM login; set from the start, as .env would be.
+    bridge = {"BRIDGE_SOURCES": json.dumps([{"topic": BRIDGE_TOPIC, "decoder": "json", "mapping": {
+                  "data": "values", "shape": [-1, 16], "label": "label"}}]),
+              "BRIDGE_SOURCE_BOOTSTRAP_SERVERS": f"{network.gateway}:{free_port()}",
+              "BRIDGE_SOURCE_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "BRIDGE_SOURCE_SASL_MECHANISM": "SCRAM-SHA-512",
+              "BRIDGE_SOURCE_USERNAME": BRIDGE_USER, "BRIDGE_SOURCE_PASSWORD": secrets.token_hex(16)}
     env = {**os.environ, "COMPOSE_PROJECT_NAME": PROJECT, "DEVICES": str(DEVICES), "DEVICE_IDS": ",".join(devices),
            "PUBLISH_EVERY_SECONDS": "5", "PRODUCER_RATE": "40", "PRODUCER_RATE_STD": "10",
            "KAFKA_EXTERNAL_HOST": network.gateway, "KAFKA_TLS_DIR": str(certs),
            "KAFKA_TLS_KEYSTORE_PASSWORD": keystore_password,
-           **{f"{role}_PASSWORD": pw for role, pw in passwords.items()}, **{k: str(v) for k, v in ports.items()}}
+           **{f"{role}_PASSWORD": pw for role, pw in passwords.items()}, **{k: str(v) for k, v in ports.items()},
+           **bridge}
     env.pop("COMPOSE_FILE", None)
     st = Stack(env, passwords, devices, ports["KAFKA_EXTERNAL_PORT"], ports["PROMETHEUS_PORT"],
                ports["COORDINATOR_PORT"], external_host=network.gateway, ca=certs / "ca.crt",

@@ -17,6 +17,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -414,3 +415,77 @@ def test_down_then_up_resumes_from_the_committed_offsets(stack: Stack) -> None:
     audit = _audit(stack)
     assert audit["unaccounted"] == 0, audit["failures"]
     stack.record("audit_after_restart", {k: audit[k] for k in ("records", "trained", "unaccounted", "versions")})
+
+
+def test_the_bridge_reads_topics_of_a_cluster_outside_the_stack(stack: Stack, tmp_path: Path) -> None:
+    # The user's own cluster (a broker on the machine, outside the compose network, with its own SCRAM users and
+    # authorizer; the bridge's user may only read the source topic). The stack was brought up with BRIDGE_SOURCES and
+    # BRIDGE_SOURCE_* set, as .env would have them; the bridge takes the producers' place, as the guide says.
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    from streamtrain.broker import EmbeddedBroker
+    from streamtrain.config import BrokerConfig, KafkaConfig
+    from streamtrain.kafka import TopicSpec, ensure_topics, list_topics, make_admin, make_producer, read_to_end
+    from streamtrain.wire import DeadLetter, decode
+
+    (source_topic,) = json.loads(stack.env["BRIDGE_SOURCES"])
+    features = source_topic["mapping"]["shape"][1]
+    host, port = stack.env["BRIDGE_SOURCE_BOOTSTRAP_SERVERS"].rsplit(":", 1)
+    user = stack.env["BRIDGE_SOURCE_USERNAME"]
+    source = EmbeddedBroker(BrokerConfig(data_dir=tmp_path / "source-kafka", heap="512m", host=host, port=int(port),
+                                         security_protocol="SASL_PLAINTEXT",
+                                         scram_users={user: stack.env["BRIDGE_SOURCE_PASSWORD"]}))
+    source.start()
+    try:
+        owner = source.own_identity(KafkaConfig())
+        admin = make_admin(owner)
+        ensure_topics(admin, [TopicSpec(source_topic["topic"], 2)])
+        grant = AclBinding(ResourceType.TOPIC, source_topic["topic"], ResourcePatternType.LITERAL, f"User:{user}", "*",
+                           AclOperation.READ, AclPermissionType.ALLOW)
+        for future in admin.create_acls([grant]).values():
+            future.result(30)
+        stack.compose("stop", "producers", timeout=120)
+        before = _high_watermarks(stack)
+        # Records keyed by device, every 20th one not JSON: those go to the dead-letter topic, the rest are trained.
+        count = 120
+        producer = make_producer(owner)
+        for i in range(count):
+            value = "{broken" if i % 20 == 19 else json.dumps(
+                {"values": [float(i % 7)] * (features * (1 + i % 3)), "label": i % 2})
+            producer.produce(source_topic["topic"], key=stack.devices[i % len(stack.devices)].encode(),
+                             value=value.encode())
+        assert producer.flush(30) == 0
+        good = sum(1 for i in range(count) if i % 20 != 19)
+
+        stack.compose("--profile", "bridge", "up", "-d", "--no-deps", "bridge", timeout=300)
+        wait_for("the bridge healthy", lambda: stack.containers("bridge") and all(
+            _health(stack, c) == "healthy" for c in stack.containers("bridge")), timeout=180, interval=5)
+        cfg = stack.host_config()
+
+        def bridged() -> dict[str, set[int]] | None:
+            # The records of committed transactions past the producers' last (each commit marker takes an offset too).
+            offsets = {d: {m.offset() for m in read_to_end(cfg.kafka, [cfg.kafka.topics.device(d)], 60)
+                           if m.offset() >= before[d]} for d in stack.devices}
+            return offsets if sum(map(len, offsets.values())) == good else None
+
+        samples = wait_for("every good source record bridged into the device topics", bridged, timeout=180,
+                           interval=5)
+        wait_for("every bridged record trained", lambda: all(
+            samples[d] <= _trained_offsets(stack, d) for d in stack.devices), timeout=300, interval=10)
+        # Its progress is kept on the stack's cluster (the source's twin topic), none on the user's.
+        assert cfg.kafka.topics.bridge_offsets(source_topic["topic"]) in list_topics(make_admin(cfg.kafka)).topics
+        audit = _audit(stack)
+        assert audit["unaccounted"] == 0, audit["failures"]
+        # What did not decode is in the dead-letter topic, with its reason and where it was on the user's cluster.
+        letters = [decode(m.value(), m.headers(), DeadLetter)
+                   for m in read_to_end(cfg.kafka, [cfg.kafka.topics.dead_letter], 60)]
+        source_letters = Counter(dl.reason for dl in letters if dl.topic == source_topic["topic"])
+        assert source_letters == {"json-invalid": count - good}, source_letters
+        stack.record("bridge_from_outside", {"source_records": count, "bridged_and_trained": good,
+                                             "dead_lettered": count - good,
+                                             "audit": {k: audit[k] for k in ("records", "trained", "unaccounted")}})
+    finally:
+        for cid in stack.containers("bridge"):
+            (ROOT / "reports" / "compose" / f"bridge-{cid[:12]}.log").write_text(stack.logs(cid))
+        stack.compose("--profile", "bridge", "rm", "-sf", "bridge", check=False, timeout=120)
+        source.stop()

@@ -18,6 +18,7 @@ from streamtrain.runtime.commands import CLI_MODULE, module_command
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SENT = 300
+DURATION = 5
 
 
 def _settings(path: Path, proc: subprocess.Popen[str], timeout: float) -> dict[str, str]:
@@ -35,7 +36,10 @@ def _settings(path: Path, proc: subprocess.Popen[str], timeout: float) -> dict[s
 def test_up_trains_and_accounts_for_every_record_of_devices_fed_from_outside(tmp_path: Path) -> None:
     out = tmp_path / "run"
     # Device 1 is the stack's own synthetic stream; 0 is fed below; 2 is external and never sends a sample.
-    cmd = module_command(CLI_MODULE, "up", "--devices", "3", "--external-devices", "0,2", "--duration", "20",
+    # The settings file is there once the broker is, before the services start, so device 0's samples are all
+    # sent by the time the --duration clock starts: a few seconds of device 1's stream are enough; the drain
+    # works off the rest.
+    cmd = module_command(CLI_MODULE, "up", "--devices", "3", "--external-devices", "0,2", "--duration", str(DURATION),
                          "--rates", "20", "--sizes", "24", "--broker", "embedded", "--no-prometheus", "--no-live",
                          "--drain-timeout", "120", "--out", str(out), sets={"trainer.hidden_size": 16})
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
@@ -59,11 +63,11 @@ def test_up_trains_and_accounts_for_every_record_of_devices_fed_from_outside(tmp
     text = " ".join(output.split())
     assert f"external devices 0, 2: no producer of ours; publish to Kafka at {kafka.bootstrap_servers}" in text
     assert f"{kafka.topic_prefix}.device.0, {kafka.topic_prefix}.device.2" in text
-    assert "the run stops 20 s after every service is up" in text
+    assert f"the run stops {DURATION} s after every service is up" in text
 
     report = json.loads((out / "report.json").read_text())
     assert report["external_devices"] == ["0", "2"] and [s["device"] for s in report["streams"]] == ["1"]
-    assert report["stopped_by"] == "--duration 20" and report["failures"] == []
+    assert report["stopped_by"] == f"--duration {DURATION}" and report["failures"] == []
     assert report["samples_unaccounted"] == 0 and report["samples_lost"] == 0
     fed, own, silent = (report["per_device"][d] for d in ("0", "1", "2"))
     assert fed["records"] == SENT and own["records"] > 0 and silent["records"] == 0

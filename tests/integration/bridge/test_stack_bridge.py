@@ -36,7 +36,9 @@ def test_kcat_json_lines_are_trained_through_up_and_every_source_record_is_accou
                       'decoder = "json"\nmapping = { data = "reading", shape = [-1, 16], label = "class" }\n')
 
     out = tmp_path / "run"
-    cmd = module_command(CLI_MODULE, "up", "--bridge", str(bridge), "--devices", "3", "--duration", "10",
+    # Every source line is written before up starts, and the stop gives the bridge, then the ranks, the drain
+    # timeout to catch up: the run itself need not last long for all of it to be bridged and trained.
+    cmd = module_command(CLI_MODULE, "up", "--bridge", str(bridge), "--devices", "3", "--duration", "2",
                          "--broker", "external", "--no-prometheus", "--no-live", "--drain-timeout", "90",
                          "--out", str(out), sets={"kafka.bootstrap_servers": kafka_cfg.bootstrap_servers,
                                                   "kafka.topic_prefix": f"up{uuid.uuid4().hex[:8]}",

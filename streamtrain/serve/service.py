@@ -54,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a batch's predictions get to reach Kafka before serve says so (it keeps waiting: nothing is skipped).
 DELIVERY_WARN_S = 30.0
+#: Longest wait for a batch's first request: between two such waits the loop reads the announcements, so a new
+#: version goes live within this much of its announcement when no request comes.
+FIRST_REQUEST_WAIT_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,9 @@ class ModelServer:
             return None
 
     def _poll_models(self, timeout: float) -> None:
+        """Take the announcements that have arrived: the newest that passes goes live at once, and an older one it
+        supersedes is never loaded (its samples wait for the version that goes live, as they would have)."""
+        announced: list[ModelVersion] = []
         for msg in consume_available(self.models, 16, timeout):
             err = msg.error()
             if err is not None:
@@ -182,7 +188,14 @@ class ModelServer:
                 continue
             record = self._decode(msg)
             if record is not None:
-                self._consider(record)
+                announced.append(record)
+        live = self.live.predictor.version if self.live is not None else -1
+        newer = sorted((a for a in announced if a.version > live), key=lambda a: a.version, reverse=True)
+        for record in newer:
+            self._count_pending(record)
+        for record in newer:
+            if self._consider(record, counted=True):
+                return
 
     def _location(self, record: ModelVersion) -> Path:
         """Where the version's files are: as announced, or by its name under `versions.dir` when this host mounts
@@ -193,13 +206,19 @@ class ModelServer:
             return root / path.name
         return path
 
-    def _consider(self, record: ModelVersion, catching_up: bool = False) -> bool:
-        """Load, check and judge an announced version; switch to it when it passes. Returns whether it did."""
+    def _count_pending(self, record: ModelVersion) -> None:
+        """The version's samples wait for the first served version that has them."""
+        for device in record.lineage:
+            self.pending.add_counts(device.new_samples, record.produced_at_resolution_ms)
+
+    def _consider(self, record: ModelVersion, catching_up: bool = False, counted: bool = False) -> bool:
+        """Load, check and judge an announced version (its samples counted as waiting unless `counted` already);
+        switch to it when it passes. Returns whether it did."""
         live = self.live
         if live is not None and record.version <= live.predictor.version:
             return False  # announced again, or older than what is live
-        for device in record.lineage:  # its samples wait for the first served version that has them
-            self.pending.add_counts(device.new_samples, record.produced_at_resolution_ms)
+        if not counted:
+            self._count_pending(record)
         try:
             predictor = load_model(self._location(record))
         except VersionError as exc:
@@ -244,7 +263,7 @@ class ModelServer:
         batch: list[Message] = []
         deadline: float | None = None
         while len(batch) < self.settings.max_batch:
-            wait = 0.1 if deadline is None else deadline - time.monotonic()
+            wait = FIRST_REQUEST_WAIT_S if deadline is None else deadline - time.monotonic()
             if wait <= 0:
                 break
             got = consume_available(self.requests, self.settings.max_batch - len(batch), wait)

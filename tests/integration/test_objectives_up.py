@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from streamtrain.config import KafkaConfig
 from streamtrain.runtime.commands import CLI_MODULE, module_command
 from streamtrain.synthetic import synthetic_samples
 
@@ -25,10 +26,13 @@ SERIES_MODEL = ["trainer.model=seq", "trainer.optimizer=adamw", "trainer.lr=0.00
                 "trainer.hidden_size=32", "trainer.num_layers=4"]
 
 
-def _up(tmp_path: Path, sets: list[str], *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def _up(tmp_path: Path, kafka: KafkaConfig, sets: list[str],
+        *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
     env["COLUMNS"] = "400"  # the closing lines unwrapped
-    cmd = module_command(CLI_MODULE, "up", *args, "--broker", "embedded", "--no-prometheus", "--no-live", "--out",
+    # The session's broker, topics of this test's own: a broker's start per run is no part of what is checked.
+    sets = [*sets, f"kafka.bootstrap_servers={kafka.bootstrap_servers}", f"kafka.topic_prefix={kafka.topic_prefix}"]
+    cmd = module_command(CLI_MODULE, "up", *args, "--broker", "external", "--no-prometheus", "--no-live", "--out",
                          str(tmp_path / "run"), global_args=[a for s in sets for a in ("--set", s)])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env, cwd=tmp_path)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
@@ -44,9 +48,10 @@ def _every_record_accounted_for(report: dict[str, Any]) -> None:
 
 
 @pytest.mark.timeout(450)
-def test_tecator_regression_beats_the_training_mean_on_the_held_out_set(tmp_path: Path) -> None:
+def test_tecator_regression_beats_the_training_mean_on_the_held_out_set(kafka_cfg: KafkaConfig,
+                                                                        tmp_path: Path) -> None:
     train = SKTIME / "Tecator" / "Tecator_TRAIN.ts"
-    proc, report = _up(tmp_path, [*SERIES_MODEL, "trainer.eval_every=60"], "--dataset", str(train),
+    proc, report = _up(tmp_path, kafka_cfg, [*SERIES_MODEL, "trainer.eval_every=60"], "--dataset", str(train),
                        "--devices", "2", "--rates", "100,100", "--steps", "120", "--drain-timeout", "60")
     print(proc.stdout[-2500:])
     assert "objective: regression (read from the data: a float target of 1 value per sample)" in proc.stdout
@@ -76,9 +81,9 @@ def _unlabelled_series(path: Path) -> Path:
 
 
 @pytest.mark.timeout(450)
-def test_a_forecast_on_an_unlabelled_stream_ends_below_the_last_value(tmp_path: Path) -> None:
+def test_a_forecast_on_an_unlabelled_stream_ends_below_the_last_value(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
     series = _unlabelled_series(tmp_path / "series.npz")
-    proc, report = _up(tmp_path, ["trainer.horizon=3", "trainer.optimizer=adamw", "trainer.lr=0.003",
+    proc, report = _up(tmp_path, kafka_cfg, ["trainer.horizon=3", "trainer.optimizer=adamw", "trainer.lr=0.003",
                                   "trainer.lr_scaling=false", "trainer.hidden_size=32"],
                        "--dataset", str(series), "--devices", "2", "--rates", "150,150", "--steps", "150",
                        "--drain-timeout", "60")

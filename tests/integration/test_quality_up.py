@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import streamtrain
+from streamtrain.config import KafkaConfig
 from streamtrain.datasets import load_dataset
 from streamtrain.models.standardise import fit_input_scaling
 from streamtrain.runtime.commands import CLI_MODULE, module_command
@@ -42,16 +43,20 @@ def _csv(path: Path, x: np.ndarray, y: np.ndarray, blank_row: int | None = None)
 
 
 @pytest.mark.timeout(450)
-def test_a_day_number_csv_is_standardised_in_up_and_applied_by_predict_serve_and_export(tmp_path: Path) -> None:
+def test_a_day_number_csv_is_standardised_in_up_and_applied_by_predict_serve_and_export(kafka_cfg: KafkaConfig,
+                                                                                        tmp_path: Path) -> None:
     _csv(tmp_path / "days_TRAIN.csv", *_table(600, 0), blank_row=5)
     x_test, y_test = _table(200, 1)
     _csv(tmp_path / "days_TEST.csv", x_test, y_test)
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
     env["COLUMNS"] = "400"
     cmd = module_command(CLI_MODULE, "up", "--dataset", str(tmp_path / "days_TRAIN.csv"), "--devices", "2", "--rates",
-                         "200,200", "--steps", "300", "--serve", "--drain-timeout", "60", "--broker", "embedded",
+                         "200,200", "--steps", "300", "--serve", "--drain-timeout", "60", "--broker", "external",
                          "--no-prometheus", "--no-live", "--out", str(tmp_path / "run"),
-                         global_args=["--set", "producer.dataset.target_columns=Y"])
+                         global_args=["--set", "producer.dataset.target_columns=Y"],
+                         # the session's broker, topics of this test's own: a broker's start is no part of the check
+                         sets={"kafka.bootstrap_servers": kafka_cfg.bootstrap_servers,
+                               "kafka.topic_prefix": kafka_cfg.topic_prefix})
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env, cwd=tmp_path)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     out = proc.stdout

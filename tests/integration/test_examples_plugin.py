@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from streamtrain.config import KafkaConfig
 from streamtrain.runtime.commands import CLI_MODULE, module_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -19,11 +20,15 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
-def _up(tmp_path: Path, sets: list[str], *args: str, timeout: float = 400,
-        paths: tuple[Path, ...] = (EXAMPLES,)) -> subprocess.CompletedProcess[str]:
+def _up(tmp_path: Path, sets: list[str], *args: str, timeout: float = 400, paths: tuple[Path, ...] = (EXAMPLES,),
+        kafka: KafkaConfig | None = None) -> subprocess.CompletedProcess[str]:
+    """`up` on its embedded broker, or with `kafka` on that broker (the session's: no broker start of its own)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
     env.update(COLUMNS="200", PYTHONPATH=os.pathsep.join([*map(str, paths), env.get("PYTHONPATH", "")]))
-    cmd = module_command(CLI_MODULE, "up", *args, "--broker", "embedded", "--no-prometheus", "--no-live", "--out",
+    if kafka is not None:
+        sets = [*sets, f"kafka.bootstrap_servers={kafka.bootstrap_servers}", f"kafka.topic_prefix={kafka.topic_prefix}"]
+    cmd = module_command(CLI_MODULE, "up", *args, "--broker", "embedded" if kafka is None else "external",
+                         "--no-prometheus", "--no-live", "--out",
                          str(tmp_path / "run"), global_args=[a for s in sets for a in ("--set", s)])
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
 
@@ -33,12 +38,12 @@ PLUGIN = ["trainer.model=series_plugin:build_model", "trainer.collate=series_plu
 
 
 @pytest.mark.timeout(450)
-def test_the_example_plugin_trains_on_its_own_ts_data_through_up(tmp_path: Path) -> None:
+def test_the_example_plugin_trains_on_its_own_ts_data_through_up(kafka_cfg: KafkaConfig, tmp_path: Path) -> None:
     written = subprocess.run([sys.executable, str(EXAMPLES / "toy_series.py"), str(tmp_path / "data")],
                              capture_output=True, text=True, check=True)
     assert written.stdout.split() == [str(tmp_path / "data" / "Toy_TRAIN.ts"), str(tmp_path / "data" / "Toy_TEST.ts")]
     proc = _up(tmp_path, PLUGIN, "--dataset", "data/Toy_TRAIN.ts", "--devices", "2", "--rates", "20,30",
-               "--steps", "15", "--drain-timeout", "60")
+               "--steps", "15", "--drain-timeout", "60", kafka=kafka_cfg)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     assert "held-out set: " + str(tmp_path / "data" / "Toy_TEST.ts") in proc.stdout.replace("\n", "")
     # What the model learned, as `make demo` ends: test-then-train accuracy, then held-out accuracy beside it.

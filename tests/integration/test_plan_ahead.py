@@ -1,4 +1,4 @@
-"""Plans one step ahead, end to end (`streamtrain up` on the session's broker: producers, coordinator, 2 gloo ranks).
+"""Plans one step ahead, end to end (`streamtrain up`: embedded broker, producers, coordinator, 2 gloo ranks).
 
 Under a backlog the coordinator makes the plan for step s+1 while step s runs, so the ranks find it there at
 the step boundary: the plan wait on the critical path is a poll of what the consumer already fetched, where
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,12 @@ from streamtrain.runtime.commands import CLI_MODULE, module_command
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _up(out: Path, ahead: int, bootstrap: str) -> dict[str, Any]:
-    # 2 x 4,500 samples at 256 a step outlast the 30 steps: every step is under a backlog. The session's broker
-    # (topics of the run's own) spares each run a broker's start: what is measured here is the plans' path.
+def _up(out: Path, ahead: int) -> dict[str, Any]:
+    # 2 x 4,500 samples at 256 a step outlast the 30 steps: every step is under a backlog.
     cmd = module_command(CLI_MODULE, "up", "--devices", "2", "--backlog", "4500", "--steps", "30", "--dif", "16",
-                         "--broker", "external", "--no-prometheus", "--no-live", "--drain-timeout", "90",
-                         "--out", str(out), sets={"kafka.bootstrap_servers": bootstrap,
-                                                  "kafka.topic_prefix": f"ahead{uuid.uuid4().hex[:8]}",
-                                                  "trainer.hidden_size": 16, "trainer.slowdowns": [1, 3],
-                                                  "coordinator.plan_ahead": ahead})
+                         "--broker", "embedded", "--no-prometheus", "--no-live", "--drain-timeout", "90",
+                         "--out", str(out),
+                         sets={"trainer.hidden_size": 16, "trainer.slowdowns": [1, 3], "coordinator.plan_ahead": ahead})
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env={**env, "COLUMNS": "200"})
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
@@ -44,9 +40,9 @@ def _up(out: Path, ahead: int, bootstrap: str) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(900)
-def test_ranks_find_the_next_plan_waiting_under_a_backlog(tmp_path: Path, broker: Any) -> None:
-    ahead = _up(tmp_path / "ahead", 1, broker.bootstrap)
-    behind = _up(tmp_path / "behind", 0, broker.bootstrap)
+def test_ranks_find_the_next_plan_waiting_under_a_backlog(tmp_path: Path) -> None:
+    ahead = _up(tmp_path / "ahead", 1)
+    behind = _up(tmp_path / "behind", 0)
     split = ahead["step_period_split_median"]
     assert set(split) == {"compute", "communication", "plan_wait", "data_wait", "hold", "other"}
     assert split["hold"] == 0.0  # a backlog is never held

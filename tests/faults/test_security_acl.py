@@ -184,7 +184,8 @@ def test_reads_deletes_commits_and_topic_creation_beyond_a_role_are_refused(acl_
             committer.commit(offsets=[TopicPartition(f"{PREFIX}.device.1", 0, 0)], asynchronous=False)
 
         def refused(e: Message | None) -> bool:
-            return e is not None and e.error() is not None and e.error().code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+            error = e.error() if e is not None else None
+            return error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
 
         events: list[Message | None] = []
         while len(events) < 20 and not any(map(refused, events)):  # up to 10 s as before, or until the refusal

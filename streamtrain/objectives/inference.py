@@ -87,6 +87,7 @@ def fit_objective(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], 
         _check_fit(chosen, inferred, what, dataset, where, warnings)
     if chosen == "regression" and "objective" not in explicit:
         warnings.extend(_mostly_tags(dataset))
+        warnings.extend(_whole_numbers(dataset, target_columns))
     settings: dict[str, object] = {} if chosen == trainer.objective else {"trainer.objective": chosen}
     targets = dataset.targets
     if targets is not None and (own or chosen in ("regression", "multilabel")):
@@ -122,6 +123,29 @@ def _mostly_tags(dataset: Dataset) -> list[str]:
     return [f"most samples' targets are tags (0 or 1), but {_outside(tags)} a value outside [0, 1], the first "
             f"{_first_outside(dataset, tags)}: trained as regression; --set trainer.objective=multilabel trains the "
             "others as tags"]
+
+
+#: A one-value target of whole numbers with at most this many distinct values, each seen this many times on
+#: average, reads like class numbers: `up` says how to train it as classes.
+CLASS_LIKE_VALUES, CLASS_LIKE_REPEATS = 20, 10
+
+
+def _whole_numbers(dataset: Dataset, target_columns: Sequence[str]) -> list[str]:
+    """A note when a one-value float target holds a few whole numbers only (0, 1, 2, ...: iris's species as a
+    column of numbers): it is trained as regression, as asked, and the note says how to train it as classes."""
+    targets = dataset.targets
+    if targets is None or targets.shape[1] != 1 or not len(targets):
+        return []
+    values = np.unique(targets[:, 0])
+    if not (2 <= len(values) <= CLASS_LIKE_VALUES and len(targets) >= CLASS_LIKE_REPEATS * len(values)
+            and np.array_equal(values, np.round(values))):
+        return []
+    name = target_columns[0] if len(target_columns) == 1 else None
+    how = (f"read the column as labels: --set producer.dataset.label_column={name} (without "
+           "producer.dataset.target_columns)" if name is not None else "give them as integer labels")
+    shown = ", ".join(f"{v:g}" for v in values[:8]) + (", ..." if len(values) > 8 else "")
+    return [f"the target{f' {name!r}' if name else ''} holds {len(values)} distinct whole numbers only ({shown}): "
+            f"trained as regression (a number between them is a valid answer); if they are classes, {how}"]
 
 
 def _check_fit(chosen: str, inferred: str, what: str, dataset: Dataset, where: str, warnings: list[str]) -> None:

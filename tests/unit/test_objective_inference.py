@@ -178,3 +178,20 @@ def test_up_checks_an_objective_of_ones_own_before_it_starts_anything(tmp_path: 
     assert "set from the data: trainer.target_width=1, trainer.target_shift=30.0, trainer.target_scale=" in said
     assert "trainer.objective: 'objective_plugins:NegativeSum' returned negative metric sums" in said
     assert not (tmp_path / "run").exists()  # no broker, no rank: nothing was started
+
+
+def test_a_target_of_a_few_whole_numbers_trains_as_regression_and_says_how_to_train_classes(tmp_path: Path) -> None:
+    rows = ["a,b,species"] + [f"{i % 7},{i % 5},{i % 3}" for i in range(60)]
+    (tmp_path / "iris_TRAIN.csv").write_text("\n".join(rows) + "\n")
+    replay = resolve_replay(str(tmp_path / "iris_TRAIN.csv"),
+                            _config(**{"producer.dataset.target_columns": "species"}))
+    assert replay.objective == "regression"  # as asked: the column was named as a target
+    assert replay.warnings == ("the target 'species' holds 3 distinct whole numbers only (0, 1, 2): trained as "
+                               "regression (a number between them is a valid answer); if they are classes, read the "
+                               "column as labels: --set producer.dataset.label_column=species (without "
+                               "producer.dataset.target_columns)",)
+    labels = resolve_replay(str(tmp_path / "iris_TRAIN.csv"), _config(**{"producer.dataset.label_column": "species"}))
+    assert labels.objective == "classification" and labels.settings["trainer.num_classes"] == 3  # the way it says
+    # Counts, prices, measurements: many distinct values, or whole numbers too few times each, say nothing.
+    assert resolve_replay(str(_npz(tmp_path / "counts.npz", np.arange(60.0) % 30)), _config()).warnings == ()
+    assert resolve_replay(str(_npz(tmp_path / "halves.npz", np.arange(60.0) % 3 / 2)), _config()).warnings == ()

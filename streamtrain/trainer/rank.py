@@ -172,11 +172,8 @@ class TrainerRank:
         self.group_stop = False
         while not self.group_stop and not self._limit_reached():
             self.run_step()
+            self._due_work(self.step)  # unless the step's hold did it: either way before the checkpoint's collective
             self._after_step()
-            if self.evaluator is not None and self.step % self.trainer.eval_every == 0:
-                self.evaluate()
-            if self.group_publish:
-                self.publish()
             if self.group_idle and not self.group_stop:
                 self.consumer.wait_until(lambda: len(self.buffer) > 0 or self.stop_requested,
                                          time.perf_counter() + self.trainer.idle_wait_seconds)
@@ -223,7 +220,7 @@ class TrainerRank:
         self.local.observe(result.total_size, result.compute_seconds)
         if plan is not None:
             self.local.remember(plan, plan.for_device(self.device_id), result.samples)
-        held = self._hold(plan, started, result)
+        held = self._hold(plan, started, result, step + 1)
         feedback = StepFeedback(
             job=self.config.job, step=step, device_id=self.device_id, rank=self.ctx.rank,
             plan_step=selection.plan_step, samples=0 if result.skipped else result.samples,
@@ -276,19 +273,35 @@ class TrainerRank:
                        "dead-lettered as %s", self.ctx.rank, self.device_id, step, loss, result.grad_norm,
                        len(entries), NON_FINITE_LOSS)
 
-    def _hold(self, plan: Assignment | None, started: float, result: StepResult) -> float:
+    def _hold(self, plan: Assignment | None, started: float, result: StepResult, done: int) -> float:
         """Hold the step's report until the plan's target time when the group drained its buffers
         (`streamtrain.pacing`); the samples that arrive meanwhile go into this step's feedback. Returns
         the seconds held, reported apart from the step's timings and waits: the coordinator's overhead
-        estimate must not count a wait it asked for."""
+        estimate must not count a wait it asked for.
+
+        The wait is idle time: the work due after step `done` (its held-out evaluation, its model version) is
+        done in it first, and only the rest of the hold is waited. A version then goes out a hold earlier, and
+        at line rate an evaluation costs the stream nothing while it fits in the hold."""
         if plan is None or result.stop or not result.stepped:
             return 0.0  # a local plan has no target; an empty group step waits in `run` instead
         now = time.perf_counter()
         hold = report_hold_seconds(plan.step_time_target, now - started, result.group_backlog,
                                    self.trainer.hold_max_seconds)
-        if hold > 0:
-            self.consumer.wait_until(lambda: self.stop_requested, now + hold)
-        return time.perf_counter() - now if hold > 0 else 0.0
+        if hold <= 0:
+            return 0.0
+        # Ranks may disagree on holding (the hold is this rank's own time left): the work's collectives still come
+        # in the same order on every rank (after the step's, before the checkpoint's), only before or after this
+        # rank's report.
+        self._due_work(done)
+        self.consumer.wait_until(lambda: self.stop_requested, now + hold)
+        return time.perf_counter() - now
+
+    def _due_work(self, done: int) -> None:
+        """Collective: the held-out evaluation and the model version due after step `done`, each once."""
+        if self.evaluator is not None and done % self.trainer.eval_every == 0 and self._evaluated_step != done:
+            self.evaluate(done)
+        if self.group_publish and self.publisher.published_step != done:
+            self.publish(done)
 
     def _checked(self, plan: Assignment | None) -> Assignment | None:
         """`plan`, or None when this device's part of it is one the rank must not obey (dead-lettered, counted)."""
@@ -328,12 +341,13 @@ class TrainerRank:
             self.consumer.wait_until(lambda: len(self.buffer) > len(reserved), deadline)
         return self.buffer.select_oldest(selection.count, selection.size_budget, exclude=reserved)
 
-    def evaluate(self) -> None:
+    def evaluate(self, step: int | None = None) -> None:
         """Collective: evaluate the shared model (the moving average of its weights when `trainer.ema_decay` is set) on
-        the held-out set; rank 0 publishes the result."""
+        the held-out set after `step` (default: the steps run); rank 0 publishes the result."""
         assert self.evaluator is not None
-        result = self.evaluator.evaluate(self.runner.handed_out, self.step)
-        self._evaluated_step = self.step
+        step = self.step if step is None else step
+        result = self.evaluator.evaluate(self.runner.handed_out, step)
+        self._evaluated_step = step
         self._heldout = result
         self.metrics.record_heldout(result.step, result.accuracy, result.loss, result.seconds)
         self.scores.record_heldout(result.metrics)
@@ -350,12 +364,14 @@ class TrainerRank:
             logger.info("held-out %s after step %d: %s (%d samples, %.2f s)", self.evaluator.name, result.step,
                         shown, result.samples, result.seconds)
 
-    def publish(self) -> None:
-        """Collective: publish a model version of the current weights or their moving average (`trainer.ema_decay`),
-        held-out evaluated first when `versions.evaluate`, so the version's metrics are its own."""
-        if self.evaluator is not None and self.config.versions.evaluate and self._evaluated_step != self.step:
-            self.evaluate()
-        self.publisher.publish(self.step, self.runner.handed_out, self.device_id, self.buffer.lowest_unprocessed(),
+    def publish(self, step: int | None = None) -> None:
+        """Collective: publish a model version of the current weights or their moving average (`trainer.ema_decay`)
+        after `step` (default: the steps run), held-out evaluated first when `versions.evaluate`, so the version's
+        metrics are its own."""
+        step = self.step if step is None else step
+        if self.evaluator is not None and self.config.versions.evaluate and self._evaluated_step != step:
+            self.evaluate(step)
+        self.publisher.publish(step, self.runner.handed_out, self.device_id, self.buffer.lowest_unprocessed(),
                                heldout_metrics(self._heldout))
 
     def _feedback_delivered(self, err: KafkaError | None, _msg: Message) -> None:

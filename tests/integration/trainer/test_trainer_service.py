@@ -19,7 +19,17 @@ from streamtrain.config import KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, read_to_end
 from streamtrain.runtime.commands import CLI_MODULE, module_command
 from streamtrain.trainer.checkpoint import load_checkpoint
-from streamtrain.wire import Assignment, DeadLetter, DevicePlan, Sample, StepFeedback, decode, encode, expand_ranges
+from streamtrain.wire import (
+    Assignment,
+    DeadLetter,
+    DevicePlan,
+    ModelVersion,
+    Sample,
+    StepFeedback,
+    decode,
+    encode,
+    expand_ranges,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -254,7 +264,8 @@ def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: Kafk
     """Line rate: a plan that takes every sample the coordinator knew of leaves steps short for want of data,
     so the ranks hold their reports until the plan's target and report what arrived meanwhile. A plan that
     leaves reported samples behind (a backlog), or whose truncation dropped some (a stream that outruns
-    training), is reported at once, whatever its target."""
+    training), is reported at once, whatever its target. The model version due after a held step goes out in
+    the hold, before the report; one after a step reported at once goes out after it."""
     producer = _setup(kafka_cfg)
     for device in DEVICES:
         _produce_samples(producer, kafka_cfg, device, 20)
@@ -267,7 +278,8 @@ def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: Kafk
             DevicePlan(d, 0.01, 0.5, offsets=tuple(offsets), truncate_before=before) for d in DEVICES)))
     proc = _train(kafka_cfg, tmp_path, "--steps", "4", plan_wait=3.0,
                   overrides={"trainer.hold_max_seconds": 5.0, "trainer.checkpoint_every": 100,
-                             "trainer.data_wait_seconds": 10,
+                             "trainer.data_wait_seconds": 10, "versions.dir": str(tmp_path / "versions"),
+                             "versions.publish_every_seconds": 0.01,  # a version after every step
                              "coordinator.truncation": "truncate"})  # step 2's truncation: obeyed under truncate
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(f.step >= 2 for f in _feedback(kafka_cfg)):
@@ -293,6 +305,12 @@ def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: Kafk
         # Step 3 took all there was: held to the target, and the held time is neither step nor data wait.
         assert sent[device, 3] - sent[device, 2] >= 0.9 * target
         assert r[3].step_seconds + r[3].data_wait_seconds < 0.6 * target
+    announced = {v.step: m.timestamp()[1] / 1000 for m in read_to_end(kafka_cfg, [kafka_cfg.topics.models])
+                 if (v := decode(m.value(), m.headers(), ModelVersion))}
+    assert sorted(announced) == [1, 2, 3, 4]  # a version after each step (its step: the steps it trained)
+    for device in DEVICES:
+        assert announced[1] < sent[device, 0] and announced[4] < sent[device, 3]  # held steps: out in the hold
+        assert announced[2] > sent[device, 1] and announced[3] > sent[device, 2]  # reported at once: after
 
 
 def test_a_restart_skips_what_was_trained_out_of_order_above_the_commit(kafka_cfg: KafkaConfig,

@@ -167,13 +167,16 @@ class LocalStack:
             self._await(ranks, f"http://{plan.host}:{port}/metrics")
         if plan.serve is not None:
             self.monitor.phase = "starting serve"
-            self._await(self.children.spawn(plan.serve, env), f"http://{plan.host}:{plan.serve.ports[0]}/metrics")
+            serve = self.children.spawn(plan.serve, env)
+            # The request load from the start, as clients are there before a model is: the first versions are
+            # answered with (and measured) as they come, not once the load has started too.
+            if plan.requests is not None:
+                self.children.spawn(plan.requests, env)
+            self._await(serve, f"http://{plan.host}:{plan.serve.ports[0]}/metrics")
         self.monitor.phase = "starting producers"
         producers = [self.children.spawn(spec, env) for spec in plan.producers]  # all at once: each takes a while
         for child, spec in zip(producers, plan.producers, strict=True):
             self._await(child, f"http://{plan.host}:{spec.ports[0]}/metrics")
-        if plan.requests is not None:
-            self.children.spawn(plan.requests, env)
 
     def _start_broker(self) -> None:
         kafka = existing_kafka(self.cfg, self.opts.broker, self.identities is not None, self.started_at, self.say)

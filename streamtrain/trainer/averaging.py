@@ -35,15 +35,21 @@ class WeightAverage:
         self.module = copy.deepcopy(model)
         self.module.requires_grad_(False)
         self.updates = 0
+        self._averages = list(self.module.parameters())
+        self._buffers = list(self.module.buffers())
 
     def update(self, model: nn.Module) -> None:
         """Fold `model`'s weights (after an optimizer step) into the average."""
         self.updates += 1
         kept = min(self.decay, (1 + self.updates) / (10 + self.updates))
         with torch.no_grad():
-            for average, live in zip(self.module.parameters(), model.parameters(), strict=True):
-                average.lerp_(live.detach(), 1.0 - kept)
-            for buffer, current in zip(self.module.buffers(), model.buffers(), strict=True):
+            live = [p.detach() for p in model.parameters()]
+            if len(live) != len(self._averages):
+                raise ValueError(f"the model has {len(live)} parameter tensors, its average {len(self._averages)}")
+            # One fused call over every tensor (as torch.optim's own averaging does): a step of a small model
+            # otherwise pays a Python round per parameter tensor.
+            torch._foreach_lerp_(self._averages, live, 1.0 - kept)
+            for buffer, current in zip(self._buffers, model.buffers(), strict=True):
                 buffer.copy_(current)
 
     def reset(self, model: nn.Module) -> None:

@@ -230,7 +230,7 @@ class StepRunner:
         own_weight = self._weight_of(samples) if weight is None else float(weight)
         self.state.begin_step(own_weight, batch.num_samples, stop, backlog, publish)
         self.optimizer.zero_grad(set_to_none=True)
-        self.model.train()
+        self._train_mode()
         saved = [b.detach().clone() for b in self._buffers]
         loss, scored = self._forward(batch)
         self.state.mark_loss(loss)
@@ -286,6 +286,11 @@ class StepRunner:
             prequential=prequential,
             publish=self.state.group_publish(),
         )
+
+    def _train_mode(self) -> None:
+        """Training mode, set only when an evaluation left the model off it (`train()` walks every module)."""
+        if not (self.model.training and self.model.module.training):
+            self.model.train()
 
     def _optimizer_step(self) -> None:
         self.optimizer.step()

@@ -35,7 +35,7 @@ class WeightAverage:
         self.module = copy.deepcopy(model)
         self.module.requires_grad_(False)
         self.updates = 0
-        self._averages = list(self.module.parameters())
+        self._averages: list[torch.Tensor] = list(self.module.parameters())
         self._buffers = list(self.module.buffers())
 
     def update(self, model: nn.Module) -> None:

@@ -1,6 +1,6 @@
 """The UEA/UCR time-series archive's `.ts` format: a header of `@` tags, then one series per line.
 
-    # comments start with '#'
+    # comments start with '#' (or '%', as in the archive's ARFF files and some of its .ts files)
     @problemName PLAID
     @univariate true              (false: several dimensions, see @dimensions)
     @dimensions 1                 (optional; checked against every line)
@@ -23,6 +23,7 @@ gets instead.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,7 +32,13 @@ import numpy as np
 
 __all__ = ["TsData", "TsFormatError", "TsHeader", "fill_missing", "parse_ts", "read_ts"]
 
+logger = logging.getLogger(__name__)
+
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+#: What a comment line starts with: '#', or '%' (the archive's ARFF convention, kept in some of its .ts files,
+#: e.g. UnitTest's `%# This is a cut down version of ...`); no series line starts with either.
+COMMENTS = ("#", "%")
 
 #: The header tags this reader knows, lower-cased as they are matched.
 KNOWN_TAGS = ("problemname", "timestamps", "missing", "univariate", "dimensions", "equallength", "serieslength",
@@ -110,12 +117,17 @@ class _Draft:
         if tag not in KNOWN_TAGS:
             raise TsFormatError(source, number, f"unknown header tag @{tag} (known: "
                                 + ", ".join(f"@{t}" for t in KNOWN_TAGS) + ")")
+        if tag == "problemname":  # a name only: a second one (sktime's UnitTest_TEST.ts has two) is kept, said so
+            if tag in self.seen:
+                logger.warning("%s:%d: a second @problemName (%s): it replaces the first", source, number,
+                               rest.strip())
+            self.seen.add(tag)
+            self.declared = replace(self.declared, problem_name=rest.strip() or None)
+            return
         if tag in self.seen:
             raise TsFormatError(source, number, f"@{tag} is declared twice")
         self.seen.add(tag)
-        if tag == "problemname":
-            self.declared = replace(self.declared, problem_name=rest.strip() or None)
-        elif tag == "timestamps":
+        if tag == "timestamps":
             if _boolean(rest, tag, source, number):
                 raise TsFormatError(source, number, "@timeStamps true is not supported: write the values without "
                                     "timestamps (one comma-separated list per dimension)")
@@ -261,7 +273,7 @@ def parse_ts(lines: Iterable[str], source: str = "<ts>") -> TsData:
     number = 0
     for number, raw in enumerate(lines, start=1):
         text = raw.strip().lstrip("\ufeff").strip()
-        if not text or text.startswith("#"):
+        if not text or text.startswith(COMMENTS):
             continue
         if header is None:
             if not text.startswith("@"):

@@ -60,6 +60,18 @@ def test_the_installed_plaid_files() -> None:
     assert len(test) == 537 and set(test.labels.tolist()) == set(range(11))
 
 
+def test_the_installed_unit_test_files_whose_comments_start_with_a_percent_sign() -> None:
+    """sktime's UnitTest set (a cut of ChinaTown) opens with `%` comment lines, the archive's ARFF convention."""
+    folder = packaged_file("plaid", "train").parent.parent / "UnitTest"
+    assert (folder / "UnitTest_TRAIN.ts").read_text().startswith("%")
+    train, test = load_dataset(folder / "UnitTest_TRAIN.ts"), load_dataset(folder / "UnitTest_TEST.ts")
+    assert (len(train), len(test)) == (20, 22) and set(train.labels.tolist()) == {0, 1}
+    assert {s.shape for s in train.samples} == {(24, 1)}
+    assert read_ts(folder / "UnitTest_TEST.ts").header.problem_name == "Chinatown"  # its second @problemName
+    with pytest.raises(TsFormatError, match="data before @data"):
+        parse_ts(["% a comment", "1,2:0"])  # a comment is not a header: the data still needs its @data
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(1, 3), st.lists(st.integers(1, 30), min_size=1, max_size=6), st.integers(0, 2**31 - 1))
 def test_round_trip_of_generated_files(dims: int, lengths: list[int], seed: int) -> None:
@@ -94,7 +106,7 @@ MALFORMED = [
     (["@univariate true", "@dimensions 3", "@data"], 3, "contradicts @dimensions 3"),
     (["@classLabel true", "@data"], 1, "names no classes"),
     (["@classLabel true a a", "@data"], 1, "names a class twice"),
-    (["@problemName X", "@problemName Y", "@data"], 2, "declared twice"),
+    (["@univariate true", "@univariate false", "@data"], 2, "declared twice"),
     (["@clasLabel true 0", "@data"], 1, "unknown header tag @claslabel"),
     (["1,2,3:0"], 1, "data before @data"),
     (["@problemName X", "@classLabel true 0"], 2, "no @data line"),

@@ -216,7 +216,7 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
     li = header.index(label_column) if label_column in header else None
     si = header.index(sample_column) if sample_column and sample_column in header else None
     ti = [header.index(c) for c in target_columns]
-    fi = [i for i in range(len(header)) if i not in (li, si, *ti)]
+    fi = _feature_columns(path, header, rows, [i for i in range(len(header)) if i not in (li, si, *ti)])
     if not fi:
         raise BadFile("no feature columns")
     out: Part = ([], [], [])
@@ -230,7 +230,8 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
         if li is not None and not row[li].strip():
             raise BadFile(f"line {number}: no label in column {label_column!r}")
         label = classes.label(row[li]) if li is not None else -1
-        values, target = _numbers(row, fi, number, "a feature"), tuple(_numbers(row, ti, number, "a target"))
+        values, target = _numbers(row, fi, number, "a feature", header), tuple(_numbers(row, ti, number, "a target",
+                                                                                         header))
         row_key = (row[si] if si is not None else str(number), label, target)
         same = key is not None and label == key[1] and np.array_equal(target, key[2], equal_nan=True)
         if key is not None and row_key[0] == key[0] and not same:
@@ -251,12 +252,55 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
 MISSING_CELLS = frozenset({"", "na", "n/a", "nan", "null", "none", "?"})
 
 
-def _numbers(row: Sequence[str], columns: Sequence[int], line: int, what: str) -> list[float]:
+def _numbers(row: Sequence[str], columns: Sequence[int], line: int, what: str, header: Sequence[str]) -> list[float]:
+    out = []
+    for i in columns:
+        cell = row[i].strip()
+        if what == "a feature" and cell.lower() in MISSING_CELLS:
+            out.append(float("nan"))
+            continue
+        try:
+            out.append(float(cell))
+        except ValueError:
+            raise BadFile(f"line {line}: {what} is not a number: column {header[i]!r} holds {cell[:40]!r}") from None
+    return out
+
+
+#: Headers a table library gives the row numbers it writes as a first column (pandas' `to_csv` index).
+INDEX_HEADERS = frozenset({"", "unnamed: 0", "index"})
+
+
+def _is_number(cell: str) -> bool:
     try:
-        return [float("nan") if what == "a feature" and row[i].strip().lower() in MISSING_CELLS else float(row[i])
-                for i in columns]
+        float(cell)
     except ValueError:
-        raise BadFile(f"line {line}: {what} is not a number") from None
+        return False
+    return True
+
+
+def _feature_columns(path: Path, header: Sequence[str], rows: Sequence[Sequence[str]],
+                     candidates: Sequence[int]) -> list[int]:
+    """The feature columns among `candidates`, leaving out (and saying so) those that cannot be features: a column of
+    text only (a date, a quarter, a name: no cell of it a number) and a row number a table library wrote (an
+    unnamed or `index` column counting 0, 1, 2, ... or 1, 2, 3, ...). A column of numbers with a few text cells
+    stays: its first text cell is an error naming the line, the column and the cell."""
+    data = [row for row in rows[1:] if len(row) == len(header) and any(cell.strip() for cell in row)]
+    kept = []
+    for i in candidates:
+        cells = [row[i].strip() for row in data]
+        given = [c for c in cells if c.lower() not in MISSING_CELLS]
+        if given and not any(_is_number(c) for c in given):
+            logger.warning("%s: column %r left out of the features: it holds text, not numbers (%r, ...)", path,
+                           header[i], given[0][:40])
+            continue
+        if header[i].lower() in INDEX_HEADERS and len(given) == len(cells) > 1 and all(_is_number(c) for c in given):
+            values = np.asarray([float(c) for c in given])
+            if values[0] in (0.0, 1.0) and np.array_equal(values, values[0] + np.arange(len(values))):
+                logger.warning("%s: column %r left out of the features: it counts the rows (%g, %g, %g, ...), as a "
+                               "table library's index does", path, header[i] or "(unnamed)", *values[:3])
+                continue
+        kept.append(i)
+    return kept
 
 
 def _add_csv_sample(out: Part, group: list[list[float]], key: tuple[str, int, tuple[float, ...]], path: Path) -> None:

@@ -112,3 +112,24 @@ def test_a_sample_of_one_axis_is_a_series_of_one_feature(tmp_path: Path) -> None
     np.savez(tmp_path / "uni.npz", x=np.arange(12.0).reshape(3, 4), y=np.array([0.5, 1.5, 2.5]))
     ds = load_dataset(tmp_path / "uni.npz")
     assert [s.shape for s in ds.samples] == [(4, 1)] * 3 and ds.samples[1][:, 0].tolist() == [4.0, 5.0, 6.0, 7.0]
+
+
+def test_a_csv_as_pandas_writes_it_leaves_out_its_index_and_text_columns(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """sktime's Uschange.csv, as pandas wrote it: an unnamed index column (0, 1, 2, ...) and a quarter as text beside
+    the numbers; neither is a feature. A column of numbers with one text cell is an error naming the column."""
+    uschange = Path(importlib.util.find_spec("sktime").submodule_search_locations[0]) / "datasets" / "data" / \
+        "Uschange" / "Uschange.csv"  # type: ignore[index]
+    assert uschange.read_text().startswith(",Quarter,Consumption")
+    with caplog.at_level("WARNING"):
+        data = load_dataset(uschange, target_columns=("Consumption",))
+    assert len(data) == 187 and {s.shape for s in data.samples} == {(1, 4)}  # Income .. Unemployment
+    assert data.samples[0][0, 0] == pytest.approx(0.97226104)  # the first feature is Income, not the row number
+    said = caplog.text
+    assert "column '(unnamed)' left out of the features: it counts the rows (0, 1, 2, ...)" in said
+    assert "column 'Quarter' left out of the features: it holds text, not numbers ('1970 Q1', ...)" in said
+    (tmp_path / "mixed.csv").write_text("a,b,y\n1,2,0.5\n3,n.a.,0.7\n")
+    with pytest.raises(DatasetError, match=r"line 3: a feature is not a number: column 'b' holds 'n.a.'"):
+        load_dataset(tmp_path / "mixed.csv", target_columns=("y",))
+    (tmp_path / "counted.csv").write_text("obs,a,y\n1,5,0.5\n2,3,0.7\n3,4,0.1\n")  # a named count stays a feature
+    assert load_dataset(tmp_path / "counted.csv", target_columns=("y",)).samples[0].shape == (1, 2)

@@ -210,9 +210,7 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
     if not rows:
         raise BadFile("empty CSV")
     header = [h.strip() for h in rows[0]]
-    missing = [c for c in target_columns if c not in header]
-    if missing or (label_column not in header and not target_columns):
-        raise BadFile(f"no {', '.join(map(repr, missing or [label_column]))} column (columns: {', '.join(header)})")
+    _check_columns(header, label_column, target_columns)
     li = header.index(label_column) if label_column in header else None
     si = header.index(sample_column) if sample_column and sample_column in header else None
     ti = [header.index(c) for c in target_columns]
@@ -250,6 +248,21 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
 
 #: Cells a CSV leaves a feature missing with: read as NaN, and the sample left out (`load_dataset`).
 MISSING_CELLS = frozenset({"", "na", "n/a", "nan", "null", "none", "?"})
+
+
+def _check_columns(header: Sequence[str], label_column: str, target_columns: Sequence[str]) -> None:
+    """The columns to learn are there: the label column, or every target column named.
+
+    Raises:
+        BadFile: one is not, naming the setting and how to name the column to learn.
+    """
+    missing = [c for c in target_columns if c not in header]
+    if missing or (label_column not in header and not target_columns):
+        which = "producer.dataset.target_columns" if missing else "producer.dataset.label_column"
+        raise BadFile(f"no {', '.join(map(repr, missing or [label_column]))} column (columns: {', '.join(header)}): "
+                      f"{which} names the column{'s' if len(missing) > 1 else ''} to learn: the class with "
+                      "--set producer.dataset.label_column=COLUMN, float targets with --set "
+                      "producer.dataset.target_columns=COLUMN[,COLUMN...]")
 
 
 def _numbers(row: Sequence[str], columns: Sequence[int], line: int, what: str, header: Sequence[str]) -> list[float]:

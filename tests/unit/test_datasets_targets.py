@@ -133,3 +133,13 @@ def test_a_csv_as_pandas_writes_it_leaves_out_its_index_and_text_columns(tmp_pat
         load_dataset(tmp_path / "mixed.csv", target_columns=("y",))
     (tmp_path / "counted.csv").write_text("obs,a,y\n1,5,0.5\n2,3,0.7\n3,4,0.1\n")  # a named count stays a feature
     assert load_dataset(tmp_path / "counted.csv", target_columns=("y",)).samples[0].shape == (1, 2)
+
+
+def test_a_csv_without_the_column_to_learn_says_how_to_name_it(tmp_path: Path) -> None:
+    (tmp_path / "airline.csv").write_text("Date,Passengers\n1949-01,112\n1949-02,118\n")
+    with pytest.raises(DatasetError, match=r"no 'label' column \(columns: Date, Passengers\): "
+                                           r"producer.dataset.label_column names the column to learn: the class with "
+                                           r"--set producer.dataset.label_column=COLUMN, float targets with"):
+        load_dataset(tmp_path / "airline.csv")
+    with pytest.raises(DatasetError, match=r"no 'fat' column .*: producer.dataset.target_columns names"):
+        load_dataset(tmp_path / "airline.csv", target_columns=("fat",))

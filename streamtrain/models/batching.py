@@ -19,6 +19,7 @@ the model within the same range, so none can drive its activations to infinity.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,6 +151,19 @@ def sample_problems(sample: Sample, num_features: int, *, wire_checked: bool = F
     return found
 
 
+@functools.cache
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype of a torch dtype (once per dtype: building a tensor to ask costs microseconds a sample)."""
+    return torch.empty((), dtype=dtype).numpy().dtype
+
+
+@functools.cache
+def _may_overflow(source: str, target: np.dtype) -> bool:
+    """Whether values of the wire dtype `source` can be too large for `target`: a float wider than it."""
+    kind = np.dtype(source)
+    return kind.kind == "f" and bool(np.finfo(kind).max > np.finfo(target).max)
+
+
 def payload_problem(sample: Sample, config: TrainerConfig) -> tuple[str, str] | None:
     """Why the payload rule refuses `sample`, as (dead-letter reason, detail), or None when it may be trained.
 
@@ -159,9 +173,8 @@ def payload_problem(sample: Sample, config: TrainerConfig) -> tuple[str, str] | 
     if sample.dtype not in config.accepted_dtypes:
         return DTYPE_NOT_ACCEPTED, (f"dtype {sample.dtype} is not in trainer.accepted_dtypes "
                                     f"({', '.join(config.accepted_dtypes)})")
-    source = np.dtype(sample.dtype)
-    target = torch.empty((), dtype=model_dtype(config)).numpy().dtype
-    if source.kind == "f" and np.finfo(source).max > np.finfo(target).max:
+    target = _numpy_dtype(model_dtype(config))
+    if _may_overflow(sample.dtype, target):
         values = sample.array()
         with np.errstate(over="ignore"):
             fits = bool(np.isfinite(values.astype(target)).all())

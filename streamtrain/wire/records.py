@@ -38,6 +38,10 @@ __all__ = [
 #: Payload element types a Sample may carry (the `DType` enum of Sample.avsc).
 DTYPES: tuple[str, ...] = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8")
 
+#: Each wire dtype as the little-endian numpy dtype its bytes are read with: built once, not per sample (the
+#: trainers' input path reads every sample's payload at least twice).
+_READ_AS: dict[str, np.dtype] = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}
+
 
 def _byte_swapped(dtype: np.dtype) -> bool:
     return dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
@@ -119,14 +123,16 @@ class Sample:
 
     def array(self) -> np.ndarray:
         """The payload as a read-only numpy array of `shape` and `dtype`."""
-        return np.frombuffer(self.data, dtype=np.dtype(self.dtype).newbyteorder("<")).reshape(self.shape)
+        dtype = _READ_AS.get(self.dtype) or np.dtype(self.dtype).newbyteorder("<")
+        return np.frombuffer(self.data, dtype=dtype).reshape(self.shape)
 
     def problems(self) -> list[str]:
         """Why this sample cannot be trained, or an empty list when it can."""
         found: list[str] = []
         if self.size < 1:
             found.append(f"size {self.size} < 1")
-        if self.dtype not in DTYPES:
+        dtype = _READ_AS.get(self.dtype)
+        if dtype is None:
             found.append(f"dtype {self.dtype!r} unknown")
             return found
         if not self.shape:
@@ -137,11 +143,11 @@ class Sample:
             return found
         if self.shape[0] != self.size:
             found.append(f"size {self.size} != shape[0] {self.shape[0]}")
-        expected = math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        expected = math.prod(self.shape) * dtype.itemsize
         if expected != len(self.data):
             found.append(f"data is {len(self.data)} bytes but shape {list(self.shape)} of {self.dtype} "
                          f"needs {expected}")
-        elif self.dtype.startswith("float") and not np.isfinite(self.array()).all():
+        elif dtype.kind == "f" and not np.isfinite(np.frombuffer(self.data, dtype=dtype)).all():
             found.append("payload holds NaN or infinity")
         if self.target is not None and not all(math.isfinite(v) for v in self.target):
             found.append("target holds NaN or infinity")

@@ -166,8 +166,7 @@ class TrainerRank:
         """Train until SIGTERM on any rank or `trainer.max_steps`; returns the steps run in this call.
 
         A SIGTERM on one rank is carried by the next step's weight all-reduce, so the whole group
-        finishes that step and stops after it together.
-        """
+        finishes that step and stops after it together."""
         first = self.step
         self.group_stop = False
         while not self.group_stop and not self._limit_reached():
@@ -277,11 +276,9 @@ class TrainerRank:
         """Hold the step's report until the plan's target time when the group drained its buffers
         (`streamtrain.pacing`); the samples that arrive meanwhile go into this step's feedback. Returns
         the seconds held, reported apart from the step's timings and waits: the coordinator's overhead
-        estimate must not count a wait it asked for.
-
-        The wait is idle time: the work due after step `done` (its held-out evaluation, its model version) is
-        done in it first, and only the rest of the hold is waited. A version then goes out a hold earlier, and
-        at line rate an evaluation costs the stream nothing while it fits in the hold."""
+        estimate must not count a wait it asked for. The work due after step `done` (evaluation, version) is done
+        in the hold first: a version goes out a hold sooner, an evaluation that fits costs the stream nothing. Ranks
+        may disagree on holding; the work's collectives still come in one order (before the checkpoint's)."""
         if plan is None or result.stop or not result.stepped:
             return 0.0  # a local plan has no target; an empty group step waits in `run` instead
         now = time.perf_counter()
@@ -289,9 +286,6 @@ class TrainerRank:
                                    self.trainer.hold_max_seconds)
         if hold <= 0:
             return 0.0
-        # Ranks may disagree on holding (the hold is this rank's own time left): the work's collectives still come
-        # in the same order on every rank (after the step's, before the checkpoint's), only before or after this
-        # rank's report.
         self._due_work(done)
         self.consumer.wait_until(lambda: self.stop_requested, now + hold)
         return time.perf_counter() - now
@@ -341,11 +335,10 @@ class TrainerRank:
             self.consumer.wait_until(lambda: len(self.buffer) > len(reserved), deadline)
         return self.buffer.select_oldest(selection.count, selection.size_budget, exclude=reserved)
 
-    def evaluate(self, step: int | None = None) -> None:
+    def evaluate(self, step: int) -> None:
         """Collective: evaluate the shared model (the moving average of its weights when `trainer.ema_decay` is set) on
-        the held-out set after `step` (default: the steps run); rank 0 publishes the result."""
+        the held-out set after `step`; rank 0 publishes the result."""
         assert self.evaluator is not None
-        step = self.step if step is None else step
         result = self.evaluator.evaluate(self.runner.handed_out, step)
         self._evaluated_step = step
         self._heldout = result
@@ -364,11 +357,9 @@ class TrainerRank:
             logger.info("held-out %s after step %d: %s (%d samples, %.2f s)", self.evaluator.name, result.step,
                         shown, result.samples, result.seconds)
 
-    def publish(self, step: int | None = None) -> None:
+    def publish(self, step: int) -> None:
         """Collective: publish a model version of the current weights or their moving average (`trainer.ema_decay`)
-        after `step` (default: the steps run), held-out evaluated first when `versions.evaluate`, so the version's
-        metrics are its own."""
-        step = self.step if step is None else step
+        after `step`, held-out evaluated first when `versions.evaluate`, so the version's metrics are its own."""
         if self.evaluator is not None and self.config.versions.evaluate and self._evaluated_step != step:
             self.evaluate(step)
         self.publisher.publish(step, self.runner.handed_out, self.device_id, self.buffer.lowest_unprocessed(),
@@ -439,9 +430,9 @@ class TrainerRank:
     def _finish(self) -> None:
         evaluated = self.evaluator is not None and self._evaluated_step != self.step
         if evaluated:
-            self.evaluate()  # the model the run ends with; every rank stops after the same step
+            self.evaluate(self.step)  # the model the run ends with; every rank stops after the same step
         if self.publisher.enabled and (self.publisher.published_step != self.step or evaluated):
-            self.publish()  # the run's final version, with the figures of the last evaluation: its own
+            self.publish(self.step)  # the run's final version, with the figures of the last evaluation: its own
         if self.trainer.checkpoint_dir is not None:
             if self._checkpointed_step != self.step:
                 self.checkpoint()

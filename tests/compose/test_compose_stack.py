@@ -355,6 +355,12 @@ def test_a_missing_or_placeholder_password_is_refused_naming_it(stack: Stack) ->
     assert _all_healthy(stack)
 
 
+def _log_tails(st: Stack, services: tuple[str, ...], lines: int = 25) -> str:
+    """The last `lines` lines of each container of `services`, headed by its service and id."""
+    return "\n".join(f"--- {service} {cid[:12]}:\n" + "\n".join(st.logs(cid).splitlines()[-lines:])
+                     for service in services for cid in st.containers(service))
+
+
 def _progressed(st: Stack, beyond: dict[str, int]) -> dict[str, int] | None:
     now = _committed(st)
     return now if all(now[d] > beyond[d] for d in st.devices) else None
@@ -379,7 +385,11 @@ def test_a_trainer_killed_and_the_broker_restarted_lose_nothing(stack: Stack) ->
     restarted_at = time.time()
     docker("restart", "-t", "30", kafka, timeout=180)
     wait_for("Kafka healthy again", lambda: _health(stack, kafka) == "healthy", timeout=300, interval=3)
-    wait_for("training past the broker restart", lambda: _progressed(stack, after_kill), timeout=600, interval=5)
+    try:
+        wait_for("training past the broker restart", lambda: _progressed(stack, after_kill), timeout=600, interval=5)
+    except AssertionError as exc:  # CI keeps only what is printed: say where the services stand
+        raise AssertionError(f"{exc}; committed {_committed(stack)} (after the kill: {after_kill})\n"
+                             + _log_tails(stack, ("trainer", "coordinator", "kafka"))) from None
     stack.record("seconds_broker_restart_to_every_device_committing_again", round(time.time() - restarted_at, 1))
     assert all(_health(stack, c) in ("healthy", "starting") for s in RUNNING for c in stack.containers(s))
 

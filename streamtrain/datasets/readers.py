@@ -300,20 +300,27 @@ def _feature_columns(path: Path, header: Sequence[str], rows: Sequence[Sequence[
     data = [row for row in rows[1:] if len(row) == len(header) and any(cell.strip() for cell in row)]
     kept = []
     for i in candidates:
-        cells = [row[i].strip() for row in data]
-        given = [c for c in cells if c.lower() not in MISSING_CELLS]
-        if given and not any(_is_number(c) for c in given):
+        # A column whose first given cell is a number is read as numbers (checked cell by cell as they are read):
+        # only one opening with text, or one an index would be written under, is looked at whole.
+        first = next((c for row in data if (c := row[i].strip()).lower() not in MISSING_CELLS), None)
+        if first is not None and not _is_number(first) and not any(_is_number(row[i].strip()) for row in data):
             logger.warning("%s: column %r left out of the features: it holds text, not numbers (%r, ...)", path,
-                           header[i], given[0][:40])
+                           header[i], first[:40])
             continue
-        if header[i].lower() in INDEX_HEADERS and len(given) == len(cells) > 1 and all(_is_number(c) for c in given):
-            values = np.asarray([float(c) for c in given])
-            if values[0] in (0.0, 1.0) and np.array_equal(values, values[0] + np.arange(len(values))):
-                logger.warning("%s: column %r left out of the features: it counts the rows (%g, %g, %g, ...), as a "
-                               "table library's index does", path, header[i] or "(unnamed)", *values[:3])
-                continue
+        if header[i].lower() in INDEX_HEADERS and _counts_rows([row[i].strip() for row in data]):
+            logger.warning("%s: column %r left out of the features: it counts the rows (0, 1, 2, ... or 1, 2, 3, "
+                           "...), as a table library's index does", path, header[i] or "(unnamed)")
+            continue
         kept.append(i)
     return kept
+
+
+def _counts_rows(cells: Sequence[str]) -> bool:
+    """Whether `cells` are 0, 1, 2, ... or 1, 2, 3, ... (a row number), every one given."""
+    if len(cells) < 2 or not all(_is_number(c) for c in cells):
+        return False
+    values = np.asarray([float(c) for c in cells])
+    return values[0] in (0.0, 1.0) and np.array_equal(values, values[0] + np.arange(len(values)))
 
 
 def _add_csv_sample(out: Part, group: list[list[float]], key: tuple[str, int, tuple[float, ...]], path: Path) -> None:

@@ -126,13 +126,15 @@ def test_a_csv_as_pandas_writes_it_leaves_out_its_index_and_text_columns(tmp_pat
     assert len(data) == 187 and {s.shape for s in data.samples} == {(1, 4)}  # Income .. Unemployment
     assert data.samples[0][0, 0] == pytest.approx(0.97226104)  # the first feature is Income, not the row number
     said = caplog.text
-    assert "column '(unnamed)' left out of the features: it counts the rows (0, 1, 2, ...)" in said
+    assert "column '(unnamed)' left out of the features: it counts the rows (0, 1, 2, ... or 1, 2, 3, ...)" in said
     assert "column 'Quarter' left out of the features: it holds text, not numbers ('1970 Q1', ...)" in said
     (tmp_path / "mixed.csv").write_text("a,b,y\n1,2,0.5\n3,n.a.,0.7\n")
     with pytest.raises(DatasetError, match=r"line 3: a feature is not a number: column 'b' holds 'n.a.'"):
         load_dataset(tmp_path / "mixed.csv", target_columns=("y",))
     (tmp_path / "counted.csv").write_text("obs,a,y\n1,5,0.5\n2,3,0.7\n3,4,0.1\n")  # a named count stays a feature
     assert load_dataset(tmp_path / "counted.csv", target_columns=("y",)).samples[0].shape == (1, 2)
+    (tmp_path / "late.csv").write_text("when,a,y\nn/a,1,0.5\nmonday,3,0.7\n")  # text after a missing cell: text
+    assert load_dataset(tmp_path / "late.csv", target_columns=("y",)).samples[0].shape == (1, 1)
 
 
 def test_a_csv_without_the_column_to_learn_says_how_to_name_it(tmp_path: Path) -> None:

@@ -1,20 +1,23 @@
 """Weighted gradient aggregation as a DDP communication hook (CHRONICA Eq. 7, ScaDLES Eq. 4, LB-BSP §3.4).
 
 Rank i holds g_i, the gradient of the *mean* loss over its own λ_i samples. The hook scales its
-bucket by λ_i / Σλ and all-reduces with SUM, so every rank ends with Σ_i (λ_i / Σλ) g_i. With
-λ = samples trained this is exactly the gradient of the mean loss over the union of all ranks'
-samples, whatever the split, including ranks with zero samples (g_i = 0, λ_i = 0: they add
-nothing and the other weights renormalise through Σλ).
+bucket by λ_i and all-reduces with SUM; once backward is done, `AggregationState.normalise` divides
+every gradient by Σλ, so every rank ends with Σ_i (λ_i / Σλ) g_i. With λ = samples trained this is
+exactly the gradient of the mean loss over the union of all ranks' samples, whatever the split,
+including ranks with zero samples (g_i = 0, λ_i = 0: they add nothing and the other weights
+renormalise through Σλ).
 
-Σλ must be known before the first bucket is scaled: `AggregationState.begin_step` starts an
-async all-reduce of (λ_i, samples_i, stop_i) before the forward pass, and the first hook of the
-step waits on it, so that collective overlaps the whole forward and most of the backward. The stop
-flag rides along for free: a rank asked to stop (SIGTERM) sets it, and every rank learns from the
-same sum that the group stops after this step, with no collective of its own. A rank whose clock says a model
-version is due (`trainer.publish`) sets a publish flag the same way.
+The step's own numbers, (λ_i, samples_i, stop_i, backlog_i, publish_i), travel in the first bucket's
+all-reduce: appended to its gradients, summed with them, and split off when it completes. So a step
+costs the collectives bare DDP's would, and none of its own (a second, separate all-reduce was a
+fixed cost every step paid at every rank's pace: `bench overhead`). The stop flag rides along: a rank
+asked to stop (SIGTERM) sets it, and every rank learns from the same sum that the group stops after
+this step. A rank whose clock says a model version is due (`trainer.publish`) sets a publish flag the
+same way. With Top-k compression, or gradients of a dtype that cannot hold the counts exactly, the
+numbers go in an all-reduce of their own, started by the first hook.
 
 The bucket all-reduces also carry the group's verdict on the step: a rank whose loss is not finite
-(`mark_loss`) scales its buckets by NaN instead of λ_i/Σλ, and non-finite gradients stay non-finite
+(`mark_loss`) scales its buckets by NaN instead of λ_i, and non-finite gradients stay non-finite
 under any scale, so one bad rank makes every rank's reduced gradient non-finite. Every rank then sees
 the same reduced gradient, checks it, and skips the same steps (`StepRunner`), with no extra collective.
 """
@@ -23,6 +26,7 @@ the same reduced gradient, checks it, and skips the same steps (`StepRunner`), w
 import logging
 import math
 import time
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -33,9 +37,14 @@ __all__ = ["AggregationState", "aggregation_hook"]
 
 logger = logging.getLogger(__name__)
 
+#: Bucket dtypes the step's numbers ride in: float32 holds counts exactly up to 2^24, weights to 7 digits.
+_CARRIERS = (torch.float32, torch.float64)
+#: The step's numbers, in the order they travel.
+_WEIGHT, _SAMPLES, _STOP, _BACKLOG, _PUBLISH = range(5)
+
 
 class AggregationState:
-    """State of `aggregation_hook`: this step's weights, their global sums, and comm timings.
+    """State of `aggregation_hook`: this step's weight and numbers, their global sums, and comm timings.
 
     Args:
         device: Device of the gradients (where the weight tensors live).
@@ -53,24 +62,24 @@ class AggregationState:
         self.process_group = process_group
         self.compressor = compressor
         self._weight = 0.0
-        self._sums = torch.zeros(5, dtype=torch.float64, device=device)
-        self._sums_work: dist.Work | None = None
+        self._own = torch.zeros(5, dtype=torch.float64, device=device)
+        self._sums: torch.Tensor | None = None
+        self._sums_done: torch.futures.Future[torch.Tensor] | None = None
         self._scale: torch.Tensor | None = None
         self._loss_finite: torch.Tensor | None = None
         self.hook_calls = 0
         """Buckets reduced this step."""
         self.blocking_seconds = 0.0
-        """Time this step's hooks blocked backward (waiting for Σλ, compression votes)."""
+        """Time this step's hooks blocked backward (compression votes)."""
         self.last_hook_left_at: float | None = None
         """perf_counter when the last hook of this step returned: local gradients were all ready."""
 
     def begin_step(self, weight: float, samples: int, stop: bool = False, backlog: int = 0,
                    publish: bool = False) -> None:
-        """Start the step: send this rank's λ, sample count, stop flag, backlog and publish flag (async all-reduce,
-        no wait).
+        """Start the step: this rank's λ, sample count, stop flag, backlog and publish flag, summed over the group
+        with the step's first bucket.
 
-        Every rank must call this once per step, before the forward pass, in the same order
-        relative to other collectives.
+        Every rank must call this once per step, before the forward pass.
 
         Args:
             weight: λ_i, this rank's aggregation weight (0 when it trains nothing).
@@ -83,8 +92,9 @@ class AggregationState:
             raise ValueError(f"aggregation weight must be >= 0, got {weight}")
         self._weight = float(weight)
         values = [float(weight), float(samples), 1.0 if stop else 0.0, float(backlog), 1.0 if publish else 0.0]
-        self._sums = torch.tensor(values, dtype=torch.float64, device=self.device)
-        self._sums_work = dist.all_reduce(self._sums, group=self.process_group, async_op=True)
+        self._own = torch.tensor(values, dtype=torch.float64, device=self.device)
+        self._sums = None
+        self._sums_done = None
         self._scale = None
         self._loss_finite = None
         self.hook_calls = 0
@@ -93,47 +103,71 @@ class AggregationState:
         if self.compressor is not None:
             self.compressor.begin_step()
 
-    def _wait_sums(self) -> None:
-        if self._sums_work is not None:
-            self._sums_work.wait()
-            self._sums_work = None
-
     def mark_loss(self, loss: torch.Tensor) -> None:
         """Before backward: this rank's loss, so that a non-finite one poisons its buckets (see the module doc)."""
         self._loss_finite = torch.isfinite(loss.detach())  # on the device: no host sync
 
     def scale(self) -> torch.Tensor:
-        """λ_i / Σλ as a device scalar (0 when Σλ = 0; NaN after a non-finite `mark_loss`); waits for the weight
-        all-reduce once."""
+        """λ_i as a device scalar (NaN after a non-finite `mark_loss`): what this rank's buckets are scaled by."""
         if self._scale is None:
-            self._wait_sums()
-            # Stays on the device: no host sync is needed to scale buckets, even on CUDA.
-            scale = self._weight / self._sums[0].clamp_min(torch.finfo(torch.float64).tiny)
-            if self._loss_finite is not None:
+            scale = torch.tensor(self._weight, dtype=torch.float64, device=self.device)
+            if self._loss_finite is not None:  # stays on the device: no host sync, even on CUDA
                 scale = torch.where(self._loss_finite, scale, torch.full_like(scale, math.nan))
             self._scale = scale
         return self._scale
 
+    def carry(self, buffer: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        """All-reduce the step's first bucket with this rank's numbers appended; the future gives the bucket back."""
+        size = buffer.numel()
+        packed = torch.cat([buffer, self._own.to(buffer.dtype)])
+        work = dist.all_reduce(packed, group=self.process_group, async_op=True)
+        assert work is not None
+
+        def split(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+            out = fut.value()[0]
+            self._sums = out[size:].to(torch.float64)
+            buffer.copy_(out[:size])
+            return buffer
+
+        self._sums_done = work.get_future().then(split)
+        return self._sums_done
+
+    def send_alone(self) -> None:
+        """All-reduce this rank's numbers in a collective of their own (async; read once backward is done)."""
+        sums = self._own.clone()
+        work = dist.all_reduce(sums, group=self.process_group, async_op=True)
+        assert work is not None
+        self._sums_done = work.get_future().then(lambda fut: fut.value()[0])
+
+    def _read(self) -> torch.Tensor:
+        if self._sums is None:
+            if self._sums_done is None:
+                raise RuntimeError("the step's sums were never sent: no bucket was reduced since begin_step")
+            self._sums = self._sums_done.wait()
+        return self._sums
+
     def global_totals(self) -> tuple[float, int]:
-        """(Σλ, Σ samples) over all ranks for this step; waits for the weight all-reduce (host sync)."""
-        self._wait_sums()
-        total_weight, total_samples, *_flags = self._sums.tolist()
+        """(Σλ, Σ samples) over all ranks for this step (host sync; after backward)."""
+        total_weight, total_samples, *_flags = self._read().tolist()
         return float(total_weight), round(total_samples)
+
+    def normalise(self, grads: Sequence[torch.Tensor]) -> None:
+        """Divide the reduced gradients by Σλ (after backward): Σ_i λ_i g_i becomes the weighted mean."""
+        total = float(self._read()[_WEIGHT])
+        if grads and total > 0:  # Σλ = 0: every bucket is exact zeros (or NaN), left as it is
+            torch._foreach_mul_(list(grads), 1.0 / total)
 
     def group_stop(self) -> bool:
         """Whether any rank passed stop=True to this step's `begin_step` (the same answer on every rank)."""
-        self._wait_sums()
-        return bool(self._sums[2].item() > 0)
+        return bool(self._read()[_STOP].item() > 0)
 
     def group_backlog(self) -> int:
         """Σ of the ranks' `backlog` for this step (the same answer on every rank)."""
-        self._wait_sums()
-        return round(self._sums[3].item())
+        return round(self._read()[_BACKLOG].item())
 
     def group_publish(self) -> bool:
         """Whether any rank passed publish=True to this step's `begin_step` (the same answer on every rank)."""
-        self._wait_sums()
-        return bool(self._sums[4].item() > 0)
+        return bool(self._read()[_PUBLISH].item() > 0)
 
     def end_step(self) -> None:
         """Close the step's compression statistics (call after backward)."""
@@ -142,21 +176,28 @@ class AggregationState:
 
 
 def aggregation_hook(state: AggregationState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP comm hook: reduce λ_i/Σλ · g_i over the group (dense all-reduce, or adaptive Top-k).
+    """DDP comm hook: reduce λ_i · g_i over the group (dense all-reduce, or adaptive Top-k), the step's numbers
+    riding in the first bucket.
 
     Registered with `DistributedDataParallel.register_comm_hook(state, aggregation_hook)`. Unlike
-    the default hook it does not divide by the world size: the weights already sum to one.
+    the default hook it does not divide by the world size: `AggregationState.normalise` divides by Σλ.
     """
     entered = time.perf_counter()
     buffer = bucket.buffer()
     buffer.mul_(state.scale().to(buffer.dtype))
+    first = state.hook_calls == 0
     future: torch.futures.Future[torch.Tensor]
-    if state.compressor is not None:
-        future = state.compressor.reduce(buffer)
+    if first and state.compressor is None and buffer.dtype in _CARRIERS:
+        future = state.carry(buffer)
     else:
-        work = dist.all_reduce(buffer, group=state.process_group, async_op=True)
-        assert work is not None
-        future = work.get_future().then(lambda fut: fut.value()[0])
+        if first:
+            state.send_alone()
+        if state.compressor is not None:
+            future = state.compressor.reduce(buffer)
+        else:
+            work = dist.all_reduce(buffer, group=state.process_group, async_op=True)
+            assert work is not None
+            future = work.get_future().then(lambda fut: fut.value()[0])
     left = time.perf_counter()
     state.hook_calls += 1
     state.blocking_seconds += left - entered

@@ -243,7 +243,7 @@ class StepRunner:
             comm += backward_done - self.state.last_hook_left_at
         global_weight, global_samples = self.state.global_totals()
         lr = self._apply_lr(global_samples, lr_scale)
-        grad_norm = self._clip_gradients() if global_samples > 0 else None
+        grad_norm = self._clip_gradients(self._reduced_gradients()) if global_samples > 0 else None
         # Every rank holds the same reduced gradient, so every rank reaches the same verdict (see aggregation).
         skipped = grad_norm is not None and not math.isfinite(grad_norm)
         # An empty global batch has all-zero gradients; stepping would still apply momentum and decay.
@@ -347,11 +347,18 @@ class StepRunner:
         self.objective.observe(batch)
         return sums
 
-    def _clip_gradients(self) -> float:
+    def _reduced_gradients(self) -> list[torch.Tensor]:
+        """The gradients DDP reduced, divided by the group's total weight: the weighted mean (see aggregation)."""
+        grads = [p.grad for p in self._params if p.grad is not None]
+        self.state.normalise(grads)
+        return grads
+
+    def _clip_gradients(self, grads: list[torch.Tensor]) -> float:
         """The aggregated gradient's L2 norm (a host sync), after clipping it to `max_grad_norm` when that is set."""
+        norm = torch.nn.utils.get_total_norm(grads)
         if self.config.max_grad_norm > 0:
-            return float(torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm))
-        return float(torch.nn.utils.get_total_norm([p.grad for p in self._params if p.grad is not None]))
+            torch.nn.utils.clip_grads_with_norm_(self._params, self.config.max_grad_norm, norm)
+        return float(norm)
 
     def _apply_lr(self, global_samples: int, lr_scale: float | None) -> float:
         if not self.config.lr_scaling:

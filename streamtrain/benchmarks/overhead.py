@@ -202,6 +202,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _answer(box: Any, procs: list[Any], dataset: str, timeout_s: float = 1800) -> dict[str, Any]:
+    """Rank 0's figures, or an error as soon as a rank has died without them (a crashed rank never answers)."""
+    import queue
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return dict(box.get(timeout=2))
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"bench overhead: a rank of the {dataset} group failed (exit codes "
+                                   f"{[p.exitcode for p in procs]}; its error is above)") from None
+    raise RuntimeError(f"bench overhead: the {dataset} group gave no figures in {timeout_s:.0f} s")
+
+
 def measure(dataset: str, ranks: int, global_batch: int, steps: int, repeats: int) -> DatasetOverhead:
     """Run the group for `dataset` (spawned processes, gloo on this host) and read rank 0's figures."""
     import torch.multiprocessing as mp
@@ -215,7 +231,7 @@ def measure(dataset: str, ranks: int, global_batch: int, steps: int, repeats: in
     for p in procs:
         p.start()
     try:
-        got = box.get(timeout=1800)
+        got = _answer(box, procs, dataset)
     finally:
         for p in procs:
             p.join(timeout=60)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -186,6 +186,18 @@ def _chunks(samples: Sequence[Sample], max_size: int) -> list[list[Sample]]:
     return out
 
 
+def _older_settings(config: TrainerConfig, spec: ModelSpec, tensors: Mapping[str, torch.Tensor]) -> TrainerConfig:
+    """A version written before model.json kept `series_points`: the points its `seqflat` weights were built for
+    (the whole-series path's linear layer reads 2 x features x (points + 1) inputs)."""
+    weight = tensors.get("whole.linear.weight")
+    if config.model != "seqflat" or "series_points" in spec.settings or weight is None or weight.ndim != 2:
+        return config
+    points, left = divmod(int(weight.shape[1]), 2 * config.num_features)
+    if left or points < 2:
+        return config  # not what the built-in model writes: the weights' own check names the mismatch
+    return config.model_copy(update={"series_points": points - 1})
+
+
 def load_model(path: str | Path, version: int | str = "latest") -> Predictor:
     """Load a published model version and rebuild it to predict.
 
@@ -206,7 +218,7 @@ def load_model(path: str | Path, version: int | str = "latest") -> Predictor:
     """
     directory = resolve_version(Path(path), version)
     spec, tensors = read_version(directory)
-    config = spec.trainer_config()
+    config = _older_settings(spec.trainer_config(), spec, tensors)
     try:
         # The default packing as a prediction's: no target needed, and a forecast's whole series is its input.
         collate = collate_for_prediction if config.collate is None else build_collate(config)

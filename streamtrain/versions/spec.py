@@ -35,7 +35,7 @@ WEIGHTS_FILE = "model.safetensors"
 #: concerns training, not the model.
 MODEL_SETTINGS: tuple[str, ...] = ("model", "collate", "objective", "num_features", "num_classes", "hidden_size",
                                    "num_layers", "kernel_size", "length_buckets", "precision", "accepted_dtypes",
-                                   "max_input_abs", "seed",
+                                   "max_input_abs", "seed", "series_points", "dropout",
                                    # The inputs' standardisation (`streamtrain.models.standardise`): predict applies it.
                                    "input_standardise", "input_shift", "input_scale",
                                    # The objective's shape: its output width and how outputs become predictions.

@@ -268,6 +268,21 @@ class DatasetConfig(_Model):
     lacks a class differently from the training data; `streamtrain up --dataset` sets it from both splits.
     Integer labels are used as they are either way."""
 
+    window: int | None = Field(default=None, ge=2, le=1_000_000)
+    """A single series (a CSV with no label, sample or target column, or one unlabelled array): the frames of each
+    sample `streamtrain up --dataset` cuts it into, the last `trainer.horizon` of them the future it learns to
+    forecast. Unset: `trainer.horizon` plus a sixth of the series (at least 2 frames, at most 256), so that a
+    window's input covers two cycles of a season up to a twelfth of the series and the training part holds many
+    windows (`streamtrain.datasets.windows`)."""
+
+    stride: int = Field(default=1, ge=1, le=1_000_000)
+    """A single series: frames from one window's start to the next (1: every window, overlapping)."""
+
+    held_out_share: float = Field(default=0.25, gt=0, lt=1)
+    """A single series: the share of its frames, at its end, held out (at least one window's), unless
+    `trainer.eval_path` names a held-out set; windows are cut from the frames before it to train on and from it to
+    evaluate on, and a window straddling the two is cut from neither."""
+
 
     _packaged_is_known = field_validator("packaged")(check_packaged_name)
     _names_from_text = field_validator("class_names", mode="before")(text_as_tuple)

@@ -1,4 +1,5 @@
-"""Real datasets on disk: the `.ts` archive format, `.npy`/`.npz`/`.csv` layouts, and packaged datasets.
+"""Real datasets on disk: the `.ts` archive format, `.npy`/`.npz`/`.csv` layouts, packaged datasets, and one series cut
+into windows.
 
 Shared by the producers (replay into device topics) and the trainers (held-out evaluation).
 """
@@ -6,12 +7,15 @@ Shared by the producers (replay into device topics) and the trainers (held-out e
 from .files import Dataset, DatasetError, SkippedFile, SkippedSample, load_dataset, load_sizes
 from .packaged import PACKAGED, PackagedDataset, packaged_file
 from .ts import TsData, TsFormatError, TsHeader, fill_missing, parse_ts, read_ts
+from .windows import SeriesTooShort, SeriesWindows, split_series, write_windows
 
 __all__ = [
     "PACKAGED",
     "Dataset",
     "DatasetError",
     "PackagedDataset",
+    "SeriesTooShort",
+    "SeriesWindows",
     "SkippedFile",
     "SkippedSample",
     "TsData",
@@ -23,4 +27,6 @@ __all__ = [
     "packaged_file",
     "parse_ts",
     "read_ts",
+    "split_series",
+    "write_windows",
 ]

@@ -210,13 +210,7 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
     if not rows:
         raise BadFile("empty CSV")
     header = [h.strip() for h in rows[0]]
-    _check_columns(header, label_column, target_columns)
-    li = header.index(label_column) if label_column in header else None
-    si = header.index(sample_column) if sample_column and sample_column in header else None
-    ti = [header.index(c) for c in target_columns]
-    fi = _feature_columns(path, header, rows, [i for i in range(len(header)) if i not in (li, si, *ti)])
-    if not fi:
-        raise BadFile("no feature columns")
+    li, si, ti, fi, series = _csv_columns(path, header, rows, label_column, sample_column, target_columns)
     out: Part = ([], [], [])
     group: list[list[float]] = []
     key: tuple[str, int, tuple[float, ...]] | None = None
@@ -230,7 +224,7 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
         label = classes.label(row[li]) if li is not None else -1
         values, target = _numbers(row, fi, number, "a feature", header), tuple(_numbers(row, ti, number, "a target",
                                                                                          header))
-        row_key = (row[si] if si is not None else str(number), label, target)
+        row_key = (row[si] if si is not None else "series" if series else str(number), label, target)
         same = key is not None and label == key[1] and np.array_equal(target, key[2], equal_nan=True)
         if key is not None and row_key[0] == key[0] and not same:
             raise BadFile(f"line {number}: sample {row_key[0]!r} changes " + ("label" if label != key[1] else
@@ -246,6 +240,30 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
     return out
 
 
+def _csv_columns(path: Path, header: list[str], rows: Sequence[Sequence[str]], label_column: str,
+                 sample_column: str | None, target_columns: Sequence[str]
+                 ) -> tuple[int | None, int | None, list[int], list[int], bool]:
+    """The label, sample, target and feature columns of a CSV, and whether its rows are one series over time: nothing
+    to learn (no label column, no target named) and nothing grouping the rows (no sample column).
+
+    Raises:
+        BadFile: a column to learn is missing (and the rows are not one series), or no column is a feature.
+    """
+    series = label_column not in header and not target_columns and not (sample_column and sample_column in header)
+    if not series:
+        _check_columns(header, label_column, target_columns)
+    li = header.index(label_column) if label_column in header else None
+    si = header.index(sample_column) if sample_column and sample_column in header else None
+    ti = [header.index(c) for c in target_columns]
+    fi = _feature_columns(path, header, rows, [i for i in range(len(header)) if i not in (li, si, *ti)],
+                          series=series)
+    if series:
+        _check_series(header, rows, [i for i in range(len(header)) if i not in fi], label_column)
+    if not fi:
+        raise BadFile("no feature columns")
+    return li, si, ti, fi, series
+
+
 #: Cells a CSV leaves a feature missing with: read as NaN, and the sample left out (`load_dataset`).
 MISSING_CELLS = frozenset({"", "na", "n/a", "nan", "null", "none", "?"})
 
@@ -258,11 +276,16 @@ def _check_columns(header: Sequence[str], label_column: str, target_columns: Seq
     """
     missing = [c for c in target_columns if c not in header]
     if missing or (label_column not in header and not target_columns):
-        which = "producer.dataset.target_columns" if missing else "producer.dataset.label_column"
-        raise BadFile(f"no {', '.join(map(repr, missing or [label_column]))} column (columns: {', '.join(header)}): "
-                      f"{which} names the column{'s' if len(missing) > 1 else ''} to learn: the class with "
-                      "--set producer.dataset.label_column=COLUMN, float targets with --set "
-                      "producer.dataset.target_columns=COLUMN[,COLUMN...]")
+        raise BadFile(_no_column(header, label_column, missing))
+
+
+def _no_column(header: Sequence[str], label_column: str, missing: Sequence[str]) -> str:
+    """That the label column (or the target columns `missing`) is not in `header`, and how to name the one to learn."""
+    which = "producer.dataset.target_columns" if missing else "producer.dataset.label_column"
+    return (f"no {', '.join(map(repr, missing or [label_column]))} column (columns: {', '.join(header)}): {which} "
+            f"names the column{'s' if len(missing) > 1 else ''} to learn: the class with --set "
+            "producer.dataset.label_column=COLUMN, float targets with --set producer.dataset.target_columns=COLUMN[,"
+            "COLUMN...]")
 
 
 def _numbers(row: Sequence[str], columns: Sequence[int], line: int, what: str, header: Sequence[str]) -> list[float]:
@@ -292,11 +315,13 @@ def _is_number(cell: str) -> bool:
 
 
 def _feature_columns(path: Path, header: Sequence[str], rows: Sequence[Sequence[str]],
-                     candidates: Sequence[int]) -> list[int]:
+                     candidates: Sequence[int], series: bool = False) -> list[int]:
     """The feature columns among `candidates`, leaving out (and saying so) those that cannot be features: a column of
     text only (a date, a quarter, a name: no cell of it a number) and a row number a table library wrote (an
-    unnamed or `index` column counting 0, 1, 2, ... or 1, 2, 3, ...). A column of numbers with a few text cells
-    stays: its first text cell is an error naming the line, the column and the cell."""
+    unnamed or `index` column counting 0, 1, 2, ... or 1, 2, 3, ...); in one `series` over time also a time index,
+    any column of whole numbers rising by exactly 1 from row to row (a year, an observation's number), which is
+    when a frame was taken, not what was measured, unless no other column is left. A column of numbers with a few
+    text cells stays: its first text cell is an error naming the line, the column and the cell."""
     data = [row for row in rows[1:] if len(row) == len(header) and any(cell.strip() for cell in row)]
     kept = []
     for i in candidates:
@@ -312,15 +337,41 @@ def _feature_columns(path: Path, header: Sequence[str], rows: Sequence[Sequence[
                            "...), as a table library's index does", path, header[i] or "(unnamed)")
             continue
         kept.append(i)
-    return kept
+    counting = [i for i in kept if series and _counts_rows([row[i].strip() for row in data], start=None)]
+    if len(counting) == len(kept):
+        return kept  # nothing beside them: what counts up is the series itself
+    for i in counting:
+        logger.warning("%s: column %r left out of the features: it counts the frames of the series (%s, %s, ...), "
+                       "a time index", path, header[i] or "(unnamed)", data[0][i].strip(), data[1][i].strip())
+    return [i for i in kept if i not in counting]
 
 
-def _counts_rows(cells: Sequence[str]) -> bool:
-    """Whether `cells` are 0, 1, 2, ... or 1, 2, 3, ... (a row number), every one given."""
+def _check_series(header: Sequence[str], rows: Sequence[Sequence[str]], left_out: Sequence[int],
+                  label_column: str) -> None:
+    """Refuse to read a table as one series when a text column left out of it repeats a value, as a class column
+    does (iris's species), unlike a time stamp (each its own); the message says how to name the column to learn.
+
+    Raises:
+        BadFile: such a column, named.
+    """
+    data = [row for row in rows[1:] if len(row) == len(header) and any(cell.strip() for cell in row)]
+    for i in left_out:
+        cells = [row[i].strip() for row in data if row[i].strip().lower() not in MISSING_CELLS]
+        if cells and not all(_is_number(c) for c in cells) and len(set(cells)) < len(cells):
+            raise BadFile(f"{_no_column(header, label_column, ())}; column {header[i]!r} repeats its text "
+                          f"({cells[0][:40]!r}, ...), as a class does, so the rows are not read as one series over "
+                          "time")
+
+
+def _counts_rows(cells: Sequence[str], start: tuple[float, ...] | None = (0.0, 1.0)) -> bool:
+    """Whether `cells` count up by 1 from one of `start` (0, 1, 2, ... or 1, 2, 3, ...: a row number; None: from any
+    whole number, as years do), every one given."""
     if len(cells) < 2 or not all(_is_number(c) for c in cells):
         return False
     values = np.asarray([float(c) for c in cells])
-    return values[0] in (0.0, 1.0) and np.array_equal(values, values[0] + np.arange(len(values)))
+    first = values[0]
+    begins = first == round(first) if start is None else first in start
+    return bool(begins) and np.array_equal(values, first + np.arange(len(values)))
 
 
 def _add_csv_sample(out: Part, group: list[list[float]], key: tuple[str, int, tuple[float, ...]], path: Path) -> None:

@@ -4,7 +4,8 @@
 - any other float targets: `regression` (that many values), standardised by the targets' mean and standard
   deviation, each value by its own;
 - integer labels on every sample: `classification`;
-- neither: `forecast`, the one objective that needs nothing but the series.
+- neither: `forecast`, the one objective that needs nothing but the series (one series over time, a CSV with no
+  label, sample or target column, among them: `up --dataset` cuts it into windows).
 
 An objective of your own (a dotted path) gets the same shape settings as `regression` when the data carries float
 targets (their width, their per-value shift and scale, their names), so it can standardise its targets as the
@@ -56,6 +57,8 @@ def infer_objective(dataset: Dataset) -> tuple[str, str]:
         return "regression", f"a float target of {values} per sample"
     if dataset.labelled:
         return "classification", "an integer class label per sample"
+    if len(dataset) == 1:  # one series over time (a CSV of frames, nothing named to learn): `up` cuts it into windows
+        return "forecast", "one series over time, no label or target: its own future"
     return "forecast", "no label or target: the series themselves"
 
 

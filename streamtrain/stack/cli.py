@@ -186,8 +186,9 @@ def up(
     if broker not in ("auto", "embedded", "external"):
         die(f"--broker {broker!r}: choose auto, embedded or external", EXIT_CONFIG)
     section = _bridge_section(ctx, bridge, dataset, backlog, secure, external_devices)
+    out = out or Path("reports") / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     cfg, replay = _configure(ctx, policy, truncation, dataset, secure, devices,
-                             {"bridge": section} if section is not None else {})
+                             {"bridge": section} if section is not None else {}, out.resolve() / "dataset")
     named = list(cfg.bridge.devices) if section is not None else []
     try:
         check_user_code(cfg.trainer)  # before the broker and the ranks: a plug-in that fails, fails now
@@ -200,7 +201,6 @@ def up(
         external = parse_external(external_devices, [s.device_id for s in streams])
     except ValueError as exc:
         die(str(exc), EXIT_CONFIG)
-    out = out or Path("reports") / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     opts = StackOptions(streams=streams, out=out.resolve(), policy=policy, truncation=truncation, duration_s=duration,
                         steps=steps, broker=broker, prometheus=prometheus,  # type: ignore[arg-type]
                         prometheus_binary=prometheus_bin, scrape_interval_s=scrape_interval,
@@ -213,9 +213,11 @@ def up(
 
 
 def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, dataset: str | None, secure: bool,
-               devices: int, extra: dict[str, object]) -> tuple[StreamtrainConfig, DatasetReplay | None]:
+               devices: int, extra: dict[str, object],
+               workdir: Path | None = None) -> tuple[StreamtrainConfig, DatasetReplay | None]:
     """The run's configuration (the root options, the flags, `extra` settings and a dataset's own settings) and the
-    dataset to replay, said to the person; exits with a configuration error naming the flag."""
+    dataset to replay, said to the person; exits with a configuration error naming the flag. One series over time is
+    cut into windows written under `workdir`."""
     from rich.markup import escape
 
     from streamtrain.runtime.commands import EXIT_CONFIG, config_from, console, die
@@ -231,13 +233,15 @@ def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, d
             "--secure gives each device's producer its own principal; run one of them (or the producers yourself, "
             "one per device, with `streamtrain produce --dataset`)", EXIT_CONFIG)
     try:
-        replay = resolve_replay(dataset, cfg, devices)
+        replay = resolve_replay(dataset, cfg, devices, workdir)
     except ValueError as exc:
         die(str(exc), EXIT_CONFIG)
     say = functools.partial(console.print, highlight=False)
     kind = f"{replay.classes} classes" if replay.objective == "classification" else replay.objective
     say(f"dataset {replay.name}: {replay.samples} samples of {replay.features} dimension(s), {kind}, sharded over "
         f"{devices} devices; held-out set: {replay.held_out or 'none (no evaluation)'}")
+    if replay.series_note:
+        say(f"one series over time: {escape(replay.series_note)}")
     say(f"objective: {replay.objective} ({replay.objective_why})")
     say(f"model: {replay.model_why}")
     for note in replay.input_notes:

@@ -11,7 +11,8 @@ every sample dead-lettered. A dataset whose classes are names (class directories
 labels) gets `producer.dataset.class_names` from both splits, so the replayed samples and the held-out
 set number every class alike even when one split lacks a class. The objective comes from the data
 (`streamtrain.objectives.inference`: float targets, class labels, or neither) unless `trainer.objective` is
-set, in which case the data is checked against it.
+set, in which case the data is checked against it. One series over time (a CSV with no label, sample or target
+column) is cut into windows, its tail held out (`streamtrain.stack.series`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from streamtrain.objectives.inference import fit_objective
 from streamtrain.producers.service import ProducerError, StreamProducer
 from streamtrain.runtime.commands import module_command
 
+from .series import is_one_series, window_series
 from .services import DeviceStream, ServiceSpec
 
 __all__ = ["DatasetReplay", "produce_replay_backlog", "replay_producer_spec", "replay_settings", "resolve_replay"]
@@ -60,6 +62,8 @@ class DatasetReplay:
     """Why `trainer.model` is the one in force: chosen from the data's shape, or set."""
     input_notes: tuple[str, ...] = ()
     """The input standardisation in force, for a person: where its figures came from, and columns of note."""
+    series_note: str = ""
+    """How one series over time was cut into windows, and its tail held out ("": the dataset is not one series)."""
 
 
 def _held_out_beside(path: Path) -> Path | None:
@@ -76,20 +80,20 @@ def _held_out_beside(path: Path) -> Path | None:
 STEPS_PER_PASS = 8
 
 
-def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> DatasetReplay:
+def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1, workdir: Path | None = None) -> DatasetReplay:
     """Resolve `--dataset CHOICE` (a packaged dataset's name, or a file or directory) against `cfg`.
 
     `trainer.num_features` and `trainer.num_classes` the user did not set are taken from the dataset (its
     series' dimensions, its classes); ones they set are checked against it. An unset `coordinator.global_batch`
     larger than an eighth of the dataset becomes that eighth (at least one sample per device): the default
-    256 would train a dataset of a hundred series in two steps per pass.
+    256 would train a dataset of a hundred series in two steps per pass. One series over time is cut into windows
+    written under `workdir` (`streamtrain.stack.series`), its tail held out.
 
     Raises:
         ValueError: the dataset cannot be loaded, or it does not fit `trainer.num_features` /
             `trainer.num_classes` as set (the message says which setting to change).
     """
     settings: dict[str, object] = {}
-    held_out: str | None = None
     trainer = cfg.trainer
     try:
         if choice in PACKAGED:
@@ -106,11 +110,8 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
                                reading.target_columns)
     except DatasetError as exc:
         raise ValueError(f"--dataset {choice}: {exc}") from None
-    if trainer.eval_path is not None or trainer.eval_packaged is not None:
-        held_out = str(trainer.eval_path or trainer.eval_packaged)
-    elif derived is not None:
-        settings[derived[0]] = derived[1]
-        held_out = str(derived[1])
+    dataset, held_out, series_note = _one_series(choice, dataset, cfg, workdir, _held_out(trainer, derived, settings),
+                                                 settings)
     features = {s.shape[1:] for s in dataset.samples}
     explicit = set(trainer.model_fields_set)  # set by the file, the environment or a flag; the rest are defaults
     only = next(iter(features)) if len(features) == 1 else ()
@@ -134,7 +135,34 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1) -> Dat
             cfg.coordinator.global_batch * STEPS_PER_PASS > len(dataset)):
         settings["coordinator.global_batch"] = max(devices, len(dataset) // STEPS_PER_PASS)
     return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes, fit.objective,
-                         fit.why, (*_left_out(dataset), *fit.warnings), model_why, input_notes)
+                         fit.why, (*_left_out(dataset), *fit.warnings), model_why, input_notes, series_note)
+
+
+def _held_out(trainer: TrainerConfig, derived: tuple[str, object] | None, settings: dict[str, object]) -> str | None:
+    """The held-out set in force: the one `trainer.eval_path` / `eval_packaged` names, else the one `derived` from the
+    dataset (its setting added to `settings`), else None."""
+    if trainer.eval_path is not None or trainer.eval_packaged is not None:
+        return str(trainer.eval_path or trainer.eval_packaged)
+    if derived is None:
+        return None
+    settings[derived[0]] = derived[1]
+    return str(derived[1])
+
+
+def _one_series(choice: str, dataset: Dataset, cfg: StreamtrainConfig, workdir: Path | None, held_out: str | None,
+                settings: dict[str, object]) -> tuple[Dataset, str | None, str]:
+    """A dataset of one series over time, to forecast, cut into windows (`streamtrain.stack.series`): the windows to
+    train on, the held-out set in force and what was cut, with their settings added to `settings`; any other dataset
+    as it is."""
+    trainer = cfg.trainer
+    if not is_one_series(dataset) or ("objective" in trainer.model_fields_set and trainer.objective != "forecast"):
+        return dataset, held_out, ""
+    beside = _held_out_beside(Path(dataset.sources[0]))
+    windows = window_series(f"--dataset {choice}", dataset, cfg.producer.dataset, trainer, workdir, held_out,
+                            beside if beside is not None and held_out == str(beside) else None)
+    settings |= windows.settings
+    held = windows.settings.get("trainer.eval_path", held_out)
+    return windows.dataset, None if held is None else str(held), windows.note
 
 
 def _model(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], settings: dict[str, object]) -> str:

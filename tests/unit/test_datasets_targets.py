@@ -138,10 +138,15 @@ def test_a_csv_as_pandas_writes_it_leaves_out_its_index_and_text_columns(tmp_pat
 
 
 def test_a_csv_without_the_column_to_learn_says_how_to_name_it(tmp_path: Path) -> None:
-    (tmp_path / "airline.csv").write_text("Date,Passengers\n1949-01,112\n1949-02,118\n")
-    with pytest.raises(DatasetError, match=r"no 'label' column \(columns: Date, Passengers\): "
+    """Without a label, sample or target column a CSV is one series over time (`test_datasets_series`); with a
+    sample column, or a text column that repeats as a class does, the column to learn is missing, and said so."""
+    (tmp_path / "airline.csv").write_text("sample,Date,Passengers\na,1949-01,112\na,1949-02,118\n")
+    with pytest.raises(DatasetError, match=r"no 'label' column \(columns: sample, Date, Passengers\): "
                                            r"producer.dataset.label_column names the column to learn: the class with "
                                            r"--set producer.dataset.label_column=COLUMN, float targets with"):
         load_dataset(tmp_path / "airline.csv")
     with pytest.raises(DatasetError, match=r"no 'fat' column .*: producer.dataset.target_columns names"):
         load_dataset(tmp_path / "airline.csv", target_columns=("fat",))
+    (tmp_path / "kinds.csv").write_text("kind,f1\nowl,0.1\ncat,0.3\nowl,0.5\n")
+    with pytest.raises(DatasetError, match=r"no 'label' column \(columns: kind, f1\): .*; column 'kind' repeats"):
+        load_dataset(tmp_path / "kinds.csv")

@@ -14,7 +14,9 @@ The payload rule, whatever the collate function: a sample's declared dtype must 
 to the model's dtype (`trainer.precision`), where they must stay finite (a float64 of 1e300 is infinite in
 float32: dead-lettered as `dtype-overflow`); `payload_problem` applies it as samples arrive. The default
 packing then bounds each sample's magnitude (`trainer.max_input_abs`): samples of any dtype and scale reach
-the model within the same range, so none can drive its activations to infinity.
+the model within the same range, so none can drive its activations to infinity. The factor each sample was
+scaled by rides along (`bound_factors`), so that an objective whose answers are made of the inputs' own
+values (`forecast`) can give them back in the series' own units.
 """
 
 from __future__ import annotations
@@ -93,6 +95,9 @@ class PackedBatch:
         targets: (num_samples, W) float target of each sample in the dtype of `values` (W = 0: none); for
             `forecast`, the `horizon` frames held back from the end of each series, flattened time-major.
         horizon: Frames per sample held back in `targets` rather than `values` (`forecast`; else 0).
+        bound_factors: (num_samples,) the factor each sample's `values` (and a forecast's `targets`) were
+            multiplied by to stay within `trainer.max_input_abs`, in their dtype: 1 where they were not scaled.
+            None: no sample was (a batch built by hand); dividing by it gives back the sample's own units.
     """
 
     values: torch.Tensor
@@ -102,6 +107,7 @@ class PackedBatch:
     labels: torch.Tensor
     targets: torch.Tensor | None = None
     horizon: int = 0
+    bound_factors: torch.Tensor | None = None
 
     @property
     def num_samples(self) -> int:
@@ -126,6 +132,7 @@ class PackedBatch:
             labels=self.labels.to(device, non_blocking=True),
             targets=None if self.targets is None else self.targets.to(device, non_blocking=True),
             horizon=self.horizon,
+            bound_factors=None if self.bound_factors is None else self.bound_factors.to(device, non_blocking=True),
         )
 
 
@@ -185,10 +192,12 @@ def payload_problem(sample: Sample, config: TrainerConfig) -> tuple[str, str] | 
     return None
 
 
-def _bound_magnitude(values: np.ndarray, cu: np.ndarray, lengths: np.ndarray, max_abs: float) -> None:
-    """Scale, in place, every sample (rows cu[i]:cu[i+1]) whose largest |value| exceeds `max_abs` down to it."""
+def _bound_magnitude(values: np.ndarray, cu: np.ndarray, lengths: np.ndarray, max_abs: float) -> np.ndarray:
+    """Scale, in place, every sample (rows cu[i]:cu[i+1]) whose largest |value| exceeds `max_abs` down to it;
+    returns the factor of each sample (1 where it was not scaled)."""
+    factors = np.ones(len(lengths), dtype=values.dtype)
     if values.size == 0 or max_abs <= 0:
-        return
+        return factors
     row_max = np.maximum(values.max(axis=1), -values.min(axis=1))  # no |values| temporary the batch's size
     sample_max = np.zeros(len(lengths), dtype=values.dtype)
     filled = lengths > 0  # reduceat cannot take an empty segment
@@ -197,6 +206,7 @@ def _bound_magnitude(values: np.ndarray, cu: np.ndarray, lengths: np.ndarray, ma
     if over.any():
         factors = np.where(over, max_abs / np.where(over, sample_max, 1.0), 1.0).astype(values.dtype)
         values *= np.repeat(factors, lengths)[:, None]
+    return factors
 
 
 def _packed_labels(samples: Sequence[Sample], num_classes: int | None, require: bool) -> np.ndarray:
@@ -247,7 +257,8 @@ def pack_samples(
         require_labels: Every sample needs an integer label; otherwise a missing one packs as -1.
         target_width: Floats of every sample's `target` packed into `targets` (0: none).
         horizon: Frames held back from the end of every series into `targets` (`forecast`; after the
-            magnitude bound, so input and future share one scale); every sample needs more than `horizon` frames.
+            magnitude bound, so input and future share one scale, whose factor is in `bound_factors`); every
+            sample needs more than `horizon` frames.
         scaling: Per-feature (shift, scale): every frame becomes (frame - shift) / scale before the bound
             (`streamtrain.models.standardise`).
 
@@ -278,7 +289,7 @@ def pack_samples(
     if scaling is not None and values.size:
         values -= scaling[0].astype(np_dtype)
         values /= scaling[1].astype(np_dtype)
-    _bound_magnitude(values, cu, lengths, max_abs)
+    factors = _bound_magnitude(values, cu, lengths, max_abs)
     if horizon:
         values, lengths, cu, targets = _hold_back(values, lengths, cu, horizon)
     else:
@@ -292,6 +303,7 @@ def pack_samples(
         labels=torch.from_numpy(labels),
         targets=torch.from_numpy(targets),
         horizon=horizon,
+        bound_factors=torch.from_numpy(factors),
     )
 
 

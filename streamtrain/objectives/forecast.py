@@ -10,6 +10,11 @@ scale, plus a floor for a constant input):
 so an output of 0 is the last-value baseline exactly, and series of any level and amplitude train alike.
 The loss is the Huber loss (δ = 1 scale unit) of those outputs; the metrics are MAE and RMSE in the series'
 own units, against the last-value baseline's.
+
+The default packing scales a series whose largest |value| exceeds `trainer.max_input_abs` down to it, input and
+future alike, and says by what factor (`PackedBatch.bound_factors`): the loss is scale-free and reads the scaled
+values as they are, while forecasts, metrics and predictions are divided by the factor, back into the series'
+own units (a batch without factors, a plug-in collate's, is read as unscaled).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from streamtrain.wire import Sample
 from .base import SERIES_TOO_SHORT, Objective, Ratio, TargetProblem
 from .regression import ERROR_RATIOS, error_sums
 
-__all__ = ["Forecast", "last_value_and_scale"]
+__all__ = ["Forecast", "last_value_and_scale", "own_units"]
 
 #: The scale's floor, relative to the input's mean magnitude (and absolute, for an all-zero input).
 RELATIVE_FLOOR = 1e-3
@@ -47,6 +52,15 @@ def last_value_and_scale(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     level = values.new_zeros(n, width).index_add_(0, seg, values.abs()) / lengths.clamp_min(1).unsqueeze(1).to(
         values.dtype)
     return last, mean_step + RELATIVE_FLOOR * level + ABSOLUTE_FLOOR
+
+
+def own_units(values: torch.Tensor, batch: Any) -> torch.Tensor:
+    """Per-series `values` (N, ...) of a packed batch in the series' own units: divided by the factor the packing
+    scaled each series by (`bound_factors`; a batch without them was not scaled)."""
+    factors = getattr(batch, "bound_factors", None)
+    if factors is None:
+        return values
+    return values / factors.to(values.dtype).reshape(-1, *[1] * (values.dim() - 1))
 
 
 class Forecast(Objective):
@@ -91,16 +105,16 @@ class Forecast(Objective):
     def forecast(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
         """The forecast values (N, horizon, F) in the series' own units."""
         last, scale = last_value_and_scale(batch)
-        return last.unsqueeze(1) + scale.unsqueeze(1) * self._shaped(outputs)
+        return own_units(last.unsqueeze(1) + scale.unsqueeze(1) * self._shaped(outputs), batch)
 
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
                     baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        truth = self._shaped(batch.targets)
+        truth = own_units(self._shaped(batch.targets), batch)
         last, _scale = last_value_and_scale(batch)
         return {
             "count": outputs.new_tensor(float(truth.shape[0])),
             "loss_sum": self.losses(outputs, batch).sum(),
-            **error_sums(self.forecast(outputs, batch), last.unsqueeze(1).expand_as(truth), truth),
+            **error_sums(self.forecast(outputs, batch), own_units(last.unsqueeze(1), batch).expand_as(truth), truth),
         }
 
     def predicted(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:

@@ -7,8 +7,9 @@ label), a multi-label model's tag probabilities, a regression's `values` in the 
 `values` (N, horizon, num_features), an objective of your own's `predicted` array. The graph does everything
 `predict` does between the two: it standardises every feature as the version says (`trainer.input_shift` /
 `input_scale`), scales a sample whose largest |value| exceeds `trainer.max_input_abs` down to
-it (the default packing's bound), rebuilds the rest of the batch (segment ids, cumulative lengths), runs the
-model and turns its outputs into the objective's terms (`Objective.predicted`).
+it (the default packing's bound, whose factors ride in the batch so that a forecast answers in the series' own
+units), rebuilds the rest of the batch (segment ids, cumulative lengths), runs the model and turns its outputs
+into the objective's terms (`Objective.predicted`).
 
 Formats: `export` (the default: `torch.export` with both sizes dynamic, a `.pt2` file loaded with
 `torch.export.load(path).module()`), `torchscript` (a trace, `torch.jit.load`; deprecated by torch but still
@@ -100,20 +101,24 @@ class PackedGraph(nn.Module):
                                               output_size=values.shape[0])
         if self.scaled:  # the default packing's input standardisation (`streamtrain.models.standardise`)
             values = (values - self.input_shift) / self.input_scale
+        factors = None
         if self.max_input_abs > 0:
-            values = _bounded(values, segment_ids, count, self.max_input_abs)
+            values, factors = _bounded(values, segment_ids, count, self.max_input_abs)
         cu_seqlens = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
-        batch = PackedBatch(values, segment_ids, cu_seqlens, lengths, lengths.new_zeros(count))
+        batch = PackedBatch(values, segment_ids, cu_seqlens, lengths, lengths.new_zeros(count),
+                            bound_factors=factors)
         return self.objective.predicted(self.model(batch), batch)
 
 
-def _bounded(values: torch.Tensor, segment_ids: torch.Tensor, count: int, max_abs: float) -> torch.Tensor:
+def _bounded(values: torch.Tensor, segment_ids: torch.Tensor, count: int,
+             max_abs: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The default packing's bound in torch operations: each sample whose largest |value| exceeds `max_abs`
-    scaled down to reach it (`streamtrain.models.batching`, which does it in numpy)."""
+    scaled down to reach it (`streamtrain.models.batching`, which does it in numpy); also returns each sample's
+    factor (1 where it was not scaled)."""
     row_max = values.abs().amax(dim=1)
     sample_max = values.new_zeros(count).scatter_reduce(0, segment_ids, row_max, "amax", include_self=True)
     factor = torch.where(sample_max > max_abs, max_abs / sample_max.clamp_min(max_abs), torch.ones_like(sample_max))
-    return values * factor[segment_ids].unsqueeze(1)
+    return values * factor[segment_ids].unsqueeze(1), factor
 
 
 def _refuse(predictor: Predictor, why: str) -> VersionError:

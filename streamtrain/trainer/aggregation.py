@@ -62,10 +62,10 @@ class AggregationState:
         self.process_group = process_group
         self.compressor = compressor
         self._weight = 0.0
-        self._own = torch.zeros(5, dtype=torch.float64, device=device)
+        self._own = [0.0] * 5
         self._sums: torch.Tensor | None = None
         self._sums_done: torch.futures.Future[torch.Tensor] | None = None
-        self._scale: torch.Tensor | None = None
+        self._scale: torch.Tensor | float | None = None
         self._loss_finite: torch.Tensor | None = None
         self.hook_calls = 0
         """Buckets reduced this step."""
@@ -91,8 +91,7 @@ class AggregationState:
         if weight < 0:
             raise ValueError(f"aggregation weight must be >= 0, got {weight}")
         self._weight = float(weight)
-        values = [float(weight), float(samples), 1.0 if stop else 0.0, float(backlog), 1.0 if publish else 0.0]
-        self._own = torch.tensor(values, dtype=torch.float64, device=self.device)
+        self._own = [float(weight), float(samples), 1.0 if stop else 0.0, float(backlog), 1.0 if publish else 0.0]
         self._sums = None
         self._sums_done = None
         self._scale = None
@@ -107,19 +106,24 @@ class AggregationState:
         """Before backward: this rank's loss, so that a non-finite one poisons its buckets (see the module doc)."""
         self._loss_finite = torch.isfinite(loss.detach())  # on the device: no host sync
 
-    def scale(self) -> torch.Tensor:
-        """λ_i as a device scalar (NaN after a non-finite `mark_loss`): what this rank's buckets are scaled by."""
+    def scale(self) -> torch.Tensor | float:
+        """λ_i (NaN after a non-finite `mark_loss`): what this rank's buckets are scaled by; a device scalar on an
+        accelerator, whose loss is not read back to the host for it."""
         if self._scale is None:
-            scale = torch.tensor(self._weight, dtype=torch.float64, device=self.device)
-            if self._loss_finite is not None:  # stays on the device: no host sync, even on CUDA
-                scale = torch.where(self._loss_finite, scale, torch.full_like(scale, math.nan))
-            self._scale = scale
+            if self.device.type == "cpu":  # reading the loss's verdict costs nothing here
+                finite = self._loss_finite is None or bool(self._loss_finite)
+                self._scale = self._weight if finite else math.nan
+            else:
+                scale = torch.tensor(self._weight, dtype=torch.float64, device=self.device)
+                if self._loss_finite is not None:  # stays on the device: no host sync
+                    scale = torch.where(self._loss_finite, scale, torch.full_like(scale, math.nan))
+                self._scale = scale
         return self._scale
 
     def carry(self, buffer: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
         """All-reduce the step's first bucket with this rank's numbers appended; the future gives the bucket back."""
         size = buffer.numel()
-        packed = torch.cat([buffer, self._own.to(buffer.dtype)])
+        packed = torch.cat([buffer, buffer.new_tensor(self._own)])
         work = dist.all_reduce(packed, group=self.process_group, async_op=True)
         assert work is not None
 
@@ -134,7 +138,7 @@ class AggregationState:
 
     def send_alone(self) -> None:
         """All-reduce this rank's numbers in a collective of their own (async; read once backward is done)."""
-        sums = self._own.clone()
+        sums = torch.tensor(self._own, dtype=torch.float64, device=self.device)
         work = dist.all_reduce(sums, group=self.process_group, async_op=True)
         assert work is not None
         self._sums_done = work.get_future().then(lambda fut: fut.value()[0])
@@ -184,7 +188,8 @@ def aggregation_hook(state: AggregationState, bucket: dist.GradBucket) -> torch.
     """
     entered = time.perf_counter()
     buffer = bucket.buffer()
-    buffer.mul_(state.scale().to(buffer.dtype))
+    scale = state.scale()
+    buffer.mul_(scale if isinstance(scale, float) else scale.to(buffer.dtype))
     first = state.hook_calls == 0
     future: torch.futures.Future[torch.Tensor]
     if first and state.compressor is None and buffer.dtype in _CARRIERS:

@@ -37,20 +37,30 @@ class WeightAverage:
         self.updates = 0
         self._averages: list[torch.Tensor] = list(self.module.parameters())
         self._buffers = list(self.module.buffers())
+        self._live: tuple[nn.Module, list[torch.Tensor]] | None = None
 
     def update(self, model: nn.Module) -> None:
         """Fold `model`'s weights (after an optimizer step) into the average."""
         self.updates += 1
         kept = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        live = self._parameters_of(model)
         with torch.no_grad():
-            live = [p.detach() for p in model.parameters()]
-            if len(live) != len(self._averages):
-                raise ValueError(f"the model has {len(live)} parameter tensors, its average {len(self._averages)}")
             # One fused call over every tensor (as torch.optim's own averaging does): a step of a small model
             # otherwise pays a Python round per parameter tensor.
             torch._foreach_lerp_(self._averages, live, 1.0 - kept)
+            # Walked every time: a module may assign a buffer anew rather than update it in place.
             for buffer, current in zip(self._buffers, model.buffers(), strict=True):
                 buffer.copy_(current)
+
+    def _parameters_of(self, model: nn.Module) -> list[torch.Tensor]:
+        """`model`'s parameters, detached, listed once per model (the optimizer updates them in place): walking its
+        modules every step is a fixed cost a small model's step feels (bench overhead)."""
+        if self._live is None or self._live[0] is not model:
+            live = [p.detach() for p in model.parameters()]
+            if len(live) != len(self._averages):
+                raise ValueError(f"the model has {len(live)} parameter tensors, its average {len(self._averages)}")
+            self._live = (model, live)
+        return self._live[1]
 
     def reset(self, model: nn.Module) -> None:
         """Start the average again from `model`'s weights (a restored checkpoint)."""

@@ -223,9 +223,7 @@ class StepRunner:
         reset_peak_memory(self.device)
         started = time.perf_counter()
         cpu_started = time.thread_time()  # forward, backward (CPU autograd) and the optimizer run on this thread
-        if self.inputs is not None and not self.inputs.frozen:  # a collective while it warms up
-            self.config = self.inputs.update(samples, self.config, self._sum_over_ranks)
-        batch = self.collate(samples, self.config).to(self.device)
+        batch = self._batch_of(samples)
         collated = time.perf_counter()
         own_weight = self._weight_of(samples) if weight is None else float(weight)
         self.state.begin_step(own_weight, batch.num_samples, stop, backlog, publish)
@@ -286,6 +284,14 @@ class StepRunner:
             prequential=prequential,
             publish=self.state.group_publish(),
         )
+
+    def _batch_of(self, samples: Sequence[Sample]) -> Batch:
+        """The step's batch on the device, the input estimate folded in first while it warms up (a collective)."""
+        if self.inputs is not None and not self.inputs.frozen:
+            self.config = self.inputs.update(samples, self.config, self._sum_over_ranks)
+        batch = self.collate(samples, self.config)
+        # A collate packs on the CPU: moving a CPU batch there would walk its fields for nothing.
+        return batch if self.device.type == "cpu" else batch.to(self.device)
 
     def _train_mode(self) -> None:
         """Training mode, set only when an evaluation left the model off it (`train()` walks every module)."""

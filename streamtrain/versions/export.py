@@ -90,7 +90,8 @@ class PackedGraph(nn.Module):
         self.max_input_abs = max_input_abs
         self.scaled = scaling is not None
         dtype = next((p.dtype for p in model.parameters()), torch.float32)
-        shift, scale = scaling if scaling is not None else (np.zeros(0), np.ones(0))
+        # Unused without scaling, but not empty: torch.export's .pt2 packaging fails on an empty float64 buffer.
+        shift, scale = scaling if scaling is not None else (np.zeros(1), np.ones(1))
         self.register_buffer("input_shift", torch.as_tensor(shift, dtype=dtype))
         self.register_buffer("input_scale", torch.as_tensor(scale, dtype=dtype))
 

@@ -119,7 +119,8 @@ def test_predict_answers_in_the_series_own_units(tmp_path: Path) -> None:
     assert collate_for_prediction(_samples(series), CFG).bound_factors is not None
 
 
-@pytest.mark.parametrize(("fmt", "precision"), [("export", "float32"), ("torchscript", "float64")])
+@pytest.mark.parametrize(("fmt", "precision"), [("export", "float32"), ("export", "float64"),
+                                                ("torchscript", "float64")])
 def test_an_exported_graph_answers_in_the_series_own_units(tmp_path: Path, fmt: str, precision: str) -> None:
     from streamtrain.versions.export import export_model, graph_inputs
 

@@ -1,7 +1,7 @@
 """Weighted gradient aggregation as a DDP communication hook (CHRONICA Eq. 7, ScaDLES Eq. 4, LB-BSP §3.4).
 
 Rank i holds g_i, the gradient of the *mean* loss over its own λ_i samples. The hook scales its
-bucket by λ_i and all-reduces with SUM; once backward is done, `AggregationState.normalise` divides
+bucket by λ_i and all-reduces with SUM; once backward is done, the step (`StepRunner`) divides
 every gradient by Σλ, so every rank ends with Σ_i (λ_i / Σλ) g_i. With λ = samples trained this is
 exactly the gradient of the mean loss over the union of all ranks' samples, whatever the split,
 including ranks with zero samples (g_i = 0, λ_i = 0: they add nothing and the other weights
@@ -26,7 +26,6 @@ the same reduced gradient, checks it, and skips the same steps (`StepRunner`), w
 import logging
 import math
 import time
-from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -155,12 +154,6 @@ class AggregationState:
         total_weight, total_samples, *_flags = self._read().tolist()
         return float(total_weight), round(total_samples)
 
-    def normalise(self, grads: Sequence[torch.Tensor]) -> None:
-        """Divide the reduced gradients by Σλ (after backward): Σ_i λ_i g_i becomes the weighted mean."""
-        total = float(self._read()[_WEIGHT])
-        if grads and total > 0:  # Σλ = 0: every bucket is exact zeros (or NaN), left as it is
-            torch._foreach_mul_(list(grads), 1.0 / total)
-
     def group_stop(self) -> bool:
         """Whether any rank passed stop=True to this step's `begin_step` (the same answer on every rank)."""
         return bool(self._read()[_STOP].item() > 0)
@@ -184,7 +177,7 @@ def aggregation_hook(state: AggregationState, bucket: dist.GradBucket) -> torch.
     riding in the first bucket.
 
     Registered with `DistributedDataParallel.register_comm_hook(state, aggregation_hook)`. Unlike
-    the default hook it does not divide by the world size: `AggregationState.normalise` divides by Σλ.
+    the default hook it does not divide by the world size: the step divides by Σλ once backward is done.
     """
     entered = time.perf_counter()
     buffer = bucket.buffer()

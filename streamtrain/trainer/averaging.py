@@ -48,8 +48,8 @@ class WeightAverage:
             # One fused call over every tensor (as torch.optim's own averaging does): a step of a small model
             # otherwise pays a Python round per parameter tensor.
             torch._foreach_lerp_(self._averages, live, 1.0 - kept)
-            # Walked every time: a module may assign a buffer anew rather than update it in place.
-            for buffer, current in zip(self._buffers, model.buffers(), strict=True):
+            # Walked every time (a module may assign a buffer anew rather than update it in place), when there are any.
+            for buffer, current in zip(self._buffers, model.buffers() if self._buffers else (), strict=True):
                 buffer.copy_(current)
 
     def _parameters_of(self, model: nn.Module) -> list[torch.Tensor]:

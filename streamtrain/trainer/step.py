@@ -241,7 +241,7 @@ class StepRunner:
             comm += backward_done - self.state.last_hook_left_at
         global_weight, global_samples = self.state.global_totals()
         lr = self._apply_lr(global_samples, lr_scale)
-        grad_norm = self._clip_gradients(self._reduced_gradients()) if global_samples > 0 else None
+        grad_norm = self._finish_gradients(global_weight) if global_samples > 0 else None
         # Every rank holds the same reduced gradient, so every rank reaches the same verdict (see aggregation).
         skipped = grad_norm is not None and not math.isfinite(grad_norm)
         # An empty global batch has all-zero gradients; stepping would still apply momentum and decay.
@@ -353,18 +353,21 @@ class StepRunner:
         self.objective.observe(batch)
         return sums
 
-    def _reduced_gradients(self) -> list[torch.Tensor]:
-        """The gradients DDP reduced, divided by the group's total weight: the weighted mean (see aggregation)."""
+    def _finish_gradients(self, total_weight: float) -> float:
+        """Turn the reduced gradient, Σ λ_i g_i, into the weighted mean (over Σλ, see aggregation), clipped to
+        `max_grad_norm` when that is set, in one fused multiply; returns the mean's L2 norm before clipping (a
+        host sync; not finite when some rank's loss or gradient was not)."""
         grads = [p.grad for p in self._params if p.grad is not None]
-        self.state.normalise(grads)
-        return grads
-
-    def _clip_gradients(self, grads: list[torch.Tensor]) -> float:
-        """The aggregated gradient's L2 norm (a host sync), after clipping it to `max_grad_norm` when that is set."""
-        norm = torch.nn.utils.get_total_norm(grads)
-        if self.config.max_grad_norm > 0:
-            torch.nn.utils.clip_grads_with_norm_(self._params, self.config.max_grad_norm, norm)
-        return float(norm)
+        if not grads:
+            return 0.0
+        over = 1.0 / total_weight if total_weight > 0 else 1.0  # Σλ = 0: exact zeros, left as they are
+        norm = float(torch.nn.utils.get_total_norm(grads)) * over
+        factor = over
+        if self.config.max_grad_norm > 0 and norm > self.config.max_grad_norm:  # as clip_grad_norm_ clips
+            factor *= self.config.max_grad_norm / (norm + 1e-6)
+        if factor != 1.0:
+            torch._foreach_mul_(grads, factor)
+        return norm
 
     def _apply_lr(self, global_samples: int, lr_scale: float | None) -> float:
         if not self.config.lr_scaling:

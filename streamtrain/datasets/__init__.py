@@ -7,7 +7,7 @@ Shared by the producers (replay into device topics) and the trainers (held-out e
 from .files import Dataset, DatasetError, SkippedFile, SkippedSample, load_dataset, load_sizes
 from .packaged import PACKAGED, PackagedDataset, packaged_file
 from .ts import TsData, TsFormatError, TsHeader, fill_missing, parse_ts, read_ts
-from .windows import SeriesTooShort, SeriesWindows, split_series, write_windows
+from .windows import SeriesTooShort, SeriesWindows, is_one_series, split_series, write_windows
 
 __all__ = [
     "PACKAGED",
@@ -22,6 +22,7 @@ __all__ = [
     "TsFormatError",
     "TsHeader",
     "fill_missing",
+    "is_one_series",
     "load_dataset",
     "load_sizes",
     "packaged_file",

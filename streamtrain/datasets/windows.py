@@ -23,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .files import Dataset
+
 __all__ = ["DEFAULT_HELD_OUT_SHARE", "MAX_INPUT", "MIN_INPUT", "SeriesTooShort", "SeriesWindows", "default_window",
-           "split_series", "window_starts", "write_windows"]
+           "is_one_series", "split_series", "window_starts", "write_windows"]
 
 #: Frames of input a default window holds at least (a forecast scales its steps by the input's mean step: two
 #: frames make one step) and at most (a window of thousands of frames would leave few windows to learn from).
@@ -35,6 +37,11 @@ DEFAULT_HELD_OUT_SHARE = 0.25
 
 class SeriesTooShort(ValueError):
     """A series too short for one window to train on and a held-out tail after it; the message says what to set."""
+
+
+def is_one_series(dataset: Dataset) -> bool:
+    """Whether `dataset` is one unlabelled series without a target: nothing to learn but its own future."""
+    return len(dataset) == 1 and not dataset.labelled and dataset.targets is None
 
 
 def default_window(length: int, horizon: int) -> int:

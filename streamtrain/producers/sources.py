@@ -15,7 +15,16 @@ from typing import Protocol
 import numpy as np
 
 from streamtrain.config.producer import ProducerConfig
-from streamtrain.datasets import Dataset, load_dataset, load_sizes, packaged_file
+from streamtrain.config.trainer import TrainerConfig
+from streamtrain.datasets import (
+    Dataset,
+    SeriesTooShort,
+    is_one_series,
+    load_dataset,
+    load_sizes,
+    packaged_file,
+    split_series,
+)
 from streamtrain.synthetic import make_batch
 
 from .sharding import ShardPlan, shard
@@ -154,6 +163,25 @@ def _replay_sizes(cfg: ProducerConfig) -> np.ndarray | None:
     return load_sizes(cfg.size.path)
 
 
+def _training_windows(dataset: Dataset, cfg: ProducerConfig, path: Path) -> Dataset:
+    """One series over time (a CSV with no label, sample or target column) as the windows `up --dataset` trains on
+    (`streamtrain.datasets.split_series`: `producer.dataset.window`, `stride`, `held_out_share`), its held-out tail
+    not produced; an unset window is the default for the default `trainer.horizon`.
+
+    Raises:
+        ValueError: the series is too short for one window and the tail (the message says what to set).
+    """
+    ds = cfg.dataset
+    horizon = TrainerConfig.model_fields["horizon"].default
+    try:
+        cut = split_series(dataset.samples[0], horizon, ds.window, ds.stride, ds.held_out_share, where=str(path))
+    except SeriesTooShort as exc:
+        raise ValueError(str(exc)) from None
+    logger.info("one series over time: %s; the held-out tail is not produced", cut.describe())
+    return Dataset(cut.train, np.full(len(cut.train), -1, dtype=np.int64), [str(path)] * len(cut.train),
+                   skipped=dataset.skipped)
+
+
 def build_source(cfg: ProducerConfig) -> tuple[SampleSource, Dataset | None]:
     """The source `cfg` asks for: a sharded dataset when `dataset.path` or `dataset.packaged` is set, else the
     synthetic task.
@@ -172,6 +200,8 @@ def build_source(cfg: ProducerConfig) -> tuple[SampleSource, Dataset | None]:
         return SyntheticSource(cfg, devices), None
     dataset = load_dataset(path, ds_cfg.label_column, ds_cfg.sample_column, ds_cfg.class_names,
                            ds_cfg.target_columns)
+    if is_one_series(dataset):
+        dataset = _training_windows(dataset, cfg, path)
     if ds_cfg.sharding in ("stratified",) and not dataset.labelled:
         raise ValueError(f"dataset.sharding: stratified sharding needs labels; {path} has unlabelled samples")
     if cfg.size.kind != "fixed" or cfg.size.dif:

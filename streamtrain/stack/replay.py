@@ -26,14 +26,14 @@ from typing import Any
 import numpy as np
 
 from streamtrain.config import KafkaConfig, ProducerConfig, StreamtrainConfig, TrainerConfig
-from streamtrain.datasets import PACKAGED, Dataset, DatasetError, load_dataset, packaged_file
+from streamtrain.datasets import PACKAGED, Dataset, DatasetError, is_one_series, load_dataset, packaged_file
 from streamtrain.models.defaults import EMA_DECAY, default_model, default_training
 from streamtrain.models.standardise import fit_input_scaling
 from streamtrain.objectives.inference import fit_objective
 from streamtrain.producers.service import ProducerError, StreamProducer
 from streamtrain.runtime.commands import module_command
 
-from .series import is_one_series, window_series
+from .series import window_series
 from .services import DeviceStream, ServiceSpec
 
 __all__ = ["DatasetReplay", "produce_replay_backlog", "replay_producer_spec", "replay_settings", "resolve_replay"]

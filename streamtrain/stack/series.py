@@ -19,17 +19,20 @@ from pathlib import Path
 
 from streamtrain.config import TrainerConfig
 from streamtrain.config.producer import DatasetConfig
-from streamtrain.datasets import Dataset, DatasetError, SeriesTooShort, load_dataset, split_series, write_windows
+from streamtrain.datasets import (
+    Dataset,
+    DatasetError,
+    SeriesTooShort,
+    is_one_series,
+    load_dataset,
+    split_series,
+    write_windows,
+)
 from streamtrain.datasets.windows import window_starts
 
-__all__ = ["SeriesReplay", "is_one_series", "window_series"]
+__all__ = ["SeriesReplay", "window_series"]
 
 logger = logging.getLogger(__name__)
-
-
-def is_one_series(dataset: Dataset) -> bool:
-    """Whether `dataset` is one unlabelled series without a target: nothing to learn but its own future."""
-    return len(dataset) == 1 and not dataset.labelled and dataset.targets is None
 
 
 @dataclass(frozen=True)

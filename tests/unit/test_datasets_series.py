@@ -134,6 +134,21 @@ def test_up_forecasts_a_single_series_from_windows_and_holds_out_its_tail(tmp_pa
     assert infer_objective(trained)[0] == "forecast"
 
 
+def test_produce_publishes_the_windows_up_trains_on_and_not_the_held_out_tail(tmp_path: Path) -> None:
+    from streamtrain.producers.sources import build_source
+
+    producer = _config(**{"producer.dataset.path": str(AIRLINE), "producer.devices": 1}).producer
+    _source, replayed = build_source(producer)
+    up = load_dataset(Path(str(resolve_replay(str(AIRLINE), _config(), devices=4, workdir=tmp_path)
+                               .settings["producer.dataset.path"])))
+    assert replayed is not None and len(replayed) == len(up) == 84 and not replayed.labelled
+    assert all(np.array_equal(a, b) for a, b in zip(replayed.samples, up.samples, strict=True))
+    short = tmp_path / "short.csv"
+    short.write_text("t,v\n" + "".join(f"{i},{i * i}\n" for i in range(4)))
+    with pytest.raises(ValueError, match=r"short.csv: a series of 4 frames is too short"):
+        build_source(_config(**{"producer.dataset.path": str(short)}).producer)
+
+
 def test_up_refuses_too_short_a_series_and_bad_window_settings(tmp_path: Path) -> None:
     (tmp_path / "short.csv").write_text("Date,v\n" + "".join(f"2001-{m:02d},{m * m}\n" for m in range(1, 6)))
     with pytest.raises(ValueError, match=r"short.csv: a series of 5 frames is too short for one window of 3 frames "

@@ -162,3 +162,23 @@ def test_cuda_requested_without_cuda_is_refused() -> None:
     with pytest.raises(ValueError, match=r"trainer\.device"):
         select_device(TrainerConfig(device="cuda"), 0)
     assert select_device(TrainerConfig(), 0) == (torch.device("cpu"), "gloo")
+
+
+def test_a_step_runs_no_collective_of_its_own_beside_its_buckets(ctx: DistContext,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step's weight, samples and flags ride in the first bucket's all-reduce (a collective of their own was a
+    fixed cost every step paid at every rank's pace), and still come back summed."""
+    runner = build_step_runner(CONFIG, ctx)
+    runner.run_step(synthetic_samples([2, 2], num_features=4, num_classes=3))  # DDP rebuilds its buckets once
+    calls: list[int] = []
+    real = torch.distributed.all_reduce
+
+    def counted(tensor: torch.Tensor, *args: object, **kwargs: object) -> object:
+        calls.append(tensor.numel())
+        return real(tensor, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(torch.distributed, "all_reduce", counted)
+    result = runner.run_step(synthetic_samples([3, 9, 1], num_features=4, num_classes=3), backlog=7, publish=True)
+    assert len(calls) == result.buckets >= 1
+    assert (result.global_weight, result.global_samples, result.group_backlog, result.publish) == (3.0, 3, 7, True)
+    assert not result.stop and result.stepped

@@ -228,9 +228,10 @@ def test_multi_broker_variant_is_three_voters_with_replication_three() -> None:
         assert env["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
     assert len({e["KAFKA_ADVERTISED_LISTENERS"] for e in brokers.values()}) == 3
     # Each broker has its own data volume.
-    data = [v if isinstance(v, str) else v["source"] for n in brokers for v in services[n]["volumes"]
-            if (v if isinstance(v, str) else v["target"]).endswith("/data")]  # not the shared TLS keystore
-    assert len({str(d).split(":")[0] for d in data}) == 3
+    # Short syntax (Compose v1: `source:target:mode`) or long (v2); not the shared TLS keystore.
+    mounts = [v.split(":")[:2] if isinstance(v, str) else [v["source"], v["target"]]
+              for n in brokers for v in services[n]["volumes"]]
+    assert len({source for source, target in mounts if target.endswith("/data")}) == 3
 
 
 def test_provisioning_mounts_point_at_the_repo_files() -> None:

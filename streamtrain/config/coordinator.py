@@ -92,6 +92,18 @@ class CoordinatorConfig(BaseModel):
     warm_start_b: float = Field(default=0.05, ge=0.0)
     """Fixed seconds per step assumed for a device before it has reported enough feedback."""
 
+    use_profiles: bool = True
+    """Plan step 0 from the trainers' start-up profiles (`trainer.startup_profile`, LBB's profiling phase): a device
+    that sent one starts from its profile's line T = a·size + b and mean sample size instead of the warm start, so
+    step 0 is balanced like the steps after it. A device without a profile keeps the warm start. Off: profiles are
+    ignored and step 0 is planned from the warm start, as the steps' feedback takes over from step 1 either way."""
+
+    profile_wait_seconds: float = Field(default=3.0, gt=0.0, le=60.0)
+    """`use_profiles`: after the first device's profile arrives, the longest wait (3 s by default) for the others'
+    before step 0 is planned (again) with the profiles there are; it is planned at once when every device's is in.
+    Ranks wait at most this plus `trainer.plan_wait_seconds` for that plan, and at most this for a first sample to
+    profile with."""
+
     warm_fixed_fraction: float = Field(default=0.25, ge=0.0, lt=1.0)
     """Before a device's model is fitted, the least share of its measured compute time taken as fixed cost. One
     batch size cannot tell fixed from per-size cost; a scaled warm start whose fixed part is small predicts a

@@ -267,6 +267,17 @@ class TrainerConfig(BaseModel):
     plan_wait_seconds: float = Field(default=2.0, ge=0, le=600)
     """Seconds a rank waits for the coordinator's Assignment of a step before it falls back to a local plan."""
 
+    startup_profile: bool = True
+    """Before its first step, a rank times forward and backward of its own model on batches of 1/4, 1 and 2 times its
+    equal share of `coordinator.global_batch`, made of its first buffered samples (LBB's profiling phase), the way
+    its steps' compute is measured (an emulated slow-down, `slowdowns`, included), and sends the fitted line
+    T = a·size + b to the coordinator, which plans step 0 from it (`coordinator.use_profiles`). It costs twelve such
+    passes (a warm-up and three timed per batch): 0.2 to 0.8 s on the benchmarks' CPU models (it is logged), plus a wait
+    of at most `coordinator.profile_wait_seconds` + `plan_wait_seconds` for the step-0 plan made from it. Skipped
+    when the rank resumes from a checkpoint, or has no sample within `coordinator.profile_wait_seconds`. The profile
+    runs `collate` and the model on samples it does not train (they are trained later as planned): turn it off for
+    a plug-in whose collate records what it packs as trained."""
+
     plan_window_steps: int = Field(default=1000, ge=1)
     """How many steps ahead of its own a rank accepts a plan. The coordinator plans one step ahead; a group
     restarted from a checkpoint runs behind the plans already published by the steps since that checkpoint

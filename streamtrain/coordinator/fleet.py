@@ -18,12 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from streamtrain.config import CoordinatorConfig
-from streamtrain.wire import Assignment, StepFeedback
+from streamtrain.wire import Assignment, DeviceProfile, StepFeedback
 
 from .membership import Membership
 from .pending import PendingBook
-from .perfmodel import PerfTracker
+from .perfmodel import PerfModel, PerfTracker
 from .state import DeviceState, PlanningState, after_batch
 
 __all__ = ["DeviceRecord", "DueStep", "FleetTracker", "PendingBook", "RateEstimator"]
@@ -97,6 +99,26 @@ class DeviceRecord:
     delete_before: int = 0
     round_trip: float = 0.0
     """The rank's latest measure of the time from its feedback to a plan made from it (0: none yet)."""
+    profile: DeviceProfile | None = None
+    """The rank's start-up profile, when one came before its first feedback (`FleetTracker.ingest_profile`)."""
+    profile_ratio: float | None = None
+    """Compute seconds of the first step it trained over what its profile predicted for that batch."""
+
+    @property
+    def model(self) -> PerfModel:
+        """The time model plans use (`model_scaled`), the profile's line as the rank measured it."""
+        return self.model_scaled(1.0)
+
+    def model_scaled(self, profile_scale: float) -> PerfModel:
+        """The time model plans use: the fitted one once there is feedback; before it, the start-up profile's line
+        times `profile_scale` (a measurement: planned from as a fitted model is, up to `max_batch_growth` times its
+        largest batch), else the warm start."""
+        model = self.tracker.model
+        p = self.profile
+        if model.fitted or p is None:
+            return model
+        return PerfModel(p.slope * profile_scale, p.intercept * profile_scale, n_obs=len(p.sizes), fitted=True,
+                         largest=float(max(p.sizes, default=0)) or None)
 
     @property
     def lag(self) -> int:
@@ -139,6 +161,7 @@ class FleetTracker:
         self._step_seconds: dict[int, float] = {}
         self._overhead: dict[int, float] = {}
         self._deferred: tuple[int, int] | None = None  # (step, basis) of a plan ahead left unmade
+        self._first_profile: float | None = None
         self.membership = Membership(config.absent_after_seconds)
         for d in config.devices:
             self.device(d)
@@ -196,6 +219,53 @@ class FleetTracker:
             return None
         return 0
 
+    def ingest_profile(self, profile: DeviceProfile, received: float) -> bool:
+        """Adopt a device's start-up profile as its time model until feedback comes; False (ignored) once the device
+        has reported a step, or when `coordinator.use_profiles` is off.
+
+        Only step 0 is planned from it: the first feedback rescales the warm start as before (a profile times the
+        model alone, without the optimizer step and the collectives, so its fixed cost is low; it is not kept as
+        the prior the fit leans towards).
+
+        Args:
+            profile: the record (its job and credibility already checked by the caller).
+            received: when it arrived, on the monotonic clock `profiles_settled` is given.
+        """
+        rec = self.device(profile.device_id)
+        if not self.config.use_profiles or rec.last_feedback is not None or rec.tracker.model.fitted:
+            return False
+        rec.profile = profile
+        if rec.sizes_seen == 0:
+            rec.mean_size = max(profile.mean_sample_size, 1.0)  # until the feedback reports the first real sizes
+        if self._first_profile is None:
+            self._first_profile = received
+        return True
+
+    def profile_scale(self) -> float:
+        """How much longer steps take than the start-up profiles say: the median over the profiled devices that trained
+        a step of its compute over what the profile predicted (1 before any). A profile times forward and backward
+        alone, a step adds the optimizer, the gradient hooks, the metrics: a device still without feedback (it sat
+        the first steps out) is planned from its profile times this, not from a line its peers' steps proved short."""
+        ratios = [r.profile_ratio for r in self.devices.values() if r.profile_ratio is not None]
+        return float(np.median(ratios)) if ratios else 1.0
+
+    def profiles_settled(self, now: float) -> frozenset[str] | None:
+        """The expected devices whose start-up profile step 0 is planned from; None while waiting for more.
+
+        Empty before any profile arrives (step 0 is planned from the warm start). Once one has, the others are
+        waited for at most `coordinator.profile_wait_seconds`; a device whose profile has not come by then keeps
+        the warm start.
+
+        Args:
+            now: the monotonic clock `ingest_profile` was given.
+        """
+        expected = self.expected
+        profiled = frozenset(d for d in expected if self.device(d).profile is not None)
+        if not profiled or len(profiled) == len(expected):
+            return profiled
+        assert self._first_profile is not None
+        return profiled if now - self._first_profile >= self.config.profile_wait_seconds else None
+
     def step_seconds(self, step: int) -> float | None:
         """Wall time of `step` (the slowest device's report), None when no one reported it."""
         return self._step_seconds.get(step)
@@ -219,6 +289,9 @@ class FleetTracker:
             rec.rank = fb.rank
             rec.round_trip = fb.plan_round_trip_seconds
         rec.tracker = rec.tracker.update(float(fb.total_size), fb.compute_seconds, fb.step, self.config)
+        p = rec.profile
+        if p is not None and rec.profile_ratio is None and fb.total_size > 0 and fb.compute_seconds > 0:
+            rec.profile_ratio = fb.compute_seconds / max(p.slope * fb.total_size + p.intercept, 1e-9)
         rec.book.ingest(fb, fb.sent_at / 1000.0)
         for s in fb.new_samples:
             if rec.sizes_seen == 0:
@@ -343,12 +416,13 @@ class FleetTracker:
     def planning_state(self, step: int, now: float, carry: object = None) -> PlanningState:
         """The policies' input for `step`, at wall-clock time `now` (seconds, the arrivals' clock)."""
         states = []
+        scale = self.profile_scale()
         for device_id in self.expected:
             rec = self.device(device_id)
             fb = rec.last_feedback
             pending = rec.book.index() if rec.book.complete else None
             state = DeviceState(
-                device_id=device_id, model=rec.tracker.model, pending=pending, arrival_rate=rec.rate.rate,
+                device_id=device_id, model=rec.model_scaled(scale), pending=pending, arrival_rate=rec.rate.rate,
                 mean_size=max(rec.mean_size, 1e-9), lag=max(0, rec.lag - rec.book.inflight),
                 end_offset=rec.end_offset, last_samples=fb.samples if fb else 0,
                 last_size=float(fb.total_size) if fb else 0.0, last_seconds=fb.compute_seconds if fb else None,

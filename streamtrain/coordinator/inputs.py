@@ -18,7 +18,7 @@ from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig
 from streamtrain.dead_letters import DeadLetterSink
 from streamtrain.kafka import make_consumer, read_to_end, tail_positions
-from streamtrain.wire import StepFeedback, WireError, decode
+from streamtrain.wire import DeviceProfile, SchemaMismatchError, StepFeedback, WireError, decode
 
 from .feedback_checks import FeedbackRejection
 
@@ -37,6 +37,9 @@ def read_tail(cfg: KafkaConfig, topic: str, count: int, timeout: float = 30.0) -
 class FeedbackReader:
     """Follows the feedback topic, decoding records; undecodable ones go to the dead-letter topic.
 
+    Besides steps' `StepFeedback` the topic carries the ranks' start-up `DeviceProfile`s: they go to `on_profile`
+    (without one they are dead-lettered as the wrong schema, as a coordinator that does not know them does).
+
     Args:
         cfg: Kafka settings.
         topic: the feedback topic.
@@ -44,16 +47,19 @@ class FeedbackReader:
         dead_letters: where undecodable and rejected records go.
         on_dead_letter: called with the reason of each dead-lettered record (metrics).
         check: why a decoded record of this job must not be used (`feedback_problem`), or None when it may.
+        on_profile: called with each credible start-up profile of this job.
     """
 
     def __init__(self, cfg: KafkaConfig, topic: str, job: str, dead_letters: DeadLetterSink,
                  on_dead_letter: Callable[[str], None] | None = None,
-                 check: Callable[[StepFeedback], FeedbackRejection | None] | None = None) -> None:
+                 check: Callable[[StepFeedback], FeedbackRejection | None] | None = None,
+                 on_profile: Callable[[DeviceProfile], None] | None = None) -> None:
         self.topic = topic
         self.job = job
         self.dead_letters = dead_letters
         self.on_dead_letter = on_dead_letter
         self.check = check
+        self.on_profile = on_profile
         self.kafka = cfg
         self._consumer = make_consumer(cfg, f"{job}.coordinator")
         self._replay_end: dict[int, int] = {}
@@ -95,6 +101,10 @@ class FeedbackReader:
             del self._replay_end[pid]
         try:
             fb = decode(msg.value(), msg.headers(), StepFeedback)
+        except SchemaMismatchError as exc:
+            if self.on_profile is None or not self._profile(msg, replay):
+                self._reject(msg, exc.reason, str(exc), replay)
+            return
         except WireError as exc:
             self._reject(msg, exc.reason, str(exc), replay)
             return
@@ -105,6 +115,25 @@ class FeedbackReader:
             self._reject(msg, rejected.reason, f"{fb.device_id} step {fb.step}: {rejected.detail}", replay)
             return
         out.append(fb)
+
+    def _profile(self, msg: Message, replay: bool) -> bool:
+        """Hand a start-up profile to `on_profile` (a broken one is dead-lettered); False when `msg` is not one."""
+        assert self.on_profile is not None
+        try:
+            profile = decode(msg.value(), msg.headers(), DeviceProfile)
+        except SchemaMismatchError:
+            return False
+        except WireError as exc:
+            self._reject(msg, exc.reason, str(exc), replay)
+            return True
+        if profile.job != self.job:
+            return True
+        problem = profile.problem()
+        if problem is not None:
+            self._reject(msg, "feedback-impossible", f"{profile.device_id} start-up profile: {problem}", replay)
+            return True
+        self.on_profile(profile)
+        return True
 
     def _reject(self, msg: Message, reason: str, detail: str, replay: bool) -> None:
         if replay:

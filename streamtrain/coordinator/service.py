@@ -8,7 +8,10 @@ ahead (the default) that is the plan for t+2, made while step t+1 runs, so the r
 when they need it instead of waiting for a round trip through Kafka at every step boundary.
 Trainers never wait for a plan beyond their own bounded wait. Before any feedback exists, as soon
 as the devices and their lag are known, the plans for step 0 (and, one step ahead, step 1) are
-published from the warm-start models, so the first steps do not fall back to local plans either.
+published from the warm-start models, so the first steps do not fall back to local plans either. Each rank
+profiles its own speed at start-up and reports it (`DeviceProfile`, LBB's profiling phase): once every device's
+profile is in (or `profile_wait_seconds` after the first), step 0 is planned again from the profiles, so it is
+balanced like the steps after it.
 
 It keeps no state that Kafka cannot give back: on start it re-reads the tail of the assignments
 and feedback topics, replays each plan after the feedback it was made from, and resumes with the
@@ -29,7 +32,7 @@ from prometheus_client import CollectorRegistry
 from streamtrain.config import StreamtrainConfig
 from streamtrain.dead_letters import DeadLetterSink
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_control_producer
-from streamtrain.wire import Assignment, StepFeedback, WireError, decode, encode, now_ms
+from streamtrain.wire import Assignment, DeviceProfile, StepFeedback, WireError, decode, encode, now_ms
 
 from .feedback_checks import feedback_problem
 from .fleet import FleetTracker
@@ -75,7 +78,7 @@ class Coordinator:
         self._next_probe = 0.0
         self._device_topics: dict[str, str] = {}
         self._delivery_failures = 0
-        self._warm_for: tuple[str, ...] | None = None
+        self._warm_for: tuple[tuple[str, ...], frozenset[str]] | None = None
         self._producer: Any = None
         self._reader: FeedbackReader | None = None
         self._probe: OffsetProbe | None = None
@@ -113,7 +116,8 @@ class Coordinator:
                                   reader=make_consumer(kcfg, self.cfg.trainer_group_id))
         self._reader = FeedbackReader(kcfg, self.topics.feedback, self.cfg.job, sink,
                                       lambda reason: self.metrics.dead_lettered.labels(self.cfg.job, reason).inc(),
-                                      check=lambda fb: feedback_problem(fb, self._upcoming_step(), self.ccfg, now_ms()))
+                                      check=lambda fb: feedback_problem(fb, self._upcoming_step(), self.ccfg, now_ms()),
+                                      on_profile=self._on_profile)
         self._recover()
         if self.serve_http:
             self.server = StatusServer(self.cfg.metrics.bind_address, self.cfg.metrics.port, lambda: self._status,
@@ -165,18 +169,36 @@ class Coordinator:
         if now >= self._next_probe:
             self._next_probe = now + self.ccfg.poll_interval_seconds
             self._poll_offsets()
-            devices = tuple(self.fleet.expected)
-            if self.fleet.warm_start_step() is not None and devices != self._warm_for:
-                # No feedback yet: plan step 0 from warm-start models and lag, again only if the fleet changes.
-                # Not the steps ahead of it: a plan ahead rests on predictions, and before any feedback there are
-                # only guesses (each device's share of the batch, as static plans it, which on an uneven fleet
-                # costs a static step). Step 1 waits one round trip for step 0's feedback; plans run ahead from
-                # there.
-                self._warm_for = devices
-                self._publish(0, complete=False, basis=-1, warm=True)
+        self._publish_warm(now)
         self._publish_due()
         self._producer.poll(0)
         self._refresh_status()
+
+    def _publish_warm(self, now: float) -> None:
+        """No feedback yet: plan step 0 from the start-up profiles there are, warm-start models for the rest, and lag;
+        again only if the fleet or the profiles settled change.
+
+        Not the steps ahead of it: a plan ahead rests on predictions, and before any feedback there are only guesses
+        and profiles. Step 1 waits one round trip for step 0's feedback; plans run ahead from there.
+        """
+        if self.fleet.warm_start_step() is None:
+            return
+        profiled = self.fleet.profiles_settled(now)
+        if profiled is None:  # some profiles in, the others' wait not over: the ranks wait for this plan
+            return
+        key = (tuple(self.fleet.expected), profiled)
+        if key != self._warm_for:
+            self._warm_for = key
+            self._publish(0, complete=False, basis=-1, warm=True)
+
+    def _on_profile(self, profile: DeviceProfile) -> None:
+        if self.fleet.ingest_profile(profile, time.monotonic()):
+            logger.info("start-up profile of %s (rank %d, %.2f s): T = %.4g s x size + %.4g s over total sizes %s, "
+                        "mean sample size %.1f", profile.device_id, profile.rank, profile.profile_seconds,
+                        profile.slope, profile.intercept, list(profile.sizes), profile.mean_sample_size)
+        else:
+            logger.info("start-up profile of %s not used (%s)", profile.device_id, "coordinator.use_profiles is off"
+                        if not self.ccfg.use_profiles else "it has reported a step already")
 
     def _publish_due(self) -> None:
         while (due := self.fleet.due_step(time.monotonic())) is not None:
@@ -206,9 +228,11 @@ class Coordinator:
         missing = sorted(set(self.fleet.expected) - self.fleet.reporters(basis))  # before the plan forgets them
         dropped = self.fleet.record_plan(assignment)
         self.observer.published(Published(plan, assignment, basis, complete, warm, latency, dropped), self.fleet)
-        if warm and self._plans_published == 0:
-            logger.info("plan for step 0 published from warm-start models and lag for %s",
-                        ", ".join(self.fleet.expected))
+        if warm:
+            logger.info("plan for step 0 published before any feedback, from lag and each device's start-up profile or "
+                        "warm start: %s", "; ".join(
+                f"{p.device_id} {self._basis_of(p.device_id)}: {p.count} samples, predicted {p.predicted_seconds:.3f} s"
+                for p in plan.devices))
         elif not warm and not complete:
             logger.info("plan for step %d published without step %d's feedback from %s", step, basis,
                         ", ".join(missing) or "nobody")
@@ -216,6 +240,13 @@ class Coordinator:
         logger.debug("plan for step %d: %d samples over %d devices in %.2f ms", step, plan.global_batch,
                      len(plan.devices), latency * 1e3)
         self._refresh_status(force=True)
+
+    def _basis_of(self, device: str) -> str:
+        """What step 0's model of `device` came from, for the log."""
+        rec = self.fleet.devices[device]
+        model = rec.model
+        return (f"{'profile' if rec.profile is not None else 'warm start'} a={model.a:.4g} b={model.b:.4g} "
+                f"mean size {rec.mean_size:.1f}")
 
     def _plan(self, step: int, basis: int) -> Plan | None:
         """The plan for `step` from the fleet as it stands; None when a plan ahead would train nothing."""

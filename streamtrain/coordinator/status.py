@@ -84,7 +84,7 @@ class StatusServer:
 
 def device_status(device_id: str, rec: DeviceRecord, wall: float, present: bool) -> dict[str, Any]:
     """One device on the status page: its model, lag, rate, pending index, offsets and last step."""
-    model = rec.tracker.model
+    model = rec.model
     return {
         "device": device_id, "rank": rec.rank,
         "model": {"a": model.a, "b": model.b, "fitted": model.fitted, "observations": model.n_obs,

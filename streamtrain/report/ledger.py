@@ -19,7 +19,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from confluent_kafka import TopicPartition
@@ -27,7 +27,18 @@ from confluent_kafka import TopicPartition
 from streamtrain.config import StreamtrainConfig
 from streamtrain.kafka import make_consumer, read_to_end, tail_positions
 from streamtrain.report.accounting import RecordFates, account_records
-from streamtrain.wire import Assignment, DeadLetter, Evaluation, Sample, StepFeedback, WireError, decode, expand_ranges
+from streamtrain.wire import (
+    Assignment,
+    DeadLetter,
+    DeviceProfile,
+    Evaluation,
+    Sample,
+    SchemaMismatchError,
+    StepFeedback,
+    WireError,
+    decode,
+    expand_ranges,
+)
 
 __all__ = ["DeviceRecords", "DeviceTally", "ReadInterrupted", "RunRecords", "collect_records", "tally_devices"]
 
@@ -168,7 +179,7 @@ def collect_records(cfg: StreamtrainConfig, devices: Sequence[str], timeout: flo
                                                   value, sample)
     _check(stop)
     out.records = {d: c.freeze() for d, c in columns.items()}
-    out.feedback = _read(cfg, topics.feedback, StepFeedback, timeout, out, stop)
+    out.feedback = _read(cfg, topics.feedback, StepFeedback, timeout, out, stop, beside=(DeviceProfile,))
     out.assignments = _read(cfg, topics.assignments, Assignment, timeout, out, stop)
     out.dead_letters = _read(cfg, topics.dead_letter, DeadLetter, timeout, out, stop)
     if cfg.trainer.eval_path is not None or cfg.trainer.eval_packaged is not None:
@@ -186,16 +197,30 @@ def _check(stop: Callable[[], bool] | None) -> None:
 
 
 def _read(cfg: StreamtrainConfig, topic: str, kind: type[_T], timeout: float, out: RunRecords,
-          stop: Callable[[], bool] | None) -> list[_T]:
+          stop: Callable[[], bool] | None, beside: tuple[type[Any], ...] = ()) -> list[_T]:
+    """The records of `kind` in `topic`; records of the kinds `beside` it there (a rank's start-up profile on the
+    feedback topic) are passed over, anything else is counted unreadable."""
     items: list[_T] = []
     for msg in read_to_end(cfg.kafka, [topic], timeout, stop=stop):
         try:
             items.append(decode(msg.value(), msg.headers(), kind))
+        except SchemaMismatchError as exc:
+            if not _one_of(msg, beside):
+                out.unreadable += 1
+                logger.warning("unreadable record in %s at offset %s: %s", topic, msg.offset(), exc)
         except WireError as exc:
             out.unreadable += 1
             logger.warning("unreadable record in %s at offset %s: %s", topic, msg.offset(), exc)
     _check(stop)
     return items
+
+
+def _one_of(msg: Any, kinds: tuple[type[Any], ...]) -> bool:
+    for other in kinds:
+        with contextlib.suppress(WireError):
+            decode(msg.value(), msg.headers(), other)
+            return True
+    return False
 
 
 def tally_devices(cfg: StreamtrainConfig, run: RunRecords, running: bool = False) -> list[DeviceTally]:

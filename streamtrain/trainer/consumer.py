@@ -84,6 +84,9 @@ class RankConsumer:
         self.dead_lettered = 0
         self.dead_letter_reasons: dict[str, int] = {}
         self.paused = False
+        self.keep_first = 0
+        """Keep up to this many of the first samples buffered in `first_samples` (a start-up profile's; 0: none)."""
+        self.first_samples: list[Sample] = []
         # librdkafka prefetches up to this much per partition on top of the buffer: keep it in proportion.
         queued_kb = max(1024, min(65536, trainer.buffer_max_bytes // 4096))
         self.consumer: Consumer = make_consumer(kafka, group_id, **{"queued.max.messages.kbytes": queued_kb})
@@ -214,6 +217,8 @@ class RankConsumer:
             self.dead_letter(msg, refused[0], f"sample {sample.device_id}#{sample.seq}: {refused[1]}")
             self.buffer.skip(offset)
             return
+        if len(self.first_samples) < self.keep_first:
+            self.first_samples.append(sample)
         self.buffer.add(offset, sample, nbytes)
 
     def _on_plan(self, msg: Message) -> None:

@@ -65,10 +65,15 @@ class SlowDevice:
         self.slept = 0.0
         """Seconds slept after the last step (included in its compute and step seconds)."""
 
+    def stretched(self, compute_seconds: float, cpu_seconds: float) -> float:
+        """The compute seconds this device reports for work that measured `compute_seconds` on the wall clock and
+        `cpu_seconds` of the training thread: what `wrap` makes of a step, and a start-up profile of its batches."""
+        measured = cpu_seconds if self.clock == "cpu" else compute_seconds
+        return max(compute_seconds, self.factor * measured)
+
     def owed(self, result: StepResult) -> float:
         """Seconds still owed after the real step `result` for its compute to be `factor` times what it measured."""
-        measured = result.cpu_seconds if self.clock == "cpu" else result.compute_seconds
-        return self.factor * measured - result.compute_seconds
+        return self.stretched(result.compute_seconds, result.cpu_seconds) - result.compute_seconds
 
     def wrap(self, run_step: StepFn) -> StepFn:
         """`run_step` (a `StepRunner`'s), each step stretched by this device's factor."""

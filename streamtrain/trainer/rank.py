@@ -40,6 +40,7 @@ from .metrics import ObjectiveMetrics, TrainerMetrics
 from .plan_checks import PartCheck
 from .plans import LocalPlanner, PlanBook, Selection, selection_from
 from .publish import VersionPublisher, heldout_metrics
+from .startup_profile import start_rank
 from .step import NON_FINITE_LOSS, StepResult, build_step_runner
 
 __all__ = ["TrainerRank", "run_rank"]
@@ -70,12 +71,12 @@ class TrainerRank:
         self.group_id = config.trainer_group_id
         topics = config.kafka.topics
         self.feedback_topic = topics.feedback
-        slow = slow_device(self.trainer, ctx)  # bad slow-downs or plug-ins fail before Kafka is touched
+        self.slow = slow_device(self.trainer, ctx)  # bad slow-downs or plug-ins fail before Kafka is touched
         self.runner = build_step_runner(self.trainer, ctx)
         # Devices fed from outside carry no fitted input scaling: the group estimates it (models.standardise).
         self.runner.inputs = InputEstimate(self.trainer) if online_inputs(self.trainer) else None
         # A benchmark's or demo's emulated slower device (`trainer.slowdowns`) wraps the step; nothing else does.
-        self.train_step = slow.wrap(self.runner.run_step) if slow is not None else self.runner.run_step
+        self.train_step = self.slow.wrap(self.runner.run_step) if self.slow is not None else self.runner.run_step
         self.evaluator = (HeldOutEvaluator(self.trainer, ctx, self.runner.collate, config.producer.dataset,
                                            objective=self.runner.objective)
                           if held_out_source(self.trainer) is not None else None)
@@ -159,8 +160,7 @@ class TrainerRank:
         self.stop_requested = True
 
     def _limit_reached(self) -> bool:
-        limit = self.trainer.max_steps
-        return limit > 0 and self.step >= limit  # the same on every rank: they run the same step numbers
+        return 0 < self.trainer.max_steps <= self.step  # the same on every rank: they run the same step numbers
 
     def run(self) -> int:
         """Train until SIGTERM on any rank or `trainer.max_steps`; returns the steps run in this call.
@@ -485,7 +485,7 @@ def run_rank(config: StreamtrainConfig, device_id: str) -> int:
             logger.info("rank %d (%s): metrics on http://%s:%d/metrics", ctx.rank, device_id,
                         config.metrics.bind_address, port)
         try:
-            rank.resume()
+            start_rank(rank)  # resume, then the start-up profile (LBB's profiling phase)
             rank.run()
         finally:
             rank.close()

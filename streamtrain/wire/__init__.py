@@ -12,6 +12,7 @@ from .errors import (
     UnknownSchemaError,
     WireError,
 )
+from .profiles import DeviceProfile
 from .records import (
     DTYPES,
     Assignment,
@@ -42,6 +43,7 @@ __all__ = [
     "DeviceLineage",
     "DeviceMismatchError",
     "DevicePlan",
+    "DeviceProfile",
     "Evaluation",
     "InvalidSampleError",
     "InvalidTargetError",

@@ -47,6 +47,7 @@ from .layout import (
     writer_schemas,
 )
 from .legacy import SCHEMA_HEADER, previous_writer
+from .profiles import DeviceProfile
 from .records import (
     Assignment,
     DeadLetter,
@@ -76,7 +77,7 @@ __all__ = [
     "load_schema",
 ]
 
-R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter, Evaluation, ModelVersion, Prediction)
+R = TypeVar("R", Sample, StepFeedback, Assignment, DeadLetter, Evaluation, ModelVersion, Prediction, DeviceProfile)
 _DECODE_ERRORS = (EOFError, ValueError, IndexError, KeyError, UnicodeDecodeError, OverflowError, MemoryError)
 
 
@@ -97,7 +98,7 @@ def header_value(headers: Headers | None, name: str) -> bytes | None:
     return found.encode() if isinstance(found, str) else found
 
 
-def encode(record: Record) -> tuple[bytes, HeaderList]:
+def encode(record: Record | DeviceProfile) -> tuple[bytes, HeaderList]:
     """Serialize a record to (value, headers) ready for `Producer.produce(value=..., headers=...)`.
 
     The value is the record in Avro's single-object encoding; a Sample's headers hold its ``st-size``,

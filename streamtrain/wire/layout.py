@@ -56,7 +56,8 @@ SIZE_HEADER = "st-size"
 HeaderList = list[tuple[str, str | bytes | None]]
 Headers = Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]]
 #: The record schemas of the wire, by name (each a `.avsc` file in `schemas/`).
-RECORD_SCHEMAS = ("Sample", "StepFeedback", "Assignment", "DeadLetter", "Evaluation", "ModelVersion", "Prediction")
+RECORD_SCHEMAS = ("Sample", "StepFeedback", "Assignment", "DeadLetter", "Evaluation", "ModelVersion", "Prediction",
+                  "DeviceProfile")
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ class ClusterJob:
             "kafka": {"bootstrap_servers": bed.bootstrap, "topic_prefix": name, "replication_factor": 3},
             "trainer": {"num_classes": 4, "hidden_size": 16, "num_layers": 1, "log_every": 1,
                         "collate": "trainer_seq_log:collate", "plan_wait_seconds": 1.0, "data_wait_seconds": 0.2,
+                        "startup_profile": False,  # the collate logs what it packs as trained: a profile packs only
                         **(trainer or {})},
             "coordinator": {"poll_interval_seconds": 0.5, "feedback_wait_seconds": 0.5, "kafka_timeout_seconds": 10.0},
             "producer": {"synthetic": {"classes": 4}},

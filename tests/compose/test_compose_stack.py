@@ -251,13 +251,14 @@ def _text(value: str | bytes | None) -> str:
 
 def _trained_offsets(st: Stack, device: str) -> set[int]:
     """Offsets of `device`'s topic that the feedback says a step trained."""
+    from feedback_records import step_feedback
+
     from streamtrain.kafka import read_to_end
-    from streamtrain.wire import StepFeedback, decode, expand_ranges
+    from streamtrain.wire import expand_ranges
 
     cfg = st.host_config()
     out: set[int] = set()
-    for msg in read_to_end(cfg.kafka, [cfg.kafka.topics.feedback], 60):
-        feedback = decode(msg.value(), msg.headers(), StepFeedback)
+    for feedback in step_feedback(read_to_end(cfg.kafka, [cfg.kafka.topics.feedback], 60)):
         if feedback.device_id == device:
             out.update(int(o) for o in expand_ranges(feedback.trained_offsets))
     return out

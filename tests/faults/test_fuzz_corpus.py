@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from feedback_records import step_feedback
 from fuzzing import (
     FuzzRecord,
     assignment_corpus,
@@ -34,7 +35,7 @@ from streamtrain.coordinator.service import Coordinator
 from streamtrain.dead_letters import REASON_HEADER
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_producer, read_to_end
 from streamtrain.runtime.commands import CLI_MODULE, module_command
-from streamtrain.wire import DeadLetter, StepFeedback, decode, encode
+from streamtrain.wire import DeadLetter, decode, encode
 from streamtrain.wire.codec import header_value
 
 pytestmark = pytest.mark.faults
@@ -140,7 +141,7 @@ def test_trainer_rank_dead_letters_every_bad_record_and_keeps_training(kafka_cfg
     assert on_plans == reason_counts(plans)
     assert all(dl.service == "trainer" for dl in letters)
     # Trained means committed past: the rank's group has everything up to the end of the topic behind it.
-    fb = [decode(m.value(), m.headers(), StepFeedback) for m in read_to_end(kafka_cfg, [t.feedback], timeout=30)]
+    fb = step_feedback(read_to_end(kafka_cfg, [t.feedback], timeout=30))
     assert sum(f.samples for f in fb) >= good
     assert max(f.lowest_unprocessed_offset for f in fb) == len(records)
 

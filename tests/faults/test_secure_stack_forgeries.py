@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from confluent_kafka import TopicPartition
+from feedback_records import step_feedback
 
 from streamtrain.broker import EmbeddedBroker
 from streamtrain.config import BrokerConfig, KafkaConfig
@@ -55,8 +56,7 @@ def _wait(what: str, done: Callable[[], bool], timeout: float, log: Path) -> Non
 
 
 def _feedback(kafka: KafkaConfig) -> list[StepFeedback]:
-    return [f for f in (decode(m.value(), m.headers(), StepFeedback)
-                        for m in read_to_end(kafka, [kafka.topics.feedback], timeout=30)) if f.job == JOB]
+    return [f for f in step_feedback(read_to_end(kafka, [kafka.topics.feedback], timeout=30)) if f.job == JOB]
 
 
 def _ends(kafka: KafkaConfig, devices: tuple[str, ...]) -> dict[str, int]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from feedback_records import step_feedback
 
 from streamtrain.config import KafkaConfig
 from streamtrain.config.trainer import TrainerConfig
@@ -22,7 +23,7 @@ from streamtrain.objectives import add_sums, build_objective
 from streamtrain.runtime.commands import module_command
 from streamtrain.synthetic import synthetic_samples
 from streamtrain.trainer.step import build_optimizer
-from streamtrain.wire import Sample, StepFeedback, decode, encode
+from streamtrain.wire import Sample, encode
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +81,7 @@ def test_a_rank_trains_the_example_objective_from_its_stream(kafka_cfg: KafkaCon
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "using objective quantile_objective:Quantiles" in done.stdout + done.stderr
     records = read_to_end(kafka_cfg, [kafka_cfg.topics.feedback])
-    feedback = [decode(m.value(), m.headers(), StepFeedback) for m in records]
+    feedback = step_feedback(records)
     trained = [fb for fb in feedback if fb.samples]
     assert sum(fb.samples for fb in trained) == 96
     assert sum(fb.prequential["count"] for fb in trained) == 96

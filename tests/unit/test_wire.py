@@ -25,6 +25,7 @@ from streamtrain.wire import (
     DeviceLineage,
     DeviceMismatchError,
     DevicePlan,
+    DeviceProfile,
     Evaluation,
     InvalidSampleError,
     InvalidTargetError,
@@ -132,12 +133,12 @@ def test_model_version_and_prediction_round_trip() -> None:
 def test_fingerprints_are_distinct_and_stable() -> None:
     fps = known_fingerprints()
     current = {fingerprint_of(t) for t in (Sample, StepFeedback, Assignment, DeadLetter, Evaluation, ModelVersion,
-                                           Prediction)}
-    assert len(current) == 7 and current <= set(fps)
+                                           Prediction, DeviceProfile)}
+    assert len(current) == 8 and current <= set(fps)
     # The first versions of StepFeedback and Assignment stay readable beside the current ones.
-    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "Evaluation", "Evaluation",
-                                    "ModelVersion", "Prediction", "Prediction", "Sample", "Sample", "StepFeedback",
-                                    "StepFeedback", "StepFeedback"]
+    assert sorted(fps.values()) == ["Assignment", "Assignment", "DeadLetter", "DeviceProfile", "Evaluation",
+                                    "Evaluation", "ModelVersion", "Prediction", "Prediction", "Sample", "Sample",
+                                    "StepFeedback", "StepFeedback", "StepFeedback"]
     assert all(len(fp) == 8 for fp in fps)
 
 

@@ -31,6 +31,7 @@ from streamtrain.wire import (
     DeadLetter,
     DeviceLineage,
     DevicePlan,
+    DeviceProfile,
     Evaluation,
     ModelVersion,
     PendingSample,
@@ -124,7 +125,8 @@ def _fingerprint(schema: dict[str, Any]) -> bytes:
 # --- records ------------------------------------------------------------------------------------------------------
 
 
-def _records() -> list[Sample | StepFeedback | Assignment | DeadLetter | Evaluation | ModelVersion | Prediction]:
+def _records() -> list[Sample | StepFeedback | Assignment | DeadLetter | Evaluation | ModelVersion | Prediction
+                      | DeviceProfile]:
     sample = Sample.from_array("dev-1", 7, np.arange(15, dtype=np.int16).reshape(5, 3), label=3,
                                metadata={"src": "unit"}, target=[0.5, -1.0], produced_at=1_700_000_000_000)
     feedback = StepFeedback(
@@ -143,7 +145,9 @@ def _records() -> list[Sample | StepFeedback | Assignment | DeadLetter | Evaluat
                            metrics={"heldout_accuracy": 0.75}, created_at=1)
     answer = Prediction(job="j", request_topic="p.requests", request_partition=0, request_offset=9, version=3,
                         answered_at=1, request_produced_at=0, label=2, label_name="fan", probabilities=(0.25, 0.75))
-    return [sample, feedback, plan, letter, evaluation, version, answer]
+    profile = DeviceProfile(job="j", device_id="dev-1", rank=1, sizes=(400, 1600), seconds=(0.02, 0.07), slope=4e-5,
+                            intercept=0.005, mean_sample_size=100.0, profile_seconds=0.3, sent_at=1)
+    return [sample, feedback, plan, letter, evaluation, version, answer, profile]
 
 
 @pytest.mark.parametrize("record", _records(), ids=lambda r: type(r).__name__)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from confluent_kafka import Producer, TopicPartition
+from feedback_records import is_profile, profiles, step_feedback
 
 from streamtrain.config import KafkaConfig
 from streamtrain.kafka import TopicSpec, ensure_topics, make_admin, make_consumer, make_producer, read_to_end
@@ -71,6 +72,7 @@ def _train(kafka: KafkaConfig, tmp: Path, *args: str, plan_wait: float = 0.5,
         "trainer.device": "cpu", "trainer.torch_threads": 1, "trainer.hidden_size": 16, "trainer.num_layers": 1,
         "trainer.num_classes": 3, "trainer.local_batch": 3, "trainer.data_wait_seconds": 0.5, "trainer.log_every": 1,
         "trainer.checkpoint_every": 2, "trainer.checkpoint_dir": str(tmp / "ckpt"), "metrics.port": 0,
+        "coordinator.use_profiles": False,  # no coordinator plans from the ranks' profiles here: do not wait for one
         **(overrides or {}),
     }
     cmd = module_command(CLI_MODULE, "train", "--local-ranks", "2", "--devices", ",".join(DEVICES), "--plan-wait",
@@ -92,7 +94,7 @@ def _finish(proc: subprocess.Popen[bytes], tmp: Path, timeout: float = 90) -> in
 
 
 def _feedback(kafka: KafkaConfig) -> list[StepFeedback]:
-    return [decode(m.value(), m.headers(), StepFeedback) for m in read_to_end(kafka, [kafka.topics.feedback])]
+    return step_feedback(read_to_end(kafka, [kafka.topics.feedback]))
 
 
 def _committed(kafka: KafkaConfig) -> dict[str, int]:
@@ -145,6 +147,13 @@ def test_ranks_follow_plans_fall_back_and_account_for_every_offset(kafka_cfg: Ka
         assert f.buffer_depth == len([p for p in range(f.lowest_unprocessed_offset, 30)])
     first_new = feedback["d0", 0].new_samples
     assert [p.offset for p in first_new] == list(range(3, 30)) and first_new[0].size == sizes[3]
+    # Before step 0 each rank profiled its model on its first samples (all 30: the backlog there was) and said so.
+    started = {p.device_id: p for p in profiles(read_to_end(kafka_cfg, [kafka_cfg.topics.feedback]))}
+    assert sorted(started) == list(DEVICES)
+    for device, p in started.items():
+        assert (p.job, p.rank, len(p.sizes)) == (JOB, DEVICES.index(device), 3)
+        assert p.mean_sample_size == pytest.approx(np.mean(_sizes(device, 30)))
+        assert p.slope > 0 and p.problem() is None and 0 < p.profile_seconds < 30
 
     committed = _committed(kafka_cfg)
     for device in DEVICES:
@@ -251,6 +260,8 @@ def test_an_idle_group_waits_for_data_instead_of_spinning_through_empty_steps(
 
     sent: dict[tuple[str, int], float] = {}  # (device, step) -> broker timestamp of its feedback, s
     for m in read_to_end(kafka_cfg, [kafka_cfg.topics.feedback]):
+        if is_profile(m):
+            continue
         fb = decode(m.value(), m.headers(), StepFeedback)
         sent[fb.device_id, fb.step] = m.timestamp()[1] / 1000
     assert sorted(sent) == [(d, s) for d in DEVICES for s in range(6)]
@@ -291,6 +302,8 @@ def test_a_drained_group_holds_its_report_until_the_plans_target(kafka_cfg: Kafk
     sent: dict[tuple[str, int], float] = {}  # (device, step) -> broker timestamp of its feedback, s
     reports: dict[tuple[str, int], StepFeedback] = {}
     for m in read_to_end(kafka_cfg, [kafka_cfg.topics.feedback]):
+        if is_profile(m):
+            continue
         fb = decode(m.value(), m.headers(), StepFeedback)
         sent[fb.device_id, fb.step] = m.timestamp()[1] / 1000
         reports[fb.device_id, fb.step] = fb

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import streamtrain.trainer.rank as rank_module
-from streamtrain.config import load_config
+from streamtrain.config import StreamtrainConfig, load_config
 from streamtrain.trainer.distributed import DistContext
 
 
@@ -27,7 +27,8 @@ class _HoldsTheGroup:
 class _FakeRank:
     instances: ClassVar[list[weakref.ref[_HoldsTheGroup]]] = []
 
-    def __init__(self, *_args: object) -> None:
+    def __init__(self, config: StreamtrainConfig, *_args: object) -> None:
+        self.trainer = config.trainer  # start_rank reads whether to profile
         self.model = _HoldsTheGroup()
         self.model.owner = self  # type: ignore[attr-defined]  # a cycle, as DDP and its hooks make: only gc frees it
         _FakeRank.instances.append(weakref.ref(self.model))
@@ -56,7 +57,8 @@ def test_a_rank_lets_go_of_its_model_before_it_leaves_the_process_group(monkeypa
                         lambda: alive_when_leaving.append(_FakeRank.instances[-1]() is not None))
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        assert rank_module.run_rank(load_config(env={}, overrides={"trainer.metrics": False}), "0") == 0
+        assert rank_module.run_rank(load_config(env={}, overrides={"trainer.metrics": False,
+                                                                      "trainer.startup_profile": False}), "0") == 0
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

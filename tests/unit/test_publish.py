@@ -166,7 +166,8 @@ def test_a_full_queue_waits_bounded_then_refuses_without_numbering() -> None:
     producer.send(np.zeros((1, 1), dtype=np.float32))
     producer.send(np.zeros((1, 1), dtype=np.float32))
     began = time.monotonic()
-    with pytest.raises(QueueFullError, match=r"local queue \(2 records\) stayed full for 0.3 s.*not queued"):
+    # librdkafka counts its own queued events beside the records (a refused connection's, among them): 2 or more.
+    with pytest.raises(QueueFullError, match=r"local queue \([2-9]\d* records\) stayed full for 0.3 s.*not queued"):
         producer.send(np.zeros((1, 1), dtype=np.float32))
     assert time.monotonic() - began >= 0.3
     assert (producer.next_seq, producer.sent, producer.queued) == (2, 2, 2) and producer.queue_waits >= 1

@@ -13,8 +13,9 @@ costs the collectives bare DDP's would, and none of its own (a second, separate 
 fixed cost every step paid at every rank's pace: `bench overhead`). The stop flag rides along: a rank
 asked to stop (SIGTERM) sets it, and every rank learns from the same sum that the group stops after
 this step. A rank whose clock says a model version is due (`trainer.publish`) sets a publish flag the
-same way. With Top-k compression, or gradients of a dtype that cannot hold the counts exactly, the
-numbers go in an all-reduce of their own, started by the first hook.
+same way. Gradients are float32 or float64 (`trainer.precision`): float32 holds the counts exactly up to
+2^24 and the weights to 7 digits. With Top-k compression the numbers go in an all-reduce of their own, started by
+the first hook.
 
 The bucket all-reduces also carry the group's verdict on the step: a rank whose loss is not finite
 (`mark_loss`) scales its buckets by NaN instead of λ_i, and non-finite gradients stay non-finite
@@ -36,8 +37,6 @@ __all__ = ["AggregationState", "aggregation_hook"]
 
 logger = logging.getLogger(__name__)
 
-#: Bucket dtypes the step's numbers ride in: float32 holds counts exactly up to 2^24, weights to 7 digits.
-_CARRIERS = (torch.float32, torch.float64)
 #: The step's numbers, in the order they travel.
 _WEIGHT, _SAMPLES, _STOP, _BACKLOG, _PUBLISH = range(5)
 
@@ -185,7 +184,7 @@ def aggregation_hook(state: AggregationState, bucket: dist.GradBucket) -> torch.
     buffer.mul_(scale if isinstance(scale, float) else scale.to(buffer.dtype))
     first = state.hook_calls == 0
     future: torch.futures.Future[torch.Tensor]
-    if first and state.compressor is None and buffer.dtype in _CARRIERS:
+    if first and state.compressor is None:
         future = state.carry(buffer)
     else:
         if first:

@@ -4,7 +4,7 @@ Which samples: `trainer.eval_path` (any file or directory dataset replay reads, 
 `trainer.eval_packaged` (a packaged dataset's test split, e.g. PLAID_TEST.ts), optionally cut to a
 class-stratified `trainer.eval_max_samples`. Who evaluates: every rank, each its own slice — the
 samples dealt out by size so every slice holds about the same total size, hence takes about the same
-time — and one gather of the metric sums gives every rank the result. Sharding keeps
+time — and one all-reduce of the metric sums gives every rank the result. Sharding keeps
 the pause short: rank 0 alone would hold every other rank at the next step's collectives for the whole
 set. Each rank collates its slice once at start-up (which also checks `trainer.collate` and the
 held-out samples' shape before training starts).
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,6 +153,7 @@ class HeldOutEvaluator:
         samples = [_held_out_sample(dataset, int(i)) for i in mine]
         self._chunks = _chunks(samples, config.eval_batch_size)
         self._setting = setting
+        self._names: list[str] | None = None  # the metric sums' names every rank adds up (`_combine`)
         self.batches: list[Batch] = []
         self.collate_with(config, collate)
         self.own_samples = len(samples)
@@ -172,39 +173,69 @@ class HeldOutEvaluator:
     def evaluate(self, model: nn.Module, step: int) -> HeldOutResult:
         """Evaluate `model` (the bare module, not its DDP wrapper) on this rank's slice and combine over ranks.
 
-        A collective: every rank must call it at the same step.
+        A collective: every rank must call it at the same step. Two all-reduces: the fleet's baseline state, sent
+        before the forward passes and awaited after them, and the metric sums.
         """
         started = time.perf_counter()
         state = self.objective.baseline_state
-        baseline = self._fleet_sum(state) if state.numel() else None  # no state: the objective keeps no baseline
+        pending = self._fleet_sum(state) if state.numel() else None  # no state: the objective keeps no baseline
         was_training = model.training
         model.eval()
         sums: dict[str, float] = {}
         try:
             with torch.inference_mode():
-                for batch in self.batches:
-                    scored = self.objective.metric_sums(model(batch), batch, baseline)
-                    add_sums(sums, {k: float(v) for k, v in scored.items()})
+                outputs = [model(batch) for batch in self.batches]
+                baseline = pending() if pending is not None else None
+                for batch, out in zip(self.batches, outputs, strict=True):
+                    add_sums(sums, {k: float(v) for k, v in self.objective.metric_sums(out, batch, baseline).items()})
         finally:
             model.train(was_training)
         if dist.is_initialized() and self.ctx.world_size > 1:
-            gathered: list[dict[str, float] | None] = [None] * self.ctx.world_size
-            dist.all_gather_object(gathered, sums)  # a few sums, every few dozen steps: simplicity over speed
-            sums = {}
-            for part in gathered:
-                add_sums(sums, part or {})
+            sums = self._combine(sums)
         metrics = self.objective.summarise(sums)
         return HeldOutResult(step=step, samples=int(sums.get("count", 0)), accuracy=metrics.get("accuracy"),
                              loss=metrics.get("loss", 0.0), seconds=time.perf_counter() - started, metrics=metrics)
 
-    def _fleet_sum(self, state: torch.Tensor) -> torch.Tensor:
-        """The baseline states of every rank added up (what the fleet has trained so far)."""
-        if not (dist.is_initialized() and self.ctx.world_size > 1) or not state.numel():
-            return state
-        # gloo reduces CPU tensors; NCCL needs them on the rank's GPU.
-        device = self.ctx.device if self.ctx.backend == "nccl" else torch.device("cpu")
-        total = state.to(device, copy=True)
-        dist.all_reduce(total)
+    @property
+    def _reduce_device(self) -> torch.device:
+        """Where a collective's tensor lives: gloo reduces CPU tensors; NCCL needs them on the rank's GPU."""
+        return self.ctx.device if self.ctx.backend == "nccl" else torch.device("cpu")
+
+    def _fleet_sum(self, state: torch.Tensor) -> Callable[[], torch.Tensor]:
+        """Start adding up the baseline states of every rank (what the fleet has trained so far); the call returned
+        waits for the total."""
+        if not (dist.is_initialized() and self.ctx.world_size > 1):
+            return lambda: state
+        total = state.to(self._reduce_device, copy=True)
+        work = dist.all_reduce(total, async_op=True)
+
+        def wait() -> torch.Tensor:
+            work.wait()
+            return total
+
+        return wait
+
+    def _combine(self, sums: dict[str, float]) -> dict[str, float]:
+        """The metric sums of every rank added up, in one all-reduce of the names every rank gave last time.
+
+        The names are agreed once by a gather of every rank's sums (and again whenever a rank gives a name the others
+        do not know, which the all-reduce's last slot tells them all), so an objective of one's own may name its sums
+        as it likes; a rank with no held-out sample gives none.
+        """
+        if self._names is not None:
+            known = set(self._names)
+            fits = set(sums) <= known
+            values = torch.tensor([sums.get(n, 0.0) for n in self._names] + [0.0 if fits else 1.0],
+                                  dtype=torch.float64, device=self._reduce_device)
+            dist.all_reduce(values)
+            if values[-1].item() == 0.0:
+                return dict(zip(self._names, values[:-1].tolist(), strict=True))
+        gathered: list[dict[str, float] | None] = [None] * self.ctx.world_size
+        dist.all_gather_object(gathered, sums)
+        total: dict[str, float] = {}
+        for part in gathered:
+            add_sums(total, part or {})
+        self._names = sorted(total)
         return total
 
 

@@ -220,3 +220,12 @@ def test_held_out_evaluation_sharded_over_ranks_equals_one_process(observed: dic
         logits = build_model(BASE)(batch)
     assert math.isclose(results[0].loss, float(F.cross_entropy(logits, batch.labels)), rel_tol=1e-9)
     assert math.isclose(results[0].accuracy, float((logits.argmax(1) == batch.labels).double().mean()), rel_tol=1e-12)
+    # Later evaluations add the sums up in one all-reduce of the names the first gathered; a rank that gives a name
+    # the others do not know sends every rank back to a gather, once, and its sum is counted.
+    assert [run["gathers"] for run in runs] == [[1, 0, 1, 0]] * WORLD
+    for run in runs:
+        again = [replace(r, seconds=0.0, step=0) for r in run["results"]]
+        assert again == [again[0]] * 4 and again[0] == results[0]
+        first, _, third, fourth = run["sums"]
+        assert third.pop("rank_1_only") == fourth.pop("rank_1_only") == 2.0 * runs[1]["batches"]
+        assert first == third == fourth

@@ -184,13 +184,40 @@ def write_held_out(path: Path) -> Path:
 
 
 def _held_out(rank: int, world: int) -> dict[str, Any]:
-    """Each rank evaluates its slice of the held-out set with the initial model; one all-reduce combines them."""
+    """Each rank evaluates its slice of the held-out set with the initial model, four times: the first gathers the
+    sums' names, the second adds them up in one all-reduce, in the third rank 1 gives a sum the others do not know
+    (every rank gathers again), and the fourth all-reduces the names now agreed. Counts the gathers of each."""
     config = BASE.model_copy(update={"eval_path": write_held_out(Path(tempfile.mkdtemp()) / "held.npz")})
     ctx = init_distributed(config)
     runner = build_step_runner(config, ctx)
     evaluator = HeldOutEvaluator(config, ctx, runner.collate)
-    result = evaluator.evaluate(runner.model.module, step=0)
-    return {"result": result, "own_samples": evaluator.own_samples, "own_size": evaluator.own_size}
+    objective, gather = evaluator.objective, dist.all_gather_object
+    seen: list[dict[str, float]] = []
+    gathers: list[int] = []
+    summarise, metric_sums = objective.summarise, objective.metric_sums
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        gathers[-1] += 1
+        return gather(*args, **kwargs)
+
+    def seeing(sums: dict[str, float]) -> dict[str, float]:
+        seen.append(dict(sums))
+        return summarise(sums)
+
+    objective.summarise = seeing  # type: ignore[method-assign]
+    dist.all_gather_object = counted
+    results = []
+    try:
+        for step in range(4):
+            if step == 2 and rank == 1:
+                objective.metric_sums = lambda out, batch, base=None: {  # type: ignore[method-assign]
+                    **metric_sums(out, batch, base), "rank_1_only": out.new_tensor(2.0)}
+            gathers.append(0)
+            results.append(evaluator.evaluate(runner.model.module, step=step))
+    finally:
+        dist.all_gather_object = gather
+    return {"result": results[0], "results": results, "sums": seen, "gathers": gathers,
+            "batches": len(evaluator.batches), "own_samples": evaluator.own_samples, "own_size": evaluator.own_size}
 
 
 def _compressor_votes(rank: int, world: int) -> dict[str, Any]:

@@ -4,7 +4,9 @@ The same model, optimizer, per-rank batches and ranks run two ways in one proces
 of steps: (a) bare DDP (the default all-reduce) on tensors collated before timing, and (b) streamtrain's own step
 path: each step's records decoded from their wire bytes as the rank's consumer reads them, `StepRunner.run_step`
 (collate, the weighted aggregation, the prequential scores, the gradient check) and the held-out evaluation every
-`trainer.eval_every` steps, as `bench realdata` runs them. Each step's wall period is split into its parts; the
+`--eval-every` steps (by default `trainer.eval_every`'s default, what a deployment pays; `bench realdata` evaluates
+every 3 steps to time its target, and at that cadence a third of the steps carry an evaluation, so the median period
+is theirs). Each step's wall period is split into its parts; the
 CPU time of the training thread per step is kept too (an emulated slower device multiplies it: a fixed cost here
 is paid `factor` times on the slow rank). Kafka's own round trips (the plan's, the feedback's) are not in this
 bench: `bench realdata` splits the live period into them.
@@ -25,6 +27,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from streamtrain.config.trainer import TrainerConfig
 from streamtrain.report.record import Record
 
 from .common import TIMES, Bench, Out, Result, Target, table, targets_table
@@ -34,6 +37,8 @@ __all__ = ["BENCH", "DatasetOverhead", "OverheadResult"]
 #: The parts of a step's wall period, in the order shown.
 PARTS = ("decode", "collate", "compute", "all_reduce", "evaluation", "rest")
 _DATASETS = ("plaid", "tecator")
+#: The evaluation cadence a deployment gets unless it sets `trainer.eval_every`.
+DEFAULT_EVAL_EVERY = int(TrainerConfig.model_fields["eval_every"].default)
 
 
 class DatasetOverhead(Record):
@@ -66,11 +71,14 @@ class OverheadResult(Result):
 
     steps: int
     repeats: int
+    eval_every: int = 3
+    """Steps between held-out evaluations in the streamtrain way (files from before the option: realdata's 3)."""
     datasets: list[DatasetOverhead]
 
 
-def _config(dataset: str, ranks: int, global_batch: int) -> Any:
-    """The configuration `bench realdata` trains `dataset` with (no emulated slow-down), one CPU thread a rank."""
+def _config(dataset: str, ranks: int, global_batch: int, eval_every: int) -> Any:
+    """The configuration `bench realdata` trains `dataset` with (no emulated slow-down), one CPU thread a rank,
+    evaluating every `eval_every` steps."""
     from streamtrain.benchmarks.balance.setup import RealdataSetup, Run
     from streamtrain.config import load_config
     from streamtrain.stack.replay import resolve_replay
@@ -79,7 +87,7 @@ def _config(dataset: str, ranks: int, global_batch: int) -> Any:
     sets = {**setup.settings_of(Run(policy="static", slowdowns=(1.0,) * ranks)), "trainer.slowdowns": "",
             "trainer.torch_threads": 1}
     replay = resolve_replay(dataset, load_config(overrides=sets))
-    return load_config(overrides={**sets, **replay.settings})
+    return load_config(overrides={**sets, **replay.settings, "trainer.eval_every": eval_every})
 
 
 def _records(dataset: str, rank: int, ranks: int, rank_batch: int, steps: int) -> list[list[tuple[bytes, Any]]]:
@@ -119,8 +127,8 @@ class _Clock:
             self.parts[name].append(parts.get(name, 0.0))
 
 
-def _ways(rank: int, ranks: int, port: int, dataset: str, global_batch: int,
-          steps: int) -> tuple[dict[str, Callable[[int, dict[str, float]], None]], str, int]:
+def _ways(rank: int, ranks: int, port: int, dataset: str, global_batch: int, steps: int,
+          eval_every: int) -> tuple[dict[str, Callable[[int, dict[str, float]], None]], str, int]:
     """Join the group and build both ways' step functions over this rank's records: (ways, model, batch a rank)."""
     from torch.nn.parallel import DistributedDataParallel
 
@@ -129,7 +137,7 @@ def _ways(rank: int, ranks: int, port: int, dataset: str, global_batch: int,
     from streamtrain.trainer.step import build_optimizer, build_step_runner
     from streamtrain.wire import Sample, decode
 
-    cfg = _config(dataset, ranks, global_batch)
+    cfg = _config(dataset, ranks, global_batch, eval_every)
     trainer = cfg.trainer
     ctx = init_distributed(trainer, rank=rank, world_size=ranks, master_port=port)
     rank_batch = global_batch // ranks
@@ -164,11 +172,11 @@ def _ways(rank: int, ranks: int, port: int, dataset: str, global_batch: int,
 
 
 def _rank_main(rank: int, ranks: int, port: int, dataset: str, global_batch: int, steps: int, repeats: int,
-               box: Any) -> None:
+               eval_every: int, box: Any) -> None:
     """One rank of the group: both ways in alternating blocks; rank 0 puts its clocks' figures in `box`."""
     import torch.distributed as dist
 
-    ways, model, rank_batch = _ways(rank, ranks, port, dataset, global_batch, steps)
+    ways, model, rank_batch = _ways(rank, ranks, port, dataset, global_batch, steps, eval_every)
     clocks = {name: _Clock() for name in ways}
     blocks: dict[str, list[float]] = defaultdict(list)
     warm = max(2, steps // 5)
@@ -218,7 +226,8 @@ def _answer(box: Any, procs: list[Any], dataset: str, timeout_s: float = 1800) -
     raise RuntimeError(f"bench overhead: the {dataset} group gave no figures in {timeout_s:.0f} s")
 
 
-def measure(dataset: str, ranks: int, global_batch: int, steps: int, repeats: int) -> DatasetOverhead:
+def measure(dataset: str, ranks: int, global_batch: int, steps: int, repeats: int,
+            eval_every: int = DEFAULT_EVAL_EVERY) -> DatasetOverhead:
     """Run the group for `dataset` (spawned processes, gloo on this host) and read rank 0's figures."""
     import torch.multiprocessing as mp
 
@@ -226,8 +235,9 @@ def measure(dataset: str, ranks: int, global_batch: int, steps: int, repeats: in
     box = spawn.Queue()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     port = _free_port()
-    procs = [spawn.Process(target=_rank_main, args=(r, ranks, port, dataset, global_batch, steps, repeats, box),
-                           daemon=True) for r in range(ranks)]
+    procs = [spawn.Process(target=_rank_main, daemon=True,
+                           args=(r, ranks, port, dataset, global_batch, steps, repeats, eval_every, box))
+             for r in range(ranks)]
     for p in procs:
         p.start()
     try:
@@ -256,6 +266,9 @@ def overhead_command(
     global_batch: Annotated[int, typer.Option(min=2, help="Samples per step over all ranks (realdata's).")] = 64,
     steps: Annotated[int, typer.Option(min=5, help="Steps per block (the first fifth left out).")] = 30,
     repeats: Annotated[int, typer.Option(min=1, max=20, help="Alternating blocks of each way.")] = 4,
+    eval_every: Annotated[int, typer.Option(min=1, help="Steps between held-out evaluations in the streamtrain way "
+                                            "(default: trainer.eval_every's; bench realdata uses 3).")]
+    = DEFAULT_EVAL_EVERY,
 ) -> None:
     """Bare torch.distributed DDP against streamtrain's step path on the same model, batches and ranks, per dataset;
     the period split into decode, collate, compute, all-reduce, evaluation and the rest (target: <= 1.15x)."""
@@ -266,12 +279,12 @@ def overhead_command(
     results = []
     for name in dataset or _DATASETS:
         with console.status(f"{name}: {ranks} ranks, {repeats} x {steps} steps each way ..."):
-            results.append(measure(name, ranks, global_batch, steps, repeats))
+            results.append(measure(name, ranks, global_batch, steps, repeats, eval_every))
         r = results[-1]
         console.print(f"{name}: bare {r.bare_period_s * 1e3:.1f} ms, streamtrain {r.streamtrain_period_s * 1e3:.1f} "
                       f"ms ({r.ratio:.2f}{TIMES}); CPU a step {r.bare_cpu_s * 1e3:.1f} vs "
                       f"{r.streamtrain_cpu_s * 1e3:.1f} ms", highlight=False)
-    publish(BENCH, OverheadResult(steps=steps, repeats=repeats, datasets=results), out)
+    publish(BENCH, OverheadResult(steps=steps, repeats=repeats, eval_every=eval_every, datasets=results), out)
 
 
 def overhead_targets(result: OverheadResult) -> list[Target]:
@@ -289,7 +302,8 @@ def render_overhead(result: OverheadResult) -> str:
             for d in result.datasets]
     return "\n\n".join([
         f"{result.repeats} alternating blocks of {result.steps} steps each way (medians; a block's first fifth "
-        "left out).", targets_table(overhead_targets(result)),
+        f"left out); streamtrain's way evaluates on the held-out set every {result.eval_every} steps.",
+        targets_table(overhead_targets(result)),
         table(["dataset", "model", "ranks", "batch/rank", "bare ms", "streamtrain ms", "ratio", "bare CPU ms",
                "streamtrain CPU ms", *(f"{p} ms" for p in PARTS)], rows)])
 

@@ -279,9 +279,12 @@ class DatasetConfig(_Model):
     """A single series: frames from one window's start to the next (1: every window, overlapping)."""
 
     held_out_share: float = Field(default=0.25, gt=0, lt=1)
-    """A single series: the share of its frames, at its end, held out (at least one window's), unless
-    `trainer.eval_path` names a held-out set; windows are cut from the frames before it to train on and from it to
-    evaluate on, and a window straddling the two is cut from neither."""
+    """The share `streamtrain up --dataset` holds out of a dataset that comes without a held-out set (no packaged
+    test split, no `<name>_TEST.<ext>` beside a `<name>_TRAIN.<ext>`, no `trainer.eval_path`) to evaluate on, never
+    trained on. A single series: that share of its frames, at its end (at least one window's); windows are cut from
+    the frames before it to train on and from it to evaluate on, and a window straddling the two is cut from
+    neither. Any other dataset: that share of its samples, drawn at random from `producer.seed` (class by class
+    when labelled; none from a dataset of fewer than 8 samples). To train on every sample, name a held-out set."""
 
 
     _packaged_is_known = field_validator("packaged")(check_packaged_name)

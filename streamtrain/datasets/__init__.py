@@ -5,6 +5,7 @@ Shared by the producers (replay into device topics) and the trainers (held-out e
 """
 
 from .files import Dataset, DatasetError, SkippedFile, SkippedSample, load_dataset, load_sizes
+from .holdout import HeldOutSplit, hold_out, subset, write_dataset
 from .packaged import PACKAGED, PackagedDataset, packaged_file
 from .ts import TsData, TsFormatError, TsHeader, fill_missing, parse_ts, read_ts
 from .windows import SeriesTooShort, SeriesWindows, is_one_series, split_series, write_windows
@@ -13,6 +14,7 @@ __all__ = [
     "PACKAGED",
     "Dataset",
     "DatasetError",
+    "HeldOutSplit",
     "PackagedDataset",
     "SeriesTooShort",
     "SeriesWindows",
@@ -22,6 +24,7 @@ __all__ = [
     "TsFormatError",
     "TsHeader",
     "fill_missing",
+    "hold_out",
     "is_one_series",
     "load_dataset",
     "load_sizes",
@@ -29,5 +32,7 @@ __all__ = [
     "parse_ts",
     "read_ts",
     "split_series",
+    "subset",
+    "write_dataset",
     "write_windows",
 ]

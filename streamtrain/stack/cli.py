@@ -242,6 +242,8 @@ def _configure(ctx: typer.Context, policy: str | None, truncation: str | None, d
         f"{devices} devices; held-out set: {replay.held_out or 'none (no evaluation)'}")
     if replay.series_note:
         say(f"one series over time: {escape(replay.series_note)}")
+    if replay.held_out_note:
+        say(f"held out: {escape(replay.held_out_note)}")
     say(f"objective: {replay.objective} ({replay.objective_why})")
     say(f"model: {replay.model_why}")
     for note in replay.input_notes:

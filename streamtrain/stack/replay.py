@@ -12,11 +12,13 @@ labels) gets `producer.dataset.class_names` from both splits, so the replayed sa
 set number every class alike even when one split lacks a class. The objective comes from the data
 (`streamtrain.objectives.inference`: float targets, class labels, or neither) unless `trainer.objective` is
 set, in which case the data is checked against it. One series over time (a CSV with no label, sample or target
-column) is cut into windows, its tail held out (`streamtrain.stack.series`).
+column) is cut into windows, its tail held out (`streamtrain.stack.series`); any other dataset without a held-out
+set has a share of its samples held out (`streamtrain.datasets.holdout`).
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +28,18 @@ from typing import Any
 import numpy as np
 
 from streamtrain.config import KafkaConfig, ProducerConfig, StreamtrainConfig, TrainerConfig
-from streamtrain.datasets import PACKAGED, Dataset, DatasetError, is_one_series, load_dataset, packaged_file
+from streamtrain.datasets import (
+    PACKAGED,
+    Dataset,
+    DatasetError,
+    hold_out,
+    is_one_series,
+    load_dataset,
+    packaged_file,
+    subset,
+    write_dataset,
+)
+from streamtrain.datasets.holdout import MIN_SAMPLES
 from streamtrain.models.defaults import EMA_DECAY, default_model, default_training
 from streamtrain.models.standardise import fit_input_scaling
 from streamtrain.objectives.inference import fit_objective
@@ -64,6 +77,9 @@ class DatasetReplay:
     """The input standardisation in force, for a person: where its figures came from, and columns of note."""
     series_note: str = ""
     """How one series over time was cut into windows, and its tail held out ("": the dataset is not one series)."""
+    held_out_note: str = ""
+    """How a share of a dataset without a held-out set was held out, or why none was ("": it has one, or is one
+    series)."""
 
 
 def _held_out_beside(path: Path) -> Path | None:
@@ -112,6 +128,9 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1, workdi
         raise ValueError(f"--dataset {choice}: {exc}") from None
     dataset, held_out, series_note = _one_series(choice, dataset, cfg, workdir, _held_out(trainer, derived, settings),
                                                  settings)
+    held_out_note = ""
+    if held_out is None and not series_note:
+        dataset, held_out, held_out_note = _hold_out_share(choice, dataset, cfg, workdir, settings)
     features = {s.shape[1:] for s in dataset.samples}
     explicit = set(trainer.model_fields_set)  # set by the file, the environment or a flag; the rest are defaults
     only = next(iter(features)) if len(features) == 1 else ()
@@ -135,7 +154,8 @@ def resolve_replay(choice: str, cfg: StreamtrainConfig, devices: int = 1, workdi
             cfg.coordinator.global_batch * STEPS_PER_PASS > len(dataset)):
         settings["coordinator.global_batch"] = max(devices, len(dataset) // STEPS_PER_PASS)
     return DatasetReplay(choice, settings, held_out, len(dataset), trainer.num_features, classes, fit.objective,
-                         fit.why, (*_left_out(dataset), *fit.warnings), model_why, input_notes, series_note)
+                         fit.why, (*_left_out(dataset), *fit.warnings), model_why, input_notes, series_note,
+                         held_out_note)
 
 
 def _held_out(trainer: TrainerConfig, derived: tuple[str, object] | None, settings: dict[str, object]) -> str | None:
@@ -163,6 +183,30 @@ def _one_series(choice: str, dataset: Dataset, cfg: StreamtrainConfig, workdir: 
     settings |= windows.settings
     held = windows.settings.get("trainer.eval_path", held_out)
     return windows.dataset, None if held is None else str(held), windows.note
+
+
+def _hold_out_share(choice: str, dataset: Dataset, cfg: StreamtrainConfig, workdir: Path | None,
+                    settings: dict[str, object]) -> tuple[Dataset, str | None, str]:
+    """A dataset without a held-out set, `producer.dataset.held_out_share` of its samples held out
+    (`streamtrain.datasets.holdout`): both sides written under `workdir` (a new temporary directory when None), the
+    producer pointed at the training side and the ranks at the held-out one (added to `settings`). Returns the
+    samples to train on, the held-out set and what was done; the dataset whole, None and why when it is too small."""
+    share = cfg.producer.dataset.held_out_share
+    split = hold_out(dataset, share, cfg.producer.seed)
+    if split is None:
+        return dataset, None, (f"none: {len(dataset)} samples are too few to hold some out (at least {MIN_SAMPLES}); "
+                               "name a held-out set with trainer.eval_path")
+    folder = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="streamtrain-split-"))
+    source = Path(choice)
+    stem = (source.stem if source.is_file() else source.name).removesuffix("_TRAIN").removesuffix("_train")
+    train = subset(dataset, split.train)
+    settings["producer.dataset.path"] = str(write_dataset(train, folder / f"{stem}_TRAIN.npz"))
+    held = write_dataset(subset(dataset, split.held_out), folder / f"{stem}_TEST.npz")
+    settings["trainer.eval_path"] = str(held)
+    how = ", class by class" if split.stratified else ""
+    return train, str(held), (f"{len(split.held_out)} of its {len(dataset)} samples held out at random{how} "
+                              f"(producer.dataset.held_out_share={share:g}, producer.seed={cfg.producer.seed}), "
+                              f"never trained on; the other {len(train)} replayed; both written to {folder}")
 
 
 def _model(dataset: Dataset, trainer: TrainerConfig, explicit: set[str], settings: dict[str, object]) -> str:

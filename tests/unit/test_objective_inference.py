@@ -10,6 +10,7 @@ import pytest
 
 from streamtrain.config import StreamtrainConfig
 from streamtrain.config.loader import load_config
+from streamtrain.datasets import hold_out, load_dataset
 from streamtrain.stack.replay import resolve_replay
 
 SKTIME = Path((importlib.util.find_spec("sktime").submodule_search_locations or [""])[0]) / "datasets" / "data"
@@ -81,19 +82,25 @@ def _npz(path: Path, targets: np.ndarray | None = None, sizes: list[int] | None 
 def test_a_vector_target_is_standardised_value_by_value(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     targets = np.stack([rng.normal(5000, 1000, 200), rng.normal(0.01, 0.002, 200), rng.normal(1, 0.5, 200)], axis=1)
-    replay = resolve_replay(str(_npz(tmp_path / "scaled.npz", targets)), _config())
+    path = _npz(tmp_path / "scaled.npz", targets)
+    replay = resolve_replay(str(path), _config(), workdir=tmp_path / "run")
     shift, scale = replay.settings["trainer.target_shift"], replay.settings["trainer.target_scale"]
     assert isinstance(shift, list) and isinstance(scale, list) and len(shift) == len(scale) == 3
-    assert shift == pytest.approx(targets.mean(axis=0), rel=1e-5)
-    assert scale == pytest.approx(targets.std(axis=0), rel=1e-5)
+    # A file without a held-out set has a quarter held out: the standardisation is the training side's alone.
+    trained = targets[hold_out(load_dataset(path), 0.25).train]  # type: ignore[union-attr]
+    assert replay.samples == len(trained) == 150 and replay.held_out == str(tmp_path / "run" / "scaled_TEST.npz")
+    assert shift == pytest.approx(trained.mean(axis=0), rel=1e-5)
+    assert scale == pytest.approx(trained.std(axis=0), rel=1e-5)
     cfg = _config(**{k: v for k, v in replay.settings.items() if k.startswith("trainer.")})
     assert cfg.trainer.target_shift == tuple(shift)  # as every service reads them
 
 
 def test_an_objective_of_ones_own_gets_the_targets_width_and_standardisation(tmp_path: Path) -> None:
     targets = np.linspace(10.0, 50.0, 12)
+    held = _npz(tmp_path / "held.npz", targets[:3])  # named: the whole file trains
     replay = resolve_replay(str(_npz(tmp_path / "mine.npz", targets)),
-                            _config(**{"trainer.objective": "objective_plugins:Pinball"}))
+                            _config(**{"trainer.objective": "objective_plugins:Pinball",
+                                       "trainer.eval_path": str(held)}))
     assert replay.objective == "objective_plugins:Pinball"
     assert replay.objective_why == ("yours, set by trainer.objective; the data carries a float target of 1 value per "
                                     "sample")
@@ -113,17 +120,19 @@ def test_a_set_multilabel_objective_trains_the_tags_and_names_the_samples_it_can
     tags = np.array([[1, 0, 1, 0]] * 10, dtype=np.float64)
     tags[3, 2] = 2.0
     path = _npz(tmp_path / "tags.npz", tags)
-    inferred = resolve_replay(str(path), _config())
+    held = str(_npz(tmp_path / "held.npz", tags[:2]))  # named: the whole file trains
+    inferred = resolve_replay(str(path), _config(**{"trainer.eval_path": held}))
     assert inferred.objective == "regression"  # not every value is 0 or 1: the data alone says regression ...
     assert "sample 3 (of " in inferred.warnings[0] and "--set trainer.objective=multilabel" in inferred.warnings[0]
-    chosen = resolve_replay(str(path), _config(**{"trainer.objective": "multilabel"}))
+    chosen = resolve_replay(str(path), _config(**{"trainer.objective": "multilabel", "trainer.eval_path": held}))
     assert chosen.objective == "multilabel" and chosen.settings["trainer.num_tags"] == 4  # ... set, it trains
     assert chosen.warnings == (f"1 of 10 samples holds a target value outside [0, 1], the first sample 3 (of {path}) "
                                "holds 2: dead-lettered as target-range as they arrive, the rest trained as tags",)
     tags[:6, 0] = 5.0
     with pytest.raises(ValueError, match=r"trainer.objective is multilabel, but 6 of 10 samples hold a target value "
                                          r"outside \[0, 1\] \(a tag is 1 or 0\), the first sample 0"):
-        resolve_replay(str(_npz(tmp_path / "mostly.npz", tags)), _config(**{"trainer.objective": "multilabel"}))
+        resolve_replay(str(_npz(tmp_path / "mostly.npz", tags)),
+                       _config(**{"trainer.objective": "multilabel", "trainer.eval_path": held}))
 
 
 def test_csv_target_columns_name_the_values_in_the_metrics(tmp_path: Path) -> None:
@@ -169,6 +178,7 @@ def test_up_checks_an_objective_of_ones_own_before_it_starts_anything(tmp_path: 
     from streamtrain.cli import app
 
     path = _npz(tmp_path / "mine_TRAIN.npz", np.linspace(10.0, 50.0, 12))
+    _npz(tmp_path / "mine_TEST.npz", np.linspace(10.0, 50.0, 3))  # the held-out set beside it: the whole file trains
     sets = ["--set", "trainer.objective=objective_plugins:NegativeSum"]
     result = CliRunner().invoke(app, [*sets, "up", "--dataset", str(path), "--out", str(tmp_path / "run")],
                                 env={"COLUMNS": "300"})

@@ -19,7 +19,8 @@ is its size axis; a sample of one axis is a series of one feature, read as (size
 - ``*.csv`` with a header: a label column (integers, or class names), an optional sample column
   grouping consecutive rows into one sample (size = number of rows), and numeric feature columns;
   with target columns named (`producer.dataset.target_columns`), those hold each sample's float
-  target and the label column may be absent.
+  target and the label column may be absent. A first line of numbers only is data, not a header: the
+  columns are then named by position, from 0.
 - ``*.ts`` with ``@targetLabel true`` (the archive's regression problems): each series' float target.
 
 Class names become label numbers through one list per load (`ClassNames`): the configured names in

@@ -209,12 +209,18 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
         raise BadFile(f"not a readable CSV ({exc})") from None
     if not rows:
         raise BadFile("empty CSV")
+    headerless = _all_numbers(rows[0])
+    if headerless:  # data from its first line: columns named by position, as pandas' header=None names them
+        rows = [[str(i) for i in range(len(rows[0]))], *rows]
+        logger.warning("%s: its first line holds numbers only, so it is read as data, not as a header: its columns "
+                       "are named by position, 0 to %d (producer.dataset.target_columns / label_column name them so)",
+                       path, len(rows[0]) - 1)
     header = [h.strip() for h in rows[0]]
     li, si, ti, fi, series = _csv_columns(path, header, rows, label_column, sample_column, target_columns)
     out: Part = ([], [], [])
     group: list[list[float]] = []
     key: tuple[str, int, tuple[float, ...]] | None = None
-    for number, row in enumerate(rows[1:], start=2):
+    for number, row in enumerate(rows[1:], start=1 if headerless else 2):
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(header):
@@ -238,6 +244,14 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
         raise BadFile("no data rows")
     _add_csv_sample(out, group, key, path)
     return out
+
+
+def _all_numbers(cells: Sequence[str]) -> bool:
+    """Whether every cell of a CSV line is a number (a line of data: no header names only numbers)."""
+    try:
+        return bool(cells) and all(cell.strip() and float(cell) is not None for cell in cells)
+    except ValueError:
+        return False
 
 
 def _csv_columns(path: Path, header: list[str], rows: Sequence[Sequence[str]], label_column: str,

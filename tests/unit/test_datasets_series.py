@@ -58,6 +58,26 @@ def test_a_time_index_is_left_out_of_a_series_but_a_count_stays_in_a_table(tmp_p
     assert load_dataset(tmp_path / "s.csv", target_columns=("w",)).samples[0].shape == (1, 2)
 
 
+def test_a_csv_without_a_header_loses_no_line_and_names_its_columns_by_position(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # sktime's ElectricDevices.csv: an index and a value per line, no header. Its first line is data.
+    (tmp_path / "raw.csv").write_text("1,-0.18\n2,0.09\n3,0.08\n4,0.5\n")
+    with caplog.at_level("WARNING"):
+        series = load_dataset(tmp_path / "raw.csv")
+    assert "its first line holds numbers only, so it is read as data, not as a header: its columns are named by " \
+           "position, 0 to 1" in caplog.text and "column '0' left out" in caplog.text
+    np.testing.assert_allclose(series.samples[0][:, 0], [-0.18, 0.09, 0.08, 0.5], rtol=1e-6)  # all four lines
+    (tmp_path / "rows.csv").write_text("0.5,1,3\n0.7,2,4\nx,3,5\n")
+    with pytest.raises(DatasetError, match="line 3: "):  # numbered as the file's lines
+        load_dataset(tmp_path / "rows.csv", target_columns=("2",))
+    (tmp_path / "rows.csv").write_text("0.5,1,3\n0.7,2,4\n0.1,3,5\n")
+    table = load_dataset(tmp_path / "rows.csv", target_columns=("2",))
+    assert len(table) == 3 and table.targets is not None and table.targets[:, 0].tolist() == [3.0, 4.0, 5.0]
+    # A header of names, or of numbers beside a name (wavelengths and a target), stays a header.
+    (tmp_path / "wide.csv").write_text("850,852,fat\n0.1,0.2,9\n0.3,0.4,8\n")
+    assert len(load_dataset(tmp_path / "wide.csv", target_columns=("fat",))) == 2
+
+
 def test_a_repeated_text_column_is_a_class_not_a_time_stamp(tmp_path: Path) -> None:
     (tmp_path / "iris.csv").write_text("length,width,species\n5.1,3.5,setosa\n7.0,3.2,versicolor\n5.0,3.6,setosa\n")
     with pytest.raises(DatasetError, match=r"no 'label' column \(columns: length, width, species\): .*label_column="

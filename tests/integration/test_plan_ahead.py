@@ -1,4 +1,4 @@
-"""Plans one step ahead, end to end (`streamtrain up`: embedded broker, producers, coordinator, 2 gloo ranks).
+"""Plans one step ahead, end to end (`streamtrain up` on the session's broker: producers, coordinator, 2 gloo ranks).
 
 Under a backlog the coordinator makes the plan for step s+1 while step s runs, so the ranks find it there at
 the step boundary: the plan wait on the critical path is a poll of what the consumer already fetched, where
@@ -16,17 +16,21 @@ from typing import Any
 
 import pytest
 
+from streamtrain.config import KafkaConfig
 from streamtrain.runtime.commands import CLI_MODULE, module_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _up(out: Path, ahead: int) -> dict[str, Any]:
-    # 2 x 4,500 samples at 256 a step outlast the 30 steps: every step is under a backlog.
+def _up(out: Path, ahead: int, kafka: KafkaConfig) -> dict[str, Any]:
+    # 2 x 4,500 samples at 256 a step outlast the 30 steps: every step is under a backlog. Topics of this run's own
+    # on the session's broker: a broker's start is no part of the check.
     cmd = module_command(CLI_MODULE, "up", "--devices", "2", "--backlog", "4500", "--steps", "30", "--dif", "16",
-                         "--broker", "embedded", "--no-prometheus", "--no-live", "--drain-timeout", "90",
+                         "--broker", "external", "--no-prometheus", "--no-live", "--drain-timeout", "90",
                          "--out", str(out),
-                         sets={"trainer.hidden_size": 16, "trainer.slowdowns": [1, 3], "coordinator.plan_ahead": ahead})
+                         sets={"trainer.hidden_size": 16, "trainer.slowdowns": [1, 3], "coordinator.plan_ahead": ahead,
+                               "kafka.bootstrap_servers": kafka.bootstrap_servers,
+                               "kafka.topic_prefix": f"{kafka.topic_prefix}a{ahead}"})
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env={**env, "COLUMNS": "200"})
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
@@ -40,9 +44,9 @@ def _up(out: Path, ahead: int) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(900)
-def test_ranks_find_the_next_plan_waiting_under_a_backlog(tmp_path: Path) -> None:
-    ahead = _up(tmp_path / "ahead", 1)
-    behind = _up(tmp_path / "behind", 0)
+def test_ranks_find_the_next_plan_waiting_under_a_backlog(tmp_path: Path, kafka_cfg: KafkaConfig) -> None:
+    ahead = _up(tmp_path / "ahead", 1, kafka_cfg)
+    behind = _up(tmp_path / "behind", 0, kafka_cfg)
     split = ahead["step_period_split_median"]
     assert set(split) == {"compute", "communication", "plan_wait", "data_wait", "hold", "other"}
     assert split["hold"] == 0.0  # a backlog is never held

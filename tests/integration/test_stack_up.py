@@ -57,16 +57,19 @@ def test_up_for_n_steps_stops_in_order_and_accounts_for_every_sample(tmp_path: P
 
 
 @pytest.mark.timeout(400)
-def test_up_stopped_with_a_backlog_left_exits_0_and_reports_it_pending(tmp_path: Path) -> None:
+def test_up_stopped_with_a_backlog_left_exits_0_and_reports_it_pending(tmp_path: Path, kafka_cfg: KafkaConfig) -> None:
     """A stop before the backlog is worked off is not a loss: what is left stays in Kafka, reported as pending."""
     out = tmp_path / "run"
     per_device = 20_000
     cmd = module_command(CLI_MODULE, "up", "--devices", "2", "--backlog", str(per_device), "--steps", "3",
-                         "--drain-timeout", "0", "--sizes", "24,12", "--broker", "embedded", "--no-prometheus",
+                         "--drain-timeout", "0", "--sizes", "24,12", "--broker", "external", "--no-prometheus",
                          "--no-live", "--out", str(out),
                          # Small steps: on a quiet machine steps of the default global batch worked off the whole
-                         # backlog (24 steps) in the second `up` took to see that step 3 was done.
-                         sets={"trainer.hidden_size": 16, "coordinator.global_batch": 16})
+                         # backlog (24 steps) in the second `up` took to see that step 3 was done. The session's
+                         # broker, topics of this test's own: a broker's start is no part of the check.
+                         sets={"trainer.hidden_size": 16, "coordinator.global_batch": 16,
+                               "kafka.bootstrap_servers": kafka_cfg.bootstrap_servers,
+                               "kafka.topic_prefix": kafka_cfg.topic_prefix})
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=380, env={**env, "COLUMNS": "200"})
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"

@@ -37,13 +37,13 @@ class HeldOutSplit:
 
 def hold_out(dataset: Dataset, share: float, seed: int = 0) -> HeldOutSplit | None:
     """Set `share` of `dataset`'s samples aside (rounded, at least one), at random from `seed`; None when it has fewer
-    than `MIN_SAMPLES` samples.
+    than `MIN_SAMPLES` samples, or labels on some samples only (which `write_dataset` cannot write).
 
     Labelled samples without targets are drawn class by class: each class gives the floor of its share, and the rest
     comes at random from classes that keep at least one sample to train on.
     """
     n = len(dataset)
-    if n < MIN_SAMPLES or not 0.0 < share < 1.0:
+    if n < MIN_SAMPLES or not 0.0 < share < 1.0 or (not dataset.labelled and bool((dataset.labels >= 0).any())):
         return None
     want = min(n - 1, max(1, round(share * n)))
     rng = np.random.default_rng(seed)

@@ -194,8 +194,9 @@ def _hold_out_share(choice: str, dataset: Dataset, cfg: StreamtrainConfig, workd
     share = cfg.producer.dataset.held_out_share
     split = hold_out(dataset, share, cfg.producer.seed)
     if split is None:
-        return dataset, None, (f"none: {len(dataset)} samples are too few to hold some out (at least {MIN_SAMPLES}); "
-                               "name a held-out set with trainer.eval_path")
+        why = (f"{len(dataset)} samples are too few to hold some out (at least {MIN_SAMPLES})" if len(dataset) <
+               MIN_SAMPLES else "some of its samples are labelled and some are not")
+        return dataset, None, f"none: {why}; name a held-out set with trainer.eval_path"
     folder = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="streamtrain-split-"))
     source = Path(choice)
     stem = (source.stem if source.is_file() else source.name).removesuffix("_TRAIN").removesuffix("_train")

@@ -42,11 +42,12 @@ def test_a_share_is_held_out_once_by_class_and_every_class_of_two_keeps_one_to_t
     assert again is not None and np.array_equal(again.held_out, split.held_out)  # the seed decides
 
 
-def test_targets_are_held_out_at_random_and_a_small_dataset_is_not_split() -> None:
+def test_targets_are_held_out_at_random_and_a_small_or_partly_labelled_dataset_is_not_split() -> None:
     data = _dataset([-1] * 40, targets=np.arange(40.0).reshape(40, 1))
     split = hold_out(data, 0.25, 0)
     assert split is not None and not split.stratified and len(split.held_out) == 10 and len(split.train) == 30
     assert hold_out(_dataset([-1] * (MIN_SAMPLES - 1), targets=np.zeros((MIN_SAMPLES - 1, 1))), 0.25) is None
+    assert hold_out(_dataset([0, 1, -1] * 10), 0.25) is None  # labels on some samples only: not split
 
 
 @pytest.mark.parametrize("kind", ["numbers", "names", "targets", "labels and targets", "unlabelled"])

@@ -16,12 +16,12 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import StreamtrainConfig
 from streamtrain.decoders import ContractError, Decoder, Rejected, SourceRecord, to_sample
-from streamtrain.kafka import KafkaConsumer, consume_available, topic_metadata, watermarks
+from streamtrain.kafka import COORDINATOR_STARTING, KafkaConsumer, consume_available, topic_metadata, watermarks
 
 from .errors import BridgeSetupError
 from .progress import BridgeProgress
@@ -62,7 +62,7 @@ def check_sources(cfg: StreamtrainConfig, decoders: Mapping[str, Decoder],
             setting = f"bridge.sources.{i}"
             parts = _partitions(consumer, source.topic, setting, min(bridge.check_seconds, 10.0), progress)
             count = bridge.check_records
-            starts = progress.committed(member, parts, max(bridge.check_seconds, 30.0)) if count else []
+            starts = _starts(progress, member, parts, source.topic) if count else []
             messages = _peek(consumer, starts, count, bridge.check_seconds, progress) if count else []
             found = try_decoder(decoders[source.topic], [SourceRecord.from_message(m) for m in messages], devices,
                                 setting, bridge.check_min_decoded)
@@ -70,6 +70,31 @@ def check_sources(cfg: StreamtrainConfig, decoders: Mapping[str, Decoder],
             logger.info("checked %s (%d partitions): %d of its next %d records decode (%d skipped, %d rejected)",
                         source.topic, len(parts), found[1], found[0], found[2], found[3])
         return checks
+
+
+#: The longest the check waits for the group's committed offsets before it peeks at the log start instead.
+COMMITTED_WAIT_S = 10.0
+
+
+def _starts(progress: BridgeProgress, member: KafkaConsumer, parts: list[TopicPartition],
+            topic: str) -> list[TopicPartition]:
+    """Where the group stands on `parts`, or the log start when its committed offsets cannot be read in time.
+
+    A bridge killed mid-transaction leaves its offset commit open: until this bridge's start fences it (after the
+    check) or the broker's transaction timeout aborts it, the offsets are unstable and a read of them waits. The
+    check only needs records to try the decoder on, so it does not wait for that (a wait as long as the
+    transaction timeout ended the start with a timeout).
+    """
+    try:
+        return progress.committed(member, parts, COMMITTED_WAIT_S)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if not (err.code() == KafkaError._TIMED_OUT or err.retriable() or err.code() in COORDINATOR_STARTING):
+            raise  # a refusal (the group's ACL) or a broken setting: the start fails naming it
+        logger.warning("the group's committed offsets of %s could not be read in time (%s): an earlier bridge's "
+                       "open transaction may hold them until this one fences it; its decoder is tried on the first "
+                       "records of the log instead", topic, err.str())
+        return [TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in parts]
 
 
 def try_decoder(decoder: Decoder, records: list[SourceRecord], devices: Collection[str], setting: str,

@@ -23,10 +23,13 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 from prometheus_client import CollectorRegistry
 
+from streamtrain.bridge.checks import check_sources
 from streamtrain.bridge.errors import BridgeSetupError
+from streamtrain.bridge.progress import BridgeProgress
 from streamtrain.bridge.service import Bridge
 from streamtrain.broker import EmbeddedBroker
 from streamtrain.config import BrokerConfig, KafkaConfig, StreamtrainConfig
+from streamtrain.decoders import build_decoder
 from streamtrain.kafka import (
     TopicSpec,
     committed_offsets,
@@ -35,6 +38,7 @@ from streamtrain.kafka import (
     make_admin,
     make_consumer,
     make_producer,
+    make_transactional_producer,
 )
 
 pytestmark = pytest.mark.integration
@@ -197,6 +201,37 @@ def test_a_bridge_sigkilled_mid_stream_resumes_from_the_stacks_cluster_without_l
     samples = bridged(kafka_cfg, DEVICES)  # read_committed: what the trainers would be given
     assert sum(len(s) for s in samples.values()) == len(samples) == _good(count)
     assert reasons(dead_letters(kafka_cfg)) == {"json-invalid": count - _good(count)}
+
+
+def test_the_start_check_does_not_wait_behind_an_open_transaction_holding_the_groups_offsets(
+        kafka_cfg: KafkaConfig, source_broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture) -> None:
+    """A bridge killed mid-transaction leaves the group's offset commit open, and a read of the offsets waits until
+    the next bridge fences it (after its start-up check) or the broker aborts it: the check must not wait that
+    long. Here the open transaction outlives the check by far (transaction timeout 120 s)."""
+    topic = f"{kafka_cfg.topic_prefix}-open"
+    _make_source_topic(source_broker, topic, 60)
+    cfg = _config(kafka_cfg, source_broker, topic)
+    progress = BridgeProgress(cfg)
+    progress.ensure_twins({topic: 3})
+    member = make_consumer(kafka_cfg, cfg.bridge.group(cfg.job))
+    dead = make_transactional_producer(kafka_cfg, f"{kafka_cfg.topic_prefix}.killed-bridge", 120.0)
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    dead.send_offsets_to_transaction(progress.tracked([TopicPartition(topic, p, 5) for p in range(3)]),
+                                     member.consumer_group_metadata(), 30)
+    try:
+        decoders = {s.topic: build_decoder(s, f"bridge.sources.{i}") for i, s in enumerate(cfg.bridge.sources)}
+        began = time.monotonic()
+        with caplog.at_level("WARNING"):
+            checks = check_sources(cfg, decoders, DEVICES)
+        waited = time.monotonic() - began
+        assert f"the group's committed offsets of {topic} could not be read in time" in caplog.text
+        # Tried on the log's first records instead: 20 of them, the one broken line among them dead-lettered later.
+        assert checks[0].records == 20 and checks[0].samples == 20, checks
+        assert waited < 60, waited  # COMMITTED_WAIT_S and the peek; before, it waited for the transaction timeout
+    finally:
+        dead.abort_transaction(30)
+        member.close()
 
 
 def test_a_wrong_source_password_stops_the_bridge_at_start_naming_the_source_clusters_settings(

@@ -25,7 +25,7 @@ __all__ = ["COORDINATOR_STARTING", "KafkaAdmin", "KafkaConsumer", "TopicSpec", "
            "client_settings", "committed_offsets", "config_of", "consume_available", "drop_reached", "ensure_topics",
            "java_client_properties", "list_topics", "make_admin", "make_consumer", "make_control_producer",
            "make_producer", "make_transactional_producer", "produce", "producer_settings", "read_to_end",
-           "tail_positions", "topic_config", "topic_metadata", "watermarks"]
+           "tail_positions", "topic_config", "topic_metadata", "transient", "watermarks"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,12 @@ COORDINATOR_STARTING = frozenset({
     KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD,
 })
 _RDKAFKA_LOG = logging.getLogger("librdkafka")
+
+
+def transient(err: KafkaError) -> bool:
+    """Whether a group call may answer if asked again: a retriable error, or a coordinator still starting (or an
+    answer held back, as offsets an open transaction holds)."""
+    return bool(err.retriable()) or err.code() in COORDINATOR_STARTING
 
 
 def client_settings(cfg: ClusterConfig, **overrides: Any) -> dict[str, Any]:
@@ -270,7 +276,7 @@ def committed_offsets(consumer: Consumer, parts: list[TopicPartition], timeout: 
             return list(consumer.committed(parts, timeout=max(0.1, deadline - time.monotonic())))
         except KafkaException as exc:
             err = exc.args[0]
-            if not (err.retriable() or err.code() in COORDINATOR_STARTING) or time.monotonic() > deadline:
+            if not transient(err) or time.monotonic() > deadline:
                 raise
             logger.info("committed offsets not available yet (%s); retrying", err.str())
             time.sleep(0.5)

@@ -16,12 +16,12 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
 
 from streamtrain.authz import raise_if_refused
 from streamtrain.config import StreamtrainConfig
 from streamtrain.decoders import ContractError, Decoder, Rejected, SourceRecord, to_sample
-from streamtrain.kafka import COORDINATOR_STARTING, KafkaConsumer, consume_available, topic_metadata, watermarks
+from streamtrain.kafka import KafkaConsumer, consume_available, topic_metadata, transient, watermarks
 
 from .errors import BridgeSetupError
 from .progress import BridgeProgress
@@ -89,7 +89,7 @@ def _starts(progress: BridgeProgress, member: KafkaConsumer, parts: list[TopicPa
         return progress.committed(member, parts, COMMITTED_WAIT_S)
     except KafkaException as exc:
         err = exc.args[0]
-        if not (err.code() == KafkaError._TIMED_OUT or err.retriable() or err.code() in COORDINATOR_STARTING):
+        if not transient(err):
             raise  # a refusal (the group's ACL) or a broken setting: the start fails naming it
         logger.warning("the group's committed offsets of %s could not be read in time (%s): an earlier bridge's "
                        "open transaction may hold them until this one fences it; its decoder is tried on the first "

@@ -5,7 +5,7 @@ Shared by the producers (replay into device topics) and the trainers (held-out e
 """
 
 from .files import Dataset, DatasetError, SkippedFile, SkippedSample, load_dataset, load_sizes
-from .holdout import HeldOutSplit, hold_out, subset, write_dataset
+from .holdout import HeldOutSplit, hold_out, stratified_subset, subset, write_dataset
 from .packaged import PACKAGED, PackagedDataset, packaged_file
 from .ts import TsData, TsFormatError, TsHeader, fill_missing, parse_ts, read_ts
 from .windows import SeriesTooShort, SeriesWindows, is_one_series, split_series, write_windows
@@ -32,6 +32,7 @@ __all__ = [
     "parse_ts",
     "read_ts",
     "split_series",
+    "stratified_subset",
     "subset",
     "write_dataset",
     "write_windows",

@@ -19,7 +19,7 @@ import numpy as np
 
 from .files import Dataset
 
-__all__ = ["MIN_SAMPLES", "HeldOutSplit", "hold_out", "subset", "write_dataset"]
+__all__ = ["MIN_SAMPLES", "HeldOutSplit", "hold_out", "stratified_subset", "subset", "write_dataset"]
 
 #: The fewest samples a dataset needs for a share of them to be held out (fewer: none is, and the run says so).
 MIN_SAMPLES = 8
@@ -35,31 +35,43 @@ class HeldOutSplit:
     """Drawn class by class (the samples are labelled)."""
 
 
+def stratified_subset(labels: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
+    """Sorted indices of `n` samples that keep each class's share: each class gives the floor of its share
+    (shuffled), and random leftovers fill the rest."""
+    if n >= len(labels):
+        return np.arange(len(labels))
+    rng = np.random.default_rng(seed)
+    picked: list[int] = []
+    leftovers: list[int] = []
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c)).tolist()
+        share = n * len(idx) // len(labels)
+        picked += idx[:share]
+        leftovers += idx[share:]
+    rng.shuffle(leftovers)
+    return np.sort(np.asarray(picked + leftovers[: n - len(picked)], dtype=np.int64))
+
+
 def hold_out(dataset: Dataset, share: float, seed: int = 0) -> HeldOutSplit | None:
     """Set `share` of `dataset`'s samples aside (rounded, at least one), at random from `seed`; None when it has fewer
     than `MIN_SAMPLES` samples, or labels on some samples only (which `write_dataset` cannot write).
 
-    Labelled samples without targets are drawn class by class: each class gives the floor of its share, and the rest
-    comes at random from classes that keep at least one sample to train on.
+    Labelled samples without targets are drawn class by class (`stratified_subset`), one of each class kept out of
+    the draw to train on.
     """
     n = len(dataset)
     if n < MIN_SAMPLES or not 0.0 < share < 1.0 or (not dataset.labelled and bool((dataset.labels >= 0).any())):
         return None
     want = min(n - 1, max(1, round(share * n)))
     rng = np.random.default_rng(seed)
+    order = rng.permutation(n)
     stratified = dataset.labelled and dataset.targets is None
     if not stratified:
-        held = rng.permutation(n)[:want]
+        held = order[:want]
     else:
-        picked: list[int] = []
-        spare: list[int] = []
-        for label in np.unique(dataset.labels):
-            members = rng.permutation(np.flatnonzero(dataset.labels == label)).tolist()
-            take = int(share * len(members))
-            picked += members[:take]
-            spare += members[take:-1]  # one of each class stays to train on
-        rng.shuffle(spare)
-        held = np.asarray(picked + spare[:max(0, want - len(picked))], dtype=np.int64)
+        _, first = np.unique(dataset.labels[order], return_index=True)
+        candidates = np.setdiff1d(np.arange(n), order[first])  # one of each class stays to train on
+        held = candidates[stratified_subset(dataset.labels[candidates], want, seed)]
     mask = np.zeros(n, dtype=bool)
     mask[held] = True
     return HeldOutSplit(np.flatnonzero(~mask), np.flatnonzero(mask), stratified)

@@ -209,7 +209,8 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
         raise BadFile(f"not a readable CSV ({exc})") from None
     if not rows:
         raise BadFile("empty CSV")
-    headerless = _all_numbers(rows[0])
+    # A first line of numbers only is data: no header names its columns by numbers alone.
+    headerless = bool(rows[0]) and all(cell.strip() and _is_number(cell) for cell in rows[0])
     if headerless:  # data from its first line: columns named by position, as pandas' header=None names them
         rows = [[str(i) for i in range(len(rows[0]))], *rows]
         logger.warning("%s: its first line holds numbers only, so it is read as data, not as a header: its columns "
@@ -244,14 +245,6 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
         raise BadFile("no data rows")
     _add_csv_sample(out, group, key, path)
     return out
-
-
-def _all_numbers(cells: Sequence[str]) -> bool:
-    """Whether every cell of a CSV line is a number (a line of data: no header names only numbers)."""
-    try:
-        return bool(cells) and all(cell.strip() and float(cell) is not None for cell in cells)
-    except ValueError:
-        return False
 
 
 def _csv_columns(path: Path, header: list[str], rows: Sequence[Sequence[str]], label_column: str,

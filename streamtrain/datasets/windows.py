@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .files import Dataset
+from .holdout import write_dataset
 
 __all__ = ["DEFAULT_HELD_OUT_SHARE", "MAX_INPUT", "MIN_INPUT", "SeriesTooShort", "SeriesWindows", "default_window",
            "is_one_series", "split_series", "window_starts", "write_windows"]
@@ -141,6 +142,4 @@ def split_series(series: np.ndarray, horizon: int, window: int | None = None, st
 def write_windows(windows: list[np.ndarray], path: Path) -> Path:
     """Write `windows` as one unlabelled `.npz` (`x` the frames end to end, `sizes` each window's), as
     `load_dataset` reads it back; returns `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, x=np.concatenate(windows), sizes=np.asarray([len(w) for w in windows], dtype=np.int64))
-    return path
+    return write_dataset(Dataset(windows, np.full(len(windows), -1, dtype=np.int64), [str(path)] * len(windows)), path)

@@ -20,6 +20,7 @@ from .base import (
     Ratio,
     TargetProblem,
     add_sums,
+    read_sums,
 )
 from .classification import Classification
 from .forecast import Forecast
@@ -47,4 +48,5 @@ __all__ = [
     "add_sums",
     "build_objective",
     "infer_objective",
+    "read_sums",
 ]

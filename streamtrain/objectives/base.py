@@ -27,7 +27,7 @@ from streamtrain.predictions import Predictions
 from streamtrain.wire import Sample
 
 __all__ = ["MISSING_TARGET", "SERIES_TOO_SHORT", "TARGET_RANGE", "TARGET_WIDTH", "UNTRAINABLE", "Objective",
-           "Predictions", "Ratio", "TargetProblem", "add_sums"]
+           "Predictions", "Ratio", "TargetProblem", "add_sums", "read_sums"]
 
 #: Dead-letter reasons of samples that lack what their objective trains on (each names the field at fault).
 MISSING_TARGET = "missing-target"
@@ -69,6 +69,16 @@ class Ratio:
             return None
         value = sums.get(self.numerator, 0.0) / below
         return math.sqrt(max(value, 0.0)) if self.root else value
+
+
+def read_sums(sums: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
+    """Metric sums as numbers, the tensors among them read from the device at once (one host sync)."""
+    out = {name: float(v) for name, v in sums.items() if not isinstance(v, torch.Tensor)}
+    names = [name for name, v in sums.items() if isinstance(v, torch.Tensor)]
+    if names:
+        values = torch.stack([torch.as_tensor(sums[n]).detach().to(torch.float64).reshape(()) for n in names])
+        out.update(zip(names, values.tolist(), strict=True))
+    return out
 
 
 def add_sums(into: dict[str, float], more: Mapping[str, float]) -> dict[str, float]:

@@ -18,7 +18,6 @@ set has a share of its samples held out (`streamtrain.datasets.holdout`).
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from streamtrain.objectives.inference import fit_objective
 from streamtrain.producers.service import ProducerError, StreamProducer
 from streamtrain.runtime.commands import module_command
 
-from .series import window_series
+from .series import where_written, window_series
 from .services import DeviceStream, ServiceSpec
 
 __all__ = ["DatasetReplay", "produce_replay_backlog", "replay_producer_spec", "replay_settings", "resolve_replay"]
@@ -197,9 +196,7 @@ def _hold_out_share(choice: str, dataset: Dataset, cfg: StreamtrainConfig, workd
         why = (f"{len(dataset)} samples are too few to hold some out (at least {MIN_SAMPLES})" if len(dataset) <
                MIN_SAMPLES else "some of its samples are labelled and some are not")
         return dataset, None, f"none: {why}; name a held-out set with trainer.eval_path"
-    folder = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="streamtrain-split-"))
-    source = Path(choice)
-    stem = (source.stem if source.is_file() else source.name).removesuffix("_TRAIN").removesuffix("_train")
+    folder, stem = where_written(Path(choice), workdir)
     train = subset(dataset, split.train)
     settings["producer.dataset.path"] = str(write_dataset(train, folder / f"{stem}_TRAIN.npz"))
     held = write_dataset(subset(dataset, split.held_out), folder / f"{stem}_TEST.npz")

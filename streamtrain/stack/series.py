@@ -30,7 +30,7 @@ from streamtrain.datasets import (
 )
 from streamtrain.datasets.windows import window_starts
 
-__all__ = ["SeriesReplay", "window_series"]
+__all__ = ["SeriesReplay", "where_written", "window_series"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,14 @@ class SeriesReplay:
     settings: dict[str, object]
     """`producer.dataset.path` (the training windows) and, when the tail is held out, `trainer.eval_path`."""
     note: str
+
+
+def where_written(source: Path, workdir: Path | None) -> tuple[Path, str]:
+    """Where `up` writes the sides it cuts a dataset into (`<stem>_TRAIN.npz`, `<stem>_TEST.npz`): `workdir`, else a
+    new temporary directory, and the name of `source` (a file's stem or a directory's name) without `_TRAIN`."""
+    folder = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="streamtrain-dataset-"))
+    name = source.stem if source.is_file() else source.name
+    return folder, name.removesuffix("_TRAIN").removesuffix("_train")
 
 
 def window_series(where: str, dataset: Dataset, reading: DatasetConfig, trainer: TrainerConfig, workdir: Path | None,
@@ -67,8 +75,7 @@ def window_series(where: str, dataset: Dataset, reading: DatasetConfig, trainer:
     """
     series = dataset.samples[0]
     source = Path(dataset.sources[0])
-    stem = source.stem.removesuffix("_TRAIN").removesuffix("_train")
-    folder = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="streamtrain-series-"))
+    folder, stem = where_written(source, workdir)
     try:
         cut = split_series(series, trainer.horizon, reading.window, reading.stride,
                            reading.held_out_share if held_out is None else 0.0, where=str(source))

@@ -19,11 +19,11 @@ from streamtrain.authz import raise_if_refused
 from streamtrain.config import KafkaConfig, TrainerConfig
 from streamtrain.dead_letters import DeadLetterSink
 from streamtrain.kafka import (
-    COORDINATOR_STARTING,
     consume_available,
     make_consumer,
     tail_positions,
     topic_metadata,
+    transient,
     watermarks,
 )
 from streamtrain.models.batching import payload_problem, sample_problems
@@ -108,7 +108,7 @@ class RankConsumer:
             except KafkaException as exc:
                 # A fresh broker answers "not coordinator" / "load in progress" until __consumer_offsets is up.
                 err = exc.args[0]
-                if not (err.retriable() or err.code() in COORDINATOR_STARTING) or time.monotonic() > deadline:
+                if not transient(err) or time.monotonic() > deadline:
                     raise
                 logger.info("committed offset of %s not available yet (%s); retrying", self.topic, err.str())
                 self._refused_group(self.consumer.poll(0.5))  # nothing is assigned yet: only error events come

@@ -30,16 +30,16 @@ from torch import nn
 
 from streamtrain.config.producer import DatasetConfig
 from streamtrain.config.trainer import TrainerConfig
-from streamtrain.datasets import Dataset, DatasetError, load_dataset, packaged_file
+from streamtrain.datasets import Dataset, DatasetError, load_dataset, packaged_file, stratified_subset
 from streamtrain.models.batching import Batch
 from streamtrain.models.plugins import CollateFn
-from streamtrain.objectives import Objective, add_sums, build_objective
+from streamtrain.objectives import Objective, add_sums, build_objective, read_sums
 from streamtrain.wire import Sample
 
 from .distributed import DistContext
 from .errors import TrainerSetupError
 
-__all__ = ["HeldOutEvaluator", "HeldOutResult", "deal_by_size", "held_out_source", "stratified_subset"]
+__all__ = ["HeldOutEvaluator", "HeldOutResult", "deal_by_size", "held_out_source"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,23 +73,6 @@ def held_out_source(config: TrainerConfig) -> tuple[str, Path, str] | None:
     if config.eval_path is not None:
         return str(config.eval_path), config.eval_path, "trainer.eval_path"
     return None
-
-
-def stratified_subset(labels: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
-    """Sorted indices of `n` samples that keep each class's share: each class gives the floor of its share
-    (shuffled), and random leftovers fill the rest."""
-    if n >= len(labels):
-        return np.arange(len(labels))
-    rng = np.random.default_rng(seed)
-    picked: list[int] = []
-    leftovers: list[int] = []
-    for c in np.unique(labels):
-        idx = rng.permutation(np.flatnonzero(labels == c)).tolist()
-        share = n * len(idx) // len(labels)
-        picked += idx[:share]
-        leftovers += idx[share:]
-    rng.shuffle(leftovers)
-    return np.sort(np.asarray(picked + leftovers[: n - len(picked)], dtype=np.int64))
 
 
 def deal_by_size(sizes: np.ndarray, rank: int, world: int) -> np.ndarray:
@@ -181,13 +164,15 @@ class HeldOutEvaluator:
         pending = self._fleet_sum(state) if state.numel() else None  # no state: the objective keeps no baseline
         was_training = model.training
         model.eval()
-        sums: dict[str, float] = {}
+        totals: dict[str, torch.Tensor] = {}
         try:
             with torch.inference_mode():
                 outputs = [model(batch) for batch in self.batches]
                 baseline = pending() if pending is not None else None
                 for batch, out in zip(self.batches, outputs, strict=True):
-                    add_sums(sums, {k: float(v) for k, v in self.objective.metric_sums(out, batch, baseline).items()})
+                    for name, value in self.objective.metric_sums(out, batch, baseline).items():
+                        totals[name] = totals[name] + value if name in totals else value
+                sums = read_sums(totals)  # added up on the device, read once
         finally:
             model.train(was_training)
         if dist.is_initialized() and self.ctx.world_size > 1:

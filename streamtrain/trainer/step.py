@@ -27,7 +27,7 @@ from streamtrain.config.trainer import TrainerConfig
 from streamtrain.models.batching import Batch
 from streamtrain.models.plugins import CollateFn, build_collate, build_model, check_plugins
 from streamtrain.models.standardise import InputEstimate
-from streamtrain.objectives import Objective, build_objective
+from streamtrain.objectives import Objective, build_objective, read_sums
 from streamtrain.wire import Sample
 
 from .aggregation import AggregationState, aggregation_hook
@@ -115,16 +115,6 @@ def build_optimizer(model: nn.Module, config: TrainerConfig) -> torch.optim.Opti
         return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
     return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay,
                            fused=fused or None)
-
-
-def _read_sums(sums: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Metric sums as numbers, the tensors among them read from the device at once (one host sync)."""
-    out = {name: float(v) for name, v in sums.items() if not isinstance(v, torch.Tensor)}
-    names = [name for name, v in sums.items() if isinstance(v, torch.Tensor)]
-    if names:
-        values = torch.stack([sums[n].detach().to(torch.float64).reshape(()) for n in names]).tolist()
-        out.update(zip(names, values, strict=True))
-    return out
 
 
 class StepRunner:
@@ -345,7 +335,7 @@ class StepRunner:
     def _scores(self, scored: dict[str, torch.Tensor], batch: Batch) -> dict[str, float]:
         """The step's test-then-train sums as numbers (none when they are not finite); then the baseline learns
         from the samples, which it too was scored on before they were trained."""
-        sums = _read_sums(scored)
+        sums = read_sums(scored)
         if not all(math.isfinite(v) and v >= 0 for v in sums.values()):  # the objective broke its contract here
             logger.warning("step %d: test-then-train sums not finite or negative (%s), left out of the figures",
                            self.steps, ", ".join(k for k, v in sums.items() if not (math.isfinite(v) and v >= 0)))

@@ -33,11 +33,15 @@ def test_a_share_is_held_out_once_by_class_and_every_class_of_two_keeps_one_to_t
     assert split is not None and split.stratified
     both = np.concatenate([split.train, split.held_out])
     assert sorted(both.tolist()) == list(range(len(labels)))  # every sample once
-    assert len(split.held_out) <= max(1, round(share * len(labels)))
     y = np.asarray(labels)
-    for c in np.unique(y):
+    classes = np.unique(y)
+    want = max(1, round(share * len(labels)))
+    assert len(split.held_out) == min(want, len(labels) - len(classes))  # the share, but one of each class
+    drawn = len(labels) - len(classes)  # the samples the draw was made from
+    for c in classes:
         assert (y[split.train] == c).any()  # no class goes untrained
-        assert (y[split.held_out] == c).sum() >= int(share * (y == c).sum())  # each class gives its share
+        # Each class gives at least its share of the draw (the rest of it at random).
+        assert (y[split.held_out] == c).sum() >= min(want, drawn) * ((y == c).sum() - 1) // drawn
     again = hold_out(data, share, seed)
     assert again is not None and np.array_equal(again.held_out, split.held_out)  # the seed decides
 

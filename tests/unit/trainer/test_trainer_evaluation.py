@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 
 from streamtrain.config.producer import DatasetConfig
 from streamtrain.config.trainer import TrainerConfig
+from streamtrain.datasets import stratified_subset
 from streamtrain.models.batching import collate_packed
 from streamtrain.models.plugins import build_model
 from streamtrain.trainer.distributed import DistContext
 from streamtrain.trainer.errors import TrainerSetupError
-from streamtrain.trainer.evaluation import HeldOutEvaluator, deal_by_size, held_out_source, stratified_subset
+from streamtrain.trainer.evaluation import HeldOutEvaluator, deal_by_size, held_out_source
 
 ONE = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
 

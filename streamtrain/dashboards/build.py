@@ -254,8 +254,8 @@ TRAINING = (
           (q(f"sum by (device) (increase(streamtrain_trainer_plans_late_total{{{DEVICE}}}[5m]))"),)),
     Panel("Steps", "Steps completed by each rank.",
           (q(f"streamtrain_trainer_completed_steps{{{DEVICE}}}"),)),
-    Panel("Peak memory per step", "Peak memory of each rank's last step (CUDA allocated, or peak RSS on the "
-          "CPU).", (q(f"streamtrain_trainer_memory_bytes{{{DEVICE}}}"),), unit="bytes"),
+    Panel("Peak memory per step", "Peak memory of each rank's last step (CUDA allocated), or on the CPU its peak "
+          "RSS over the last ten steps.", (q(f"streamtrain_trainer_memory_bytes{{{DEVICE}}}"),), unit="bytes"),
     Panel("Feedback records/s", "Feedback records the coordinator applied, per device.",
           (q(f"sum by (device) (rate(streamtrain_coordinator_feedback_records_total{{{DEVICE}}}[1m]))"),),
           unit="ops"),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -192,6 +193,29 @@ def payload_problem(sample: Sample, config: TrainerConfig) -> tuple[str, str] | 
     return None
 
 
+@functools.cache
+def _read_as(wire: str) -> np.dtype:
+    """The numpy dtype a wire dtype's (little-endian) bytes are read with."""
+    return np.dtype(wire).newbyteorder("<")
+
+
+def _payloads(samples: Sequence[Sample], dtype: np.dtype, width: int) -> np.ndarray:
+    """The payloads of `samples` one after another, as a fresh, writable (frames, width) array of `dtype`.
+
+    Samples of one wire dtype are joined as bytes and read in one pass, a few calls whatever their number (every
+    step collates); mixed dtypes, or bytes that do not fit the shapes (which `Sample.array` then refuses), are read
+    sample by sample. The shapes are the caller's to have checked.
+    """
+    if not samples:
+        return np.empty((0, width), dtype)
+    wire = samples[0].dtype
+    if all(sample.dtype == wire for sample in samples):
+        joined = np.frombuffer(b"".join([sample.data for sample in samples]), dtype=_read_as(wire))
+        if joined.size == sum(math.prod(sample.shape) for sample in samples):
+            return joined.astype(dtype).reshape(-1, width)
+    return np.concatenate([sample.array() for sample in samples], axis=0, dtype=dtype)
+
+
 def _bound_magnitude(values: np.ndarray, cu: np.ndarray, lengths: np.ndarray, max_abs: float) -> np.ndarray:
     """Scale, in place, every sample (rows cu[i]:cu[i+1]) whose largest |value| exceeds `max_abs` down to it;
     returns the factor of each sample (1 where it was not scaled)."""
@@ -211,6 +235,8 @@ def _bound_magnitude(values: np.ndarray, cu: np.ndarray, lengths: np.ndarray, ma
 
 def _packed_labels(samples: Sequence[Sample], num_classes: int | None, require: bool) -> np.ndarray:
     labels = np.full(len(samples), -1, dtype=np.int64)
+    if not require and all(sample.label is None for sample in samples):  # unlabelled (a regression): as they are
+        return labels
     for i, sample in enumerate(samples):
         label = sample.label
         if not require and (label is None or num_classes is None):
@@ -226,6 +252,9 @@ def _packed_targets(samples: Sequence[Sample], width: int, np_dtype: np.dtype) -
     targets = np.zeros((len(samples), width), dtype=np_dtype)
     if width == 0:
         return targets
+    rows = [sample.target for sample in samples]
+    if all(row is not None and len(row) == width for row in rows):  # one conversion for the batch
+        return np.array(rows, dtype=np_dtype).reshape(len(samples), width)
     for i, sample in enumerate(samples):
         if sample.target is None or len(sample.target) != width:
             got = "none" if sample.target is None else f"{len(sample.target)} values"
@@ -271,7 +300,6 @@ def pack_samples(
     """
     lengths = np.fromiter((s.size for s in samples), dtype=np.int64, count=len(samples))
     labels = _packed_labels(samples, num_classes, require_labels)
-    frames: list[np.ndarray] = []
     for sample in samples:
         if len(sample.shape) != 2 or sample.shape[1] != num_features:
             raise ValueError(f"sample seq={sample.seq}: shape {list(sample.shape)} is not (size, {num_features})")
@@ -280,10 +308,8 @@ def pack_samples(
         if horizon and sample.size <= horizon:
             raise ValueError(f"sample seq={sample.seq}: {sample.size} frames leave none to forecast trainer.horizon="
                              f"{horizon} from")
-        frames.append(sample.array())
-    np_dtype = torch.empty((), dtype=dtype).numpy().dtype
-    # One concatenate into a fresh buffer: the only copy of the payload on the way to the tensor.
-    values = np.concatenate(frames, axis=0, dtype=np_dtype) if frames else np.empty((0, num_features), np_dtype)
+    np_dtype = _numpy_dtype(dtype)
+    values = _payloads(samples, np_dtype, num_features)  # a fresh buffer the steps below work in, in place
     cu = np.zeros(len(samples) + 1, dtype=np.int64)
     np.cumsum(lengths, out=cu[1:])
     if scaling is not None and values.size:

@@ -73,10 +73,21 @@ class Ratio:
 
 def read_sums(sums: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
     """Metric sums as numbers, the tensors among them read from the device at once (one host sync)."""
-    out = {name: float(v) for name, v in sums.items() if not isinstance(v, torch.Tensor)}
-    names = [name for name, v in sums.items() if isinstance(v, torch.Tensor)]
-    if names:
-        values = torch.stack([torch.as_tensor(sums[n]).detach().to(torch.float64).reshape(()) for n in names])
+    out: dict[str, float] = {}
+    names: list[str] = []
+    tensors: list[torch.Tensor] = []
+    for name, value in sums.items():
+        if isinstance(value, torch.Tensor):
+            names.append(name)
+            tensors.append(value.detach())
+        else:
+            out[name] = float(value)
+    if tensors:
+        dtype = tensors[0].dtype
+        if all(t.dim() == 0 and t.dtype == dtype for t in tensors):  # the usual case: stacked as they are
+            values = torch.stack(tensors)
+        else:  # sums of mixed dtypes (or of shape (1,)): float64 holds each exactly
+            values = torch.stack([t.to(torch.float64).reshape(()) for t in tensors])
         out.update(zip(names, values.tolist(), strict=True))
     return out
 
@@ -113,6 +124,8 @@ class Objective:
     def __init__(self, config: TrainerConfig) -> None:
         self.config = config
         self._state = torch.zeros(self.baseline_size(), dtype=torch.float64)
+        self._standard_tensors: dict[tuple[torch.dtype, torch.device], tuple[TrainerConfig, torch.Tensor,
+                                                                             torch.Tensor]] = {}
 
     # ---- what a sample and the model must look like ---------------------------------------------------------
 
@@ -150,9 +163,20 @@ class Objective:
         return values * scale + shift
 
     def _standardising(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        shift = torch.as_tensor(self.config.target_shift, dtype=like.dtype, device=like.device)
-        scale = torch.as_tensor(self.config.target_scale, dtype=like.dtype, device=like.device)
-        return shift, scale
+        """`trainer.target_shift` and `trainer.target_scale` as tensors like `like`, made once per dtype and device
+        (every step scores and trains through them) and made anew when the settings are; inside a trace (an
+        exported graph's) made where they are used, so that the graph holds them as its own constants."""
+        config = self.config
+        if type(like) is not torch.Tensor or torch.compiler.is_compiling():  # a trace's (export): made in it
+            return (torch.as_tensor(config.target_shift, dtype=like.dtype, device=like.device),
+                    torch.as_tensor(config.target_scale, dtype=like.dtype, device=like.device))
+        key = (like.dtype, like.device)
+        made = self._standard_tensors.get(key)
+        if made is None or made[0] is not config:
+            made = (config, torch.as_tensor(config.target_shift, dtype=like.dtype, device=like.device),
+                    torch.as_tensor(config.target_scale, dtype=like.dtype, device=like.device))
+            self._standard_tensors[key] = made
+        return made[1], made[2]
 
     # ---- training and judging ----------------------------------------------------------------------------------
 
@@ -161,8 +185,9 @@ class Objective:
         raise NotImplementedError
 
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
-                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Metric sums of a batch, each a 0-d tensor (kept on the device: read them once, after the step).
+                    baseline: torch.Tensor | None = None) -> Mapping[str, torch.Tensor | float]:
+        """Metric sums of a batch, each a 0-d tensor (kept on the device: read them once, after the step) or a number
+        the host already holds (a count).
 
         Every sum must be finite and not negative (they are Prometheus counters and add across ranks); the start-up
         probe checks that, and a step whose sums are not is left out of the figures.

@@ -49,12 +49,12 @@ class Classification(Objective):
         return F.cross_entropy(outputs, batch.labels, reduction="none")
 
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
-                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor | float]:
         labels = batch.labels
         counts = self.baseline_of(baseline, labels.device)
         majority = torch.argmax(counts)  # class 0 before any sample was trained: all counts are 0
         return {
-            "count": outputs.new_tensor(float(labels.shape[0])),
+            "count": float(labels.shape[0]),
             "loss_sum": F.cross_entropy(outputs, labels, reduction="sum"),
             "correct": (outputs.argmax(dim=1) == labels).sum().to(outputs.dtype),
             "baseline_correct": (labels == majority).sum().to(outputs.dtype),

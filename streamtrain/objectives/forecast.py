@@ -108,11 +108,11 @@ class Forecast(Objective):
         return own_units(last.unsqueeze(1) + scale.unsqueeze(1) * self._shaped(outputs), batch)
 
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
-                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor | float]:
         truth = own_units(self._shaped(batch.targets), batch)
         last, _scale = last_value_and_scale(batch)
         return {
-            "count": outputs.new_tensor(float(truth.shape[0])),
+            "count": float(truth.shape[0]),
             "loss_sum": self.losses(outputs, batch).sum(),
             **error_sums(self.forecast(outputs, batch), own_units(last.unsqueeze(1), batch).expand_as(truth), truth),
         }

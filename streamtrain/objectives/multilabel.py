@@ -69,26 +69,25 @@ class Multilabel(Objective):
         return F.binary_cross_entropy_with_logits(outputs, batch.targets, reduction="none").mean(dim=1)
 
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
-                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor | float]:
         truth = batch.targets
         state = self.baseline_of(baseline, truth.device)
         frequency = (state[1:] / state[0].clamp_min(1.0)).to(truth.dtype)
         predicted = (torch.sigmoid(outputs) >= self.config.tag_threshold).to(truth.dtype)
         base = (frequency > 0.5).to(truth.dtype).expand_as(truth)
         prior = frequency.clamp(FREQUENCY_FLOOR, 1 - FREQUENCY_FLOOR).expand_as(truth)
-        sums = {
-            "count": outputs.new_tensor(float(truth.shape[0])),
+        f1 = {**_f1_sums(predicted, truth, ""), **_f1_sums(base, truth, "baseline_")}
+        for prefix in ("", "baseline_"):
+            f1[f"{prefix}f1_num"] = sum((f1[f"{prefix}f1_num_{t}"] for t in range(truth.shape[1])),
+                                        outputs.new_zeros(()))
+            f1[f"{prefix}f1_den"] = sum((f1[f"{prefix}f1_den_{t}"] for t in range(truth.shape[1])),
+                                        outputs.new_zeros(()))
+        return {
+            "count": float(truth.shape[0]),
             "loss_sum": self.losses(outputs, batch).sum(),
             "baseline_loss_sum": F.binary_cross_entropy(prior, truth, reduction="none").mean(dim=1).sum(),
-            **_f1_sums(predicted, truth, ""),
-            **_f1_sums(base, truth, "baseline_"),
+            **f1,
         }
-        for prefix in ("", "baseline_"):
-            sums[f"{prefix}f1_num"] = sum((sums[f"{prefix}f1_num_{t}"] for t in range(truth.shape[1])),
-                                          outputs.new_zeros(()))
-            sums[f"{prefix}f1_den"] = sum((sums[f"{prefix}f1_den_{t}"] for t in range(truth.shape[1])),
-                                          outputs.new_zeros(()))
-        return sums
 
     def summarise(self, sums: Mapping[str, float]) -> dict[str, float]:
         out = super().summarise(sums)

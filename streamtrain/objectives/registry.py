@@ -55,7 +55,7 @@ class _Adapted(Objective):
         return losses
 
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
-                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor | float]:
         return dict(self.inner.metric_sums(outputs, batch))
 
     def target_problem(self, sample: Sample) -> TargetProblem | None:

@@ -38,11 +38,12 @@ def float_target_problem(sample: Sample, width: int, setting: str, objective: st
     return None
 
 
-def error_sums(predicted: torch.Tensor, baseline: torch.Tensor, truth: torch.Tensor) -> dict[str, torch.Tensor]:
+def error_sums(predicted: torch.Tensor, baseline: torch.Tensor,
+               truth: torch.Tensor) -> dict[str, torch.Tensor | float]:
     """Summed absolute and squared errors of a prediction and of a baseline (each (N, W), like `truth`)."""
     error, base = predicted - truth, baseline - truth
     return {
-        "values": truth.new_tensor(float(truth.numel())),
+        "values": float(truth.numel()),
         "abs_error_sum": error.abs().sum(),
         "squared_error_sum": (error * error).sum(),
         "baseline_abs_error_sum": base.abs().sum(),
@@ -122,13 +123,13 @@ class Regression(Objective):
         return each.mean(dim=1)
 
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
-                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                    baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor | float]:
         truth = batch.targets
         state = self.baseline_of(baseline, truth.device)
         mean = (state[1:] / state[0].clamp_min(1.0)).to(truth.dtype)  # zeros before any target was trained
         predicted, guessed = self.from_standard(outputs), mean.expand_as(truth)
         return {
-            "count": outputs.new_tensor(float(truth.shape[0])),
+            "count": float(truth.shape[0]),
             "loss_sum": self.losses(outputs, batch).sum(),
             **error_sums(predicted, guessed, truth),
             **(_per_value_sums(predicted, guessed, truth) if self.per_value else {}),

@@ -61,10 +61,16 @@ class AggregationState:
         self.compressor = compressor
         self._weight = 0.0
         self._own = [0.0] * 5
+        self._own_tensor = torch.zeros(5, dtype=torch.float64)
         self._sums: torch.Tensor | None = None
+        self._values: list[float] | None = None
         self._sums_done: torch.futures.Future[torch.Tensor] | None = None
         self._scale: torch.Tensor | float | None = None
-        self._loss_finite: torch.Tensor | None = None
+        self._loss_finite: torch.Tensor | bool | None = None
+        self._packed: torch.Tensor | None = None  # the first bucket with the numbers after it, reused step to step
+        self.buffers: list[torch.Tensor] = []
+        """This step's reduced buckets, in the order their hooks ran (with `gradient_as_bucket_view`, the gradients
+        are views of them: `StepRunner` norms and scales them flat)."""
         self.hook_calls = 0
         """Buckets reduced this step."""
         self.blocking_seconds = 0.0
@@ -90,10 +96,13 @@ class AggregationState:
             raise ValueError(f"aggregation weight must be >= 0, got {weight}")
         self._weight = float(weight)
         self._own = [float(weight), float(samples), 1.0 if stop else 0.0, float(backlog), 1.0 if publish else 0.0]
+        self._own_tensor = torch.tensor(self._own, dtype=torch.float64)  # made here, not inside backward's hook
         self._sums = None
+        self._values = None
         self._sums_done = None
         self._scale = None
         self._loss_finite = None
+        self.buffers = []
         self.hook_calls = 0
         self.blocking_seconds = 0.0
         self.last_hook_left_at = None
@@ -102,15 +111,17 @@ class AggregationState:
 
     def mark_loss(self, loss: torch.Tensor) -> None:
         """Before backward: this rank's loss, so that a non-finite one poisons its buckets (see the module doc)."""
-        self._loss_finite = torch.isfinite(loss.detach())  # on the device: no host sync
+        if self.device.type == "cpu":  # read here, not inside backward's hook, where every host call costs more
+            self._loss_finite = math.isfinite(loss.item())
+        else:
+            self._loss_finite = torch.isfinite(loss.detach())  # on the device: no host sync
 
     def scale(self) -> torch.Tensor | float:
         """λ_i (NaN after a non-finite `mark_loss`): what this rank's buckets are scaled by; a device scalar on an
         accelerator, whose loss is not read back to the host for it."""
         if self._scale is None:
-            if self.device.type == "cpu":  # reading the loss's verdict costs nothing here
-                finite = self._loss_finite is None or bool(self._loss_finite)
-                self._scale = self._weight if finite else math.nan
+            if not isinstance(self._loss_finite, torch.Tensor):  # the CPU's verdict, already a bool
+                self._scale = self._weight if self._loss_finite is not False else math.nan
             else:
                 scale = torch.tensor(self._weight, dtype=torch.float64, device=self.device)
                 if self._loss_finite is not None:  # stays on the device: no host sync
@@ -118,16 +129,22 @@ class AggregationState:
                 self._scale = scale
         return self._scale
 
-    def carry(self, buffer: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
-        """All-reduce the step's first bucket with this rank's numbers appended; the future gives the bucket back."""
+    def carry(self, buffer: torch.Tensor, scale: torch.Tensor | float) -> torch.futures.Future[torch.Tensor]:
+        """All-reduce the step's first bucket, scaled by `scale` on its way into the packed tensor (one pass over it),
+        with this rank's numbers appended; the future gives the bucket back."""
         size = buffer.numel()
-        packed = torch.cat([buffer, buffer.new_tensor(self._own)])
+        packed = self._packed
+        if packed is None or packed.numel() != size + len(self._own) or packed.dtype != buffer.dtype \
+                or packed.device != buffer.device:
+            packed = self._packed = buffer.new_empty(size + len(self._own))
+        torch.mul(buffer, scale, out=packed[:size])
+        packed[size:].copy_(self._own_tensor)
         work = dist.all_reduce(packed, group=self.process_group, async_op=True)
         assert work is not None
 
         def split(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
             out = fut.value()[0]
-            self._sums = out[size:].to(torch.float64)
+            self._sums = out[size:].to(torch.float64, copy=True)  # packed is written again next step
             buffer.copy_(out[:size])
             return buffer
 
@@ -141,29 +158,32 @@ class AggregationState:
         assert work is not None
         self._sums_done = work.get_future().then(lambda fut: fut.value()[0])
 
-    def _read(self) -> torch.Tensor:
-        if self._sums is None:
-            if self._sums_done is None:
-                raise RuntimeError("the step's sums were never sent: no bucket was reduced since begin_step")
-            self._sums = self._sums_done.wait()
-        return self._sums
+    def _read(self) -> list[float]:
+        """The step's sums as numbers, read from the device once."""
+        if self._values is None:
+            if self._sums is None:
+                if self._sums_done is None:
+                    raise RuntimeError("the step's sums were never sent: no bucket was reduced since begin_step")
+                self._sums = self._sums_done.wait()
+            self._values = self._sums.tolist()
+        return self._values
 
     def global_totals(self) -> tuple[float, int]:
         """(Σλ, Σ samples) over all ranks for this step (host sync; after backward)."""
-        total_weight, total_samples, *_flags = self._read().tolist()
-        return float(total_weight), round(total_samples)
+        values = self._read()
+        return float(values[_WEIGHT]), round(values[_SAMPLES])
 
     def group_stop(self) -> bool:
         """Whether any rank passed stop=True to this step's `begin_step` (the same answer on every rank)."""
-        return bool(self._read()[_STOP].item() > 0)
+        return self._read()[_STOP] > 0
 
     def group_backlog(self) -> int:
         """Σ of the ranks' `backlog` for this step (the same answer on every rank)."""
-        return round(self._read()[_BACKLOG].item())
+        return round(self._read()[_BACKLOG])
 
     def group_publish(self) -> bool:
         """Whether any rank passed publish=True to this step's `begin_step` (the same answer on every rank)."""
-        return bool(self._read()[_PUBLISH].item() > 0)
+        return self._read()[_PUBLISH] > 0
 
     def end_step(self) -> None:
         """Close the step's compression statistics (call after backward)."""
@@ -180,13 +200,16 @@ def aggregation_hook(state: AggregationState, bucket: dist.GradBucket) -> torch.
     """
     entered = time.perf_counter()
     buffer = bucket.buffer()
+    state.buffers.append(buffer)
     scale = state.scale()
-    buffer.mul_(scale if isinstance(scale, float) else scale.to(buffer.dtype))
+    if not isinstance(scale, float):
+        scale = scale.to(buffer.dtype)
     first = state.hook_calls == 0
     future: torch.futures.Future[torch.Tensor]
     if first and state.compressor is None:
-        future = state.carry(buffer)
+        future = state.carry(buffer, scale)
     else:
+        buffer.mul_(scale)
         if first:
             state.send_alone()
         if state.compressor is not None:

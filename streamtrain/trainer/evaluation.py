@@ -164,7 +164,7 @@ class HeldOutEvaluator:
         pending = self._fleet_sum(state) if state.numel() else None  # no state: the objective keeps no baseline
         was_training = model.training
         model.eval()
-        totals: dict[str, torch.Tensor] = {}
+        totals: dict[str, torch.Tensor | float] = {}
         try:
             with torch.inference_mode():
                 outputs = [model(batch) for batch in self.batches]

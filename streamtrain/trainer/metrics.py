@@ -56,7 +56,8 @@ class TrainerMetrics:
         self.global_step = gauge("completed_steps", "Steps completed.").labels(**labels)
         self.committed_offset = gauge("committed_offset", "Last offset committed for the device topic.").labels(
             **labels)
-        self.memory = gauge("memory_bytes", "Peak memory of the last step.").labels(**labels)
+        self.memory = gauge("memory_bytes", "Peak memory of the last step (on the CPU, of the last ten).").labels(
+            **labels)
         self.samples = counter("samples", "Samples trained.").labels(**labels)
         self.dead_lettered = counter("dead_lettered_records", "Records sent to the dead-letter topic.").labels(**labels)
         self.truncated = counter("truncated_samples", "Samples dropped by truncation.").labels(**labels)

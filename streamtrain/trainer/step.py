@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,7 +75,8 @@ class StepResult:
     """Communication backward waited for: blocking in hooks plus the tail after the last hook."""
     step_seconds: float
     memory_bytes: int
-    """Peak memory of the step: CUDA max allocated, or peak RSS on the CPU."""
+    """Peak memory of the step: CUDA max allocated; on the CPU, peak RSS over the last `CPU_MEMORY_WINDOW` steps
+    measured."""
     compressed_buckets: int = 0
     buckets: int = 0
     stop: bool = False
@@ -95,6 +96,11 @@ class StepResult:
     publish: bool = False
     """Some rank asked for a model version after this step (every rank sees the same value)."""
 
+
+#: Steps over which a CPU rank's peak memory (peak RSS) is measured: reset at a window's first step, read after its
+#: first and its last, and the last figure read reported by every step (reading /proc every step was a fixed cost of
+#: each, bench overhead). A GPU's peak is the step's own.
+CPU_MEMORY_WINDOW = 10
 
 #: Parameter dtypes the fused optimizers take.
 _FUSED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -151,7 +157,10 @@ class StepRunner:
         self.base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
         self.steps = 0
         self.skipped_steps = 0
+        self._memory_bytes = 0
         self._params = [p for p in model.module.parameters() if p.requires_grad]
+        self._one_dtype = len({p.dtype for p in self._params}) <= 1
+        self._grad_elements = sum(p.numel() for p in self._params)
         # Float buffers (e.g. batch-norm statistics) change in the forward pass: a skipped step restores them.
         self._buffers = [b for b in model.module.buffers() if b.is_floating_point()]
         self.average = WeightAverage(model.module, config.ema_decay) if config.ema_decay > 0 else None
@@ -210,7 +219,7 @@ class StepRunner:
         Returns:
             Timings, loss, sizes and memory of the step.
         """
-        reset_peak_memory(self.device)
+        window_starts = self._memory_window()
         started = time.perf_counter()
         cpu_started = time.thread_time()  # forward, backward (CPU autograd) and the optimizer run on this thread
         batch = self._batch_of(samples)
@@ -248,6 +257,8 @@ class StepRunner:
         self._sync()
         finished = time.perf_counter()
         cpu_seconds = time.thread_time() - cpu_started
+        if window_starts or (self.steps + 1) % CPU_MEMORY_WINDOW == 0:
+            self._memory_bytes = peak_memory_bytes(self.device)
         self.steps += 1
         decisions = self.state.compressor.decisions if self.state.compressor is not None else []
         return StepResult(
@@ -263,7 +274,7 @@ class StepRunner:
             compute_seconds=max(0.0, finished - started - comm),
             comm_seconds=comm,
             step_seconds=finished - started,
-            memory_bytes=peak_memory_bytes(self.device),
+            memory_bytes=self._memory_bytes,
             compressed_buckets=sum(decisions),
             buckets=self.state.hook_calls,
             stop=self.state.group_stop(),
@@ -274,6 +285,14 @@ class StepRunner:
             prequential=prequential,
             publish=self.state.group_publish(),
         )
+
+    def _memory_window(self) -> bool:
+        """Start a window of the peak-memory figure when this step begins one (every step on a GPU; see
+        `CPU_MEMORY_WINDOW`); whether it did."""
+        starts = self.device.type != "cpu" or self.steps % CPU_MEMORY_WINDOW == 0
+        if starts:
+            reset_peak_memory(self.device)
+        return starts
 
     def _batch_of(self, samples: Sequence[Sample]) -> Batch:
         """The step's batch on the device, the input estimate folded in first while it warms up (a collective)."""
@@ -299,7 +318,7 @@ class StepRunner:
             torch.distributed.all_reduce(summed)
         return summed.cpu().numpy()
 
-    def _forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+    def _forward(self, batch: Batch) -> tuple[torch.Tensor, Mapping[str, torch.Tensor | float] | None]:
         """The step's loss (this rank's mean over its samples: the hook weights it by lambda_i) and, from the same
         outputs, the objective's metric sums of the samples under the model before the step (test, then train);
         a rank with no samples gets an exact zero that reaches every parameter, and no sums."""
@@ -332,7 +351,7 @@ class StepRunner:
     def _touch_all(self, *_: object) -> torch.Tensor:
         return torch.stack([p.sum() for p in self._params]).sum() if self._params else torch.zeros(())
 
-    def _scores(self, scored: dict[str, torch.Tensor], batch: Batch) -> dict[str, float]:
+    def _scores(self, scored: Mapping[str, torch.Tensor | float], batch: Batch) -> dict[str, float]:
         """The step's test-then-train sums as numbers (none when they are not finite); then the baseline learns
         from the samples, which it too was scored on before they were trained."""
         sums = read_sums(scored)
@@ -347,17 +366,37 @@ class StepRunner:
         """Turn the reduced gradient, Σ λ_i g_i, into the weighted mean (over Σλ, see aggregation), clipped to
         `max_grad_norm` when that is set, in one fused multiply; returns the mean's L2 norm before clipping (a
         host sync; not finite when some rank's loss or gradient was not)."""
-        grads = [p.grad for p in self._params if p.grad is not None]
+        grads = self._flat_gradients()
+        if grads is None:
+            grads = [p.grad for p in self._params if p.grad is not None]
         if not grads:
             return 0.0
         over = 1.0 / total_weight if total_weight > 0 else 1.0  # Σλ = 0: exact zeros, left as they are
-        norm = float(torch.nn.utils.get_total_norm(grads)) * over
+        norm = float(self._total_norm(grads)) * over
         factor = over
         if self.config.max_grad_norm > 0 and norm > self.config.max_grad_norm:  # as clip_grad_norm_ clips
             factor *= self.config.max_grad_norm / (norm + 1e-6)
         if factor != 1.0:
             torch._foreach_mul_(grads, factor)
         return norm
+
+    def _flat_gradients(self) -> list[torch.Tensor] | None:
+        """The step's reduced buckets, when the gradients are views of them and they hold every gradient (None
+        otherwise): a norm and a multiply over one flat bucket each, where per-tensor calls cost on the CPU as many
+        passes as the model has parameter tensors (bench overhead)."""
+        buffers = self.state.buffers
+        if not (self.model.gradient_as_bucket_view and buffers):
+            return None
+        if sum(b.numel() for b in buffers) != self._grad_elements:
+            return None
+        return buffers
+
+    def _total_norm(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        """The L2 norm over every gradient: one fused norm of each and one of those, where the parameters share a
+        dtype (`get_total_norm` moves each tensor's norm to one device first, a dozen calls a step for nothing)."""
+        if not self._one_dtype:
+            return torch.nn.utils.get_total_norm(grads)
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
     def _apply_lr(self, global_samples: int, lr_scale: float | None) -> float:
         if not self.config.lr_scaling:

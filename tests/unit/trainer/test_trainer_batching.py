@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -26,6 +28,22 @@ def test_pack_concatenates_without_padding() -> None:
     for i, sample in enumerate(samples):
         lo, hi = batch.cu_seqlens[i], batch.cu_seqlens[i + 1]
         np.testing.assert_array_equal(batch.values[lo:hi].numpy(), sample.array())
+
+
+def test_payloads_of_one_dtype_or_of_several_pack_alike_and_bytes_that_do_not_fit_a_shape_are_refused() -> None:
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((n, 3)) for n in (2, 5, 1)]
+    one = [Sample.from_array("d", i, a.astype(np.float32), label=0) for i, a in enumerate(arrays)]
+    mixed = [Sample.from_array("d", i, a.astype(dtype), label=0) for i, (a, dtype) in
+             enumerate(zip(arrays, ("float32", "float64", "float16"), strict=True))]
+    expected = torch.from_numpy(np.concatenate(arrays))
+    for samples, tolerance in ((one, 1e-7), (mixed, 1e-3)):
+        values = pack_samples(samples, 3, dtype=torch.float64).values
+        assert values.shape == (8, 3) and values.dtype == torch.float64
+        torch.testing.assert_close(values, expected, rtol=tolerance, atol=tolerance)
+    short = replace(one[1], data=one[1].data[:-4])  # a byte count its shape does not fit
+    with pytest.raises(ValueError):
+        pack_samples([one[0], short], 3)
 
 
 def test_empty_batch_is_well_shaped() -> None:

@@ -49,6 +49,44 @@ def test_step_trains_and_reports(ctx: DistContext) -> None:
     assert any(not torch.equal(a, b) for a, b in zip(before, _params(runner), strict=True))
 
 
+def test_the_flat_bucket_norm_and_scale_train_as_the_per_tensor_ones_clipping_included(ctx: DistContext) -> None:
+    config = CONFIG.model_copy(update={"max_grad_norm": 0.05})  # small enough that every step clips
+    runners = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        runners.append(build_step_runner(config, ctx))
+    flat, per_tensor = runners
+    per_tensor._flat_gradients = lambda: None  # type: ignore[method-assign]  # the path for any other layout
+    assert flat._flat_gradients() is None  # no bucket reduced yet
+    for step in range(4):
+        samples = synthetic_samples([3, 5, 2 + step], num_features=4, num_classes=3, seed=step)
+        a, b = flat.run_step(samples), per_tensor.run_step(samples)
+        assert flat._flat_gradients() is not None
+        assert a.grad_norm == pytest.approx(b.grad_norm, rel=1e-6) and a.grad_norm > config.max_grad_norm
+    for x, y in zip(_params(flat), _params(per_tensor), strict=True):
+        torch.testing.assert_close(x, y)
+
+
+def test_a_cpu_rank_reads_its_peak_memory_at_the_edges_of_each_window(ctx: DistContext,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamtrain.trainer.step as step_module
+
+    reads: list[int] = []
+
+    def peak(device: torch.device) -> int:
+        reads.append(len(reads))
+        return 1000 + len(reads)
+
+    monkeypatch.setattr(step_module, "peak_memory_bytes", peak)
+    runner = build_step_runner(CONFIG, ctx)
+    window = step_module.CPU_MEMORY_WINDOW
+    figures = [runner.run_step(synthetic_samples([2], num_features=4, num_classes=3)).memory_bytes
+               for _ in range(window + 2)]
+    # Read after a window's first step and after its last: every step between reports the last figure read.
+    assert len(reads) == 3
+    assert figures == [1001] * (window - 1) + [1002, 1003, 1003]
+
+
 def test_empty_step_does_not_move_parameters_despite_momentum(ctx: DistContext) -> None:
     runner = build_step_runner(CONFIG, ctx)
     runner.run_step(synthetic_samples([4, 4], num_features=4, num_classes=3))  # builds momentum

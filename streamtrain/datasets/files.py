@@ -53,7 +53,7 @@ __all__ = ["ClassNames", "Dataset", "DatasetError", "SkippedFile", "SkippedSampl
 
 logger = logging.getLogger(__name__)
 
-SUFFIXES = (".ts", ".npy", ".npz", ".csv")
+SUFFIXES = (".ts", ".npy", ".npz", ".csv", ".tsv")
 
 
 class DatasetError(ValueError):

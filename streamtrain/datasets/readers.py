@@ -200,13 +200,31 @@ def _read_npy(path: Path, dir_label: int) -> Part:
     return [_as_payload(arr, str(path))], [dir_label], [None]
 
 
+#: Characters of a CSV its delimiter is told from, and the delimiters it may have: a comma, or what spreadsheets
+#: export where the comma is the decimal mark (a semicolon), a tab (.tsv) or a bar.
+_SNIFF_CHARS, _DELIMITERS = 65536, ",;\t|"
+
+
+def _delimiter(head: str) -> str:
+    """The delimiter of a CSV whose first characters are `head`: the one `csv.Sniffer` finds in every line alike,
+    else a comma (a file of one column has none to find)."""
+    try:
+        return csv.Sniffer().sniff(head, delimiters=_DELIMITERS).delimiter
+    except csv.Error:
+        return ","
+
+
 def _read_csv(path: Path, label_column: str, sample_column: str | None, classes: ClassNames,
               target_columns: Sequence[str] = ()) -> Part:
     try:
         with path.open(newline="") as fh:
-            rows = list(csv.reader(fh))
+            delimiter = _delimiter(fh.read(_SNIFF_CHARS))
+            fh.seek(0)
+            rows = list(csv.reader(fh, delimiter=delimiter))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise BadFile(f"not a readable CSV ({exc})") from None
+    if delimiter != ",":
+        logger.info("%s: cells separated by %r", path, delimiter)
     if not rows:
         raise BadFile("empty CSV")
     # A first line of numbers only is data: no header names its columns by numbers alone.

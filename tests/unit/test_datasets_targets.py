@@ -3,6 +3,7 @@ target columns; and the replay carrying them into every sample it publishes."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 from pathlib import Path
 
@@ -150,3 +151,19 @@ def test_a_csv_without_the_column_to_learn_says_how_to_name_it(tmp_path: Path) -
     (tmp_path / "kinds.csv").write_text("kind,f1\nowl,0.1\ncat,0.3\nowl,0.5\n")
     with pytest.raises(DatasetError, match=r"no 'label' column \(columns: kind, f1\): .*; column 'kind' repeats"):
         load_dataset(tmp_path / "kinds.csv")
+
+
+@pytest.mark.parametrize(("name", "delimiter"), [("d.csv", ","), ("d.tsv", "\t"), ("semicolons.csv", ";"),
+                                                 ("bars.txt", "|")])
+def test_a_csv_is_read_with_whichever_delimiter_its_lines_share(tmp_path: Path, name: str, delimiter: str) -> None:
+    """A spreadsheet exports `;` where the comma is the decimal mark, and a `.tsv` has tabs: read as they are, not as
+    one column named by the whole header line. A quoted cell may hold the delimiter."""
+    rows = [["site", "a", "b", "y"], [f"north{delimiter} upper", 1.5, 2, 0.5], ["south", 3, 4.25, 0.7],
+            ["east", 5, 6, 0.9]]
+    with (tmp_path / name).open("w", newline="") as fh:
+        csv.writer(fh, delimiter=delimiter).writerows(rows)
+    assert '"north' in (tmp_path / name).read_text()  # the cell holding the delimiter is quoted
+    data = load_dataset(tmp_path / name, target_columns=("y",))
+    assert len(data) == 3 and {s.shape for s in data.samples} == {(1, 2)}  # a and b; the text column is left out
+    assert data.samples[0].tolist() == [[1.5, 2.0]] and data.targets is not None
+    assert data.targets.ravel().tolist() == [0.5, 0.7, 0.9]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import re
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -214,8 +215,26 @@ def _delimiter(head: str) -> str:
         return ","
 
 
-def _read_csv(path: Path, label_column: str, sample_column: str | None, classes: ClassNames,
-              target_columns: Sequence[str] = ()) -> Part:
+_DECIMAL_COMMA = re.compile(r"[+-]?\d*,\d+(?:[eE][+-]?\d+)?")
+_DECIMAL_POINT = re.compile(r"[+-]?\d*\.\d+(?:[eE][+-]?\d+)?")
+
+
+def _decimal_commas(rows: list[list[str]]) -> bool:
+    """Rewrite, in place, numbers written with a decimal comma (`1,5`: a spreadsheet's export where the comma is the
+    decimal mark, beside a semicolon delimiter) as Python reads them, when some cell is one and no cell has a decimal
+    point; whether it did. Text cells that hold a comma are left as they are."""
+    cells = [cell.strip() for row in rows for cell in row]
+    if not any(_DECIMAL_COMMA.fullmatch(c) for c in cells) or any(_DECIMAL_POINT.fullmatch(c) for c in cells):
+        return False
+    for row in rows:
+        for i, cell in enumerate(row):
+            if _DECIMAL_COMMA.fullmatch(cell.strip()):
+                row[i] = cell.replace(",", ".")
+    return True
+
+
+def _csv_rows(path: Path) -> list[list[str]]:
+    """A CSV's rows as text cells, split by its own delimiter, numbers with a decimal comma rewritten."""
     try:
         with path.open(newline="") as fh:
             delimiter = _delimiter(fh.read(_SNIFF_CHARS))
@@ -225,8 +244,16 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
         raise BadFile(f"not a readable CSV ({exc})") from None
     if delimiter != ",":
         logger.info("%s: cells separated by %r", path, delimiter)
+        if _decimal_commas(rows):
+            logger.info("%s: numbers written with a decimal comma (1,5), read as 1.5", path)
     if not rows:
         raise BadFile("empty CSV")
+    return rows
+
+
+def _read_csv(path: Path, label_column: str, sample_column: str | None, classes: ClassNames,
+              target_columns: Sequence[str] = ()) -> Part:
+    rows = _csv_rows(path)
     # A first line of numbers only is data: no header names its columns by numbers alone.
     headerless = bool(rows[0]) and all(cell.strip() and _is_number(cell) for cell in rows[0])
     if headerless:  # data from its first line: columns named by position, as pandas' header=None names them

@@ -167,3 +167,15 @@ def test_a_csv_is_read_with_whichever_delimiter_its_lines_share(tmp_path: Path, 
     assert len(data) == 3 and {s.shape for s in data.samples} == {(1, 2)}  # a and b; the text column is left out
     assert data.samples[0].tolist() == [[1.5, 2.0]] and data.targets is not None
     assert data.targets.ravel().tolist() == [0.5, 0.7, 0.9]
+
+
+def test_a_semicolon_csv_with_decimal_commas_reads_its_numbers(tmp_path: Path) -> None:
+    """What a spreadsheet exports where the comma is the decimal mark: `;` between cells, `1,5` for 1.5. A text cell
+    holding a comma stays text; a file that also writes a decimal point somewhere is left to say which cell is off."""
+    (tmp_path / "eu.csv").write_text("site;a;b;y\nnorth, upper;1,5;2;0,5\nsouth;-3,25;4;1e-3\n")
+    data = load_dataset(tmp_path / "eu.csv", target_columns=("y",))
+    assert [s.tolist() for s in data.samples] == [[[1.5, 2.0]], [[-3.25, 4.0]]]
+    assert data.targets is not None and data.targets.ravel().tolist() == [0.5, 0.001]
+    (tmp_path / "both.csv").write_text("a;b;y\n1,5;2.5;0\n3;4;1\n")
+    with pytest.raises(DatasetError, match=r"line 2: a feature is not a number: column 'a' holds '1,5'"):
+        load_dataset(tmp_path / "both.csv", target_columns=("y",))

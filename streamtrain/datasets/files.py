@@ -8,7 +8,9 @@ is its size axis; a sample of one axis is a series of one feature, read as (size
   (length, dimensions) float32 sample, labelled by its class's position in ``@classLabel``. Missing
   values are interpolated (trailing ones, the archive's padding, are cut).
 - ``root/<class>/*.npy``: one sample per file, labelled by its directory (integer names are used as
-  labels, other names are class names); ``.npy`` files directly in ``root`` are unlabelled.
+  labels, other names are class names); ``.npy`` files directly in ``root`` are unlabelled. A ``.csv``
+  (or ``.tsv``) with nothing to learn in it (no label or target column) in a class directory is of
+  that class too: one recording per file, in a folder per class.
 - ``*.npz`` with ``x`` and ``y``: a scalar ``y`` makes one sample; ``x`` of shape (N, L, ...) with
   ``y`` of shape (N,) makes N samples; adding ``sizes`` (N,) splits a ragged ``x`` of shape
   (sum(sizes), ...) into N samples of those sizes. ``data``/``labels``/``lengths`` are accepted too.

@@ -465,4 +465,7 @@ def read_file(f: Path, dir_label: int, classes: ClassNames, label_column: str, s
         return _read_npz(f, dir_label, classes)
     if suffix == ".npy":
         return _read_npy(f, dir_label)
-    return _read_csv(f, label_column, sample_column, classes, target_columns)
+    samples, labels, targets = _read_csv(f, label_column, sample_column, classes, target_columns)
+    if dir_label >= 0 and all(y == -1 for y in labels) and all(t is None for t in targets):
+        labels = [dir_label] * len(labels)  # nothing to learn in the file itself: its class directory's label
+    return samples, labels, targets

@@ -111,3 +111,22 @@ def test_class_names_setting_refuses_empty_or_repeated_names() -> None:
     for bad, words in (([], "at least one"), (["a", " "], "none of them empty"), (["a", "b", "a"], "a named more")):
         with pytest.raises(Exception, match=words):
             load_config(env={}, overrides={"producer.dataset.class_names": bad})
+
+
+def test_csv_recordings_in_class_directories_take_their_directorys_class(tmp_path: Path) -> None:
+    """One recording per CSV, a folder per class (a common way to keep them): each file is a sample of its folder's
+    class, not an unlabelled series to forecast. A CSV with its own label column keeps its own labels."""
+    rng = np.random.default_rng(0)
+    for cls, count in (("walk", 3), ("run", 2)):
+        (tmp_path / cls).mkdir()
+        for i in range(count):
+            np.savetxt(tmp_path / cls / f"rec{i}.csv", rng.standard_normal((20 + i, 2)), delimiter=",",
+                       header="ax,ay", comments="")
+    (tmp_path / "run" / "labelled.csv").write_text("sample,label,ax,ay\n0,walk,0.1,0.2\n0,walk,0.3,0.4\n")
+    ds = load_dataset(tmp_path)
+    assert ds.class_names == ("run", "walk") and len(ds) == 6
+    by_file = {Path(source).name + "@" + Path(source).parent.name: label
+               for source, label in zip(ds.sources, ds.labels.tolist(), strict=True)}
+    assert by_file == {"rec0.csv@run": 0, "rec1.csv@run": 0, "labelled.csv@run": 1, "rec0.csv@walk": 1,
+                       "rec1.csv@walk": 1, "rec2.csv@walk": 1}
+    assert sorted(ds.sizes.tolist()) == [2, 20, 20, 21, 21, 22]

@@ -221,16 +221,16 @@ _DECIMAL_POINT = re.compile(r"[+-]?\d*\.\d+(?:[eE][+-]?\d+)?")
 
 def _decimal_commas(rows: list[list[str]]) -> bool:
     """Rewrite, in place, numbers written with a decimal comma (`1,5`: a spreadsheet's export where the comma is the
-    decimal mark, beside a semicolon delimiter) as Python reads them, when some cell is one and no cell has a decimal
-    point; whether it did. Text cells that hold a comma are left as they are."""
-    cells = [cell.strip() for row in rows for cell in row]
-    if not any(_DECIMAL_COMMA.fullmatch(c) for c in cells) or any(_DECIMAL_POINT.fullmatch(c) for c in cells):
+    decimal mark, beside a semicolon delimiter) as Python reads them, unless some cell has a decimal point; whether
+    any was. Text cells that hold a comma are left as they are."""
+    if any(_DECIMAL_POINT.fullmatch(cell.strip()) for row in rows for cell in row):
         return False
+    rewritten = False
     for row in rows:
         for i, cell in enumerate(row):
             if _DECIMAL_COMMA.fullmatch(cell.strip()):
-                row[i] = cell.replace(",", ".")
-    return True
+                row[i], rewritten = cell.replace(",", "."), True
+    return rewritten
 
 
 def _csv_rows(path: Path) -> list[list[str]]:
@@ -252,7 +252,8 @@ def _csv_rows(path: Path) -> list[list[str]]:
 
 
 def _read_csv(path: Path, label_column: str, sample_column: str | None, classes: ClassNames,
-              target_columns: Sequence[str] = ()) -> Part:
+              target_columns: Sequence[str] = (), dir_label: int = -1) -> Part:
+    """A CSV's samples; without a label or target column, each is of its class directory's class (`dir_label`)."""
     rows = _csv_rows(path)
     # A first line of numbers only is data: no header names its columns by numbers alone.
     headerless = bool(rows[0]) and all(cell.strip() and _is_number(cell) for cell in rows[0])
@@ -273,7 +274,7 @@ def _read_csv(path: Path, label_column: str, sample_column: str | None, classes:
             raise BadFile(f"line {number} has {len(row)} cells, the header has {len(header)}")
         if li is not None and not row[li].strip():
             raise BadFile(f"line {number}: no label in column {label_column!r}")
-        label = classes.label(row[li]) if li is not None else -1
+        label = classes.label(row[li]) if li is not None else -1 if ti else dir_label
         values, target = _numbers(row, fi, number, "a feature", header), tuple(_numbers(row, ti, number, "a target",
                                                                                          header))
         row_key = (row[si] if si is not None else "series" if series else str(number), label, target)
@@ -465,7 +466,4 @@ def read_file(f: Path, dir_label: int, classes: ClassNames, label_column: str, s
         return _read_npz(f, dir_label, classes)
     if suffix == ".npy":
         return _read_npy(f, dir_label)
-    samples, labels, targets = _read_csv(f, label_column, sample_column, classes, target_columns)
-    if dir_label >= 0 and all(y == -1 for y in labels) and all(t is None for t in targets):
-        labels = [dir_label] * len(labels)  # nothing to learn in the file itself: its class directory's label
-    return samples, labels, targets
+    return _read_csv(f, label_column, sample_column, classes, target_columns, dir_label)

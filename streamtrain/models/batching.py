@@ -193,12 +193,6 @@ def payload_problem(sample: Sample, config: TrainerConfig) -> tuple[str, str] | 
     return None
 
 
-@functools.cache
-def _read_as(wire: str) -> np.dtype:
-    """The numpy dtype a wire dtype's (little-endian) bytes are read with."""
-    return np.dtype(wire).newbyteorder("<")
-
-
 def _payloads(samples: Sequence[Sample], dtype: np.dtype, width: int) -> np.ndarray:
     """The payloads of `samples` one after another, as a fresh, writable (frames, width) array of `dtype`.
 
@@ -210,7 +204,8 @@ def _payloads(samples: Sequence[Sample], dtype: np.dtype, width: int) -> np.ndar
         return np.empty((0, width), dtype)
     wire = samples[0].dtype
     if all(sample.dtype == wire for sample in samples):
-        joined = np.frombuffer(b"".join([sample.data for sample in samples]), dtype=_read_as(wire))
+        read_as = samples[0].array().dtype  # the wire dtype in its byte order, as `Sample.array` reads it
+        joined = np.frombuffer(b"".join([sample.data for sample in samples]), dtype=read_as)
         if joined.size == sum(math.prod(sample.shape) for sample in samples):
             return joined.astype(dtype).reshape(-1, width)
     return np.concatenate([sample.array() for sample in samples], axis=0, dtype=dtype)

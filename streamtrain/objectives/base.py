@@ -92,6 +92,11 @@ def read_sums(sums: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
     return out
 
 
+def _shift_and_scale(config: TrainerConfig, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.as_tensor(config.target_shift, dtype=like.dtype, device=like.device),
+            torch.as_tensor(config.target_scale, dtype=like.dtype, device=like.device))
+
+
 def add_sums(into: dict[str, float], more: Mapping[str, float]) -> dict[str, float]:
     """Add `more` into `into` key by key (in place) and return it."""
     for key, value in more.items():
@@ -168,14 +173,10 @@ class Objective:
         exported graph's) made where they are used, so that the graph holds them as its own constants."""
         config = self.config
         if type(like) is not torch.Tensor or torch.compiler.is_compiling():  # a trace's (export): made in it
-            return (torch.as_tensor(config.target_shift, dtype=like.dtype, device=like.device),
-                    torch.as_tensor(config.target_scale, dtype=like.dtype, device=like.device))
-        key = (like.dtype, like.device)
-        made = self._standard_tensors.get(key)
+            return _shift_and_scale(config, like)
+        made = self._standard_tensors.get((like.dtype, like.device))
         if made is None or made[0] is not config:
-            made = (config, torch.as_tensor(config.target_shift, dtype=like.dtype, device=like.device),
-                    torch.as_tensor(config.target_scale, dtype=like.dtype, device=like.device))
-            self._standard_tensors[key] = made
+            made = self._standard_tensors[(like.dtype, like.device)] = (config, *_shift_and_scale(config, like))
         return made[1], made[2]
 
     # ---- training and judging ----------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from .batching import Batch, collate_packed, model_dtype
 from .conv import PackedConvNet
 from .sequence import SequenceClassifier
 from .tabular import DROPOUT, TabularMLP
-from .whole import WHOLE_DROPOUT, WholeSeriesNet
+from .whole import WHOLE_DROPOUTS, WholeSeriesNet
 
 __all__ = ["PROBE_DEVICE", "CollateFn", "build_collate", "build_model", "check_objective", "check_plugins",
            "probe_samples"]
@@ -69,8 +69,12 @@ def build_model(config: TrainerConfig, output_width: int | None = None) -> nn.Mo
         elif config.model == "seq":
             model = SequenceClassifier(*shape, length_buckets=config.length_buckets, last_state=last_state)
         elif config.model == "seqflat":
-            model = WholeSeriesNet(*shape, points=config.series_points, dropout=_dropout(config, WHOLE_DROPOUT),
-                                   length_buckets=config.length_buckets, last_state=last_state)
+            # Unset, the dropout is chosen: a head at each of WHOLE_DROPOUTS, scored on held-out samples.
+            chosen = config.dropout is None
+            model = WholeSeriesNet(*shape, points=config.series_points,
+                                   dropout=WHOLE_DROPOUTS if config.dropout is None else config.dropout,
+                                   length_buckets=config.length_buckets, last_state=last_state,
+                                   objective=build_objective(config) if chosen else None)
         elif config.model == "mlp":
             model = TabularMLP(*shape[:4], dropout=_dropout(config, DROPOUT))
         else:

@@ -28,6 +28,7 @@ __all__ = ["DROPOUT", "TabularMLP"]
 
 #: `mlp`'s dropout when `trainer.dropout` is unset.
 DROPOUT = 0.2
+_KEEP = nn.Identity()
 
 
 class TabularMLP(nn.Module):
@@ -54,9 +55,11 @@ class TabularMLP(nn.Module):
         """Outputs of shape (batch.num_samples, num_outputs); an empty batch gives (0, num_outputs)."""
         return self.outputs(segment_mean(batch.values, batch.segment_ids, batch.lengths))
 
-    def outputs(self, x: Tensor) -> Tensor:
-        """Outputs (n, num_outputs) of feature vectors `x` (n, num_features)."""
-        h = self.dropout(x)
+    def outputs(self, x: Tensor, drop: bool = True) -> Tensor:
+        """Outputs (n, num_outputs) of feature vectors `x` (n, num_features); `drop=False`: without dropout, as in
+        evaluation, whatever the module's mode."""
+        dropout = self.dropout if drop else _KEEP
+        h = dropout(x)
         for layer in self.hidden:
-            h = self.dropout(F.gelu(layer(h)))
-        return self.head(h) + self.linear(self.dropout(x))
+            h = dropout(F.gelu(layer(h)))
+        return self.head(h) + self.linear(dropout(x))

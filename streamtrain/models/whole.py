@@ -22,30 +22,62 @@ of the two alone on every series of one length (Tecator's RMSE 2.2-2.6 against r
 gestures, 0.95 where the flat path alone reached 0.77). Series of varying length keep `seq`: there a position
 means different things in different samples (resampled, PLAID lost 2 to 8 points of accuracy).
 
-Its regularisation is fixed (`trainer.dropout`, `trainer.ema_decay`), not chosen from the data. On a few hundred
-series whose target the series explain by a few percent of its variance it fits the noise: 160 training series,
-250 steps, held-out RMSE 1.14 against the mean's 1.05, where ridge regression with its penalty chosen by GCV reaches
-1.04; and the whole-series path's input dropout, a ridge penalty of about one per series per input, keeps it from
-an exact linear read of two positions (0.79x the mean's RMSE; 0.27x at dropout 0). The quality panel's sets are
-not of that kind (Covid3Month: 0.040 against the mean's 0.045 and ridge's 0.043).
+How strongly the whole-series path is regularised is chosen from the data, unless `trainer.dropout` is set. Which
+dropout a set wants does not follow from its shape: Tecator's 172 spectra want 0.5 (held-out RMSE 1.5 against 2.6
+at 0.05), 160 series whose target is the difference of two positions want 0.05 (0.30x the mean's RMSE, 0.79x at
+0.5: input dropout acts as a ridge penalty). So the MLP is one head per dropout of `WHOLE_DROPOUTS`, trained side
+by side, each on its own loss; about one sample in eight (`batching.HOLDOUT_EVERY`, chosen by its bytes, so a
+replayed sample is always or never one of them) is trained on by none and scores each head without dropout, and
+the model outputs the head whose recent score is lowest. `seq` learns beside the chosen head alone: trained on
+every head's residuals it drifts toward fitting what the weakest leaves, and every head carries that drift (the
+positions set: 0.53x the mean's RMSE instead of 0.3x). The choice is a buffer, so it travels with the weights;
+a published version records it and the scores in its metrics.
+
+What the heads cannot do is hold a weak linear signal: on 160 series whose target the series explain by a few
+percent of its variance every dropout fits noise (held-out RMSE 1.17 against the mean's 1.05, where ridge
+regression with its penalty chosen by GCV reaches 1.04). The promotion gate refuses such a model, and `up` says so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, cast
+
 import torch
+import torch.distributed as dist
 from torch import nn
+
+from streamtrain.objectives import Objective
 
 from .batching import PackedBatch
 from .conv import segment_mean
 from .sequence import MIN_STD, SequenceClassifier
 from .tabular import TabularMLP
 
-__all__ = ["WHOLE_DROPOUT", "WHOLE_LAYERS", "WholeSeriesNet", "resample", "whole_series_features"]
+__all__ = ["MIN_SCORED", "SCORE_WINDOW", "SETTLE_SCORED", "SWITCH_RATIO", "WHOLE_DROPOUT", "WHOLE_DROPOUTS",
+           "WHOLE_LAYERS", "WholeSeriesNet", "resample", "whole_series_features"]
 
-#: The whole-series MLP's dropout when `trainer.dropout` is unset: it has hundreds of inputs per series and a few
-#: dozen series to learn from (on the panel 0.5 held BasicMotions at 0.93-0.96 where 0.2 let it fall to 0.85, and
-#: Tecator's RMSE at 3.0 against 3.4).
+#: The whole-series MLP's dropouts when `trainer.dropout` is unset: one head at each, trained side by side and
+#: scored on samples no head trains on; the model predicts with the best. Which one a set wants is not to be read from
+#: its shape: on the panel 0.5 held BasicMotions at 0.93-0.96 where 0.2 let it fall to 0.85, and Tecator's RMSE at
+#: 1.5 against 2.6 at 0.05; a target read from two positions of 24 wants 0.05 (0.30x the mean's RMSE, 0.79x at 0.5).
+WHOLE_DROPOUTS = (0.05, 0.2, 0.5)
+#: The head it predicts with until `MIN_SCORED` held-out samples have been scored.
 WHOLE_DROPOUT = 0.5
+#: Held-out samples the heads' scores average over (an exponential window: recent weights count, early ones fade).
+SCORE_WINDOW = 100
+#: Held-out samples scored before the model chooses by them.
+MIN_SCORED = 32
+#: Held-out samples scored (in all) after which the choice is settled: every head then trains on every sample too,
+#: as a model chosen on a validation set is refitted on all the data (Tecator's 172 spectra without the 16 held out:
+#: test RMSE 1.80 against 1.48-1.57 after 300 steps).
+SETTLE_SCORED = 256
+#: Another head replaces the first (`seq` with the 0.5 head) only when its held-out loss is under this share of the
+#: first's. A few dozen held-out samples tell a large difference from a small one, not a small one's sign, and a head
+#: of less dropout learns faster: when the choice settled on Tecator (4 seeds), the 0.05 and 0.2 heads scored 0.49x
+#: to 0.67x the first's, and at 0.49x the 0.05 head's test RMSE was 1.6x the first's; on the positions set (2 seeds)
+#: they scored 0.11x to 0.18x.
+SWITCH_RATIO = 0.3
 #: Hidden layers of the whole-series MLP (`trainer.num_layers` is `seq`'s blocks).
 WHOLE_LAYERS = 2
 
@@ -94,8 +126,33 @@ def whole_series_features(batch: PackedBatch, points: int) -> torch.Tensor:
     return torch.cat([grid.flatten(1), z.flatten(1), torch.asinh(mean), torch.log10(std)], dim=1)
 
 
+class _WithLoss(torch.autograd.Function):
+    """`outputs` as they are, with `loss` added to the loss that backward starts from: the heads train on losses of
+    their own through a forward that returns one output (how Megatron-LM adds its MoE auxiliary losses). Its gradient
+    is `loss`'s alone: `outputs` come in detached."""
+
+    @staticmethod
+    def forward(ctx: Any, outputs: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+        ctx.loss_shape = loss.shape
+        return outputs.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
+        return None, grad.new_ones(ctx.loss_shape)
+
+
 class WholeSeriesNet(nn.Module):
     """`seq` (`SequenceClassifier`) plus an MLP with a linear path over `whole_series_features`; outputs summed.
+
+    With several dropouts (and the objective, whose losses train and score them), the whole-series MLP is one head
+    per dropout: the first (at `WHOLE_DROPOUT`) with `seq`, as the model is with one, the others alone. Each trains on
+    its own loss over the batch's samples but those its `holdout` marks; on those, each head's loss without dropout
+    is kept as an exponentially weighted mean (`SCORE_WINDOW` samples). From `MIN_SCORED` on, the model outputs the
+    first head unless another scores under `SWITCH_RATIO` of its score (`choice`, one-hot, a buffer: it travels with
+    the weights into every checkpoint and version). Once `SETTLE_SCORED` samples have been scored the choice is
+    settled: the chosen head trains on every sample, alone. A batch without `holdout` trains every head on every
+    sample and changes no score, and so does every rank but the first of a DDP group: DDP hands rank 0's buffers to
+    the others before each forward, so rank 0's device alone holds samples out and scores.
 
     Args:
         num_features: Channels per frame (F).
@@ -104,21 +161,164 @@ class WholeSeriesNet(nn.Module):
         num_layers: `seq`'s conv blocks (the MLP has `WHOLE_LAYERS`).
         kernel_size: `seq`'s temporal kernel width.
         points: Points per channel the whole-series path resamples each series to (`trainer.series_points`).
-        dropout: The whole-series MLP's dropout in training (`trainer.dropout`).
+        dropout: The whole-series MLP's dropout in training (`trainer.dropout`), or one per head.
         length_buckets: `seq`'s padded lengths per power of two.
         last_state: `seq` pools each series' last frame too (`forecast`).
+        objective: What the heads' losses are (needed by more than one head).
     """
 
+    choice: torch.Tensor
+    with_seq: torch.Tensor
+    held_loss: torch.Tensor
+    held_weight: torch.Tensor
+    scored: torch.Tensor
+
     def __init__(self, num_features: int, num_outputs: int, hidden_size: int = 64, num_layers: int = 2,
-                 kernel_size: int = 5, points: int = 64, dropout: float = WHOLE_DROPOUT, length_buckets: int = 8,
-                 last_state: bool = False) -> None:
+                 kernel_size: int = 5, points: int = 64, dropout: float | Sequence[float] = WHOLE_DROPOUT,
+                 length_buckets: int = 8, last_state: bool = False, objective: Objective | None = None) -> None:
         super().__init__()
         self.points = points
         self.seq = SequenceClassifier(num_features, num_outputs, hidden_size, num_layers, kernel_size,
                                       length_buckets=length_buckets, last_state=last_state)
-        self.whole = TabularMLP(2 * num_features * (points + 1), num_outputs, hidden_size, WHOLE_LAYERS, dropout)
+        width = 2 * num_features * (points + 1)
         self.last_state = last_state
+        dropouts = (dropout,) if isinstance(dropout, float | int) else tuple(dropout)
+        self.dropouts = dropouts
+        if len(dropouts) == 1:
+            self.whole: nn.Module = TabularMLP(width, num_outputs, hidden_size, WHOLE_LAYERS, dropouts[0])
+            return
+        if objective is None:
+            raise ValueError("a WholeSeriesNet with several dropouts needs the objective its heads train on")
+        self.objective = objective
+        self.whole = nn.ModuleList(TabularMLP(width, num_outputs, hidden_size, WHOLE_LAYERS, d) for d in dropouts)
+        first = dropouts.index(WHOLE_DROPOUT) if WHOLE_DROPOUT in dropouts else len(dropouts) - 1
+        self.first = first
+        self.register_buffer("choice", nn.functional.one_hot(torch.tensor(first), len(dropouts)).float())
+        self.register_buffer("with_seq", self.choice.clone(), persistent=False)
+        self.register_buffer("held_loss", torch.zeros(len(dropouts)))
+        self.register_buffer("held_weight", torch.zeros(()))
+        self.register_buffer("scored", torch.zeros(()))
+        self._settled, self._calls = False, 0
+        self._rank: int | None = None  # this process's rank in the group, read at the first step
+        self._idle: tuple[int, list[nn.Parameter]] | None = None  # once settled: the chosen head, the weights unused
+
+    @property
+    def heads(self) -> list[TabularMLP]:
+        """The whole-series MLPs, one per dropout."""
+        if isinstance(self.whole, TabularMLP):
+            return [self.whole]
+        return cast(list[TabularMLP], list(cast(nn.ModuleList, self.whole)))
+
+    @property
+    def chosen_dropout(self) -> float:
+        """The dropout of the head the model outputs."""
+        return self.dropouts[int(self.choice.argmax())] if len(self.dropouts) > 1 else self.dropouts[0]
+
+    def held_out_scores(self) -> dict[float, float | None]:
+        """Each head's mean loss over the held-out samples of the window, by dropout (None: none scored yet)."""
+        if len(self.dropouts) == 1 or float(self.held_weight) <= 0:
+            return dict.fromkeys(self.dropouts)
+        means = (self.held_loss / self.held_weight).tolist()
+        return dict(zip(self.dropouts, means, strict=True))
+
+    def version_metrics(self) -> dict[str, float]:
+        """What a published version records of the choice (`metrics` in its model.json): the chosen head's dropout
+        and each head's held-out score; nothing with one head."""
+        if len(self.dropouts) == 1:
+            return {}
+        scores = {f"seqflat_holdout_loss_{d:g}": s for d, s in self.held_out_scores().items() if s is not None}
+        return {"seqflat_dropout": self.chosen_dropout, "seqflat_with_seq": float(self.choice @ self.with_seq),
+                "seqflat_holdout_scored": float(self.scored), **scores}
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """Outputs of shape (batch.num_samples, num_outputs); an empty batch gives (0, num_outputs)."""
-        return self.seq(batch) + self.whole.outputs(whole_series_features(batch, self.points))
+        features = whole_series_features(batch, self.points)
+        if isinstance(self.whole, TabularMLP):
+            return self.seq(batch) + self.whole.outputs(features)
+        if not self.training:  # every head, weighted by the one-hot choice: an exported graph takes no branch
+            heads = torch.stack([head.outputs(features) for head in self.heads])
+            return (self.choice @ self.with_seq) * self.seq(batch) + torch.einsum("k,kno->no", self.choice, heads)
+        if not self._choosing():
+            return self._chosen_outputs(batch, features)
+        # The first head is `seq` with the 0.5 MLP (the model as it was before heads were chosen), the others the MLP
+        # alone: none trains on the held-out samples, and each on its own loss.
+        base = self.seq(batch)
+        choice = self.choice.clone()  # the choice of this step (`_score` updates it)
+        outputs = [base + head.outputs(features) if k == self.first else head.outputs(features)
+                   for k, head in enumerate(self.heads)]
+        held = batch.holdout if self._scores_here() else None
+        train = outputs[0].new_ones(batch.num_samples) if held is None else (~held).to(base.dtype)
+        n = max(batch.num_samples, 1)
+        loss = torch.stack([(self.objective.losses(out, batch) * train).sum() for out in outputs]).sum() / n
+        if held is not None:
+            self._score(base.detach(), features.detach(), held, batch)
+        chosen = torch.einsum("k,kno->no", choice, torch.stack(outputs).detach())
+        return _WithLoss.apply(chosen, loss)
+
+    def _chosen_outputs(self, batch: PackedBatch, features: torch.Tensor) -> torch.Tensor:
+        """Training once the choice is settled: the chosen head alone (and `seq` with the first), on every sample,
+        as any model trains; the rest of the weights get a zero gradient (DDP expects one for every parameter)."""
+        if self._idle is None:
+            chosen = int(self.choice.argmax())
+            used = {*self.heads[chosen].parameters(), *(self.seq.parameters() if chosen == self.first else ())}
+            self._idle = (chosen, [p for p in self.parameters() if p not in used])
+        chosen, idle = self._idle
+        outputs = self.heads[chosen].outputs(features)
+        if chosen == self.first:
+            outputs = outputs + self.seq(batch)
+        return outputs + 0.0 * torch.stack([p.sum() for p in idle]).sum() if idle else outputs
+
+    def _scores_here(self) -> bool:
+        """Whether this process scores the heads: alone, or as rank 0 of a group. DDP hands rank 0's buffers to every
+        rank before each forward (as it does batch-norm statistics), so the others' scores would be overwritten:
+        they train every head on every sample instead."""
+        if self._rank is None:
+            self._rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        return self._rank == 0
+
+    def _choosing(self) -> bool:
+        """Whether fewer than `SETTLE_SCORED` held-out samples have been scored: read from the buffer on the CPU, and
+        every 16th step on a GPU (a host sync)."""
+        if self._settled:
+            return False
+        self._calls += 1
+        if self.scored.device.type == "cpu" or self._calls % 16 == 0:
+            self._settled = float(self.scored) >= SETTLE_SCORED
+        return not self._settled
+
+    @torch.no_grad()
+    def _score(self, base: torch.Tensor, features: torch.Tensor, held: torch.Tensor, batch: PackedBatch) -> None:
+        """Fold each head's losses without dropout on the batch's held-out samples into its score, and once
+        `MIN_SCORED` samples have been, choose: the first head unless another's score is under `SWITCH_RATIO` of the
+        first's. On the device, with no host sync."""
+        outputs = [base * float(k == self.first) + head.outputs(features, drop=False)
+                   for k, head in enumerate(self.heads)]
+        losses = torch.stack([self.objective.losses(out, batch) for out in outputs]).to(self.held_loss.dtype)
+        count = held.to(losses.dtype).sum()
+        kept = torch.pow(1.0 - 1.0 / SCORE_WINDOW, count)
+        held_losses = torch.where(held, losses, 0.0).nan_to_num(nan=torch.inf)  # a head gone NaN is never chosen
+        self.held_loss.mul_(kept).add_(held_losses.sum(1))
+        self.held_weight.mul_(kept).add_(count)
+        self.scored.add_(count)
+        scores = self.held_loss.nan_to_num(nan=torch.inf)
+        others = torch.where(self.with_seq > 0, torch.inf, scores)
+        other = others.argmin()
+        pick = torch.where(others[other] < SWITCH_RATIO * scores[self.first], other, self.first)
+        best = nn.functional.one_hot(pick, len(self.dropouts)).to(self.choice.dtype)
+        self.choice.copy_(torch.where(self.held_weight >= MIN_SCORED, best, self.choice))
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        """A version saved with one whole-series MLP (before heads were chosen) loads as the choice of its dropout."""
+        old = [key for key in state_dict if key.startswith(prefix + "whole.") and not key[len(prefix) + 6].isdigit()]
+        if isinstance(self.whole, nn.ModuleList) and old:
+            first = int(self.choice.argmax())
+            for key in old:
+                state_dict[f"{prefix}whole.{first}.{key[len(prefix) + 6:]}"] = state_dict.pop(key)
+            for index, head in enumerate(self.heads):
+                if index != first:
+                    for name, value in head.state_dict().items():
+                        state_dict.setdefault(f"{prefix}whole.{index}.{name}", value)
+            for name in ("choice", "held_loss", "held_weight", "scored"):
+                state_dict.setdefault(prefix + name, getattr(self, name))
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        self._settled, self._idle = False, None  # read again from the loaded `scored` and `choice`

@@ -97,6 +97,10 @@ def headline_figures(spec: ModelSpec) -> str:
     shown = [f"{label} {metric} {spec.metrics[key]:.4g}"
              for label, key in (("held-out", f"heldout_{metric}"), ("test-then-train", f"prequential_{metric}"))
              if key in spec.metrics]
+    if "seqflat_dropout" in spec.metrics:  # the head `seqflat` chose (`streamtrain.models.whole`)
+        alone = "" if spec.metrics.get("seqflat_with_seq", 1.0) else " alone"
+        shown.append(f"whole-series MLP{alone} at dropout {spec.metrics['seqflat_dropout']:g}, chosen on "
+                     f"{spec.metrics.get('seqflat_holdout_scored', 0):.0f} held-out scores")
     return "".join(f", {s}" for s in shown)
 
 

@@ -166,7 +166,9 @@ class VersionPublisher:
         summed: dict[str, float] = {}
         for contribution in contributions:
             add_sums(summed, contribution[4])
-        figures = {**metrics, **prequential_metrics(self.objective, summed, step)}
+        # A model may add figures of its own (`seqflat`: the dropout it chose, on what held-out scores).
+        chosen = getattr(model, "version_metrics", None)
+        figures = {**metrics, **prequential_metrics(self.objective, summed, step), **(chosen() if chosen else {})}
         written = self._write(step, model, lineage, figures)
         self.metrics.version_seconds.set(time.perf_counter() - started)
         return written

@@ -188,8 +188,9 @@ def _chunks(samples: Sequence[Sample], max_size: int) -> list[list[Sample]]:
 
 def _older_settings(config: TrainerConfig, spec: ModelSpec, tensors: Mapping[str, torch.Tensor]) -> TrainerConfig:
     """A version written before model.json kept `series_points`: the points its `seqflat` weights were built for
-    (the whole-series path's linear layer reads 2 x features x (points + 1) inputs)."""
-    weight = tensors.get("whole.linear.weight")
+    (the whole-series path's linear layer, of its one MLP or its first head, reads 2 x features x (points + 1)
+    inputs)."""
+    weight = tensors.get("whole.linear.weight", tensors.get("whole.0.linear.weight"))
     if config.model != "seqflat" or "series_points" in spec.settings or weight is None or weight.ndim != 2:
         return config
     points, left = divmod(int(weight.shape[1]), 2 * config.num_features)

@@ -1,7 +1,10 @@
-"""Standardised inputs end to end, as a user runs it: `up --dataset` on a CSV whose features are a day number near
-736,000, a fraction, a constant column and one missing cell fits the inputs' shift and scale, chooses the MLP,
-leaves the bad row out by name, and hands out a model that beats the mean by far through `load_model`, `serve` and
-the exported graph alike; every record accounted for."""
+"""What `up --dataset` hands out on data no test here chose, end to end, as a user runs it.
+
+A CSV whose features are a day number near 736,000, a fraction, a constant column and one missing cell: `up` fits
+the inputs' shift and scale, chooses the MLP, leaves the bad row out by name, and hands out a model that beats the
+mean by far through `load_model`, `serve` and the exported graph alike; every record accounted for. Series whose
+target is set by two of their positions, on two ranks: `seqflat` chooses a lighter head than its default on the
+first rank's held-out samples, says so, and the model and its exported graph read the target."""
 
 from __future__ import annotations
 
@@ -78,6 +81,45 @@ def test_a_day_number_csv_is_standardised_in_up_and_applied_by_predict_serve_and
     assert rmse < 0.5 * mean_rmse, (rmse, mean_rmse)  # the day number reached the model: far better than the mean
     assert model.spec.metrics["heldout_rmse"] < model.spec.metrics["heldout_baseline_rmse"]
     graph = torch.export.load(export_model(model, tmp_path / "days.pt2")).module()
+    with torch.no_grad():
+        exported = graph(*graph_inputs(rows)).numpy()[:, 0]
+    np.testing.assert_allclose(exported, predicted, rtol=1e-4, atol=1e-3)
+
+
+def _positions(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Series of 24 frames around 100 whose target is what frame 5 holds against frame 17 (noise of 0.1)."""
+    x = 100.0 + rng.standard_normal((n, 24, 1))
+    return x.astype(np.float32), x[:, 5, 0] - x[:, 17, 0] + 0.1 * rng.standard_normal(n)
+
+
+@pytest.mark.timeout(450)
+def test_seqflat_chooses_a_light_head_on_the_first_ranks_held_out_samples_and_hands_it_out(kafka_cfg: KafkaConfig,
+                                                                                           tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    for split, n in (("TRAIN", 160), ("TEST", 200)):
+        x, y = _positions(n, rng)
+        np.savez(tmp_path / f"pos_{split}.npz", x=x, y=y[:, None])
+    held = np.load(tmp_path / "pos_TEST.npz")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRAIN_")}
+    env["COLUMNS"] = "400"
+    cmd = module_command(CLI_MODULE, "up", "--dataset", str(tmp_path / "pos_TRAIN.npz"), "--devices", "2", "--rates",
+                         "400,400", "--steps", "400", "--drain-timeout", "60", "--broker", "external",
+                         "--no-prometheus", "--no-live", "--out", str(tmp_path / "run"),
+                         sets={"kafka.bootstrap_servers": kafka_cfg.bootstrap_servers,
+                               "kafka.topic_prefix": kafka_cfg.topic_prefix})
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    model = streamtrain.load_model(tmp_path / "run" / "model")
+    metrics = model.spec.metrics
+    # Two ranks: rank 0's device held samples out and scored the heads; a head without `seq` won by far.
+    assert metrics["seqflat_dropout"] < 0.5 and metrics["seqflat_with_seq"] == 0.0, metrics
+    assert metrics["seqflat_holdout_scored"] >= 32
+    assert f"whole-series MLP alone at dropout {metrics['seqflat_dropout']:g}, chosen on" in proc.stdout
+    rows = list(held["x"])
+    predicted = model.predict(rows).values[:, 0]
+    rmse, mean_rmse = float(np.sqrt(np.mean((predicted - held["y"][:, 0]) ** 2))), float(np.std(held["y"]))
+    assert rmse < 0.4 * mean_rmse, (rmse, mean_rmse)
+    graph = torch.export.load(export_model(model, tmp_path / "pos.pt2")).module()
     with torch.no_grad():
         exported = graph(*graph_inputs(rows)).numpy()[:, 0]
     np.testing.assert_allclose(exported, predicted, rtol=1e-4, atol=1e-3)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from streamtrain.config import TrainerConfig
 from streamtrain.models import build_model
 from streamtrain.stack.serving import forget_versions, keep_final_model
@@ -51,6 +53,21 @@ def test_the_kept_models_line_shows_its_objectives_headline_figures(tmp_path: Pa
                   build_model(regression).state_dict())
     keep_final_model(tmp_path / "versions", tmp_path / "model", said.append)
     assert said[-1].startswith("model: version 3 (step 30, held-out rmse 2.314, test-then-train rmse 2.6) kept in")
+
+
+def test_the_kept_models_line_says_which_head_seqflat_chose(tmp_path: Path) -> None:
+    said: list[str] = []
+    config = CFG.model_copy(update={"objective": "regression", "model": "seqflat", "series_points": 8})
+    model = build_model(config)
+    with torch.no_grad():
+        model.choice.copy_(torch.tensor([1.0, 0.0, 0.0])), model.scored.fill_(256.0)
+    metrics = {"heldout_rmse": 1.5, **model.version_metrics()}
+    write_version(tmp_path / "versions", spec_for(config, job="j", version=1, step=9, class_names=None, offsets={},
+                                                  metrics=metrics), model.state_dict())
+    keep_final_model(tmp_path / "versions", tmp_path / "model", said.append)
+    assert said[-1].startswith("model: version 1 (step 9, held-out rmse 1.5, whole-series MLP alone at dropout 0.05, "
+                               "chosen on 256 held-out scores) kept in"), said[-1]
+    assert load_model(tmp_path / "model").spec.metrics["seqflat_dropout"] == 0.05
 
 
 def test_a_device_has_a_backlog_while_seconds_of_its_stream_wait() -> None:

@@ -37,17 +37,15 @@ from streamtrain.wire import Sample
 
 from .standardise import input_scaling
 
-__all__ = ["DTYPE_NOT_ACCEPTED", "DTYPE_OVERFLOW", "HOLDOUT_EVERY", "Batch", "PackedBatch", "bucketed_length",
-           "collate_for_prediction", "collate_packed", "held_out_rows", "holdout_every", "model_dtype", "pack_samples",
-           "payload_problem", "sample_problems"]
+__all__ = ["DTYPE_NOT_ACCEPTED", "DTYPE_OVERFLOW", "Batch", "PackedBatch", "bucketed_length", "collate_for_prediction",
+           "collate_packed", "model_dtype", "pack_samples", "payload_draws", "payload_problem", "sample_problems",
+           "takes_draws"]
 
 logger = logging.getLogger(__name__)
 
 #: Dead-letter reasons of the payload rule.
 DTYPE_NOT_ACCEPTED = "dtype-not-accepted"
 DTYPE_OVERFLOW = "dtype-overflow"
-#: A model that chooses among candidates scores them on about one sample in this many, which it never trains on.
-HOLDOUT_EVERY = 8
 
 
 def bucketed_length(length: int, per_octave: int = 8) -> int:
@@ -103,8 +101,9 @@ class PackedBatch:
         bound_factors: (num_samples,) the factor each sample's `values` (and a forecast's `targets`) were
             multiplied by to stay within `trainer.max_input_abs`, in their dtype: 1 where they were not scaled.
             None: no sample was (a batch built by hand); dividing by it gives back the sample's own units.
-        holdout: (num_samples,) bool: the samples set aside to score a model's candidates on, never trained on
-            (`held_out_rows`); None: none are (prediction, a collate of your own).
+        draws: (num_samples,) float32 in [0, 1) drawn from each sample's payload bytes (`payload_draws`), the same
+            wherever and whenever the sample is packed: a model that holds samples out to score itself on takes
+            those below its share (`seqflat`). None: not drawn (prediction, a collate of your own).
     """
 
     values: torch.Tensor
@@ -115,7 +114,7 @@ class PackedBatch:
     targets: torch.Tensor | None = None
     horizon: int = 0
     bound_factors: torch.Tensor | None = None
-    holdout: torch.Tensor | None = None
+    draws: torch.Tensor | None = None
 
     @property
     def num_samples(self) -> int:
@@ -141,7 +140,7 @@ class PackedBatch:
             targets=None if self.targets is None else self.targets.to(device, non_blocking=True),
             horizon=self.horizon,
             bound_factors=None if self.bound_factors is None else self.bound_factors.to(device, non_blocking=True),
-            holdout=None if self.holdout is None else self.holdout.to(device, non_blocking=True),
+            draws=None if self.draws is None else self.draws.to(device, non_blocking=True),
         )
 
 
@@ -277,7 +276,7 @@ def pack_samples(
     target_width: int = 0,
     horizon: int = 0,
     scaling: tuple[np.ndarray, np.ndarray] | None = None,
-    holdout_every: int = 0,
+    draws: bool = False,
 ) -> PackedBatch:
     """Concatenate samples into one packed batch (an empty list gives an empty, well-shaped batch).
 
@@ -294,7 +293,7 @@ def pack_samples(
             sample needs more than `horizon` frames.
         scaling: Per-feature (shift, scale): every frame becomes (frame - shift) / scale before the bound
             (`streamtrain.models.standardise`).
-        holdout_every: When > 0, about one sample in this many is marked in `holdout` (`held_out_rows`).
+        draws: Draw each sample's number in `draws` (`payload_draws`).
 
     Returns:
         The packed batch on the CPU.
@@ -335,16 +334,16 @@ def pack_samples(
         targets=torch.from_numpy(targets),
         horizon=horizon,
         bound_factors=torch.from_numpy(factors),
-        holdout=torch.from_numpy(held_out_rows(samples, holdout_every)) if holdout_every else None,
+        draws=torch.from_numpy(payload_draws(samples)) if draws else None,
     )
 
 
-def held_out_rows(samples: Sequence[Sample], every: int) -> np.ndarray:
-    """Which of `samples` are set aside for validation: those whose payload's CRC-32 is a multiple of `every`,
-    about one in `every`. A sample's own bytes decide, so a sample replayed epoch after epoch (a dataset `up`
-    streams again and again), on any rank, is set aside every time or never: what is scored on was never trained on.
-    """
-    return np.fromiter((zlib.crc32(sample.data) % every == 0 for sample in samples), dtype=bool, count=len(samples))
+def payload_draws(samples: Sequence[Sample]) -> np.ndarray:
+    """A number in [0, 1) for each of `samples`: its payload's CRC-32 over 2^32. A sample's own bytes decide, so a
+    sample replayed epoch after epoch (a dataset `up` streams again and again), on any rank, draws the same number:
+    a model that holds out the samples below a share scores on samples it never trained on."""
+    crcs = np.fromiter((zlib.crc32(sample.data) for sample in samples), dtype=np.uint64, count=len(samples))
+    return (crcs / 2.0**32).astype(np.float32)
 
 
 def _hold_back(values: np.ndarray, lengths: np.ndarray, cu: np.ndarray,
@@ -377,20 +376,20 @@ def _packing(config: TrainerConfig, samples: Sequence[Sample]) -> tuple[bool, in
     return False, config.target_width if carried else 0, 0
 
 
-def holdout_every(config: TrainerConfig) -> int:
-    """One sample in how many the collate sets aside for the model to choose among its candidates on (0: none):
-    `seqflat` with `trainer.dropout` unset chooses its whole-series head's dropout (`streamtrain.models.whole`)."""
-    return HOLDOUT_EVERY if config.model == "seqflat" and config.dropout is None else 0
+def takes_draws(config: TrainerConfig) -> bool:
+    """Whether the configured model holds samples out by their draws (`payload_draws`): `seqflat` with
+    `trainer.dropout` unset, which chooses its whole-series head on them (`streamtrain.models.whole`)."""
+    return config.model == "seqflat" and config.dropout is None
 
 
 def collate_packed(samples: Sequence[Sample], config: TrainerConfig) -> PackedBatch:
     """The default collate function: `pack_samples` with the configured features, classes, dtype and bound, the
-    labels or targets `trainer.objective` trains on, and the samples the model scores its candidates on."""
+    labels or targets `trainer.objective` trains on, and the draws a model that holds samples out reads."""
     require_labels, target_width, horizon = _packing(config, samples)
     classes = config.num_classes if require_labels else None  # a label the objective does not use is not checked
     return pack_samples(samples, config.num_features, dtype=model_dtype(config), num_classes=classes,
                         max_abs=config.max_input_abs, require_labels=require_labels, target_width=target_width,
-                        horizon=horizon, scaling=input_scaling(config), holdout_every=holdout_every(config))
+                        horizon=horizon, scaling=input_scaling(config), draws=takes_draws(config))
 
 
 def collate_for_prediction(samples: Sequence[Sample], config: TrainerConfig) -> PackedBatch:

@@ -26,7 +26,7 @@ How strongly the whole-series path is regularised is chosen from the data, unles
 dropout a set wants does not follow from its shape: Tecator's 172 spectra want 0.5 (held-out RMSE 1.5 against 2.6
 at 0.05), 160 series whose target is the difference of two positions want 0.05 (0.30x the mean's RMSE, 0.79x at
 0.5: input dropout acts as a ridge penalty). So the MLP is one head per dropout of `WHOLE_DROPOUTS`, trained side
-by side, each on its own loss; about one sample in eight (`batching.HOLDOUT_EVERY`, chosen by its bytes, so a
+by side, each on its own loss; about one sample in eight (`HOLDOUT_SHARE`, chosen by its bytes, so a
 replayed sample is always or never one of them) is trained on by none and scores each head without dropout, and
 the model outputs the head whose recent score is lowest. `seq` learns beside the chosen head alone: trained on
 every head's residuals it drifts toward fitting what the weakest leaves, and every head carries that drift (the
@@ -54,24 +54,32 @@ from .conv import segment_mean
 from .sequence import MIN_STD, SequenceClassifier
 from .tabular import TabularMLP
 
-__all__ = ["MIN_SCORED", "SCORE_WINDOW", "SETTLE_SCORED", "SWITCH_RATIO", "WHOLE_DROPOUT", "WHOLE_DROPOUTS",
-           "WHOLE_LAYERS", "WholeSeriesNet", "resample", "whole_series_features"]
+__all__ = ["HOLDOUT_SHARE", "MIN_SCORED", "SCORE_WINDOW", "SETTLE_SCORED", "SETTLE_STEPS", "SWITCH_RATIO",
+           "WHOLE_DROPOUT", "WHOLE_DROPOUTS", "WHOLE_LAYERS", "WholeSeriesNet", "resample", "whole_series_features"]
 
 #: The whole-series MLP's dropouts when `trainer.dropout` is unset: one head at each, trained side by side and
-#: scored on samples no head trains on; the model predicts with the best. Which one a set wants is not to be read from
-#: its shape: on the panel 0.5 held BasicMotions at 0.93-0.96 where 0.2 let it fall to 0.85, and Tecator's RMSE at
-#: 1.5 against 2.6 at 0.05; a target read from two positions of 24 wants 0.05 (0.30x the mean's RMSE, 0.79x at 0.5).
-WHOLE_DROPOUTS = (0.05, 0.2, 0.5)
+#: scored on samples no head trains on. Which one a set wants is not to be read from its shape: Tecator's RMSE is 1.5
+#: at 0.5 against 2.6 at 0.05, and on the panel 0.5 held BasicMotions at 0.93-0.96 where 0.2 let it fall to 0.85; a
+#: target read from two positions of 24 wants 0.05 (0.2x the mean's RMSE, 0.79x at 0.5). A third head at 0.2 won
+#: nothing on the panel or on that set and costs every step its compute.
+WHOLE_DROPOUTS = (0.05, 0.5)
+#: The share of the samples held out to score the heads on while the choice is open (`PackedBatch.draws` below it).
+#: All on rank 0: in a group of N ranks it holds out N times this share of its own (at most half).
+HOLDOUT_SHARE = 1 / 8
 #: The head it predicts with until `MIN_SCORED` held-out samples have been scored.
 WHOLE_DROPOUT = 0.5
 #: Held-out samples the heads' scores average over (an exponential window: recent weights count, early ones fade).
 SCORE_WINDOW = 100
 #: Held-out samples scored before the model chooses by them.
 MIN_SCORED = 32
-#: Held-out samples scored (in all) after which the choice is settled: every head then trains on every sample too,
-#: as a model chosen on a validation set is refitted on all the data (Tecator's 172 spectra without the 16 held out:
-#: test RMSE 1.80 against 1.48-1.57 after 300 steps).
+#: Held-out samples scored (in all) after which the choice is settled: the chosen head then trains alone, on every
+#: sample, as a model chosen on a validation set is refitted on all the data (Tecator's 172 spectra without the 16
+#: held out: test RMSE 1.80 against 1.48-1.57 after 300 steps).
 SETTLE_SCORED = 256
+#: Steps trained while choosing before the choice may settle: held-out samples are scored at the pace of the batches
+#: (a run of 60 samples a rank a step scored 256 in 18 steps, when no head had learned yet), the heads learn at the
+#: pace of the steps.
+SETTLE_STEPS = 100
 #: Another head replaces the first (`seq` with the 0.5 head) only when its held-out loss is under this share of the
 #: first's. A few dozen held-out samples tell a large difference from a small one, not a small one's sign, and a head
 #: of less dropout learns faster: when the choice settled on Tecator (4 seeds), the 0.05 and 0.2 heads scored 0.49x
@@ -145,14 +153,17 @@ class WholeSeriesNet(nn.Module):
     """`seq` (`SequenceClassifier`) plus an MLP with a linear path over `whole_series_features`; outputs summed.
 
     With several dropouts (and the objective, whose losses train and score them), the whole-series MLP is one head
-    per dropout: the first (at `WHOLE_DROPOUT`) with `seq`, as the model is with one, the others alone. Each trains on
-    its own loss over the batch's samples but those its `holdout` marks; on those, each head's loss without dropout
-    is kept as an exponentially weighted mean (`SCORE_WINDOW` samples). From `MIN_SCORED` on, the model outputs the
-    first head unless another scores under `SWITCH_RATIO` of its score (`choice`, one-hot, a buffer: it travels with
-    the weights into every checkpoint and version). Once `SETTLE_SCORED` samples have been scored the choice is
-    settled: the chosen head trains on every sample, alone. A batch without `holdout` trains every head on every
-    sample and changes no score, and so does every rank but the first of a DDP group: DDP hands rank 0's buffers to
-    the others before each forward, so rank 0's device alone holds samples out and scores.
+    per dropout: the first (at `WHOLE_DROPOUT`) with `seq`, as the model is with one, the others alone. Each trains
+    on its own loss over the batch's samples but those held out (`draws` under `HOLDOUT_SHARE`); on those, each
+    head's loss without dropout is kept as an exponentially weighted mean (`SCORE_WINDOW` samples). From
+    `MIN_SCORED` on, the model outputs the first head unless another scores under `SWITCH_RATIO` of its score
+    (`choice`, one-hot, a buffer: it travels with the weights into every checkpoint and version). Once
+    `SETTLE_SCORED` samples have been scored, over at least `SETTLE_STEPS` steps, the choice is settled: the chosen
+    head trains on every sample, alone. A batch without `draws` trains every head on every sample and changes no
+    score. In a DDP group, rank 0's device alone holds samples out and scores: DDP hands rank 0's buffers to the
+    others before each forward, so theirs would not count, and they train every head on all their samples. Rank 0
+    holds out N times `HOLDOUT_SHARE` of its samples in a group of N (at most half), so the run's share held out,
+    and the pace at which the choice is made, do not change with N.
 
     Args:
         num_features: Channels per frame (F).
@@ -172,6 +183,7 @@ class WholeSeriesNet(nn.Module):
     held_loss: torch.Tensor
     held_weight: torch.Tensor
     scored: torch.Tensor
+    steps: torch.Tensor
 
     def __init__(self, num_features: int, num_outputs: int, hidden_size: int = 64, num_layers: int = 2,
                  kernel_size: int = 5, points: int = 64, dropout: float | Sequence[float] = WHOLE_DROPOUT,
@@ -198,9 +210,12 @@ class WholeSeriesNet(nn.Module):
         self.register_buffer("held_loss", torch.zeros(len(dropouts)))
         self.register_buffer("held_weight", torch.zeros(()))
         self.register_buffer("scored", torch.zeros(()))
+        self.register_buffer("steps", torch.zeros(()))  # steps trained while choosing
         self._settled, self._calls = False, 0
         self._rank: int | None = None  # this process's rank in the group, read at the first step
-        self._idle: tuple[int, list[nn.Parameter]] | None = None  # once settled: the chosen head, the weights unused
+        self._share = HOLDOUT_SHARE  # the share of its samples rank 0 holds out (`_scores_here`)
+        self._chosen: int | None = None  # the settled choice, read once from `choice`
+        self._idle: dict[int, list[nn.Parameter]] = {}  # the weights a head trained alone leaves idle
 
     @property
     def heads(self) -> list[TabularMLP]:
@@ -239,14 +254,16 @@ class WholeSeriesNet(nn.Module):
             heads = torch.stack([head.outputs(features) for head in self.heads])
             return (self.choice @ self.with_seq) * self.seq(batch) + torch.einsum("k,kno->no", self.choice, heads)
         if not self._choosing():
-            return self._chosen_outputs(batch, features)
+            if self._chosen is None:
+                self._chosen = int(self.choice.argmax())
+            return self._alone(batch, features, self._chosen)
         # The first head is `seq` with the 0.5 MLP (the model as it was before heads were chosen), the others the MLP
         # alone: none trains on the held-out samples, and each on its own loss.
         base = self.seq(batch)
         choice = self.choice.clone()  # the choice of this step (`_score` updates it)
         outputs = [base + head.outputs(features) if k == self.first else head.outputs(features)
                    for k, head in enumerate(self.heads)]
-        held = batch.holdout if self._scores_here() else None
+        held = None if batch.draws is None or not self._scores_here() else batch.draws < self._share
         train = outputs[0].new_ones(batch.num_samples) if held is None else (~held).to(base.dtype)
         n = max(batch.num_samples, 1)
         loss = torch.stack([(self.objective.losses(out, batch) * train).sum() for out in outputs]).sum() / n
@@ -255,16 +272,15 @@ class WholeSeriesNet(nn.Module):
         chosen = torch.einsum("k,kno->no", choice, torch.stack(outputs).detach())
         return _WithLoss.apply(chosen, loss)
 
-    def _chosen_outputs(self, batch: PackedBatch, features: torch.Tensor) -> torch.Tensor:
-        """Training once the choice is settled: the chosen head alone (and `seq` with the first), on every sample,
-        as any model trains; the rest of the weights get a zero gradient (DDP expects one for every parameter)."""
-        if self._idle is None:
-            chosen = int(self.choice.argmax())
-            used = {*self.heads[chosen].parameters(), *(self.seq.parameters() if chosen == self.first else ())}
-            self._idle = (chosen, [p for p in self.parameters() if p not in used])
-        chosen, idle = self._idle
-        outputs = self.heads[chosen].outputs(features)
-        if chosen == self.first:
+    def _alone(self, batch: PackedBatch, features: torch.Tensor, index: int) -> torch.Tensor:
+        """Head `index` (with `seq`, for the first) trained on every sample, as any model trains: the settled choice.
+        The other weights get a zero gradient: DDP expects one for every parameter."""
+        idle = self._idle.get(index)
+        if idle is None:
+            used = {*self.heads[index].parameters(), *(self.seq.parameters() if index == self.first else ())}
+            idle = self._idle[index] = [p for p in self.parameters() if p not in used]
+        outputs = self.heads[index].outputs(features)
+        if index == self.first:
             outputs = outputs + self.seq(batch)
         return outputs + 0.0 * torch.stack([p.sum() for p in idle]).sum() if idle else outputs
 
@@ -273,17 +289,23 @@ class WholeSeriesNet(nn.Module):
         rank before each forward (as it does batch-norm statistics), so the others' scores would be overwritten:
         they train every head on every sample instead."""
         if self._rank is None:
-            self._rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+            group = dist.is_available() and dist.is_initialized()
+            self._rank = dist.get_rank() if group else 0
+            # The whole run's share held out stays HOLDOUT_SHARE: rank 0 holds out that share of every rank's.
+            self._share = min(0.5, HOLDOUT_SHARE * (dist.get_world_size() if group else 1))
         return self._rank == 0
 
     def _choosing(self) -> bool:
-        """Whether fewer than `SETTLE_SCORED` held-out samples have been scored: read from the buffer on the CPU, and
-        every 16th step on a GPU (a host sync)."""
+        """Whether fewer than `SETTLE_SCORED` held-out samples have been scored, or fewer than `SETTLE_STEPS` steps
+        trained (counted here, while choosing): read from the buffers on the CPU, and every 16th step on a GPU (a
+        host sync)."""
         if self._settled:
             return False
         self._calls += 1
         if self.scored.device.type == "cpu" or self._calls % 16 == 0:
-            self._settled = float(self.scored) >= SETTLE_SCORED
+            self._settled = float(self.scored) >= SETTLE_SCORED and float(self.steps) >= SETTLE_STEPS
+        if not self._settled:
+            self.steps.add_(1)
         return not self._settled
 
     @torch.no_grad()
@@ -318,7 +340,7 @@ class WholeSeriesNet(nn.Module):
                 if index != first:
                     for name, value in head.state_dict().items():
                         state_dict.setdefault(f"{prefix}whole.{index}.{name}", value)
-            for name in ("choice", "held_loss", "held_weight", "scored"):
+            for name in ("choice", "held_loss", "held_weight", "scored", "steps"):
                 state_dict.setdefault(prefix + name, getattr(self, name))
         super()._load_from_state_dict(state_dict, prefix, *args)
-        self._settled, self._idle = False, None  # read again from the loaded `scored` and `choice`
+        self._settled, self._chosen = False, None  # read again from the loaded `scored` and `choice`

@@ -60,7 +60,7 @@ def test_the_kept_models_line_says_which_head_seqflat_chose(tmp_path: Path) -> N
     config = CFG.model_copy(update={"objective": "regression", "model": "seqflat", "series_points": 8})
     model = build_model(config)
     with torch.no_grad():
-        model.choice.copy_(torch.tensor([1.0, 0.0, 0.0])), model.scored.fill_(256.0)
+        model.choice.copy_(torch.eye(len(model.dropouts))[0]), model.scored.fill_(256.0)  # the first: 0.05, alone
     metrics = {"heldout_rmse": 1.5, **model.version_metrics()}
     write_version(tmp_path / "versions", spec_for(config, job="j", version=1, step=9, class_names=None, offsets={},
                                                   metrics=metrics), model.state_dict())

@@ -179,7 +179,6 @@ class WholeSeriesNet(nn.Module):
     """
 
     choice: torch.Tensor
-    with_seq: torch.Tensor
     held_loss: torch.Tensor
     held_weight: torch.Tensor
     scored: torch.Tensor
@@ -206,7 +205,6 @@ class WholeSeriesNet(nn.Module):
         first = dropouts.index(WHOLE_DROPOUT) if WHOLE_DROPOUT in dropouts else len(dropouts) - 1
         self.first = first
         self.register_buffer("choice", nn.functional.one_hot(torch.tensor(first), len(dropouts)).float())
-        self.register_buffer("with_seq", self.choice.clone(), persistent=False)
         self.register_buffer("held_loss", torch.zeros(len(dropouts)))
         self.register_buffer("held_weight", torch.zeros(()))
         self.register_buffer("scored", torch.zeros(()))
@@ -242,7 +240,7 @@ class WholeSeriesNet(nn.Module):
         if len(self.dropouts) == 1:
             return {}
         scores = {f"seqflat_holdout_loss_{d:g}": s for d, s in self.held_out_scores().items() if s is not None}
-        return {"seqflat_dropout": self.chosen_dropout, "seqflat_with_seq": float(self.choice @ self.with_seq),
+        return {"seqflat_dropout": self.chosen_dropout, "seqflat_with_seq": float(self.choice[self.first]),
                 "seqflat_holdout_scored": float(self.scored), **scores}
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
@@ -252,7 +250,7 @@ class WholeSeriesNet(nn.Module):
             return self.seq(batch) + self.whole.outputs(features)
         if not self.training:  # every head, weighted by the one-hot choice: an exported graph takes no branch
             heads = torch.stack([head.outputs(features) for head in self.heads])
-            return (self.choice @ self.with_seq) * self.seq(batch) + torch.einsum("k,kno->no", self.choice, heads)
+            return self.choice[self.first] * self.seq(batch) + torch.einsum("k,kno->no", self.choice, heads)
         if not self._choosing():
             if self._chosen is None:
                 self._chosen = int(self.choice.argmax())
@@ -323,7 +321,8 @@ class WholeSeriesNet(nn.Module):
         self.held_weight.mul_(kept).add_(count)
         self.scored.add_(count)
         scores = self.held_loss.nan_to_num(nan=torch.inf)
-        others = torch.where(self.with_seq > 0, torch.inf, scores)
+        others = scores.clone()
+        others[self.first] = torch.inf  # the lighter heads, against the first
         other = others.argmin()
         pick = torch.where(others[other] < SWITCH_RATIO * scores[self.first], other, self.first)
         best = nn.functional.one_hot(pick, len(self.dropouts)).to(self.choice.dtype)

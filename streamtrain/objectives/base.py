@@ -185,6 +185,17 @@ class Objective:
         """Per-sample losses (shape (N,)) of the model's `outputs` (N, output_width) on `batch`."""
         raise NotImplementedError
 
+    def fitting_target(self, batch: Any) -> torch.Tensor | None:
+        """The values (N, output_width) the outputs would have to equal for the least loss, where the loss is a squared
+        error (or one like it near its least: Huber): what a head fitted in closed form by least squares is fitted to
+        (`seqflat`'s ridge head). None, the default: no such values (classification's logits)."""
+        return None
+
+    @property
+    def fits_in_closed_form(self) -> bool:
+        """Whether `fitting_target` is given (a subclass overrides it)."""
+        return type(self).fitting_target is not Objective.fitting_target
+
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
                     baseline: torch.Tensor | None = None) -> Mapping[str, torch.Tensor | float]:
         """Metric sums of a batch, each a 0-d tensor (kept on the device: read them once, after the step) or a number

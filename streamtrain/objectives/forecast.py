@@ -96,11 +96,14 @@ class Forecast(Objective):
     def _shaped(self, flat: torch.Tensor) -> torch.Tensor:
         return flat.reshape(flat.shape[0], self.config.horizon, -1)
 
-    def losses(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+    def fitting_target(self, batch: Any) -> torch.Tensor:
+        """The steps from each series' last value to its next `horizon` values, in its mean step (N, outputs)."""
         last, scale = last_value_and_scale(batch)
-        steps = (self._shaped(batch.targets) - last.unsqueeze(1)) / scale.unsqueeze(1)
-        each = F.huber_loss(self._shaped(outputs), steps, reduction="none", delta=1.0)
-        return each.flatten(1).mean(dim=1)
+        return ((self._shaped(batch.targets) - last.unsqueeze(1)) / scale.unsqueeze(1)).flatten(1)
+
+    def losses(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        each = F.huber_loss(outputs, self.fitting_target(batch), reduction="none", delta=1.0)
+        return each.mean(dim=1)
 
     def forecast(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
         """The forecast values (N, horizon, F) in the series' own units."""

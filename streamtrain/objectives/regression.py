@@ -122,6 +122,9 @@ class Regression(Objective):
             each = F.mse_loss(outputs, truth, reduction="none")
         return each.mean(dim=1)
 
+    def fitting_target(self, batch: Any) -> torch.Tensor:
+        return self.to_standard(batch.targets)
+
     def metric_sums(self, outputs: torch.Tensor, batch: Any,
                     baseline: torch.Tensor | None = None) -> dict[str, torch.Tensor | float]:
         truth = batch.targets

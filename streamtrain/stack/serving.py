@@ -97,10 +97,14 @@ def headline_figures(spec: ModelSpec) -> str:
     shown = [f"{label} {metric} {spec.metrics[key]:.4g}"
              for label, key in (("held-out", f"heldout_{metric}"), ("test-then-train", f"prequential_{metric}"))
              if key in spec.metrics]
-    if "seqflat_dropout" in spec.metrics:  # the head `seqflat` chose (`streamtrain.models.whole`)
-        alone = "" if spec.metrics.get("seqflat_with_seq", 1.0) else " alone"
-        shown.append(f"whole-series MLP{alone} at dropout {spec.metrics['seqflat_dropout']:g}, chosen on "
-                     f"{spec.metrics.get('seqflat_holdout_scored', 0):.0f} held-out scores")
+    metrics = spec.metrics  # the head `seqflat` chose (`streamtrain.models.whole`), and on what
+    chosen_on = f"chosen on {metrics.get('seqflat_holdout_scored', 0):.0f} held-out scores"
+    if metrics.get("seqflat_ridge"):
+        shown.append(f"whole-series ridge line (penalty {metrics.get('seqflat_ridge_penalty', 0):g} by GCV, fitted on "
+                     f"{metrics.get('seqflat_ridge_fitted', 0):.0f} samples), {chosen_on}")
+    elif "seqflat_dropout" in metrics:
+        alone = "" if metrics.get("seqflat_with_seq", 1.0) else " alone"
+        shown.append(f"whole-series MLP{alone} at dropout {metrics['seqflat_dropout']:g}, {chosen_on}")
     return "".join(f", {s}" for s in shown)
 
 

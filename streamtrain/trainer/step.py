@@ -165,6 +165,9 @@ class StepRunner:
         self._buffers = [b for b in model.module.buffers() if b.is_floating_point()]
         self.average = WeightAverage(model.module, config.ema_decay) if config.ema_decay > 0 else None
         """The moving average of the weights that evaluations and versions use (`trainer.ema_decay`; None: off)."""
+        self._sums_over_ranks = getattr(model.module, "sum_over_ranks", None)
+        """A model's hook to sum statistics of its own over the ranks (`seqflat`'s ridge head): called on every rank
+        once a step, after the optimizer's step, with an in-place all-reduce of a tensor."""
         self.inputs: InputEstimate | None = None
         """The online estimate of the input standardisation while it warms up (`streamtrain.models.standardise`;
         set by the rank when `trainer.input_shift` is unset): folded in before each step's collate."""
@@ -245,13 +248,7 @@ class StepRunner:
         skipped = grad_norm is not None and not math.isfinite(grad_norm)
         # An empty global batch has all-zero gradients; stepping would still apply momentum and decay.
         stepped = global_samples > 0 and not skipped
-        if stepped:
-            self._optimizer_step()
-        elif skipped:
-            self.skipped_steps += 1
-            with torch.no_grad():
-                for buffer, before in zip(self._buffers, saved, strict=True):
-                    buffer.copy_(before)
+        self._end_step(stepped, skipped, saved)
         loss_value = float(loss.detach()) if batch.num_samples > 0 else None
         prequential = {} if scored is None or skipped else self._scores(scored, batch)
         self._sync()
@@ -307,10 +304,27 @@ class StepRunner:
         if not (self.model.training and self.model.module.training):
             self.model.train()
 
+    def _end_step(self, stepped: bool, skipped: bool, saved: list[torch.Tensor]) -> None:
+        """The optimizer's step, or a skipped step's buffers restored; then the model's own sums over the ranks."""
+        if stepped:
+            self._optimizer_step()
+        elif skipped:
+            self.skipped_steps += 1
+            with torch.no_grad():
+                for buffer, before in zip(self._buffers, saved, strict=True):
+                    buffer.copy_(before)
+        if self._sums_over_ranks is not None:  # on every rank, idle ones too: it may run a collective
+            self._sums_over_ranks(self._all_reduce)
+
     def _optimizer_step(self) -> None:
         self.optimizer.step()
         if self.average is not None:
             self.average.update(self.model.module)
+
+    @staticmethod
+    def _all_reduce(tensor: torch.Tensor) -> None:
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(tensor)
 
     def _sum_over_ranks(self, local: np.ndarray) -> np.ndarray:
         summed = torch.as_tensor(local, dtype=torch.float64, device=self.device)

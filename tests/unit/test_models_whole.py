@@ -1,7 +1,7 @@
 """`seqflat`, the model for series of one length: its resampling, its isolation of series, its dropout heads and the
-samples it scores them on (never trained on), the rule that chooses it from the data's shape (and says why), and
-that `up --dataset`'s defaults for it beat the mean on a small low-signal regression problem and read a
-position-dependent target that pooling cannot."""
+samples it scores them on (never trained on), its ridge line, the rule that chooses it from the data's shape (and
+says why), and that `up --dataset`'s defaults for it beat the mean on a small low-signal regression problem and read
+a position-dependent target that pooling cannot."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from streamtrain.models.tabular import TabularMLP
 from streamtrain.models.whole import (
     HOLDOUT_SHARE,
     MIN_SCORED,
+    RIDGE_RATIO,
     SETTLE_SCORED,
     SETTLE_STEPS,
     SWITCH_RATIO,
@@ -119,8 +120,8 @@ def test_heads_train_beside_their_held_out_samples_never_on_them_and_a_clearly_b
         net.eval()
         with torch.no_grad():
             base, features = net.seq(batch), whole_series_features(batch, net.points)
-            return [objective.losses(base * (k == first) + head.outputs(features), batch).mean().item()
-                    for k, head in enumerate(net.whole)]
+            outputs = [base * (k == first) + head.outputs(features) for k, head in enumerate(net.whole)]
+            return [objective.losses(out, batch).mean().item() for out in [*outputs, net.ridge.outputs(features)]]
 
     # A batch all held out: its loss reaches no weight, and each head's score is its loss without dropout.
     batch = _batch(40, [True] * 40)
@@ -129,10 +130,12 @@ def test_heads_train_beside_their_held_out_samples_never_on_them_and_a_clearly_b
     objective.losses(net(batch), batch).mean().backward()
     assert all(p.grad is None or not p.grad.any() for p in net.parameters())
     scores = net.held_out_scores()
-    assert list(scores) == [0.05, 0.2, 0.5]
+    assert list(scores) == [0.05, 0.2, 0.5, "ridge"]  # the ridge head, not fitted yet: the targets' standard mean, 0
     np.testing.assert_allclose(list(scores.values()), expected, rtol=1e-9)
-    best = int(np.argmin(expected))
-    assert net.chosen_dropout == (net.dropouts[best] if expected[best] < SWITCH_RATIO * expected[first] else 0.5)
+    best = int(np.argmin(expected[:3]))
+    mlp = best if expected[best] < SWITCH_RATIO * expected[first] else first
+    ridge = expected[3] < RIDGE_RATIO * expected[mlp]
+    assert net.chosen_dropout == (None if ridge else net.dropouts[mlp]) and net.chosen_ridge == ridge
     # A head far better than the first on the held-out samples is chosen (past MIN_SCORED).
     with torch.no_grad():
         head = net.whole[0]
@@ -140,7 +143,8 @@ def test_heads_train_beside_their_held_out_samples_never_on_them_and_a_clearly_b
             layer.weight.zero_(), layer.bias.zero_()
         head.linear.weight.zero_()
         head.linear.bias.copy_(objective.to_standard(batch.targets).mean(0))  # the held-out targets' mean
-        net.whole[first].linear.bias.add_(20.0)  # and the first far off
+        net.whole[first].linear.bias.add_(20.0)  # and the first far off, and the line (not fitted: none trained on)
+        net.ridge.bias.add_(20.0)
     net.train()
     objective.losses(net(batch), batch).mean().backward()
     assert net.chosen_dropout == 0.05 and net.version_metrics()["seqflat_dropout"] == 0.05
@@ -156,7 +160,7 @@ def test_once_settled_the_chosen_head_trains_on_every_sample_and_the_rest_get_ze
     net, objective, _ = _regression((0.05, 0.2, 0.5))
     with torch.no_grad():
         net.scored.fill_(SETTLE_SCORED), net.steps.fill_(SETTLE_STEPS)
-        net.choice.copy_(torch.tensor([1.0, 0.0, 0.0]))
+        net.choice.copy_(torch.tensor([1.0, 0.0, 0.0, 0.0]))
     net.train()
     batch = _batch(12, [True] * 12)
     objective.losses(net(batch), batch).mean().backward()
@@ -180,6 +184,54 @@ def test_fewer_scored_samples_than_min_scored_keep_the_first_head_and_a_one_head
     batch = _batch(5, [False] * 5, seed=2)
     torch.testing.assert_close(net(batch), old(batch))
     assert net.chosen_dropout == 0.5
+
+
+def test_a_ridge_line_far_better_than_the_mlp_heads_is_chosen_then_fitted_to_every_sample_and_handed_out() -> None:
+    net, objective, _ = _regression((0.05, 0.5))
+    rng = np.random.default_rng(4)
+    samples = []
+    for i in range(60):  # the target is a line in the series' values: a fit in closed form nails it
+        x = rng.standard_normal((6, 1)).astype(np.float32)
+        samples.append(Sample.from_array("d", i, x, target=[float(2.0 * x[1, 0] - x[4, 0])]))
+    batch = pack_samples(samples, 1, dtype=torch.float64, require_labels=False, target_width=1)
+    held = torch.arange(60) % 4 == 0  # 15 held out
+    batch = replace(batch, draws=torch.where(held, 0.01, 0.5) + torch.arange(60) / 1000)
+    net.train()
+    for _ in range(3):  # the first step fits the line to the 45 samples trained on; the next two score it
+        net.zero_grad()
+        objective.losses(net(batch), batch).mean().backward()
+    assert float(net.ridge.fitted) == 45 and net.chosen_ridge and net.chosen_dropout is None
+    metrics = net.version_metrics()
+    assert metrics["seqflat_ridge"] == 1.0 and metrics["seqflat_ridge_fitted"] == 45
+    assert "seqflat_dropout" not in metrics
+    assert metrics["seqflat_holdout_loss_ridge"] < min(metrics["seqflat_holdout_loss_0.05"], metrics[
+        "seqflat_holdout_loss_0.5"])
+    with torch.no_grad():  # settled: the line alone, fitted to the held-out samples too, no weight learns
+        net.scored.fill_(SETTLE_SCORED), net.steps.fill_(SETTLE_STEPS)
+    for _ in range(2):
+        net.zero_grad()
+        objective.losses(net(batch), batch).mean().backward()
+    assert float(net.ridge.fitted) == 60
+    assert all(p.grad is not None and not p.grad.any() for p in net.parameters())
+    net.eval()
+    with torch.no_grad():
+        predicted = net(batch)
+    torch.testing.assert_close(predicted, net.ridge.outputs(whole_series_features(batch, net.points)))
+    torch.testing.assert_close(predicted, objective.to_standard(batch.targets), atol=1e-3, rtol=0)
+
+
+def test_only_objectives_with_a_least_squares_target_get_a_ridge_head_and_a_version_without_one_loads() -> None:
+    base = {"model": "seqflat", "num_features": 1, "series_points": 6}
+    assert build_model(TrainerConfig(objective="regression", **base)).ridge is not None
+    assert build_model(TrainerConfig(objective="forecast", horizon=2, **base)).ridge is not None
+    assert build_model(TrainerConfig(objective="classification", num_classes=3, **base)).ridge is None
+    net, _, _ = _regression((0.05, 0.5))
+    old = {k: v for k, v in net.state_dict().items() if not k.startswith("ridge.")}  # written before the ridge head
+    old["choice"], old["held_loss"] = torch.tensor([1.0, 0.0]), torch.tensor([0.3, 0.6])
+    net.load_state_dict(old)
+    assert net.choice.tolist() == [1.0, 0.0, 0.0] and net.chosen_dropout == 0.05 and not net.chosen_ridge
+    np.testing.assert_allclose(net.held_loss.tolist(), [0.3, 0.6, 0.0], rtol=1e-6)
+    assert float(net.ridge.fitted) == 0
 
 
 def test_the_model_follows_the_data_shape_and_says_why() -> None:
@@ -247,13 +299,6 @@ def _trained_on(tmp_path: Path, seed: int, sizes: tuple[int, int],
     return _train_as_up_does(tmp_path / "TRAIN.npz", tmp_path / "TEST.npz", steps=250)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open (issue 35): RMSE 1.145 against the mean's 1.046; ridge with its penalty chosen by GCV reaches 1.039. The "
-    "dropout heads chosen on held-out samples do not help: both fit the noise (held-out losses 1.72 for the 0.05 "
-    "head and 1.49 for seq with the 0.5 one, against about 1 for the mean), and no fixed setting tried did either "
-    "(dropout 0-0.8, weight decay, lr, EMA 0.99, zero-initialised heads, hidden 16; the linear path alone at 0.8 ends "
-    "at the mean's 1.046): the weights the steps reach are noisier than the closed-form fit, which the model would "
-    "need to hold. The promotion gate refuses such a model, and up says so"))
 @pytest.mark.timeout(120)
 def test_the_default_for_series_of_one_length_beats_the_mean_on_a_low_signal_regression(tmp_path: Path) -> None:
     rmse, mean_rmse, model = _trained_on(tmp_path, 0, (160, 400), lambda n, rng: _series(n, rng, signal=0.5))

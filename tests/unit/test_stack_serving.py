@@ -56,18 +56,28 @@ def test_the_kept_models_line_shows_its_objectives_headline_figures(tmp_path: Pa
 
 
 def test_the_kept_models_line_says_which_head_seqflat_chose(tmp_path: Path) -> None:
-    said: list[str] = []
     config = CFG.model_copy(update={"objective": "regression", "model": "seqflat", "series_points": 8})
     model = build_model(config)
+
+    def kept_line(version: int, held_out: float) -> str:
+        said: list[str] = []
+        spec = spec_for(config, job="j", version=version, step=9, class_names=None, offsets={},
+                        metrics={"heldout_rmse": held_out, **model.version_metrics()})
+        write_version(tmp_path / "versions", spec, model.state_dict())
+        keep_final_model(tmp_path / "versions", tmp_path / "model", said.append)
+        return said[-1]
+
     with torch.no_grad():
-        model.choice.copy_(torch.eye(len(model.dropouts))[0]), model.scored.fill_(256.0)  # the first: 0.05, alone
-    metrics = {"heldout_rmse": 1.5, **model.version_metrics()}
-    write_version(tmp_path / "versions", spec_for(config, job="j", version=1, step=9, class_names=None, offsets={},
-                                                  metrics=metrics), model.state_dict())
-    keep_final_model(tmp_path / "versions", tmp_path / "model", said.append)
-    assert said[-1].startswith("model: version 1 (step 9, held-out rmse 1.5, whole-series MLP alone at dropout 0.05, "
-                               "chosen on 256 held-out scores) kept in"), said[-1]
+        model.choice.copy_(torch.eye(len(model.choice))[0]), model.scored.fill_(256.0)  # the first: 0.05, alone
+    assert kept_line(1, 1.5).startswith("model: version 1 (step 9, held-out rmse 1.5, whole-series MLP alone at "
+                                        "dropout 0.05, chosen on 256 held-out scores) kept in")
     assert load_model(tmp_path / "model").spec.metrics["seqflat_dropout"] == 0.05
+    with torch.no_grad():  # the ridge head (the last), fitted on 140 samples at a penalty of 6.3
+        model.choice.copy_(torch.eye(len(model.choice))[-1]), model.ridge.penalty.fill_(6.3)
+        model.ridge.fitted.fill_(140.0)
+    assert kept_line(2, 1.0).startswith("model: version 2 (step 9, held-out rmse 1, whole-series ridge line (penalty "
+                                        "6.3 by GCV, fitted on 140 samples), chosen on 256 held-out scores) kept in")
+    assert "seqflat_dropout" not in load_model(tmp_path / "model").spec.metrics
 
 
 def test_a_device_has_a_backlog_while_seconds_of_its_stream_wait() -> None:

@@ -20,6 +20,7 @@ from trainer_ranks import (
     HELD_OUT,
     NAN_MODEL,
     OBJECTIVES,
+    RIDGE,
     backlog,
     reference_sgd,
     reference_size_weighted_grads,
@@ -29,8 +30,12 @@ from trainer_ranks import (
 )
 
 from streamtrain.datasets import load_dataset
+from streamtrain.models import build_collate
 from streamtrain.models.batching import collate_packed
 from streamtrain.models.plugins import build_model
+from streamtrain.models.ridge import RidgeHead
+from streamtrain.models.whole import HOLDOUT_SHARE, whole_series_features
+from streamtrain.objectives import build_objective
 from streamtrain.trainer.compression import topk
 from streamtrain.wire import Sample
 
@@ -194,6 +199,36 @@ def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank(
         expected, _ = reference_sgd(NAN_MODEL, WORLD, skipped=(1,))
         assert _max_diff(runs[0]["params"], expected) < 1e-9
     assert all(torch.isfinite(v).all() for v in runs[0]["params"].values())
+
+
+def test_seqflats_ridge_head_fits_every_ranks_samples_as_one_process_would(
+        observed: dict[str, list[dict[str, Any]]]) -> None:
+    """Through the trainer's once-a-step hook, with idle ranks: each rank's ridge line is the one a single process
+    fits to the union of the samples trained on (rank 0's held-out ones left out, as the model holds them out)."""
+    per_rank = [r["ridge"] for r in observed["ridge"]]
+    for other in observed["ridge"][1:]:
+        assert all(torch.equal(per_rank[0][k], other["ridge"][k]) for k in per_rank[0])
+        assert all(torch.equal(a, b) for a, b in zip(observed["ridge"][0]["sums"], other["sums"], strict=True))
+    config, reference = RIDGE, RidgeHead(
+        2 * RIDGE.num_features * (RIDGE.series_points + 1), RIDGE.target_width).double()
+    objective, collate = build_objective(config), build_collate(config)
+    for step in range(len(COUNTS)):
+        for rank in range(WORLD):
+            samples = step_samples(step, rank, config)
+            if not samples:
+                continue
+            batch = collate(samples, config)
+            held = batch.draws < min(0.5, HOLDOUT_SHARE * WORLD) if rank == 0 else None
+            reference.observe(whole_series_features(batch, config.series_points), objective.fitting_target(batch),
+                              None if held is None else ~held, batch.draws)
+    reference.refit()
+    kept = sum(len(step_samples(step, rank, config)) for step in range(len(COUNTS)) for rank in range(WORLD))
+    assert 0 < float(per_rank[0]["fitted"]) == float(reference.fitted) < kept  # rank 0 held some out
+    for summed, alone in zip(observed["ridge"][0]["sums"], reference._sums, strict=True):
+        torch.testing.assert_close(summed, alone, rtol=1e-12, atol=1e-12)
+    # The same penalty; the lines agree as far as the fewer samples than features leave them determined.
+    assert float(per_rank[0]["penalty"]) == float(reference.penalty)
+    torch.testing.assert_close(per_rank[0]["weight"], reference.weight, rtol=1e-3, atol=1e-6)
 
 
 def test_four_ranks_with_idle_ones_match_sgd_on_the_union(tmp_path: Path) -> None:

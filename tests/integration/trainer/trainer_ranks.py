@@ -61,6 +61,9 @@ OBJECTIVES = {
     "forecast": BASE.model_copy(update={"objective": "forecast", "horizon": 2}),
 }
 
+#: `seqflat` choosing its head (dropout unset) on the regression targets: its ridge head sums every rank's samples.
+RIDGE = OBJECTIVES["regression"].model_copy(update={"model": "seqflat", "series_points": 6})
+
 
 def step_samples(step: int, rank: int, config: TrainerConfig = BASE) -> list[Sample]:
     """The samples `rank` trains in `step` (deterministic, so the reference can rebuild them), with the targets
@@ -140,6 +143,17 @@ def _train(config: TrainerConfig, rank: int, world: int,
 
 def _train_objective(config: TrainerConfig, rank: int, world: int) -> dict[str, Any]:
     return _train(config, rank, world, objective_samples(config))
+
+
+def _ridge(rank: int, world: int) -> dict[str, Any]:
+    """`seqflat`'s ridge head after the steps, through the trainer's hook (idle ranks included)."""
+    ctx = init_distributed(RIDGE)
+    runner = build_step_runner(RIDGE, ctx)
+    for step in range(len(COUNTS)):
+        runner.run_step(step_samples(step, rank, RIDGE))
+    ridge = runner.model.module.ridge
+    return {"ridge": {k: v.detach().clone() for k, v in ridge.state_dict().items()},
+            "sums": [t.clone() for t in ridge._sums]}
 
 
 def _size_weighted_grads(rank: int, world: int) -> dict[str, Any]:
@@ -256,6 +270,7 @@ SCENARIOS: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "compressor_votes": _compressor_votes,
     "size_weighted": _size_weighted_grads,
     "heldout": _held_out,
+    "ridge": _ridge,
 }
 
 #: Scenarios `run_ranks` runs by default (everything that needs no GPU).

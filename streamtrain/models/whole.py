@@ -287,14 +287,14 @@ class WholeSeriesNet(nn.Module):
         features = whole_series_features(batch, self.points)
         if isinstance(self.whole, TabularMLP):
             return self.seq(batch) + self.whole.outputs(features)
-        line = [self.ridge.outputs(features)] if self.ridge is not None else []
-        if not self.training:  # every head, weighted by the one-hot choice: an exported graph takes no branch
-            heads = torch.stack([*(head.outputs(features) for head in self.heads), *line])
-            return self.choice[self.first] * self.seq(batch) + torch.einsum("k,kno->no", self.choice, heads)
-        if not self._choosing():
+        if self.training and not self._choosing():
             if self._chosen is None:
                 self._chosen = int(self.choice.argmax())
             return self._alone(batch, features, self._chosen)
+        line = [self.ridge.outputs(features)] if self.ridge is not None else []  # the last candidate's outputs
+        if not self.training:  # every head, weighted by the one-hot choice: an exported graph takes no branch
+            heads = torch.stack([*(head.outputs(features) for head in self.heads), *line])
+            return self.choice[self.first] * self.seq(batch) + torch.einsum("k,kno->no", self.choice, heads)
         # The first head is `seq` with the 0.5 MLP (the model as it was before heads were chosen), the others the MLP
         # alone: none trains on the held-out samples, and each on its own loss.
         base = self.seq(batch)
@@ -313,8 +313,8 @@ class WholeSeriesNet(nn.Module):
 
     def _alone(self, batch: PackedBatch, features: torch.Tensor, index: int) -> torch.Tensor:
         """Head `index` (with `seq`, for the first) trained on every sample, as any model trains: the settled choice.
-        The ridge head (the last index) goes on fitting to every sample on rank 0, or forgets its sums when another
-        was chosen. The other weights get a zero gradient: DDP expects one for every parameter."""
+        The ridge head (the last index) goes on fitting to every sample, or forgets its sums when another was
+        chosen. The other weights get a zero gradient: DDP expects one for every parameter."""
         idle = self._idle.get(index)
         if idle is None:
             heads = self.heads
@@ -333,7 +333,7 @@ class WholeSeriesNet(nn.Module):
 
     def _fit_line(self, features: torch.Tensor, batch: PackedBatch, keep: torch.Tensor | None = None) -> None:
         """Show the ridge head the samples `keep` marks (all when None), on every rank."""
-        target = self.objective.fitting_target(batch)
+        target = self.objective.fitting_target(batch) if self.ridge is not None else None
         if self.ridge is not None and target is not None:
             self.ridge.observe(features, target, keep, batch.draws)
 

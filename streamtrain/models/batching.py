@@ -376,10 +376,18 @@ def _packing(config: TrainerConfig, samples: Sequence[Sample]) -> tuple[bool, in
     return False, config.target_width if carried else 0, 0
 
 
+#: The built-in objectives with a least-squares target (`Objective.fitting_target`): `mlp` chooses between its MLP
+#: and a ridge line for them.
+LINE_OBJECTIVES = ("regression", "forecast")
+
+
 def takes_draws(config: TrainerConfig) -> bool:
-    """Whether the configured model holds samples out by their draws (`payload_draws`): `seqflat` with
-    `trainer.dropout` unset, which chooses its whole-series head on them (`streamtrain.models.whole`)."""
-    return config.model == "seqflat" and config.dropout is None
+    """Whether the configured model holds samples out by their draws (`payload_draws`) to choose its head on them
+    (`streamtrain.models.choosing`), with `trainer.dropout` unset: `seqflat`, and `mlp` for a built-in objective
+    with a least-squares target (`LINE_OBJECTIVES`)."""
+    if config.dropout is not None:
+        return False
+    return config.model == "seqflat" or (config.model == "mlp" and config.objective in LINE_OBJECTIVES)
 
 
 def collate_packed(samples: Sequence[Sample], config: TrainerConfig) -> PackedBatch:

@@ -23,10 +23,10 @@ from streamtrain.objectives import Objective, build_objective
 from streamtrain.plugins import SetupError, resolve_dotted
 from streamtrain.wire import Sample
 
-from .batching import Batch, collate_packed, model_dtype
+from .batching import Batch, collate_packed, model_dtype, takes_draws
 from .conv import PackedConvNet
 from .sequence import SequenceClassifier
-from .tabular import DROPOUT, TabularMLP
+from .tabular import DROPOUT, TabularMLP, TabularWithLine
 from .whole import WHOLE_DROPOUTS, WholeSeriesNet
 
 __all__ = ["PROBE_DEVICE", "CollateFn", "build_collate", "build_model", "check_objective", "check_plugins",
@@ -75,6 +75,8 @@ def build_model(config: TrainerConfig, output_width: int | None = None) -> nn.Mo
                                    dropout=WHOLE_DROPOUTS if config.dropout is None else config.dropout,
                                    length_buckets=config.length_buckets, last_state=last_state,
                                    objective=build_objective(config) if chosen else None)
+        elif config.model == "mlp" and takes_draws(config):  # the MLP or a ridge line, chosen on held-out samples
+            model = TabularWithLine(*shape[:4], dropout=DROPOUT, objective=build_objective(config))
         elif config.model == "mlp":
             model = TabularMLP(*shape[:4], dropout=_dropout(config, DROPOUT))
         else:

@@ -97,14 +97,17 @@ def headline_figures(spec: ModelSpec) -> str:
     shown = [f"{label} {metric} {spec.metrics[key]:.4g}"
              for label, key in (("held-out", f"heldout_{metric}"), ("test-then-train", f"prequential_{metric}"))
              if key in spec.metrics]
-    metrics = spec.metrics  # the head `seqflat` chose (`streamtrain.models.whole`), and on what
-    chosen_on = f"chosen on {metrics.get('seqflat_holdout_scored', 0):.0f} held-out scores"
-    if metrics.get("seqflat_ridge"):
-        shown.append(f"whole-series ridge line (penalty {metrics.get('seqflat_ridge_penalty', 0):g} by GCV, fitted on "
-                     f"{metrics.get('seqflat_ridge_fitted', 0):.0f} samples), {chosen_on}")
-    elif "seqflat_dropout" in metrics:
-        alone = "" if metrics.get("seqflat_with_seq", 1.0) else " alone"
-        shown.append(f"whole-series MLP{alone} at dropout {metrics['seqflat_dropout']:g}, {chosen_on}")
+    metrics = spec.metrics  # the head `seqflat` or `mlp` chose (`streamtrain.models.choosing`), and on what
+    for model, what in (("seqflat", "whole-series "), ("mlp", "")):
+        chosen_on = f"chosen on {metrics.get(f'{model}_holdout_scored', 0):.0f} held-out scores"
+        if metrics.get(f"{model}_ridge"):
+            shown.append(f"{what}ridge line (penalty {metrics.get(f'{model}_ridge_penalty', 0):g} by GCV, fitted on "
+                         f"{metrics.get(f'{model}_ridge_fitted', 0):.0f} samples), {chosen_on}")
+        elif "seqflat_dropout" in metrics and model == "seqflat":
+            alone = "" if metrics.get("seqflat_with_seq", 1.0) else " alone"
+            shown.append(f"whole-series MLP{alone} at dropout {metrics['seqflat_dropout']:g}, {chosen_on}")
+        elif f"{model}_holdout_scored" in metrics and model == "mlp":
+            shown.append(f"MLP over a ridge line, {chosen_on}")
     return "".join(f", {s}" for s in shown)
 
 

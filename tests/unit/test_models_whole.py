@@ -5,16 +5,16 @@ a position-dependent target that pooling cannot."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from replayed_training import trained_on
 
-from streamtrain.config import StreamtrainConfig, TrainerConfig
-from streamtrain.models import build_collate, build_model, pack_samples
+from streamtrain.config import TrainerConfig
+from streamtrain.models import build_model, pack_samples
 from streamtrain.models.batching import payload_draws, takes_draws
 from streamtrain.models.defaults import MAX_SERIES_POINTS, default_model
 from streamtrain.models.tabular import TabularMLP
@@ -31,9 +31,6 @@ from streamtrain.models.whole import (
     whole_series_features,
 )
 from streamtrain.objectives import build_objective
-from streamtrain.stack.replay import resolve_replay
-from streamtrain.trainer.averaging import WeightAverage
-from streamtrain.trainer.step import build_optimizer
 from streamtrain.wire import Sample
 
 
@@ -255,53 +252,9 @@ def _series(n: int, rng: np.random.Generator, signal: float) -> tuple[np.ndarray
     return x.astype(np.float32), y
 
 
-def _train_as_up_does(train: Path, test: Path, steps: int) -> tuple[float, float, str]:
-    """`up --dataset`'s choices for `train` (model, optimiser, moving average, standardisation, global batch), trained
-    on replayed batches for `steps` steps in one process: (held-out RMSE, the training mean's, the model)."""
-    replay = resolve_replay(str(train), StreamtrainConfig(), devices=2)
-    trainer = {k.removeprefix("trainer."): v for k, v in replay.settings.items() if k.startswith("trainer.")}
-    trainer.pop("eval_path", None)
-    config = TrainerConfig.model_validate(trainer)
-    torch.manual_seed(0)  # the weights' initialisation and dropout: one figure per run, not a draw
-    model, collate, objective = build_model(config), build_collate(config), build_objective(config)
-    optimizer, average = build_optimizer(model, config), WeightAverage(model, config.ema_decay)
-    data = np.load(train)
-    pairs = zip(data["x"], data["y"][:, 0], strict=True)
-    samples = [Sample.from_array("0", i, x, target=[float(t)]) for i, (x, t) in enumerate(pairs)]
-    batch_size = int(replay.settings["coordinator.global_batch"])  # type: ignore[call-overload]
-    order = np.random.default_rng(0).permutation(np.tile(np.arange(len(samples)), steps * batch_size // len(samples)
-                                                         + 1))
-    model.train()
-    for step in range(steps):
-        batch = collate([samples[i] for i in order[step * batch_size: (step + 1) * batch_size]], config)
-        optimizer.zero_grad()
-        objective.losses(model(batch), batch).mean().backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
-        average.update(model)
-    held = np.load(test)
-    batch = collate([Sample.from_array("0", i, x, target=[float(t)]) for i, (x, t) in
-                     enumerate(zip(held["x"], held["y"][:, 0], strict=True))], config)
-    average.module.eval()
-    with torch.no_grad():
-        predicted = objective.predicted(average.module(batch), batch)[:, 0].double().numpy()
-    rmse = float(np.sqrt(np.mean((predicted - held["y"][:, 0]) ** 2)))
-    return rmse, float(np.sqrt(np.mean((data["y"].mean() - held["y"]) ** 2))), config.model
-
-
-def _trained_on(tmp_path: Path, seed: int, sizes: tuple[int, int],
-                make: Callable[[int, np.random.Generator], tuple[np.ndarray, np.ndarray]]) -> tuple[float, float, str]:
-    """`_train_as_up_does` on a training and a held-out split of `sizes` series drawn by `make` (series, targets)."""
-    rng = np.random.default_rng(seed)
-    for split, n in zip(("TRAIN", "TEST"), sizes, strict=True):
-        x, y = make(n, rng)
-        np.savez(tmp_path / f"{split}.npz", x=x, y=y[:, None])
-    return _train_as_up_does(tmp_path / "TRAIN.npz", tmp_path / "TEST.npz", steps=250)
-
-
 @pytest.mark.timeout(120)
 def test_the_default_for_series_of_one_length_beats_the_mean_on_a_low_signal_regression(tmp_path: Path) -> None:
-    rmse, mean_rmse, model = _trained_on(tmp_path, 0, (160, 400), lambda n, rng: _series(n, rng, signal=0.5))
+    rmse, mean_rmse, model, _ = trained_on(tmp_path, 0, (160, 400), lambda n, rng: _series(n, rng, signal=0.5))
     # The best possible here is the noise's RMSE, 1.0, against the mean's ~1.02: the model must get below the mean
     # by more than a run's noise, not only match it.
     assert model == "seqflat" and rmse < mean_rmse - 0.005, (rmse, mean_rmse)
@@ -315,5 +268,5 @@ def _positions(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray
 
 @pytest.mark.timeout(120)
 def test_the_default_for_series_of_one_length_reads_a_target_set_by_positions(tmp_path: Path) -> None:
-    rmse, mean_rmse, model = _trained_on(tmp_path, 1, (160, 200), _positions)
+    rmse, mean_rmse, model, _ = trained_on(tmp_path, 1, (160, 200), _positions)
     assert model == "seqflat" and rmse < 0.4 * mean_rmse, (rmse, mean_rmse)

@@ -80,6 +80,24 @@ def test_the_kept_models_line_says_which_head_seqflat_chose(tmp_path: Path) -> N
     assert "seqflat_dropout" not in load_model(tmp_path / "model").spec.metrics
 
 
+def test_the_kept_models_line_says_whether_mlp_chose_its_line(tmp_path: Path) -> None:
+    config = CFG.model_copy(update={"objective": "regression", "model": "mlp"})
+    model, said = build_model(config), []
+    for version, line in ((1, False), (2, True)):
+        with torch.no_grad():
+            model.choice.copy_(torch.eye(2)[int(line)]), model.scored.fill_(300.0), model.ridge.penalty.fill_(0.25)
+            model.ridge.fitted.fill_(200.0)
+        spec = spec_for(config, job="j", version=version, step=5, class_names=None, offsets={},
+                        metrics={"heldout_rmse": 1.0, **model.version_metrics()})
+        write_version(tmp_path / "versions", spec, model.state_dict())
+        keep_final_model(tmp_path / "versions", tmp_path / "model", said.append)
+    kept = [line for line in said if line.startswith("model: ")]
+    assert ", MLP over a ridge line, chosen on 300 held-out scores) kept in" in kept[0], kept
+    assert ", ridge line (penalty 0.25 by GCV, fitted on 200 samples), chosen on 300 held-out scores) kept in" in kept[
+        1], kept
+    assert load_model(tmp_path / "model").spec.metrics["mlp_ridge"] == 1.0
+
+
 def test_a_device_has_a_backlog_while_seconds_of_its_stream_wait() -> None:
     from streamtrain.stack.serving import backlog_from_series
 

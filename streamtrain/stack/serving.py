@@ -99,14 +99,16 @@ def headline_figures(spec: ModelSpec) -> str:
              if key in spec.metrics]
     metrics = spec.metrics  # the head `seqflat` or `mlp` chose (`streamtrain.models.choosing`), and on what
     for model, what in (("seqflat", "whole-series "), ("mlp", "")):
-        chosen_on = f"chosen on {metrics.get(f'{model}_holdout_scored', 0):.0f} held-out scores"
+        if f"{model}_holdout_scored" not in metrics:
+            continue
+        chosen_on = f"chosen on {metrics[f'{model}_holdout_scored']:.0f} held-out scores"
         if metrics.get(f"{model}_ridge"):
             shown.append(f"{what}ridge line (penalty {metrics.get(f'{model}_ridge_penalty', 0):g} by GCV, fitted on "
                          f"{metrics.get(f'{model}_ridge_fitted', 0):.0f} samples), {chosen_on}")
-        elif "seqflat_dropout" in metrics and model == "seqflat":
+        elif model == "seqflat":
             alone = "" if metrics.get("seqflat_with_seq", 1.0) else " alone"
-            shown.append(f"whole-series MLP{alone} at dropout {metrics['seqflat_dropout']:g}, {chosen_on}")
-        elif f"{model}_holdout_scored" in metrics and model == "mlp":
+            shown.append(f"whole-series MLP{alone} at dropout {metrics.get('seqflat_dropout', 0.5):g}, {chosen_on}")
+        else:
             shown.append(f"MLP over a ridge line, {chosen_on}")
     return "".join(f", {s}" for s in shown)
 

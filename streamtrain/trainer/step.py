@@ -323,13 +323,13 @@ class StepRunner:
 
     @staticmethod
     def _all_reduce(tensor: torch.Tensor) -> None:
+        """Sum `tensor` over the ranks, in place (nothing when alone)."""
         if torch.distributed.is_initialized():
             torch.distributed.all_reduce(tensor)
 
     def _sum_over_ranks(self, local: np.ndarray) -> np.ndarray:
         summed = torch.as_tensor(local, dtype=torch.float64, device=self.device)
-        if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(summed)
+        self._all_reduce(summed)
         return summed.cpu().numpy()
 
     def _forward(self, batch: Batch) -> tuple[torch.Tensor, Mapping[str, torch.Tensor | float] | None]:
